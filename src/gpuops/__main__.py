@@ -1,0 +1,3 @@
+from gpuops.cli.main import run
+
+run()

@@ -1,0 +1,1 @@
+"""typer commands, one module per group: parse, call the core, render. Nothing else."""

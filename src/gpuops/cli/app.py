@@ -1,0 +1,42 @@
+"""The typer application and the options every command shares. Keep imports light: this runs on `--help`."""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Optional
+
+import typer
+
+app = typer.Typer(
+    name="gpuops",
+    help="Train on rented cloud GPUs from one CLI: verify the GPU stack, sync, train, watch, fetch checkpoints.\n\n"
+         "Exit codes: 0 ok, 1 checks or job failed, 2 usage/profile error, 3 connection/authentication/host key, "
+         "130 interrupted. Add --debug to any command for a traceback.",
+    no_args_is_help=True,
+    add_completion=False,
+    rich_markup_mode=None,
+    pretty_exceptions_enable=False,
+    context_settings={"help_option_names": ["-h", "--help"]},
+)
+
+ProfileOpt = typer.Option(None, "--profile", "-p", help="Profile name or YAML path (default: $GPUOPS_PROFILE, "
+                                                        "the last used here, or the only one).", show_default=False)
+JsonOpt = typer.Option(False, "--json", help="Print one JSON document on stdout.")
+
+
+def output(json_mode: bool = False):
+    """The Output for this command (console.py decides rich / plain / JSON)."""
+    from ..console import Output
+    from . import main
+
+    return Output(json_mode=json_mode, debug=main.DEBUG)
+
+
+def pick_profile(name: Optional[str], option: Optional[str] = None):
+    """Positional name wins, then --profile, then the chain in profiles.resolve()."""
+    from .. import profiles
+
+    if name and option and name != option:
+        from ..errors import UsageError
+
+        raise UsageError(f"two profiles given: '{name}' and --profile '{option}'")
+    return profiles.resolve(name or option, Path.cwd())

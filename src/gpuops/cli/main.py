@@ -1,0 +1,68 @@
+"""Entry point: registers the command modules and turns errors into one message and an exit code."""
+from __future__ import annotations
+
+import os
+import sys
+
+from .app import app
+
+DEBUG = False
+
+# Importing a command module registers its commands on `app`. Keep these modules light (typer only).
+from . import verify as _verify  # noqa: E402,F401
+from . import sandbox as _sandbox  # noqa: E402,F401
+from . import trust as _trust  # noqa: E402,F401
+
+
+def run(argv: list[str] | None = None) -> int:
+    """Console script `gpuops`. Returns (and exits with) the documented exit code."""
+    global DEBUG
+    args = list(sys.argv[1:] if argv is None else argv)
+    cut = args.index("--") if "--" in args else len(args)
+    if "--debug" in args[:cut]:
+        args.remove("--debug")
+        DEBUG = True
+    DEBUG = DEBUG or bool(os.environ.get("GPUOPS_DEBUG"))
+    from ..errors import ExitCode, GpuopsError
+
+    code: int
+    try:
+        rv = app(args=args, prog_name="gpuops", standalone_mode=False)
+        code = rv if isinstance(rv, int) else 0
+    except GpuopsError as exc:
+        _report(exc.message, exc.hint, exc)
+        code = int(exc.code)
+    except KeyboardInterrupt:
+        print("interrupted", file=sys.stderr)
+        code = int(ExitCode.INTERRUPTED)
+    except Exception as exc:  # click usage errors and anything unexpected
+        code = _click_or_internal(exc)
+    if argv is None:
+        sys.exit(code)
+    return code
+
+
+def _report(message: str, hint: str | None, exc: BaseException | None) -> None:
+    from ..console import Output
+
+    out = Output(debug=DEBUG)
+    if DEBUG and exc is not None:
+        import traceback
+
+        traceback.print_exception(type(exc), exc, exc.__traceback__, file=sys.stderr)
+    out.error(message, hint)
+
+
+def _click_or_internal(exc: Exception) -> int:
+    from typer._click import exceptions as cx
+
+    if isinstance(exc, cx.ClickException):
+        exc.show()
+        return exc.exit_code
+    if isinstance(exc, cx.Abort):
+        print("interrupted", file=sys.stderr)
+        return 130
+    if isinstance(exc, cx.Exit):
+        return exc.exit_code
+    _report(f"internal error: {type(exc).__name__}: {exc}", None if DEBUG else "run again with --debug for a traceback", exc)
+    return 1

@@ -1,0 +1,291 @@
+"""Profiles: one YAML file per instance, validated by pydantic; lookup and selection.
+
+Lookup order: ./profiles/, the user config directory (~/.config/gpuops/profiles), the packaged examples.
+Selection: explicit name, else GPUOPS_PROFILE, else the profile last used successfully here, else the only one.
+"""
+from __future__ import annotations
+
+import difflib
+import json
+import os
+import re
+import shlex
+from pathlib import Path
+from typing import Any, Dict, List, Literal, Optional
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+
+from .errors import ProfileError
+from .paths import config_dir, data_dir, state_dir, write_atomic
+
+DEFAULT_EXCLUDES = [".git", "checkpoints", "outputs", "wandb", "__pycache__", "*.pyc", ".venv", "logs"]
+PROFILE_SUFFIXES = (".yaml", ".yml")
+_VAR = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(?::-([^}]*))?\}")
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", populate_by_name=True)
+
+
+class Expect(_Strict):
+    gpu: Optional[str] = Field(None, description="substring of the GPU name, e.g. 'H100'")
+    gpu_count: Optional[int] = Field(None, ge=0)
+    gpu_memory_mib: Optional[int] = Field(None, ge=0, description="minimum memory per GPU")
+    driver: Optional[str] = None
+    cuda: Optional[str] = None
+    python: Optional[str] = None
+    packages: Dict[str, str] = Field(default_factory=dict)
+    imports: List[str] = Field(default_factory=list, description="modules that must import")
+    min_disk_gb: Optional[float] = Field(None, ge=0)
+    min_memory_gib: Optional[float] = Field(None, ge=0)
+
+    @field_validator("driver", "cuda", "python", mode="before")
+    @classmethod
+    def _as_text(cls, v: Any) -> Any:
+        return str(v) if isinstance(v, (int, float)) else v
+
+    @field_validator("packages", mode="before")
+    @classmethod
+    def _spec_text(cls, v: Any) -> Any:
+        if isinstance(v, dict):
+            return {str(k): ("*" if val is None else str(val)) for k, val in v.items()}
+        return v
+
+
+class SyncSettings(_Strict):
+    exclude: List[str] = Field(default_factory=lambda: list(DEFAULT_EXCLUDES))
+
+
+class Profile(_Strict):
+    name: str = ""
+    source: Optional[Path] = Field(None, exclude=True)
+    host: str
+    user: str = "ubuntu"
+    port: int = Field(22, ge=1, le=65535)
+    key: Optional[Path] = None
+    remote_dir: Optional[str] = None
+    python: str = "python3"
+    region: Optional[str] = None
+    instance_type: Optional[str] = None
+    price_per_hour: Optional[float] = Field(None, ge=0)
+    host_key_policy: Literal["accept-new", "strict"] = "accept-new"
+    connect_timeout: float = Field(10.0, gt=0)
+    expect: Expect = Field(default_factory=Expect)
+    sync: SyncSettings = Field(default_factory=SyncSettings)
+    env_preset: Optional[str] = None
+    env: Dict[str, str] = Field(default_factory=dict)
+    secrets: List[str] = Field(default_factory=list, description="names of environment variables sent as secrets")
+    fetch: Dict[str, str] = Field(default_factory=lambda: {"checkpoints": "checkpoints"})
+
+    @field_validator("key", mode="before")
+    @classmethod
+    def _expand_key(cls, v: Any) -> Any:
+        return Path(os.path.expanduser(str(v))) if v not in (None, "") else None
+
+    @field_validator("env", mode="before")
+    @classmethod
+    def _env_text(cls, v: Any) -> Any:
+        if isinstance(v, dict):
+            return {str(k): str(val) for k, val in v.items()}
+        return v
+
+    # -- derived -----------------------------------------------------------------
+    def remote_dir_for(self, project_dir: Path | None = None) -> str:
+        """The remote project directory; defaults to ~/<local project folder name>."""
+        if self.remote_dir:
+            return self.remote_dir
+        return "~/" + (project_dir or Path.cwd()).resolve().name
+
+    @property
+    def destination(self) -> str:
+        return f"{self.user}@{self.host}:{self.port}"
+
+
+def shell_path(path: str) -> str:
+    """Quote a remote path for a POSIX shell, keeping a leading ~ meaning the remote home."""
+    if path == "~":
+        return '"$HOME"'
+    if path.startswith("~/"):
+        return '"$HOME"/' + shlex.quote(path[2:])
+    return shlex.quote(path)
+
+
+# -- .env and ${VAR} -----------------------------------------------------------------
+def read_dotenv(path: Path) -> dict[str, str]:
+    """Parse KEY=VALUE lines (optional `export`, quotes, comments). Never logs values."""
+    values: dict[str, str] = {}
+    if not path.is_file():
+        return values
+    for raw in path.read_text(encoding="utf-8", errors="replace").splitlines():
+        line = raw.strip()
+        if not line or line.startswith("#") or "=" not in line:
+            continue
+        if line.startswith("export "):
+            line = line[len("export "):].lstrip()
+        key, _, value = line.partition("=")
+        key, value = key.strip(), value.strip()
+        if len(value) >= 2 and value[0] == value[-1] and value[0] in "'\"":
+            value = value[1:-1]
+        elif " #" in value:
+            value = value.split(" #", 1)[0].rstrip()
+        if re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", key):
+            values[key] = value
+    return values
+
+
+def environment(project_dir: Path | None = None) -> dict[str, str]:
+    """The process environment over the project's .env (the real environment wins)."""
+    merged = read_dotenv((project_dir or Path.cwd()) / ".env")
+    merged.update(os.environ)
+    return merged
+
+
+def _interpolate(node: Any, env: dict[str, str], where: str, source: Path) -> Any:
+    if isinstance(node, dict):
+        return {k: _interpolate(v, env, f"{where}.{k}" if where else str(k), source) for k, v in node.items()}
+    if isinstance(node, list):
+        return [_interpolate(v, env, f"{where}[{i}]", source) for i, v in enumerate(node)]
+    if isinstance(node, str) and "${" in node:
+        def sub(m: re.Match) -> str:
+            name, default = m.group(1), m.group(2)
+            if name in env:
+                return env[name]
+            if default is not None:
+                return default
+            raise ProfileError(f"{source}: {where}: ${{{name}}} is not set in the environment or .env",
+                               hint=f"export {name}=... or add it to .env, or write ${{{name}:-default}}")
+        return _VAR.sub(sub, node)
+    return node
+
+
+# -- loading -----------------------------------------------------------------------------
+def _describe_error(err: dict, model: type[BaseModel]) -> str:
+    loc = [str(p) for p in err["loc"]]
+    key = ".".join(loc)
+    if err["type"] == "extra_forbidden":
+        parent: Any = model
+        for part in loc[:-1]:
+            field = getattr(parent, "model_fields", {}).get(part)
+            parent = getattr(field, "annotation", None) if field else None
+        known = list(getattr(parent, "model_fields", {}).keys()) if parent else []
+        known = [k for k in known if k not in ("name", "source")]
+        close = difflib.get_close_matches(loc[-1], known, n=1)
+        tip = f"; did you mean '{close[0]}'?" if close else (f"; expected one of: {', '.join(known)}" if known else "")
+        return f"{key}: unknown key{tip}"
+    if err["type"] == "missing":
+        return f"{key}: required key is missing"
+    got = err.get("input")
+    shown = repr(got) if not isinstance(got, (dict, list)) else type(got).__name__
+    return f"{key}: {err['msg'].lower()} (got {shown})"
+
+
+def load_profile(path: Path, project_dir: Path | None = None) -> Profile:
+    import yaml
+
+    try:
+        text = path.read_text(encoding="utf-8")
+    except OSError as exc:
+        raise ProfileError(f"{path}: cannot read profile: {exc.strerror}") from exc
+    try:
+        raw = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        at = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
+        raise ProfileError(f"{path}: not valid YAML{at}: {getattr(exc, 'problem', exc)}") from exc
+    if raw is None:
+        raw = {}
+    if not isinstance(raw, dict):
+        raise ProfileError(f"{path}: a profile must be a mapping of keys (host:, user:, ...), got {type(raw).__name__}")
+    raw = _interpolate(raw, environment(project_dir), "", path)
+    if "name" in raw:
+        raise ProfileError(f"{path}: name: unknown key; a profile is named by its file name")
+    raw["name"] = path.stem
+    try:
+        prof = Profile.model_validate(raw)
+    except ValidationError as exc:
+        problems = [_describe_error(e, Profile) for e in exc.errors()]
+        msg = f"{path}: " + problems[0] if len(problems) == 1 else f"{path}: " + "; ".join(problems)
+        raise ProfileError(msg, hint="see docs/profiles.md for every key") from None
+    prof.source = path
+    return prof
+
+
+def search_dirs(project_dir: Path | None = None) -> list[Path]:
+    project_dir = project_dir or Path.cwd()
+    return [project_dir / "profiles", config_dir() / "profiles", data_dir("profiles")]
+
+
+def available(project_dir: Path | None = None) -> dict[str, Path]:
+    """name -> file, earlier directories shadowing later ones."""
+    found: dict[str, Path] = {}
+    for d in search_dirs(project_dir):
+        if not d.is_dir():
+            continue
+        for f in sorted(d.iterdir()):
+            if f.suffix in PROFILE_SUFFIXES and f.is_file() and f.stem not in found:
+                found[f.stem] = f
+    return found
+
+
+def _last_used_file() -> Path:
+    return state_dir() / "last_profile.json"
+
+
+def remember(profile: Profile, project_dir: Path | None = None) -> None:
+    """Record the profile as last used successfully in this project directory."""
+    key = str((project_dir or Path.cwd()).resolve())
+    f = _last_used_file()
+    try:
+        data = json.loads(f.read_text()) if f.is_file() else {}
+    except (OSError, ValueError):
+        data = {}
+    if data.get(key) == profile.name:
+        return
+    data[key] = profile.name
+    try:
+        write_atomic(f, json.dumps(data, indent=1))
+    except OSError:
+        pass
+
+
+def last_used(project_dir: Path | None = None) -> str | None:
+    try:
+        data = json.loads(_last_used_file().read_text())
+    except (OSError, ValueError):
+        return None
+    return data.get(str((project_dir or Path.cwd()).resolve()))
+
+
+def resolve(name: str | None = None, project_dir: Path | None = None) -> Profile:
+    """Pick and load a profile: name (a name or a path), else $GPUOPS_PROFILE, else last used, else the only one."""
+    project_dir = project_dir or Path.cwd()
+    if name and (name.endswith(PROFILE_SUFFIXES) or "/" in name):
+        p = Path(name).expanduser()
+        if not p.is_file():
+            raise ProfileError(f"profile file not found: {name}")
+        return load_profile(p, project_dir)
+    found = available(project_dir)
+    how = "given"
+    if not name and os.environ.get("GPUOPS_PROFILE"):
+        name, how = os.environ["GPUOPS_PROFILE"], "from GPUOPS_PROFILE"
+    if not name:
+        name = last_used(project_dir)
+        how = "last used here"
+        if name and name not in found:
+            name = None
+    if not name:
+        if len(found) == 1:
+            name = next(iter(found))
+        else:
+            listing = ", ".join(found) if found else "none"
+            raise ProfileError(
+                f"which profile? found {len(found)}: {listing}",
+                hint="name one (gpuops verify NAME, or -p NAME), or set GPUOPS_PROFILE",
+            )
+    if name not in found:
+        close = difflib.get_close_matches(name, list(found), n=1)
+        tip = f"; did you mean '{close[0]}'?" if close else ""
+        listing = ", ".join(found) if found else "none"
+        raise ProfileError(f"no profile named '{name}' ({how}){tip}",
+                           hint=f"profiles found: {listing}; searched " + ", ".join(str(d) for d in search_dirs(project_dir)))
+    return load_profile(found[name], project_dir)

@@ -1,0 +1,271 @@
+"""One SSH connection per command (Fabric/Paramiko), reused for all of its steps.
+
+- host keys checked (remote/hostkeys.py), key files must exist and be private;
+- connect timeout, keepalive, and a time limit on every remote command;
+- transient connect failures retried with backoff (tenacity); authentication and host-key failures are not.
+"""
+from __future__ import annotations
+
+import os
+import select
+import shlex
+import socket
+import stat
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Iterator
+
+from ..errors import AuthError, ConnectError, HostKeyError, RemoteError
+from ..paths import known_hosts_file, user_known_hosts_file
+from . import hostkeys
+
+KEEPALIVE_S = 15
+DEFAULT_COMMAND_TIMEOUT = 120.0
+
+
+@dataclass
+class Result:
+    rc: int
+    stdout: str
+    stderr: str
+    elapsed: float
+
+    @property
+    def ok(self) -> bool:
+        return self.rc == 0
+
+
+def check_key_file(key: Path | None) -> None:
+    """Refuse a missing key or one readable by group/others, as OpenSSH does."""
+    if key is None:
+        return
+    if not key.exists():
+        raise AuthError(f"key file not found: {key}", hint="set 'key:' in the profile to your private key's path")
+    if not key.is_file():
+        raise AuthError(f"key file is not a file: {key}")
+    mode = stat.S_IMODE(key.stat().st_mode)
+    if mode & 0o077:
+        raise AuthError(
+            f"key file {key} is readable by others (mode {mode:04o}); OpenSSH and gpuops refuse such keys",
+            hint=f"chmod 600 {shlex.quote(str(key))}",
+        )
+    if not os.access(key, os.R_OK):
+        raise AuthError(f"key file {key} is not readable by you")
+
+
+class Remote:
+    """A live connection: run commands (each with a time limit) and open streams."""
+
+    def __init__(self, profile, conn):
+        self.profile = profile
+        self.conn = conn
+        self.transport = conn.client.get_transport()
+        self.exec_count = 0  # remote executions on this connection, for benchmarks and tests
+
+    # -- one command, with input, output and a deadline ---------------------------------
+    def run(self, command: str, *, timeout: float = DEFAULT_COMMAND_TIMEOUT, stdin: bytes | str | None = None,
+            check: bool = False) -> Result:
+        started = time.monotonic()
+        chan = self._open(command)
+        try:
+            if stdin is not None:
+                chan.sendall(stdin.encode() if isinstance(stdin, str) else stdin)
+            chan.shutdown_write()
+            out, err = bytearray(), bytearray()
+            deadline = started + timeout
+            while True:
+                got = False
+                while chan.recv_ready():
+                    out += chan.recv(1 << 16)
+                    got = True
+                while chan.recv_stderr_ready():
+                    err += chan.recv_stderr(1 << 16)
+                    got = True
+                if chan.exit_status_ready() and not chan.recv_ready() and not chan.recv_stderr_ready():
+                    break
+                if chan.closed and not chan.recv_ready() and not chan.recv_stderr_ready():
+                    break
+                if time.monotonic() > deadline:
+                    raise RemoteError(f"remote command timed out after {timeout:g}s on {self.profile.host}",
+                                      hint="the host may be overloaded or a filesystem hung; try again or raise the limit")
+                if not got:
+                    select.select([chan], [], [], 0.05)
+                if not self.transport.is_active():
+                    raise ConnectError(f"connection to {self.profile.host} was lost")
+            rc = chan.recv_exit_status()
+        except socket.error as exc:
+            raise ConnectError(f"connection to {self.profile.host} was lost: {exc}") from exc
+        finally:
+            chan.close()
+        res = Result(rc if rc is not None else -1, out.decode("utf-8", "replace"), err.decode("utf-8", "replace"),
+                     time.monotonic() - started)
+        if check and not res.ok:
+            detail = (res.stderr.strip() or res.stdout.strip()).splitlines()[-1:] or [""]
+            raise RemoteError(f"remote command failed (exit {res.rc}): {detail[0]}")
+        return res
+
+    def stream(self, command: str):
+        """Start a long-lived command and return its paramiko channel (caller reads and closes)."""
+        chan = self._open(command)
+        return chan
+
+    def iter_lines(self, chan, *, idle_timeout: float | None = None) -> Iterator[str]:
+        """Lines of a stream's stdout as they arrive; ends when the command ends."""
+        buf = bytearray()
+        last = time.monotonic()
+        while True:
+            r, _, _ = select.select([chan], [], [], 0.2)
+            if chan.recv_ready():
+                data = chan.recv(1 << 16)
+                last = time.monotonic()
+                if not data:
+                    break
+                buf += data
+                while b"\n" in buf:
+                    line, _, rest = buf.partition(b"\n")
+                    buf = bytearray(rest)
+                    yield line.decode("utf-8", "replace")
+            elif chan.exit_status_ready() or chan.closed or chan.eof_received:
+                if not chan.recv_ready():
+                    break
+            elif not self.transport.is_active():
+                raise ConnectError(f"connection to {self.profile.host} was lost")
+            elif idle_timeout and time.monotonic() - last > idle_timeout:
+                raise ConnectError(f"no data from {self.profile.host} for {idle_timeout:g}s")
+        if buf:
+            yield buf.decode("utf-8", "replace")
+
+    def _open(self, command: str):
+        if not self.transport or not self.transport.is_active():
+            raise ConnectError(f"connection to {self.profile.host} was lost")
+        try:
+            chan = self.transport.open_session(timeout=self.profile.connect_timeout)
+            chan.exec_command(command)
+        except Exception as exc:  # paramiko.SSHException, EOFError, socket errors
+            raise ConnectError(f"connection to {self.profile.host} failed while starting a command: {exc}") from exc
+        self.exec_count += 1
+        return chan
+
+    def close(self) -> None:
+        try:
+            self.conn.close()
+        except Exception:
+            pass
+
+    def __enter__(self) -> "Remote":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+
+def _transient(exc: BaseException) -> bool:
+    import paramiko
+
+    if isinstance(exc, (HostKeyError, AuthError)):
+        return False
+    if isinstance(exc, (paramiko.BadHostKeyException, paramiko.AuthenticationException)):
+        return False
+    return isinstance(exc, (socket.timeout, TimeoutError, ConnectionError, EOFError, OSError,
+                            paramiko.ssh_exception.NoValidConnectionsError, paramiko.SSHException))
+
+
+def connect(profile, *, announce=print, attempts: int = 3) -> Remote:
+    """Open the profile's connection, checking key file and host key; retries transient failures."""
+    check_key_file(profile.key)
+    import paramiko
+    from fabric import Config, Connection
+    from tenacity import RetryError, Retrying, retry_if_exception, stop_after_attempt, wait_exponential
+
+    def attempt() -> Remote:
+        conn = Connection(
+            host=profile.host,
+            user=profile.user,
+            port=profile.port,
+            connect_timeout=int(max(1, profile.connect_timeout)),
+            config=Config(ssh_config=paramiko.SSHConfig()),  # the profile is the whole truth
+            connect_kwargs={
+                "key_filename": str(profile.key) if profile.key else None,
+                "look_for_keys": profile.key is None,
+                "allow_agent": profile.key is None,
+                "banner_timeout": profile.connect_timeout,
+                "auth_timeout": profile.connect_timeout,
+            },
+        )
+        client = conn.client
+        client._system_host_keys = hostkeys.load_known()  # checked first by paramiko; merged, gpuops' file wins
+        client.set_missing_host_key_policy(hostkeys.make_policy(profile.name, profile.host_key_policy, announce))
+        try:
+            conn.open()
+        except paramiko.BadHostKeyException as exc:
+            conn.close()
+            raise hostkeys.changed_key_error(profile.name, profile.host, profile.port, exc) from exc
+        except paramiko.AuthenticationException as exc:
+            conn.close()
+            raise AuthError(
+                f"{profile.user}@{profile.host} refused authentication with key {profile.key}: {exc}",
+                hint="check 'user:' and 'key:' in the profile (Lambda instances use user 'ubuntu')",
+            ) from exc
+        except (HostKeyError, AuthError):
+            conn.close()
+            raise
+        except paramiko.PasswordRequiredException as exc:
+            conn.close()
+            raise AuthError(f"key file {profile.key} is encrypted; gpuops needs a key without passphrase or ssh-agent") from exc
+        except Exception:
+            conn.close()
+            raise
+        conn.transport.set_keepalive(KEEPALIVE_S)
+        return Remote(profile, conn)
+
+    try:
+        for att in Retrying(
+            stop=stop_after_attempt(attempts),
+            wait=wait_exponential(multiplier=0.5, max=4),
+            retry=retry_if_exception(_transient),
+            reraise=True,
+        ):
+            with att:
+                return attempt()
+    except (HostKeyError, AuthError):
+        raise
+    except RetryError as exc:  # pragma: no cover - reraise=True makes this rare
+        raise ConnectError(f"cannot connect to {profile.host}:{profile.port}") from exc
+    except Exception as exc:
+        raise ConnectError(f"cannot connect to {profile.user}@{profile.host}:{profile.port}: {_describe(exc)}",
+                           hint="is the instance running and the address right? (`gpuops verify` retried "
+                                f"{attempts} times)") from exc
+    raise ConnectError(f"cannot connect to {profile.host}:{profile.port}")
+
+
+def _describe(exc: BaseException) -> str:
+    import paramiko
+
+    if isinstance(exc, paramiko.ssh_exception.NoValidConnectionsError):
+        errs = {e.strerror or str(e) for e in exc.errors.values()}
+        return "; ".join(sorted(errs)) or "connection refused"
+    if isinstance(exc, (socket.timeout, TimeoutError)):
+        return "timed out"
+    return str(exc) or type(exc).__name__
+
+
+def ssh_command(profile) -> list[str]:
+    """The OpenSSH client command for the profile, for rsync -e: same key, gpuops' known_hosts, strict checking."""
+    files = [str(known_hosts_file())]
+    if user_known_hosts_file().is_file():
+        files.append(str(user_known_hosts_file()))
+    argv = [
+        "ssh",
+        "-p", str(profile.port),
+        "-o", "BatchMode=yes",
+        "-o", "StrictHostKeyChecking=yes",
+        "-o", "UserKnownHostsFile=" + " ".join(files),
+        "-o", f"ConnectTimeout={int(max(1, profile.connect_timeout))}",
+        "-o", "ServerAliveInterval=15",
+        "-o", "ServerAliveCountMax=4",
+        "-l", profile.user,
+    ]
+    if profile.key:
+        argv += ["-i", str(profile.key), "-o", "IdentitiesOnly=yes"]
+    return argv

@@ -1,0 +1,124 @@
+"""Host key checking: trust on first use (accept-new) or strict; a changed key is always refused.
+
+gpuops records keys in its own known_hosts (~/.config/gpuops/known_hosts, OpenSSH format) and also reads
+~/.ssh/known_hosts; entries in gpuops' file take precedence. Fabric's AutoAddPolicy is never used.
+"""
+from __future__ import annotations
+
+import base64
+import hashlib
+import os
+from pathlib import Path
+from typing import Callable
+
+from ..errors import HostKeyError
+from ..paths import known_hosts_file, user_known_hosts_file
+
+
+def host_id(host: str, port: int) -> str:
+    """The known_hosts name of a host, as OpenSSH writes it."""
+    return host if port == 22 else f"[{host}]:{port}"
+
+
+def fingerprint(key) -> str:
+    digest = hashlib.sha256(key.asbytes()).digest()
+    return "SHA256:" + base64.b64encode(digest).decode().rstrip("=")
+
+
+def load_known():
+    """HostKeys from gpuops' file, plus ~/.ssh/known_hosts entries for hosts gpuops' file does not name."""
+    import paramiko
+
+    def read(f: Path):
+        hk = paramiko.HostKeys()
+        if f.is_file():
+            try:
+                hk.load(str(f))
+            except (OSError, paramiko.SSHException, ValueError):
+                pass
+        return hk
+
+    ours, theirs = read(known_hosts_file()), read(user_known_hosts_file())
+    named = {n for e in ours._entries for n in e.hostnames}
+    ours._entries.extend(e for e in theirs._entries if not named.intersection(e.hostnames))
+    return ours
+
+
+def record(host: str, port: int, key) -> Path:
+    """Append a host key to gpuops' known_hosts (created private)."""
+    f = known_hosts_file()
+    f.parent.mkdir(parents=True, exist_ok=True)
+    line = f"{host_id(host, port)} {key.get_name()} {key.get_base64()}\n"
+    fd = os.open(f, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+    with os.fdopen(fd, "a") as fh:
+        fh.write(line)
+    return f
+
+
+def forget(host: str, port: int) -> int:
+    """Remove every entry for host:port from gpuops' known_hosts; returns how many lines went."""
+    f = known_hosts_file()
+    if not f.is_file():
+        return 0
+    name = host_id(host, port)
+    kept, removed = [], 0
+    for line in f.read_text().splitlines(keepends=True):
+        names = line.split(" ", 1)[0].split(",") if line.strip() and not line.startswith("#") else []
+        if name in names:
+            removed += 1
+        else:
+            kept.append(line)
+    if removed:
+        from ..paths import write_private
+
+        write_private(f, "".join(kept))
+    return removed
+
+
+def in_user_file(host: str, port: int) -> bool:
+    """Whether ~/.ssh/known_hosts names this host (we never edit that file ourselves)."""
+    import paramiko
+
+    f = user_known_hosts_file()
+    if not f.is_file():
+        return False
+    hk = paramiko.HostKeys()
+    try:
+        hk.load(str(f))
+    except Exception:
+        return False
+    return hk.lookup(host_id(host, port)) is not None
+
+
+def make_policy(profile_name: str, policy: str, announce: Callable[[str], None]):
+    """A paramiko MissingHostKeyPolicy: record-and-announce (accept-new) or refuse (strict)."""
+    import paramiko
+
+    class _Policy(paramiko.MissingHostKeyPolicy):
+        def missing_host_key(self, client, hostname, key):
+            fp = fingerprint(key)
+            if policy == "strict":
+                raise HostKeyError(
+                    f"host key for {hostname} is not known and profile '{profile_name}' uses host_key_policy: strict "
+                    f"({key.get_name()} {fp})",
+                    hint=f"check the fingerprint with your provider, then run: gpuops trust {profile_name} --fingerprint {fp}",
+                )
+            host, _, port = hostname.strip("[").partition("]:")
+            client.get_host_keys().add(hostname, key.get_name(), key)
+            record(host, int(port or 22), key)
+            announce(f"trusted new host key for {hostname}: {key.get_name()} {fp}")
+
+    return _Policy()
+
+
+def changed_key_error(profile_name: str, host: str, port: int, exc) -> HostKeyError:
+    got = fingerprint(exc.key)
+    expected = fingerprint(exc.expected_key)
+    hint = f"if you expected this (a new instance on a recycled IP): gpuops trust {profile_name} --reset"
+    if in_user_file(host, port):
+        hint += f"; the old key is also in ~/.ssh/known_hosts: ssh-keygen -R '{host_id(host, port)}'"
+    return HostKeyError(
+        f"host key for {host_id(host, port)} has CHANGED (now {got}, recorded {expected}); refusing to connect. "
+        "Someone could be intercepting the connection, or the address now belongs to another machine.",
+        hint=hint,
+    )
