@@ -181,6 +181,15 @@ def packages(names):
     return found
 
 
+def pip_freeze_raw(timeout):
+    """`pip freeze` exactly as pip prints it (direct URLs, editables); None when pip is absent."""
+    try:
+        r = run([sys.executable, "-m", "pip", "freeze", "--all"], timeout)
+    except subprocess.TimeoutExpired:
+        return {"timeout": True}
+    return {"rc": r["rc"], "stdout": r["stdout"], "stderr": r["stderr"][-2000:]}
+
+
 def pip_freeze():
     from importlib import metadata
 
@@ -229,6 +238,7 @@ def main():
     timed("packages", lambda: packages(P.get("packages", [])), 20, facts)
     if P.get("freeze"):
         timed("freeze", pip_freeze, 30, facts)
+        timed("pip_freeze", lambda: pip_freeze_raw(60), 65, facts)
     env_names = P.get("env", [])
     facts["env"] = {"ok": True, "value": {k: os.environ.get(k) for k in env_names if k in os.environ}}
     if P.get("cuda_check", True):

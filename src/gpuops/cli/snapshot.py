@@ -1,0 +1,2 @@
+"""Placeholder: commands of this group are registered here."""
+from __future__ import annotations
