@@ -83,6 +83,17 @@ class Output:
         if hint:
             self._msg(hint, "cyan", "hint: ")
 
+    def status(self, text: str):
+        """A spinner while long work runs (rich), or one progress line (plain); silent under --json."""
+        import contextlib
+
+        if self.json_mode or self.quiet:
+            return contextlib.nullcontext()
+        if self.rich and _wants_rich(self.stderr):
+            return self.err_console.status(text)
+        self.step(text)
+        return contextlib.nullcontext()
+
     # -- reports (stdout) ------------------------------------------------------------------
     def print(self, text: str = "") -> None:
         """A plain report line on stdout (never in JSON mode)."""

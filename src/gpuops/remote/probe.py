@@ -235,7 +235,7 @@ def main():
                                            lim.get("nvidia_smi", 20)), lim.get("nvidia_smi", 20) + 2, facts)
     timed("nvidia_smi", lambda: tool("nvidia-smi", [], lim.get("nvidia_smi", 20)), lim.get("nvidia_smi", 20) + 2, facts)
     timed("nvcc", lambda: tool("nvcc", ["--version"], 10), 12, facts)
-    timed("packages", lambda: packages(P.get("packages", [])), 20, facts)
+    timed("packages", lambda: packages(sorted(set(P.get("packages", [])) | set(P.get("auto_imports") or {}))), 20, facts)
     if P.get("freeze"):
         timed("freeze", pip_freeze, 30, facts)
         timed("pip_freeze", lambda: pip_freeze_raw(60), 65, facts)
@@ -244,7 +244,11 @@ def main():
     if P.get("cuda_check", True):
         ct = lim.get("cuda_check", 90)
         timed("cuda", lambda: sub_python(CUDA_CHECK, [], ct), ct + 5, facts)
-    mods = P.get("imports", [])
+    mods = list(P.get("imports", []))
+    installed = (facts.get("packages") or {}).get("value") or {}
+    for pkg, mod in (P.get("auto_imports") or {}).items():
+        if installed.get(pkg) and mod not in mods:
+            mods.append(mod)
     if mods:
         it = lim.get("imports", 60)
         timed("imports", lambda: sub_python(IMPORT_CHECK, mods, it), it + 5, facts)

@@ -1,0 +1,56 @@
+"""Load playbooks and knowledge (YAML data under playbooks/). ./playbooks/<name>.yaml in the project overrides
+the built-in file of the same name."""
+from __future__ import annotations
+
+from functools import lru_cache
+from pathlib import Path
+
+from .errors import UsageError
+from .paths import data_dir
+
+
+def playbook_path(name: str, project_dir: Path | None = None) -> Path:
+    local = (project_dir or Path.cwd()) / "playbooks" / f"{name}.yaml"
+    return local if local.is_file() else data_dir("playbooks") / f"{name}.yaml"
+
+
+def load_yaml(path: Path) -> dict:
+    return _load(str(path), path.stat().st_mtime if path.exists() else 0)
+
+
+@lru_cache(maxsize=16)
+def _load(path: str, _mtime: float) -> dict:
+    import yaml
+
+    try:
+        with open(path, encoding="utf-8") as fh:
+            doc = yaml.safe_load(fh) or {}
+    except FileNotFoundError:
+        raise UsageError(f"playbook not found: {path}") from None
+    except yaml.YAMLError as exc:
+        raise UsageError(f"{path}: not valid YAML: {exc}") from None
+    if not isinstance(doc, dict):
+        raise UsageError(f"{path}: expected a mapping at the top level")
+    return doc
+
+
+def load_playbook(name: str, project_dir: Path | None = None, path: str | None = None) -> dict:
+    return load_yaml(Path(path) if path else playbook_path(name, project_dir))
+
+
+def knowledge(project_dir: Path | None = None) -> dict:
+    return load_playbook("knowledge", project_dir)
+
+
+def presets(project_dir: Path | None = None) -> dict:
+    return load_playbook("presets", project_dir)
+
+
+def preset_env(name: str | None, project_dir: Path | None = None) -> dict[str, str]:
+    """Variables of an env preset (name -> value); unknown preset names are a usage error."""
+    if not name:
+        return {}
+    table = presets(project_dir).get("presets", {})
+    if name not in table:
+        raise UsageError(f"unknown env_preset '{name}'; known presets: {', '.join(table) or 'none'}")
+    return {k: str(v["value"] if isinstance(v, dict) else v) for k, v in (table[name].get("env") or {}).items()}
