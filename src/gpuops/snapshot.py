@@ -1,0 +1,723 @@
+"""Environment snapshots: what ran, so a run can be recreated months later and differences found fast.
+
+Pure core (unit-tested on recorded probe outputs in tests/data/):
+  build(facts, ...)        probe facts -> the snapshot document (what environment.json holds)
+  render_requirements()    requirements.txt (pip freeze format, credentials in URLs redacted)
+  render_reproduce()       REPRODUCE.md (Python, install commands with the matching PyTorch index, hardware,
+                           known sources of non-determinism)
+  diff(a, b) / render_diff()     what changed between two snapshots
+  matrix(...) / render_matrix()  the Markdown environment matrix (component, version, how verified)
+Shell (network and disk):
+  capture(remote, profile)       ONE remote execution (the probe with pip freeze)
+  save(snapshot, out_dir)        the three files, each written atomically
+  write_remote(remote, snapshot, remote_dir)   the same three files on the host, ONE remote execution
+  snapshot_for_run(...)          what `gpuops train` calls after launching a run
+  log_to_wandb(...)              a versioned W&B artifact of type `environment` + key versions in the run config
+wandb is imported only inside log_to_wandb.
+"""
+from __future__ import annotations
+
+import csv
+import io
+import json
+import re
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any, Iterable
+
+from .errors import GpuopsError, RemoteError, UsageError
+
+SCHEMA = 1
+FILES = ("requirements.txt", "environment.json", "REPRODUCE.md")
+KEY_PACKAGES = ["torch", "torchvision", "torchaudio", "transformers", "numpy", "accelerate", "deepspeed",
+                "flash-attn", "triton", "jax", "tensorflow", "pip"]
+SMI_COLUMNS = ["index", "name", "uuid", "memory.total", "memory.used", "utilization.gpu", "temperature.gpu",
+               "power.draw", "power.limit", "compute_cap", "driver_version", "pci.bus_id"]
+TORCH_INDEX = "https://download.pytorch.org/whl/"
+
+
+# -- small helpers -----------------------------------------------------------------------------------
+def normalize(name: str) -> str:
+    """PEP 503 name: 'Flask_Cors' and 'flask-cors' are one package."""
+    return re.sub(r"[-_.]+", "-", name).lower()
+
+
+def _fact(facts: dict, name: str) -> Any:
+    f = facts.get(name)
+    if isinstance(f, dict) and f.get("ok"):
+        return f.get("value")
+    return None
+
+
+def _fact_error(facts: dict, name: str) -> str | None:
+    f = facts.get(name)
+    if isinstance(f, dict) and not f.get("ok"):
+        return f.get("error") or "failed"
+    return None
+
+
+_USERINFO = re.compile(r"(?P<scheme>[A-Za-z][A-Za-z0-9+.-]*://)(?P<user>[^/@\s]+)@")
+
+
+def redact(text: str) -> str:
+    """Remove credentials from URLs (https://user:token@host, https://token@host); keep ssh's `git@`."""
+    def sub(m: re.Match) -> str:
+        scheme, user = m.group("scheme"), m.group("user")
+        if ":" in user or "http" in scheme.lower():
+            return f"{scheme}****@"
+        return m.group(0)
+    return _USERINFO.sub(sub, text)
+
+
+def cudnn_text(v: Any) -> str | None:
+    """torch.backends.cudnn.version() -> '9.10.2' (91002) or '8.9.2' (8902)."""
+    if v in (None, "", 0):
+        return None
+    try:
+        n = int(v)
+    except (TypeError, ValueError):
+        return str(v)
+    if n >= 10000:
+        return f"{n // 10000}.{n % 10000 // 100}.{n % 100}"
+    return f"{n // 1000}.{n % 1000 // 100}.{n % 100}"
+
+
+def parse_freeze(text: str) -> dict[str, str]:
+    """`pip freeze` lines -> {name: version}; `name @ url` and editables get the URL as their version."""
+    pkgs: dict[str, str] = {}
+    for raw in text.splitlines():
+        line = raw.strip()
+        if not line or line.startswith("#"):
+            continue
+        if line.startswith("-e ") or line.startswith("--editable"):
+            m = re.search(r"[#&]egg=([A-Za-z0-9_.-]+)", line)
+            if m:
+                pkgs[m.group(1)] = line.split(None, 1)[1]
+            continue
+        if line.startswith("-"):
+            continue
+        if "==" in line:
+            name, _, ver = line.partition("==")
+            pkgs[name.strip()] = ver.strip()
+        elif " @ " in line:
+            name, _, url = line.partition(" @ ")
+            pkgs[name.strip()] = "@ " + url.strip()
+    return pkgs
+
+
+def _lookup(packages: dict[str, str], name: str) -> str | None:
+    want = normalize(name)
+    for k, v in packages.items():
+        if normalize(k) == want:
+            return v
+    return None
+
+
+def _smi_rows(text: str) -> list[dict]:
+    gpus = []
+    for row in csv.reader(io.StringIO(text), skipinitialspace=True):
+        if len(row) < len(SMI_COLUMNS):
+            continue
+        r = dict(zip(SMI_COLUMNS, (c.strip() for c in row)))
+        try:
+            mem = int(float(r["memory.total"]))
+        except ValueError:
+            mem = None
+        gpus.append({"index": int(r["index"]) if r["index"].isdigit() else r["index"], "name": r["name"],
+                     "memory_total_mib": mem, "compute_cap": r["compute_cap"] or None,
+                     "driver_version": r["driver_version"] or None, "pci_bus_id": r["pci.bus_id"] or None,
+                     "uuid": r["uuid"] or None})
+    return gpus
+
+
+def short_python(version: str | None) -> str | None:
+    if not version:
+        return None
+    m = re.match(r"\d+\.\d+(\.\d+)?", version)
+    return m.group(0) if m else version
+
+
+def torch_index_url(torch_version: str | None, cuda_version: str | None, torch_imported: bool = True) -> str | None:
+    """The PyTorch wheel index matching the build: 2.9.0+cu128 -> .../whl/cu128; +cpu -> .../whl/cpu."""
+    if not torch_version:
+        return None
+    m = re.search(r"\+(cu\d+|cpu|rocm[\d.]+|xpu)$", torch_version)
+    if m:
+        return TORCH_INDEX + m.group(1)
+    if cuda_version:
+        parts = cuda_version.split(".")
+        return TORCH_INDEX + "cu" + "".join(parts[:2])
+    return TORCH_INDEX + "cpu" if torch_imported else None
+
+
+def now_iso() -> str:
+    return datetime.now(timezone.utc).replace(microsecond=0).isoformat().replace("+00:00", "Z")
+
+
+# -- facts -> snapshot ---------------------------------------------------------------------------------
+def build(facts: dict, *, profile: Any = None, captured_at: str | None = None, extra: dict | None = None) -> dict:
+    """The snapshot document from the probe's facts. Pure; never holds environment variables or secrets."""
+    problems: list[str] = []
+    if not facts.get("python_ok", True):
+        raise RemoteError(f"Python {facts.get('python_missing', '')!s} was not found on the host; a snapshot needs "
+                          "the Python that runs your training", hint="set 'python:' in the profile")
+    py = _fact(facts, "python") or {}
+    osv = _fact(facts, "os") or {}
+
+    # packages: importlib.metadata (canonical versions) + anything only pip reports
+    meta = _fact(facts, "freeze") or {}
+    if _fact_error(facts, "freeze"):
+        problems.append(f"package list: {_fact_error(facts, 'freeze')}")
+    pf = _fact(facts, "pip_freeze") or {}
+    if pf.get("rc") == 0 and pf.get("stdout", "").strip():
+        freeze_text, freeze_source = redact(pf["stdout"]), "pip freeze --all"
+    else:
+        freeze_text = "".join(f"{n}=={v}\n" for n, v in sorted(meta.items(), key=lambda kv: kv[0].lower()))
+        freeze_source = "importlib.metadata"
+        if pf.get("stderr") or pf.get("timeout"):
+            why = "timed out" if pf.get("timeout") else (pf.get("stderr", "").strip().splitlines() or ["failed"])[-1]
+            problems.append(f"pip freeze unavailable ({why[:200]}); requirements.txt built from importlib.metadata")
+    packages = dict(parse_freeze(freeze_text))
+    known = {normalize(k) for k in packages}
+    for n, v in meta.items():
+        if normalize(n) not in known:
+            packages[n] = v
+    packages = dict(sorted(packages.items(), key=lambda kv: kv[0].lower()))
+    listed = _fact(facts, "packages") or {}
+
+    def version_of(name: str) -> str | None:
+        return _lookup(packages, name) or (listed.get(name) if isinstance(listed, dict) else None)
+
+    # torch, CUDA, cuDNN as the training Python sees them
+    cuda_fact = _fact(facts, "cuda") or {}
+    cres = cuda_fact.get("result") if isinstance(cuda_fact, dict) else None
+    cres = cres if isinstance(cres, dict) else {}
+    torch_imported = bool(cres.get("imported"))
+    if cres.get("error") and version_of("torch"):
+        problems.append(f"torch import failed: {cres['error'][:300]}")
+    elif cuda_fact.get("error") or cuda_fact.get("timeout"):
+        problems.append(f"CUDA check: {cuda_fact.get('error', 'timed out')}")
+    torch_version = cres.get("version") or version_of("torch")
+    cuda_version = cres.get("cuda")
+
+    # GPUs and driver from nvidia-smi
+    gpus: list[dict] = []
+    driver = cuda_driver = None
+    q = _fact(facts, "nvidia_smi_query") or {}
+    if not q.get("found", False):
+        problems.append("nvidia-smi not found on the host")
+    elif q.get("rc") == 0:
+        gpus = _smi_rows(q.get("stdout", ""))
+    else:
+        msg = (q.get("stderr") or q.get("stdout") or "").strip().splitlines()
+        problems.append(f"nvidia-smi failed (exit {q.get('rc')}): {msg[0] if msg else 'no output'}")
+    table = (_fact(facts, "nvidia_smi") or {}).get("stdout") or ""
+    m = re.search(r"CUDA Version:\s*([\d.]+)", table)
+    cuda_driver = m.group(1) if m else None
+    drivers = sorted({g["driver_version"] for g in gpus if g.get("driver_version")})
+    if drivers:
+        driver = drivers[0] if len(drivers) == 1 else ", ".join(drivers)
+    else:
+        m = re.search(r"Driver Version:\s*([\d.]+)", table)
+        driver = m.group(1) if m else None
+    if not gpus and cres.get("devices"):
+        gpus = [{"index": d.get("index"), "name": d.get("name"), "compute_cap": d.get("capability")}
+                for d in cres["devices"]]
+    names = []
+    for g in gpus:
+        if g.get("name") and g["name"] not in names:
+            names.append(g["name"])
+    nvcc = _fact(facts, "nvcc") or {}
+    m = re.search(r"release [\d.]+, V([\d.]+)", nvcc.get("stdout") or "")
+
+    src: dict[str, Any] = {}
+    if profile is not None:
+        src = {"profile": getattr(profile, "name", None), "instance_type": getattr(profile, "instance_type", None),
+               "region": getattr(profile, "region", None), "python": getattr(profile, "python", None)}
+    src.update({k: v for k, v in (extra or {}).items() if v is not None})
+    snap = {
+        "gpuops_snapshot": SCHEMA,
+        "captured_at": captured_at or now_iso(),
+        "source": src,
+        "python_version": py.get("full") or py.get("version"),
+        "python_version_short": short_python(py.get("version") or py.get("full")),
+        "python_implementation": py.get("implementation"),
+        "python_executable": py.get("executable"),
+        "platform": py.get("platform"),
+        "os_name": osv.get("pretty"),
+        "os_release": osv.get("kernel"),
+        "arch": osv.get("arch"),
+        "torch_version": torch_version,
+        "transformers_version": version_of("transformers"),
+        "numpy_version": version_of("numpy"),
+        "torchvision_version": version_of("torchvision"),
+        "torchaudio_version": version_of("torchaudio"),
+        "cuda_available": bool(cres.get("available")) if torch_imported else None,
+        "cuda_version": cuda_version,
+        "cudnn_version": cudnn_text(cres.get("cudnn")),
+        "cuda_driver_version": cuda_driver,
+        "nvcc_version": m.group(1) if m else None,
+        "driver_version": driver,
+        "gpu_name": " + ".join(names) if names else None,
+        "gpu_count": len(gpus),
+        "gpus": gpus,
+        "torch_index_url": torch_index_url(torch_version, cuda_version, torch_imported),
+        "pip_freeze_source": freeze_source,
+        "pip_freeze": freeze_text,
+        "packages": packages,
+        "problems": problems,
+    }
+    return snap
+
+
+def key_versions(snap: dict) -> dict:
+    """The few versions worth filtering runs by (W&B config, summaries)."""
+    return {"python": snap.get("python_version_short"), "torch": snap.get("torch_version"),
+            "cuda": snap.get("cuda_version"), "cudnn": snap.get("cudnn_version"),
+            "driver": snap.get("driver_version"), "gpu": snap.get("gpu_name"), "gpu_count": snap.get("gpu_count")}
+
+
+# -- rendering the three files ---------------------------------------------------------------------------
+def render_requirements(snap: dict) -> str:
+    src = snap.get("source") or {}
+    where = f" from profile {src['profile']}" if src.get("profile") else ""
+    head = [f"# gpuops snapshot{where} at {snap.get('captured_at')}; Python {snap.get('python_version_short')}",
+            f"# source: {snap.get('pip_freeze_source')}; recreate: see REPRODUCE.md"]
+    if snap.get("torch_index_url") and "+" in (snap.get("torch_version") or ""):
+        head.append(f"# torch local versions (+...) come from {snap['torch_index_url']} (--extra-index-url)")
+    body = redact(snap.get("pip_freeze") or "")
+    if body and not body.endswith("\n"):
+        body += "\n"
+    return "\n".join(head) + "\n" + body
+
+
+def render_json(snap: dict) -> str:
+    return json.dumps(snap, indent=2, sort_keys=False) + "\n"
+
+
+def _gpu_line(snap: dict) -> str:
+    if not snap.get("gpu_count"):
+        return "none detected"
+    mems = {g.get("memory_total_mib") for g in snap.get("gpus", []) if g.get("memory_total_mib")}
+    mem = f" ({round(max(mems) / 1024)} GiB each)" if mems else ""
+    return f"{snap['gpu_count']} x {snap.get('gpu_name')}{mem}"
+
+
+def _compute_caps(snap: dict) -> list[float]:
+    caps = []
+    for g in snap.get("gpus", []):
+        try:
+            caps.append(float(g.get("compute_cap")))
+        except (TypeError, ValueError):
+            pass
+    return caps
+
+
+def nondeterminism(snap: dict) -> list[str]:
+    items = [
+        "GPU floating-point atomics (`index_add_`, `scatter_add_`, many backward kernels) sum in a varying order, so "
+        "results differ slightly from run to run. For bit-exact runs call `torch.use_deterministic_algorithms(True)` "
+        "and set `CUBLAS_WORKSPACE_CONFIG=:4096:8` (slower; see docs/reproducibility.md).",
+        "The cuDNN autotuner (`torch.backends.cudnn.benchmark = True`) picks kernels by timing; keep it off and set "
+        "`torch.backends.cudnn.deterministic = True`.",
+        "Seeds: Python `random`, NumPy and torch (CPU and every GPU) must all be seeded, and DataLoader workers "
+        "seeded through `worker_init_fn` and a seeded `generator`; `PYTHONHASHSEED` fixes set/dict-of-str order.",
+    ]
+    if any(c >= 8.0 for c in _compute_caps(snap)):
+        items.append("TF32: these GPUs (compute capability >= 8.0) may run float32 matmuls and convolutions in TF32. "
+                     "Keep `torch.backends.cuda.matmul.allow_tf32` / `torch.backends.cudnn.allow_tf32` (or "
+                     "`torch.set_float32_matmul_precision`) the same as in the original run.")
+    if (snap.get("gpu_count") or 0) > 1:
+        items.append(f"Multi-GPU: {snap['gpu_count']} GPUs; all-reduce (NCCL) order and the per-GPU batch depend on "
+                     "the number of GPUs. Reproduce with the same GPU count.")
+    items.append(f"Hardware and stack: a different GPU model, driver, CUDA or cuDNN than {_gpu_line(snap)} / driver "
+                 f"{snap.get('driver_version') or 'unknown'} / CUDA {snap.get('cuda_version') or 'n/a'} / cuDNN "
+                 f"{snap.get('cudnn_version') or 'n/a'} selects different kernels; expect small numeric differences. "
+                 "Compare environments with `gpuops diff`.")
+    return items
+
+
+def render_reproduce(snap: dict) -> str:
+    src = snap.get("source") or {}
+    pyv = snap.get("python_version_short") or "unknown"
+    url = snap.get("torch_index_url")
+    lines = ["# Reproducing this environment", ""]
+    where = [f"profile `{src['profile']}`" if src.get("profile") else None,
+             f"instance type `{src['instance_type']}`" if src.get("instance_type") else None,
+             f"run `{src['run_id']}`" if src.get("run_id") else None]
+    lines += [f"Captured by `gpuops snapshot` at {snap.get('captured_at')}"
+              + (" (" + ", ".join(w for w in where if w) + ")" if any(where) else "") + ".", ""]
+    lines += ["## 1. Python", "", f"This environment ran **Python {pyv}** ({snap.get('python_implementation') or 'CPython'}"
+              f", {snap.get('platform') or 'unknown platform'}). Create a virtual environment with the same version:", "",
+              "```bash", f"uv venv --python {pyv} .venv && source .venv/bin/activate",
+              f"# or: pyenv install {pyv} && pyenv local {pyv} && python -m venv .venv && source .venv/bin/activate",
+              f"python --version   # must print Python {pyv}", "```", ""]
+    lines += ["## 2. Packages", ""]
+    tv = snap.get("torch_version")
+    if tv and url:
+        companions = [f"torch=={tv}"]
+        for comp in ("torchvision", "torchaudio"):
+            v = snap.get(f"{comp}_version")
+            if v and not v.startswith("@"):
+                companions.append(f"{comp}=={v}")
+        lines += [f"PyTorch {tv} was built for {'CUDA ' + snap['cuda_version'] if snap.get('cuda_version') else 'CPU'}; "
+                  f"its wheels come from the PyTorch index `{url}`. Install it first, then the rest:", "",
+                  "```bash", f"pip install {' '.join(companions)} --index-url {url}",
+                  f"pip install -r requirements.txt --extra-index-url {url}", "```", "",
+                  f"With uv: `uv pip install -r requirements.txt --extra-index-url {url} --index-strategy unsafe-best-match`.",
+                  ""]
+    else:
+        lines += ["```bash", "pip install -r requirements.txt", "```", ""]
+    lines += [f"`requirements.txt` lists all {len(snap.get('packages') or {})} packages exactly as `pip freeze` printed "
+              f"them (source: {snap.get('pip_freeze_source')}). Then check:", "", "```bash",
+              "python - <<'PY'", "import sys; print('python', sys.version.split()[0])",
+              "try:", "    import torch",
+              "    print('torch', torch.__version__, 'cuda', torch.version.cuda, 'cudnn', torch.backends.cudnn.version())",
+              "except ImportError:", "    print('torch not installed')", "PY", "```", "",
+              f"Expected: python {pyv}, torch {tv or 'not installed'}, cuda {snap.get('cuda_version') or 'None'}, "
+              f"cudnn {snap.get('cudnn_version') or 'None'}.", ""]
+    lines += ["## 3. Hardware and drivers", "", "| Component | Version |", "|-----------|---------|",
+              f"| OS | {snap.get('os_name') or 'unknown'} (kernel {snap.get('os_release') or '?'}, {snap.get('arch') or '?'}) |",
+              f"| GPUs | {_gpu_line(snap)} |",
+              f"| NVIDIA driver | {snap.get('driver_version') or 'unknown'} |",
+              f"| CUDA supported by the driver | {snap.get('cuda_driver_version') or 'unknown'} |",
+              f"| CUDA runtime (PyTorch build) | {snap.get('cuda_version') or 'n/a'} |",
+              f"| cuDNN | {snap.get('cudnn_version') or 'n/a'} |"]
+    if snap.get("nvcc_version"):
+        lines.append(f"| CUDA toolkit (nvcc) | {snap['nvcc_version']} |")
+    caps = sorted({g.get("compute_cap") for g in snap.get("gpus", []) if g.get("compute_cap")})
+    if caps:
+        lines.append(f"| Compute capability | {', '.join(caps)} |")
+    lines += ["", "The driver must support the CUDA runtime of the PyTorch build (`nvidia-smi` shows the highest CUDA "
+              "version the driver supports).", ""]
+    lines += ["## 4. Known sources of non-determinism", ""]
+    if src.get("seed") is not None:
+        lines += [f"This run used seed **{src['seed']}** (`GPUOPS_SEED={src['seed']}`, `PYTHONHASHSEED={src['seed']}`); "
+                  f"relaunch with `gpuops train --seed {src['seed']}`.", ""]
+    lines += [f"- {item}" for item in nondeterminism(snap)]
+    if snap.get("problems"):
+        lines += ["", "## Notes from the capture", ""] + [f"- {p}" for p in snap["problems"]]
+    return "\n".join(lines) + "\n"
+
+
+def render_files(snap: dict) -> dict[str, str]:
+    return {"requirements.txt": render_requirements(snap), "environment.json": render_json(snap),
+            "REPRODUCE.md": render_reproduce(snap)}
+
+
+def save(snapshot: dict, out_dir: Path | str) -> dict[str, Path]:
+    """Write requirements.txt, environment.json and REPRODUCE.md into out_dir, each atomically."""
+    from .paths import write_atomic
+
+    out = Path(out_dir)
+    paths = {}
+    try:
+        for name, text in render_files(snapshot).items():
+            write_atomic(out / name, text)
+            paths[name] = out / name
+    except OSError as exc:
+        raise UsageError(f"cannot write the snapshot to {out}: {exc.strerror or exc}") from exc
+    return paths
+
+
+# -- loading saved snapshots ---------------------------------------------------------------------------
+def load(path: Path | str) -> dict:
+    """A snapshot from environment.json, a snapshot folder, or a run folder (its environment/)."""
+    p = Path(path)
+    cands = [p] if p.is_file() else [p / "environment.json", p / "environment" / "environment.json"]
+    for c in cands:
+        if c.is_file():
+            try:
+                doc = json.loads(c.read_text(encoding="utf-8"))
+            except (OSError, ValueError) as exc:
+                raise UsageError(f"{c}: not a readable environment.json ({exc})") from exc
+            if not isinstance(doc, dict) or not ("packages" in doc or "pip_freeze" in doc):
+                raise UsageError(f"{c}: not an environment snapshot (no 'packages')")
+            if "packages" not in doc:
+                doc["packages"] = parse_freeze(doc.get("pip_freeze") or "")
+            doc.setdefault("python_version_short", short_python(doc.get("python_version")))
+            doc["_path"] = str(c)
+            return doc
+    raise UsageError(f"{p}: no environment.json there", hint="give a snapshot folder, an environment.json, a run id "
+                                                             "or a profile name")
+
+
+def find_run_env(ref: str, project_dir: Path) -> Path | None:
+    """runs/<id>/environment (an exact id, or a unique prefix of one)."""
+    runs = project_dir / "runs"
+    if not runs.is_dir() or "/" in ref or ref in (".", ".."):
+        return None
+    exact = runs / ref / "environment"
+    if (exact / "environment.json").is_file():
+        return exact
+    matches = [d / "environment" for d in runs.iterdir()
+               if d.name.startswith(ref) and (d / "environment" / "environment.json").is_file()]
+    return matches[0] if len(matches) == 1 else None
+
+
+# -- diff ----------------------------------------------------------------------------------------------------
+SYSTEM = [  # (key, label, value)
+    ("python", "Python", lambda s: s.get("python_version_short")),
+    ("os", "OS", lambda s: s.get("os_name")),
+    ("cuda", "CUDA (PyTorch build)", lambda s: s.get("cuda_version")),
+    ("cudnn", "cuDNN", lambda s: s.get("cudnn_version")),
+    ("driver", "NVIDIA driver", lambda s: s.get("driver_version")),
+    ("cuda_driver", "CUDA (driver supports)", lambda s: s.get("cuda_driver_version")),
+    ("gpu", "GPUs", lambda s: f"{s.get('gpu_count') or 0} x {s.get('gpu_name')}" if s.get("gpu_count") else "none"),
+]
+
+
+def diff(a: dict, b: dict) -> dict:
+    """What changed from a to b. Packages are matched by their normalized (PEP 503) names."""
+    system = []
+    for key, label, get in SYSTEM:
+        va, vb = get(a), get(b)
+        system.append({"field": key, "label": label, "a": va, "b": vb, "changed": va != vb})
+    pa = {normalize(k): (k, v) for k, v in (a.get("packages") or {}).items()}
+    pb = {normalize(k): (k, v) for k, v in (b.get("packages") or {}).items()}
+    added = sorted(([pb[n][0], pb[n][1]] for n in pb.keys() - pa.keys()), key=lambda x: x[0].lower())
+    removed = sorted(([pa[n][0], pa[n][1]] for n in pa.keys() - pb.keys()), key=lambda x: x[0].lower())
+    changed = sorted(([pb[n][0], pa[n][1], pb[n][1]] for n in pa.keys() & pb.keys() if pa[n][1] != pb[n][1]),
+                     key=lambda x: x[0].lower())
+    sys_changed = [s for s in system if s["changed"]]
+    return {
+        "identical": not (sys_changed or added or removed or changed),
+        "system": system,
+        "added": added,
+        "removed": removed,
+        "changed": changed,
+        "unchanged_packages": len(pa.keys() & pb.keys()) - len(changed),
+        "python_version_changed": system[0]["changed"],
+        "cuda_version_changed": system[2]["changed"],
+        "driver_changed": system[4]["changed"],
+        "gpu_changed": system[6]["changed"],
+    }
+
+
+def render_diff(d: dict, a_label: str, b_label: str) -> list[str]:
+    if d["identical"]:
+        return [f"identical: {a_label} and {b_label} have the same Python, CUDA, driver, GPUs and "
+                f"{d['unchanged_packages']} packages"]
+    lines = [f"Environment differences: {a_label} -> {b_label}", ""]
+    for s in d["system"]:
+        if s["a"] is None and s["b"] is None:
+            continue
+        mark = "" if s["changed"] else "  (same)"
+        val = f"{s['a']} -> {s['b']}" if s["changed"] else f"{s['a']}"
+        lines.append(f"  {s['label']}: {val}{mark}")
+    lines.append("")
+    if d["changed"]:
+        lines.append(f"Changed packages ({len(d['changed'])}):")
+        lines += [f"  ~ {n}: {old} -> {new}" for n, old, new in d["changed"]]
+    if d["added"]:
+        lines.append(f"Added packages ({len(d['added'])}):")
+        lines += [f"  + {n}=={v}" for n, v in d["added"]]
+    if d["removed"]:
+        lines.append(f"Removed packages ({len(d['removed'])}):")
+        lines += [f"  - {n}=={v}" for n, v in d["removed"]]
+    if not (d["changed"] or d["added"] or d["removed"]):
+        lines.append(f"Packages: the same {d['unchanged_packages']}")
+    else:
+        lines.append(f"Unchanged packages: {d['unchanged_packages']}")
+    return lines
+
+
+# -- matrix --------------------------------------------------------------------------------------------------
+MATRIX_ROWS = [  # (component, value, how verified)
+    ("OS", lambda s: " ".join(x for x in (s.get("os_name"), f"(kernel {s['os_release']})" if s.get("os_release") else None) if x) or None,
+     "`cat /etc/os-release`; `uname -r`"),
+    ("Python", lambda s: s.get("python_version_short"), "`python -V`"),
+    ("PyTorch", lambda s: s.get("torch_version"), "`python -c \"import torch; print(torch.__version__)\"`"),
+    ("torchvision", lambda s: s.get("torchvision_version"), "`python -c \"import torchvision; print(torchvision.__version__)\"`"),
+    ("torchaudio", lambda s: s.get("torchaudio_version"), "`python -c \"import torchaudio; print(torchaudio.__version__)\"`"),
+    ("transformers", lambda s: s.get("transformers_version"), "`pip show transformers`"),
+    ("NumPy", lambda s: s.get("numpy_version"), "`pip show numpy`"),
+    ("CUDA runtime", lambda s: f"{s['cuda_version']} (PyTorch wheels)" if s.get("cuda_version") else None,
+     "`python -c \"import torch; print(torch.version.cuda)\"`"),
+    ("cuDNN", lambda s: s.get("cudnn_version"), "`python -c \"import torch; print(torch.backends.cudnn.version())\"`"),
+    ("NVIDIA driver", lambda s: s.get("driver_version"), "`nvidia-smi --query-gpu=name,driver_version --format=csv`"),
+    ("CUDA (driver max)", lambda s: s.get("cuda_driver_version"), "`nvidia-smi` header"),
+    ("GPUs", lambda s: _gpu_line(s) if s.get("gpu_count") else None, "`nvidia-smi --query-gpu=name,memory.total --format=csv`"),
+]
+
+
+def matrix(snaps: list[tuple[str, dict]]) -> dict:
+    """Rows (component, one value per snapshot, how verified); rows with no value anywhere are left out."""
+    rows = []
+    for comp, get, how in MATRIX_ROWS:
+        vals = [get(s) for _, s in snaps]
+        if any(v for v in vals):
+            rows.append({"component": comp, "versions": vals, "verified": how})
+    return {"columns": [label for label, _ in snaps], "rows": rows,
+            "sources": [{"label": label, "captured_at": s.get("captured_at"), "path": s.get("_path"),
+                         "packages": len(s.get("packages") or {})} for label, s in snaps]}
+
+
+def _cell(v: Any) -> str:
+    return "—" if v in (None, "") else str(v).replace("|", "\\|")
+
+
+def render_matrix(m: dict) -> str:
+    cols = m["columns"]
+    if len(cols) == 1:
+        head = ["| Component | Version | How verified |", "|-----------|---------|--------------|"]
+    else:
+        head = ["| Component | " + " | ".join(_cell(c) for c in cols) + " | How verified |",
+                "|-----------|" + "|".join("-" * (len(c) + 2) for c in cols) + "|--------------|"]
+    body = [f"| {r['component']} | " + " | ".join(_cell(v) for v in r["versions"]) + f" | {r['verified']} |"
+            for r in m["rows"]]
+    notes = [""]
+    for s in m["sources"]:
+        how = f"saved snapshot {s['path']}" if s.get("path") else "live `gpuops snapshot`"
+        notes.append(f"- {s['label']}: {how}, captured {s['captured_at']} ({s['packages']} packages)")
+    return "\n".join(["## Environment matrix", ""] + head + body + notes) + "\n"
+
+
+# -- remote capture and writing --------------------------------------------------------------------------------
+def capture(remote, profile, *, extra: dict | None = None, project_dir: Path | None = None) -> dict:
+    """ONE remote execution: the probe with pip freeze, then build() here."""
+    from .remote.gather import gather
+
+    params = {"freeze": True, "packages": KEY_PACKAGES, "remote_dir": profile.remote_dir_for(project_dir),
+              "cuda_check": True}
+    facts = gather(remote, params, python=profile.python)
+    return build(facts, profile=profile, extra=extra)
+
+
+def write_remote(remote, snapshot: dict, remote_dir: str, *, timeout: float = 60.0) -> None:
+    """The three files into remote_dir on the host: ONE execution, a tar archive over stdin, the path quoted."""
+    import tarfile
+    import time
+
+    from .profiles import shell_path
+
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w", format=tarfile.PAX_FORMAT) as tar:
+        for name, text in render_files(snapshot).items():
+            data = text.encode()
+            info = tarfile.TarInfo(name)
+            info.size, info.mode, info.mtime = len(data), 0o644, int(time.time())
+            tar.addfile(info, io.BytesIO(data))
+    d = shell_path(remote_dir)
+    res = remote.run(f"mkdir -p {d} && tar -xf - -C {d}", stdin=buf.getvalue(), timeout=timeout)
+    if res.rc != 0:
+        detail = (res.stderr.strip().splitlines() or [f"exit {res.rc}"])[-1]
+        raise RemoteError(f"could not write the snapshot to {remote_dir} on the host: {detail}")
+
+
+def snapshot_for_run(remote, profile, *, run_id: str, remote_run_dir: str, local_dir: Path | str, out,
+                     seed: int | None = None, wandb: bool | None = None, project_dir: Path | None = None) -> dict:
+    """Called by `gpuops train` right after launch: capture (one execution), save under local_dir
+    (runs/<run id>/environment/), write the same files to <remote_run_dir>/environment/ (one execution), and log to
+    W&B when WANDB_API_KEY is set (os.environ over ./.env) or wandb=True.
+
+    Never raises for a failed snapshot (the run is already running): it warns through `out` and returns
+    {"ok": False, "error": ...}. Returns {"ok", "local_dir", "remote_dir", "files", "snapshot", "wandb", "error"}.
+    """
+    from . import profiles
+
+    project_dir = project_dir or Path.cwd()
+    remote_env_dir = remote_run_dir.rstrip("/") + "/environment"
+    result: dict[str, Any] = {"ok": False, "local_dir": str(local_dir), "remote_dir": remote_env_dir, "files": [],
+                              "snapshot": None, "wandb": None, "error": None}
+    try:
+        snap = capture(remote, profile, extra={"run_id": run_id, "seed": seed}, project_dir=project_dir)
+        files = save(snap, local_dir)
+        write_remote(remote, snap, remote_env_dir)
+    except GpuopsError as exc:
+        out.warn(f"environment snapshot failed: {exc.message}")
+        result["error"] = exc.message
+        return result
+    result.update(ok=True, snapshot=snap, files=[str(p) for p in files.values()])
+    env = profiles.environment(project_dir)
+    if wandb if wandb is not None else bool(env.get("WANDB_API_KEY")):
+        try:
+            result["wandb"] = log_to_wandb(local_dir, snap, run_name=run_id,
+                                           project=env.get("WANDB_PROJECT") or project_dir.resolve().name,
+                                           entity=env.get("WANDB_ENTITY"), api_key=env.get("WANDB_API_KEY"),
+                                           artifact_name=f"{profile.name}-environment", aliases=[run_id],
+                                           config={"gpuops_run_id": run_id, "seed": seed}, job_type="train")
+        except GpuopsError as exc:
+            out.warn(f"W&B logging failed: {exc.message}")
+            result["error"] = exc.message
+    return result
+
+
+# -- Weights & Biases ------------------------------------------------------------------------------------------------
+def _artifact_name(text: str) -> str:
+    return re.sub(r"[^A-Za-z0-9_.-]+", "-", text).strip("-.") or "environment"
+
+
+def wandb_mode(env: dict) -> str:
+    return (env.get("WANDB_MODE") or "online").lower()
+
+
+def log_to_wandb(snapshot_dir: Path | str, snapshot: dict, *, run_name: str, project: str, entity: str | None = None,
+                 api_key: str | None = None, artifact_name: str | None = None, aliases: Iterable[str] = (),
+                 config: dict | None = None, job_type: str = "environment", run=None) -> dict:
+    """Log the three files as a versioned artifact of type `environment`, key versions in the run config.
+
+    Uses `run` if given (an active wandb run), else starts one and finishes it. The API key goes to wandb through
+    the process environment only for the duration of the call; it is never printed or written by gpuops.
+    """
+    import os
+
+    d = Path(snapshot_dir)
+    missing = [n for n in FILES if not (d / n).is_file()]
+    if missing:
+        raise UsageError(f"{d}: missing {', '.join(missing)}; not a snapshot folder")
+    mode = wandb_mode(dict(os.environ))
+    if mode not in ("offline", "disabled", "dryrun") and not (api_key or os.environ.get("WANDB_API_KEY")):
+        raise UsageError("W&B logging needs WANDB_API_KEY (in the environment or ./.env)",
+                         hint="export WANDB_API_KEY=... or set WANDB_MODE=offline and `wandb sync` later")
+    try:
+        import wandb
+    except ImportError as exc:
+        raise UsageError("the wandb package is not installed", hint="pip install wandb") from exc
+
+    versions = key_versions(snapshot)
+    meta = {**versions, "captured_at": snapshot.get("captured_at"), "packages": len(snapshot.get("packages") or {}),
+            "torch_index_url": snapshot.get("torch_index_url"), "source": snapshot.get("source") or {}}
+    name = _artifact_name(artifact_name or f"{run_name}-environment")
+    restore = None
+    if api_key and os.environ.get("WANDB_API_KEY") != api_key:
+        restore = (os.environ.get("WANDB_API_KEY"),)
+        os.environ["WANDB_API_KEY"] = api_key
+    started = run is None
+    try:
+        if started:
+            settings = wandb.Settings(silent=True, console="off", x_disable_stats=True, x_save_requirements=False,
+                                      disable_git=True, save_code=False)
+            run = wandb.init(project=project, entity=entity or None, name=run_name, job_type=job_type,
+                             config={"environment": versions, **{k: v for k, v in (config or {}).items() if v is not None}},
+                             settings=settings, reinit="create_new")
+        else:
+            run.config.update({"environment": versions}, allow_val_change=True)
+        art = wandb.Artifact(name, type="environment", metadata=meta,
+                             description=f"Python {versions['python']}, torch {versions['torch']}, CUDA "
+                                         f"{versions['cuda']}, driver {versions['driver']}, {versions['gpu']}")
+        for n in FILES:
+            art.add_file(str(d / n), name=n)
+        logged = run.log_artifact(art, aliases=["latest", *aliases])
+        info = {"mode": str(getattr(run.settings, "mode", mode)), "project": project, "run_id": run.id,
+                "run_name": run_name, "run_dir": str(Path(run.dir).parent), "artifact": f"{name}:latest",
+                "artifact_type": "environment", "config": versions}
+        if info["mode"] not in ("offline", "disabled"):
+            info["url"] = getattr(run, "url", None)
+        del logged
+        if started:
+            run.finish()
+    except GpuopsError:
+        raise
+    except Exception as exc:  # wandb raises many types (CommError, UsageError, AuthenticationError)
+        msg = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+        if api_key:
+            msg = msg.replace(api_key, "****")
+        raise GpuopsError(f"W&B logging failed: {type(exc).__name__}: {msg[:300]}") from None
+    finally:
+        if restore is not None:
+            if restore[0] is None:
+                os.environ.pop("WANDB_API_KEY", None)
+            else:
+                os.environ["WANDB_API_KEY"] = restore[0]
+    return info
