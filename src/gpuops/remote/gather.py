@@ -22,7 +22,9 @@ def probe_source(params: dict) -> str:
 
 
 def command(python: str) -> str:
-    py = shlex.quote(python)
+    from ..profiles import shell_path
+
+    py = shell_path(python)
     smi_q = shlex.quote(f"--query-gpu={SMI_FIELDS}")
     t = 'T=""; command -v timeout >/dev/null 2>&1 && T="timeout 20"'
     return (
