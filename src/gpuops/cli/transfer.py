@@ -1,2 +1,74 @@
-"""Placeholder: commands of this group are registered here."""
+"""`gpuops sync` and `gpuops fetch`: rsync over the profile's SSH settings (see docs/sync.md, docs/fetch.md)."""
 from __future__ import annotations
+
+from pathlib import Path
+from typing import List, Optional
+
+import typer
+
+from .app import JsonOpt, ProfileOpt, app, output, pick_profile
+
+
+@app.command()
+def sync(
+    profile: Optional[str] = ProfileOpt,
+    delete: bool = typer.Option(False, "--delete", help="Also remove remote files that no longer exist locally. "
+                                                        "Excluded paths (checkpoints, outputs, logs, ...) are never "
+                                                        "touched."),
+    dry_run: bool = typer.Option(False, "--dry-run", "-n", help="List what would change; change nothing."),
+    exclude: Optional[List[str]] = typer.Option(None, "--exclude", "-x", metavar="PATTERN",
+                                                help="Exclude PATTERN too (rsync pattern; repeatable). A name "
+                                                     "without '/' matches at any depth."),
+    gitignore: bool = typer.Option(False, "--gitignore", help="Also honour .gitignore files (off by default: data "
+                                                              "folders are often git-ignored)."),
+    json_: bool = JsonOpt,
+) -> None:
+    """Copy the current project to the profile's remote_dir (created if missing), skipping the profile's
+    sync.exclude, .gpuopsignore and --exclude patterns. Never deletes remote files unless --delete."""
+    from .. import profiles
+    from ..remote.connection import connect
+    from ..transfer_ops import render_sync, sync_project
+
+    out = output(json_)
+    prof = pick_profile(None, profile)
+    with connect(prof, announce=out.info) as remote:
+        summary = sync_project(prof, remote, out, Path.cwd(), delete=delete, dry_run=dry_run,
+                               excludes=exclude or (), gitignore=gitignore)
+    render_sync(out, summary)
+    profiles.remember(prof)
+
+
+@app.command()
+def fetch(
+    name: str = typer.Argument("checkpoints", help="A name from the profile's fetch: map (default: checkpoints)."),
+    profile: Optional[str] = ProfileOpt,
+    dest: Optional[Path] = typer.Option(None, "--dest", "-d", help="Local directory to fetch into (default: ./NAME).",
+                                        show_default=False),
+    list_: bool = typer.Option(False, "--list", "-l", help="Show what the remote has under each fetch name, with "
+                                                           "sizes and checkpoint steps; fetch nothing."),
+    latest: bool = typer.Option(False, "--latest", help="Fetch only the newest global_step_N / checkpoint-N directory."),
+    step: Optional[int] = typer.Option(None, "--step", help="Fetch only step N (global_step_N / checkpoint-N).",
+                                       show_default=False),
+    json_: bool = JsonOpt,
+) -> None:
+    """Pull remote checkpoints or outputs: resumable, verified by size and SHA-256 against the remote, and each
+    file appears under its final name only once everything fetched has verified."""
+    from .. import profiles
+    from ..errors import UsageError
+    from ..remote.connection import connect
+    from ..transfer_ops import fetch as do_fetch
+    from ..transfer_ops import list_remote, render_fetch, render_list
+
+    out = output(json_)
+    if latest and step is not None:
+        raise UsageError("--latest and --step are mutually exclusive")
+    if list_ and (latest or step is not None or dest is not None):
+        raise UsageError("--list only lists; drop --latest/--step/--dest")
+    prof = pick_profile(None, profile)
+    with connect(prof, announce=out.info) as remote:
+        if list_:
+            render_list(out, list_remote(prof, remote, Path.cwd()))
+        else:
+            summary = do_fetch(prof, remote, out, name, dest=dest, latest=latest, step=step, project_dir=Path.cwd())
+            render_fetch(out, summary)
+    profiles.remember(prof)

@@ -1,0 +1,431 @@
+"""Pure helpers for `gpuops sync` and `gpuops fetch`: rsync arguments, filter rules, output parsing,
+checkpoint selection and fetch verification. Nothing here touches the network or starts a process.
+
+The talking side lives in remote/rsync.py (runs rsync) and transfer_ops.py (the command flows).
+"""
+from __future__ import annotations
+
+import fnmatch
+import os
+import re
+import shlex
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Iterable, Sequence
+
+IGNORE_FILE = ".gpuopsignore"
+STAGING_DIR = ".gpuops-partial"  # fetch: files land here, are verified, then moved into place
+PARTIAL_DIR = ".gpuops-rsync-partial"  # rsync --partial-dir (relative: rsync also protects it from --delete)
+OUT_PREFIX = "::gpuops:: "
+OUT_FORMAT = OUT_PREFIX + "%i %l %n"
+RSYNC_TIMEOUT_S = 60
+RETRY_EXIT_CODES = frozenset({10, 12, 30, 35, 255})
+STEP_RE = re.compile(r"^(?:global_step_|checkpoint-)(\d+)$")
+
+INSTALL_HINT = ("install rsync: sudo apt-get install -y rsync (Debian/Ubuntu), sudo dnf install -y rsync (Fedora/RHEL), "
+                "brew install rsync (macOS)")
+
+
+# -- filters -----------------------------------------------------------------------------
+class IgnoreFileError(ValueError):
+    """A .gpuopsignore line that cannot be expressed as an rsync filter rule."""
+
+
+def gitignore_to_rsync(line: str) -> list[str]:
+    """Translate one gitignore-style line into rsync filter rules ("- pat" / "+ pat"); [] for blanks/comments.
+
+    gitignore and rsync agree on: `*`, `?`, `[...]`, `**`, a trailing `/` (directories only), a leading `/`
+    (anchored at the project root) and a name without `/` matching at any depth. They differ on a `/` in the
+    middle (gitignore anchors it; rsync would match it at any depth), so such patterns are anchored here.
+    `!pattern` becomes an include rule; the caller reverses the order because gitignore's last match wins and
+    rsync's first match wins.
+    """
+    text = line.rstrip("\n").rstrip("\r")
+    # trailing spaces are ignored unless escaped
+    while text.endswith(" ") and not text.endswith("\\ "):
+        text = text[:-1]
+    if not text or text.startswith("#"):
+        return []
+    sign = "-"
+    if text.startswith("!"):
+        sign, text = "+", text[1:]
+    elif text.startswith("\\!") or text.startswith("\\#"):
+        text = text[1:]
+    if not text or text in ("/",):
+        raise IgnoreFileError(f"empty pattern in {line!r}")
+    if "\n" in text or text.startswith((" ", "\t")) and not text.strip():
+        raise IgnoreFileError(f"unusable pattern {line!r}")
+    dir_only = text.endswith("/")
+    body = text.rstrip("/")
+    anchored = body.startswith("/")
+    body = body.lstrip("/")
+    if body.startswith("**/"):
+        body = body[3:]
+        anchored = False
+    elif "/" in body:
+        anchored = True
+    suffix = "/" if dir_only else ""
+    pats = [("/" if anchored else "") + body + suffix]
+    if "/**/" in body:  # gitignore's a/**/b also matches a/b; rsync's ** needs at least the separators
+        pats.append(("/" if anchored else "") + body.replace("/**/", "/", 1) + suffix)
+    return [f"{sign} {p}" for p in pats]
+
+
+def read_ignore_file(path: Path) -> list[str]:
+    """rsync rules from a .gpuopsignore (root of the project), in rsync's first-match order."""
+    if not path.is_file():
+        return []
+    rules: list[list[str]] = []
+    for n, line in enumerate(path.read_text(encoding="utf-8", errors="replace").splitlines(), 1):
+        try:
+            r = gitignore_to_rsync(line)
+        except IgnoreFileError as exc:
+            raise IgnoreFileError(f"{path.name} line {n}: {exc}") from None
+        if r:
+            rules.append(r)
+    return [rule for group in reversed(rules) for rule in group]
+
+
+def sync_filter_rules(profile_excludes: Sequence[str], cli_excludes: Sequence[str] = (),
+                      ignore_rules: Sequence[str] = (), gitignore: bool = False) -> list[str]:
+    """Ordered rsync filter rules for sync. First match wins, so the order is the priority:
+
+    1. gpuops' own staging folders, 2. --exclude, 3. the profile's sync.exclude (so a `!` line in .gpuopsignore
+    can never re-include, nor expose to --delete, a folder the profile protects), 4. .gpuopsignore,
+    5. `.gitignore` files at every depth (only with --gitignore).
+    """
+    rules = [f"- /{STAGING_DIR}/", f"- {STAGING_DIR}/"]
+    rules += [f"- {p}" for p in cli_excludes if p.strip()]
+    rules += [f"- {p}" for p in profile_excludes if p.strip()]
+    rules += list(ignore_rules)
+    if gitignore:
+        rules.append(":- .gitignore")
+    return rules
+
+
+def simple_excluded_names(patterns: Iterable[str]) -> tuple[list[str], list[str]]:
+    """(patterns for any entry, patterns for directories only) among name-only patterns: a safe subset of what
+    rsync excludes, used to estimate the upload size without running rsync."""
+    anyk, dirs = [], []
+    for p in patterns:
+        p = p.strip()
+        if not p or p.startswith(("+", "!", ":")):
+            continue
+        if p.startswith("- "):
+            p = p[2:]
+        if p.endswith("/"):
+            if "/" not in p[:-1]:
+                dirs.append(p[:-1])
+        elif "/" not in p:
+            anyk.append(p)
+    return anyk, dirs
+
+
+def estimate_upload_bytes(root: Path, patterns: Iterable[str]) -> int:
+    """An upper bound of the bytes a sync sends: every file not under a name-only excluded pattern."""
+    anyk, dirs = simple_excluded_names(patterns)
+
+    def excluded(name: str, is_dir: bool) -> bool:
+        return any(fnmatch.fnmatchcase(name, p) for p in anyk) or (is_dir and any(fnmatch.fnmatchcase(name, p) for p in dirs))
+
+    total = 0
+    for cur, dnames, fnames in os.walk(root):
+        dnames[:] = [d for d in dnames if not excluded(d, True)]
+        for f in fnames:
+            if excluded(f, False):
+                continue
+            try:
+                st = os.lstat(os.path.join(cur, f))
+            except OSError:
+                continue
+            total += st.st_size
+    return total
+
+
+# -- remote paths -------------------------------------------------------------------------------
+def rsync_remote_path(path: str) -> str:
+    """A remote path as rsync's `host:PATH` wants it: `~/x` becomes `x` (relative to the login directory)."""
+    if path in ("~", "~/"):
+        return "."
+    if path.startswith("~/"):
+        return path[2:] or "."
+    return path
+
+
+def join_remote(base: str, sub: str) -> str:
+    """sub under base, unless sub is absolute or starts with ~."""
+    if sub.startswith(("/", "~")):
+        return sub
+    return base.rstrip("/") + "/" + sub.strip("/") if sub.strip("/") else base
+
+
+def host_spec(host: str) -> str:
+    return f"[{host}]" if ":" in host and not host.startswith("[") else host
+
+
+def remote_arg(host: str, path: str, *, contents: bool = True) -> str:
+    p = rsync_remote_path(path).rstrip("/") or "/"
+    if contents and not p.endswith("/"):
+        p += "/"
+    return f"{host_spec(host)}:{p}"
+
+
+# -- argv ------------------------------------------------------------------------------------
+def base_args(ssh_argv: Sequence[str], *, dry_run: bool = False) -> list[str]:
+    args = [
+        "rsync", "-a",
+        f"--partial-dir={PARTIAL_DIR}",
+        "--info=progress2", "--stats", "--no-inc-recursive",
+        f"--out-format={OUT_FORMAT}",
+        f"--timeout={RSYNC_TIMEOUT_S}",
+        "-e", shlex.join(ssh_argv),
+    ]
+    if dry_run:
+        args.append("--dry-run")
+    return args
+
+
+def sync_args(ssh_argv: Sequence[str], local_dir: Path, host: str, remote_dir: str, rules: Sequence[str], *,
+              delete: bool = False, dry_run: bool = False, gitignore: bool = False) -> list[str]:
+    """rsync argv for sync. Never --delete-excluded: excluded remote paths are never touched."""
+    args = base_args(ssh_argv, dry_run=dry_run)
+    if delete:
+        # with --gitignore the new .gitignore files must arrive before their rules protect the delete phase
+        args.append("--delete-after" if gitignore else "--delete")
+    args += [f"--filter={r}" for r in rules]
+    args += [str(local_dir).rstrip("/") + "/", remote_arg(host, remote_dir)]
+    return args
+
+
+def fetch_args(ssh_argv: Sequence[str], host: str, remote_base: str, staging: Path, *, dest: Path,
+               files_from: Path | None = None) -> list[str]:
+    """rsync argv for fetch: no exclusions at all; into the staging dir, reusing what dest already holds."""
+    args = base_args(ssh_argv)
+    args.append(f"--link-dest={dest.resolve()}")
+    if files_from is not None:
+        args += ["-r", f"--files-from={files_from}"]
+    args += [remote_arg(host, remote_base), str(staging).rstrip("/") + "/"]
+    return args
+
+
+# -- output parsing ---------------------------------------------------------------------------------
+_PROGRESS = re.compile(r"^\s*([\d,.]+)\s+(\d+)%\s+(\S+/s)\s+(\d+:\d\d:\d\d)")
+
+
+@dataclass
+class Progress:
+    bytes: int
+    percent: int
+    rate: str
+    eta: str
+
+    @property
+    def total_estimate(self) -> int | None:
+        if self.percent <= 0:
+            return None
+        return int(self.bytes * 100 / self.percent)
+
+
+def parse_progress(line: str) -> Progress | None:
+    m = _PROGRESS.match(line)
+    if not m:
+        return None
+    try:
+        n = int(m.group(1).replace(",", "").replace(".", ""))
+    except ValueError:
+        return None
+    return Progress(n, int(m.group(2)), m.group(3), m.group(4))
+
+
+def parse_rate(rate: str) -> float:
+    """'12.34MB/s' -> bytes per second."""
+    m = re.match(r"([\d.,]+)([kMGT]?)B/s", rate)
+    if not m:
+        return 0.0
+    mult = {"": 1, "k": 1e3, "M": 1e6, "G": 1e9, "T": 1e12}[m.group(2)]
+    return float(m.group(1).replace(",", "")) * mult
+
+
+@dataclass
+class Change:
+    change: str  # new, updated, deleted, link
+    kind: str  # file, dir, symlink, other
+    path: str
+    size: int | None = None
+
+    def as_dict(self) -> dict:
+        return {"change": self.change, "kind": self.kind, "path": self.path, "size": self.size}
+
+
+_KIND = {"f": "file", "d": "dir", "L": "symlink", "D": "device", "S": "special"}
+
+
+def parse_item(line: str) -> Change | None:
+    """One `--out-format='::gpuops:: %i %l %n'` line -> a Change; None for attribute-only updates."""
+    if not line.startswith(OUT_PREFIX):
+        return None
+    rest = line[len(OUT_PREFIX):]
+    if rest.startswith("*deleting"):
+        parts = rest.split(None, 2)
+        path = parts[2] if len(parts) > 2 else parts[-1]
+        path = path.rstrip("/")
+        return Change("deleted", "dir" if rest.rstrip().endswith("/") else "file", path)
+    try:
+        item, size, path = rest.split(" ", 2)
+    except ValueError:
+        return None
+    if len(item) < 2:
+        return None
+    y, x = item[0], item[1]
+    kind = _KIND.get(x, "other")
+    path = path.rstrip("/")
+    if path in (".", ""):
+        return None
+    flags = item[2:]
+    if y == "." or (y == "c" and kind == "dir" and not flags.startswith("+")):
+        return None  # attributes only
+    if y == "h":
+        change = "link"
+    elif flags and set(flags) == {"+"}:
+        change = "new"
+    else:
+        change = "updated"
+    try:
+        n = int(size)
+    except ValueError:
+        n = None
+    return Change(change, kind, path, n if kind == "file" else None)
+
+
+_STATS = {
+    "Number of files": "entries",
+    "Number of regular files transferred": "files_transferred",
+    "Number of deleted files": "deleted",
+    "Total file size": "total_bytes",
+    "Total transferred file size": "transferred_bytes",
+    "Literal data": "literal_bytes",
+    "Matched data": "matched_bytes",
+    "Total bytes sent": "bytes_sent",
+    "Total bytes received": "bytes_received",
+}
+
+
+def parse_stats(text: str) -> dict[str, int]:
+    found: dict[str, int] = {}
+    for line in text.splitlines():
+        key, sep, val = line.partition(":")
+        if not sep or key.strip() not in _STATS:
+            continue
+        m = re.match(r"\s*([\d,.]+)", val)
+        if m:
+            found[_STATS[key.strip()]] = int(m.group(1).replace(",", "").replace(".", ""))
+    return found
+
+
+# -- errors ------------------------------------------------------------------------------------------
+def classify_failure(rc: int, stderr: str) -> str:
+    """hostkey, auth, missing-remote, transient, or failed."""
+    low = stderr.lower()
+    if "host key verification failed" in low or "remote host identification has changed" in low:
+        return "hostkey"
+    if "permission denied (publickey" in low or "too many authentication failures" in low:
+        return "auth"
+    if ("rsync: command not found" in low or "rsync: not found" in low or
+            re.search(r"sh: \d*:? ?rsync: not found", low) or rc == 127):
+        return "missing-remote"
+    if rc in RETRY_EXIT_CODES or "connection reset" in low or "broken pipe" in low:
+        return "transient"
+    return "failed"
+
+
+def last_error_line(stderr: str) -> str:
+    lines = [ln.strip() for ln in stderr.splitlines() if ln.strip() and not ln.startswith(OUT_PREFIX)]
+    for ln in lines:
+        if ln.startswith("rsync:") or ln.startswith("rsync error") or "ssh:" in ln:
+            return ln
+    return lines[-1] if lines else ""
+
+
+# -- checkpoints ------------------------------------------------------------------------------------
+def step_of(name: str) -> int | None:
+    m = STEP_RE.match(name)
+    return int(m.group(1)) if m else None
+
+
+def step_dirs(files: Iterable[Sequence]) -> dict[str, dict]:
+    """{relative dir: {step, bytes, files, mtime}} for every global_step_N / checkpoint-N directory (any depth),
+    from a listing of (relative path, size, mtime) rows. Step dirs inside step dirs are not separate steps."""
+    out: dict[str, dict] = {}
+    for row in files:
+        rel, size, mtime = row[0], int(row[1]), float(row[2]) if len(row) > 2 else 0.0
+        parts = rel.split("/")[:-1]
+        for i, part in enumerate(parts):
+            n = step_of(part)
+            if n is not None:
+                key = "/".join(parts[: i + 1])
+                d = out.setdefault(key, {"step": n, "bytes": 0, "files": 0, "mtime": 0.0})
+                d["bytes"] += size
+                d["files"] += 1
+                d["mtime"] = max(d["mtime"], mtime)
+                break
+    return out
+
+
+def select_steps(steps: dict[str, dict], *, latest: bool = False, step: int | None = None) -> list[str]:
+    """The step directories to fetch: the newest by number (ties: the most recently written), or step N (every
+    directory with that number). Raises LookupError with a readable message when nothing matches."""
+    if not steps:
+        raise LookupError("no global_step_N or checkpoint-N directories found")
+    if step is not None:
+        hit = sorted(k for k, v in steps.items() if v["step"] == step)
+        if not hit:
+            have = sorted({v["step"] for v in steps.values()})
+            raise LookupError(f"no step {step}; steps available: {', '.join(map(str, have))}")
+        return hit
+    if latest:
+        best = max(steps.items(), key=lambda kv: (kv[1]["step"], kv[1]["mtime"], kv[0]))
+        return [best[0]]
+    return sorted(steps)
+
+
+def under(rel: str, roots: Sequence[str]) -> bool:
+    return any(rel == r or rel.startswith(r.rstrip("/") + "/") for r in roots)
+
+
+# -- verification -------------------------------------------------------------------------------------
+@dataclass
+class Verification:
+    ok: list[str] = field(default_factory=list)
+    mismatched: list[str] = field(default_factory=list)  # size or sha256 differs
+    missing: list[str] = field(default_factory=list)  # on the remote, not here
+    extra: list[str] = field(default_factory=list)  # here, not on the remote (vanished there)
+
+    @property
+    def passed(self) -> bool:
+        return not (self.mismatched or self.missing)
+
+    def problems(self) -> list[str]:
+        return ([f"{p} (content differs)" for p in self.mismatched] + [f"{p} (missing)" for p in self.missing])
+
+
+def compare(remote: dict[str, Sequence], local: dict[str, Sequence]) -> Verification:
+    """remote/local: {relative path: (size, sha256)}."""
+    v = Verification()
+    for rel in sorted(remote):
+        if rel not in local:
+            v.missing.append(rel)
+        elif int(local[rel][0]) != int(remote[rel][0]) or local[rel][1] != remote[rel][1]:
+            v.mismatched.append(rel)
+        else:
+            v.ok.append(rel)
+    v.extra = sorted(set(local) - set(remote))
+    return v
+
+
+def human_bytes(n: float) -> str:
+    n = float(n)
+    for unit in ("B", "KB", "MB", "GB", "TB"):
+        if abs(n) < 1000 or unit == "TB":
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1000
+    return f"{n:.1f} TB"

@@ -1,0 +1,435 @@
+"""The sync and fetch flows: one remote execution before rsync, rsync itself, one remote execution after.
+
+Public entry points (also used from Python by `gpuops train`):
+  sync_project(profile, remote, out, project_dir, *, delete, dry_run, excludes, gitignore) -> summary dict
+  fetch(profile, remote, out, name, *, dest, latest, step, project_dir) -> summary dict
+  list_remote(profile, remote, project_dir) -> {name: {...}}
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shlex
+import shutil
+import tempfile
+import threading
+import time
+from pathlib import Path
+from typing import Sequence
+
+from . import transfer as tr
+from .errors import ConnectError, GpuopsError, RemoteError, UsageError
+from .profiles import shell_path
+from .remote import rsync as rs
+from .remote.connection import ssh_command
+
+HASH_CHUNK = 1 << 20
+
+# Runs remotely with the profile's python (stdlib only); prints one JSON document.
+REMOTE_SCRIPT = r'''
+import hashlib, json, os, shutil, stat, sys
+spec = json.loads(sys.argv[1])
+def walk(root):
+    rows = []
+    if os.path.isfile(root):
+        st = os.stat(root)
+        return [[os.path.basename(root), st.st_size, st.st_mtime]]
+    for cur, dirs, files in os.walk(root):
+        dirs.sort()
+        for f in sorted(files):
+            p = os.path.join(cur, f)
+            try:
+                st = os.lstat(p)
+            except OSError:
+                continue
+            if stat.S_ISREG(st.st_mode):
+                rows.append([os.path.relpath(p, root).replace(os.sep, "/"), st.st_size, st.st_mtime])
+    return rows
+def sha(p):
+    h = hashlib.sha256()
+    with open(p, "rb") as fh:
+        while True:
+            b = fh.read(1 << 20)
+            if not b:
+                break
+            h.update(b)
+    return h.hexdigest()
+out = {"rsync": shutil.which("rsync")}
+if "list" in spec:
+    roots = {}
+    for name, path in spec["list"].items():
+        full = os.path.expanduser(path)
+        r = {"path": full, "exists": os.path.exists(full), "is_dir": os.path.isdir(full)}
+        if r["exists"]:
+            try:
+                r["files"] = walk(full)
+            except OSError as exc:
+                r["error"] = str(exc)
+        roots[name] = r
+    out["roots"] = roots
+if "hash" in spec:
+    base = os.path.expanduser(spec["hash"]["base"])
+    hashes, errors = {}, {}
+    for sub in spec["hash"]["subs"]:
+        top = os.path.join(base, sub) if sub else base
+        if not os.path.exists(top):
+            continue
+        for rel, size, _ in walk(top):
+            relp = (sub.rstrip("/") + "/" + rel) if sub else rel
+            try:
+                hashes[relp] = [size, sha(os.path.join(top, rel))]
+            except OSError as exc:
+                errors[relp] = str(exc)
+    out["hashes"] = hashes
+    out["errors"] = errors
+print(json.dumps(out))
+'''
+
+
+# -- progress --------------------------------------------------------------------------------
+class ProgressView:
+    """A rich bar (bytes, rate, ETA) at a terminal, a plain line every ~10% otherwise, nothing in JSON mode."""
+
+    def __init__(self, out, label: str):
+        self.out, self.label = out, label
+        self._bar = None
+        self._task = None
+        self._last_pct = -100
+        self._last_t = 0.0
+
+    def __enter__(self):
+        if self.out.rich and not self.out.json_mode:
+            from rich.progress import (BarColumn, DownloadColumn, Progress, TextColumn, TimeRemainingColumn,
+                                       TransferSpeedColumn)
+
+            self._bar = Progress(TextColumn("{task.description}"), BarColumn(), DownloadColumn(), TransferSpeedColumn(),
+                                 TimeRemainingColumn(), console=self.out.err_console, transient=True)
+            self._bar.start()
+            self._task = self._bar.add_task(self.label, total=None)
+        return self
+
+    def __exit__(self, *exc):
+        if self._bar is not None:
+            self._bar.stop()
+
+    def update(self, p: tr.Progress) -> None:
+        if self._bar is not None:
+            self._bar.update(self._task, completed=p.bytes, total=p.total_estimate)
+            return
+        if self.out.json_mode:
+            return
+        now = time.monotonic()
+        if p.percent >= self._last_pct + 10 or (now - self._last_t > 10 and p.percent != self._last_pct):
+            self._last_pct, self._last_t = p.percent, now
+            self.out.step(f"{self.label}: {p.percent}% {tr.human_bytes(p.bytes)} at {p.rate}, eta {p.eta}")
+
+    def retry(self, attempt: int, rc: int, detail: str) -> None:
+        self.out.warn(f"rsync interrupted (exit {rc}: {detail}); retrying, continuing from what arrived")
+
+
+# -- sync ------------------------------------------------------------------------------------
+def _sync_precheck(remote, remote_dir: str, *, create: bool) -> dict:
+    d = shell_path(remote_dir)
+    cmd = (f"d={d}; " + ('mkdir -p -- "$d" || exit 3; ' if create else "") +
+           'if cd -- "$d" 2>/dev/null; then echo exists=1; else echo exists=0; cd; fi; '
+           'echo "rsync=$(command -v rsync)"; df -Pk . | tail -n 1')
+    res = remote.run(cmd, timeout=60)
+    if res.rc == 3:
+        raise RemoteError(f"cannot create the remote directory {remote_dir}: {res.stderr.strip()}")
+    info = {"exists": False, "rsync": "", "free": None}
+    for line in res.stdout.splitlines():
+        if line.startswith("exists="):
+            info["exists"] = line.endswith("1")
+        elif line.startswith("rsync="):
+            info["rsync"] = line[len("rsync="):].strip()
+        else:
+            parts = line.split()
+            if len(parts) >= 4 and parts[3].isdigit():
+                info["free"] = int(parts[3]) * 1024
+    return info
+
+
+def _no_remote_rsync(profile) -> GpuopsError:
+    return GpuopsError(f"rsync is not installed on {profile.host}", hint="on the remote: " + tr.INSTALL_HINT)
+
+
+def sync_filter(profile, project_dir: Path, excludes: Sequence[str] = (), gitignore: bool = False) -> list[str]:
+    try:
+        ignore = tr.read_ignore_file(project_dir / tr.IGNORE_FILE)
+    except tr.IgnoreFileError as exc:
+        raise UsageError(str(exc)) from None
+    return tr.sync_filter_rules(profile.sync.exclude, excludes, ignore, gitignore)
+
+
+def sync_project(profile, remote, out, project_dir: Path, *, delete: bool = False, dry_run: bool = False,
+                 excludes: Sequence[str] = (), gitignore: bool = False) -> dict:
+    """Copy project_dir to the profile's remote_dir. Returns the summary dict
+    {files, bytes_sent, total_bytes, seconds, dry_run, changes, remote_dir, attempts, deleted}."""
+    rs.require_local_rsync()
+    project_dir = Path(project_dir).resolve()
+    started = time.monotonic()
+    remote_dir = profile.remote_dir_for(project_dir)
+    rules = sync_filter(profile, project_dir, excludes, gitignore)
+    info = _sync_precheck(remote, remote_dir, create=not dry_run)
+    if not info["rsync"]:
+        raise _no_remote_rsync(profile)
+    argv = lambda dry: tr.sync_args(ssh_command(profile), project_dir, profile.host, remote_dir, rules,  # noqa: E731
+                                    delete=delete, dry_run=dry, gitignore=gitignore)
+    free = info["free"]
+    if free is not None and not dry_run:
+        bound = tr.estimate_upload_bytes(project_dir, rules)
+        if bound > free:
+            exact = rs.run(argv(True), host=profile.host).stats.get("transferred_bytes", bound)
+            if exact > free:
+                raise GpuopsError(f"not enough disk on {profile.host}: the sync needs {tr.human_bytes(exact)}, "
+                                  f"{tr.human_bytes(free)} free under {remote_dir}",
+                                  hint="free space on the instance, or add large folders to .gpuopsignore")
+    view = ProgressView(out, "dry run" if dry_run else f"sync → {remote_dir}")
+    with view:
+        res = rs.run(argv(dry_run), host=profile.host, on_progress=view.update, on_retry=view.retry)
+    changes: dict[str, tr.Change] = {}
+    for ch in res.items:
+        changes[ch.path] = ch
+    summary = {
+        "profile": profile.name,
+        "remote_dir": remote_dir,
+        "dry_run": dry_run,
+        "files": res.stats.get("files_transferred", sum(1 for c in changes.values() if c.kind == "file" and c.change != "deleted")),
+        "deleted": sum(1 for c in changes.values() if c.change == "deleted"),
+        "bytes_sent": res.stats.get("bytes_sent", 0),
+        "total_bytes": res.stats.get("total_bytes", 0),
+        "seconds": round(time.monotonic() - started, 3),
+        "attempts": res.attempts,
+        "changes": [c.as_dict() for c in changes.values()],
+    }
+    if dry_run and free is not None and res.stats.get("transferred_bytes", 0) > free:
+        summary["warning"] = f"would not fit: {tr.human_bytes(free)} free on the remote"
+    return summary
+
+
+def render_sync(out, s: dict) -> None:
+    if out.json_mode:
+        out.emit_json(s)
+        return
+    if s["dry_run"]:
+        for c in s["changes"]:
+            size = f" ({tr.human_bytes(c['size'])})" if c.get("size") is not None else ""
+            out.print(f"{'would ' + ('delete' if c['change'] == 'deleted' else 'send'):13} {c['change']:8} {c['path']}{size}")
+        out.print(f"dry run: {s['files']} files would be sent, {s['deleted']} deleted; nothing changed "
+                  f"(total {tr.human_bytes(s['total_bytes'])})")
+        if s.get("warning"):
+            out.warn(s["warning"])
+        return
+    deleted = f", {s['deleted']} deleted" if s["deleted"] else ""
+    out.print(f"synced to {s['remote_dir']}: {s['files']} files changed{deleted}, {tr.human_bytes(s['bytes_sent'])} sent, "
+              f"total {tr.human_bytes(s['total_bytes'])}, {s['seconds']:.1f}s")
+
+
+# -- fetch -----------------------------------------------------------------------------------------
+def _run_script(profile, remote, spec: dict, *, timeout: float) -> dict:
+    cmd = f"{shlex.quote(profile.python)} - {shlex.quote(json.dumps(spec))}"
+    res = remote.run(cmd, stdin=REMOTE_SCRIPT, timeout=timeout)
+    if res.rc == 127:
+        raise RemoteError(f"{profile.python} is not available on {profile.host}; fetch needs it for listing and SHA-256",
+                          hint="set 'python:' in the profile to the remote interpreter")
+    try:
+        return json.loads(res.stdout.strip().splitlines()[-1])
+    except (ValueError, IndexError):
+        detail = (res.stderr.strip().splitlines() or ["no output"])[-1]
+        raise RemoteError(f"remote listing failed (exit {res.rc}): {detail}") from None
+
+
+def fetch_sources(profile, project_dir: Path) -> dict[str, str]:
+    base = profile.remote_dir_for(project_dir)
+    return {name: tr.join_remote(base, sub) for name, sub in profile.fetch.items()}
+
+
+def list_remote(profile, remote, project_dir: Path) -> dict:
+    """{name: {path, exists, bytes, files, steps: [{dir, step, bytes, files}]}} for every name in profile.fetch."""
+    srcs = fetch_sources(profile, project_dir)
+    doc = _run_script(profile, remote, {"list": srcs}, timeout=300)
+    result = {}
+    for name, path in srcs.items():
+        r = doc.get("roots", {}).get(name, {})
+        files = r.get("files", [])
+        steps = tr.step_dirs(files)
+        result[name] = {
+            "path": path, "exists": bool(r.get("exists")), "bytes": sum(f[1] for f in files), "files": len(files),
+            "steps": [{"dir": k, **{kk: v[kk] for kk in ("step", "bytes", "files")}}
+                      for k, v in sorted(steps.items(), key=lambda kv: (kv[1]["step"], kv[0]))],
+        }
+        if r.get("error"):
+            result[name]["error"] = r["error"]
+    return result
+
+
+def render_list(out, listing: dict) -> None:
+    if out.json_mode:
+        out.emit_json(listing)
+        return
+    for name, r in listing.items():
+        if not r["exists"]:
+            out.print(f"{name}: {r['path']} (not on the remote)")
+            continue
+        out.print(f"{name}: {r['path']}  {tr.human_bytes(r['bytes'])} in {r['files']} files")
+        for s in r["steps"]:
+            out.print(f"  step {s['step']:>8}  {tr.human_bytes(s['bytes']):>10}  {s['dir']}")
+
+
+def _hash_local(root: Path, rels: Sequence[str], into: dict) -> None:
+    for rel in rels:
+        p = root / rel
+        try:
+            if p.is_symlink() or not p.is_file():
+                continue
+            h = hashlib.sha256()
+            with open(p, "rb") as fh:
+                while True:
+                    b = fh.read(HASH_CHUNK)
+                    if not b:
+                        break
+                    h.update(b)
+            into[rel] = (p.stat().st_size, h.hexdigest())
+        except OSError:
+            continue
+
+
+def _local_files(root: Path) -> list[str]:
+    rels = []
+    for cur, dirs, files in os.walk(root):
+        dirs[:] = [d for d in dirs if d != tr.PARTIAL_DIR]
+        for f in files:
+            rels.append(os.path.relpath(os.path.join(cur, f), root).replace(os.sep, "/"))
+    return rels
+
+
+def _free_bytes(path: Path) -> int:
+    p = path.resolve()
+    while not p.exists():
+        p = p.parent
+    return shutil.disk_usage(p).free
+
+
+def _promote(staging: Path, dest: Path, rels: Sequence[str]) -> None:
+    """Move verified files from staging to their final names (rename: atomic per file, same filesystem)."""
+    for rel in rels:
+        src, dst = staging / rel, dest / rel
+        dst.parent.mkdir(parents=True, exist_ok=True)
+        os.replace(src, dst)
+
+
+def fetch(profile, remote, out, name: str = "checkpoints", *, dest: Path | None = None, latest: bool = False,
+          step: int | None = None, project_dir: Path | None = None) -> dict:
+    """Fetch profile.fetch[name] into dest (default ./NAME): resumable, verified by size + SHA-256, and each file
+    appears under its final name only after the whole selection verified."""
+    rs.require_local_rsync()
+    project_dir = Path(project_dir or Path.cwd()).resolve()
+    if name not in profile.fetch:
+        raise UsageError(f"'{name}' is not in the profile's fetch: map ({', '.join(profile.fetch) or 'empty'})",
+                         hint=f"add it to the profile:  fetch: {{{name}: path/on/remote}}")
+    if latest and step is not None:
+        raise UsageError("--latest and --step are mutually exclusive")
+    started = time.monotonic()
+    src = fetch_sources(profile, project_dir)[name]
+    dest = Path(dest) if dest is not None else project_dir / name
+    dest = dest if dest.is_absolute() else (Path.cwd() / dest)
+
+    doc = _run_script(profile, remote, {"list": {name: src}}, timeout=300)
+    if not doc.get("rsync"):
+        raise GpuopsError(f"rsync is not installed on {profile.host}", hint="on the remote: " + tr.INSTALL_HINT)
+    root = doc["roots"][name]
+    if not root.get("exists"):
+        raise GpuopsError(f"nothing to fetch: {src} does not exist on {profile.host}")
+    if not root.get("is_dir"):
+        raise UsageError(f"{src} on {profile.host} is a file; fetch names a directory",
+                         hint="point the fetch: entry at the folder that holds it")
+    files = root.get("files", [])
+    subs: list[str] = []
+    steps_chosen: list[int] = []
+    if latest or step is not None:
+        steps = tr.step_dirs(files)
+        try:
+            subs = tr.select_steps(steps, latest=latest, step=step)
+        except LookupError as exc:
+            raise GpuopsError(f"{name} on {profile.host}: {exc}") from None
+        steps_chosen = sorted({steps[s]["step"] for s in subs})
+        files = [f for f in files if tr.under(f[0], subs)]
+
+    staging = dest / tr.STAGING_DIR
+    need = 0
+    for rel, size, *_ in files:
+        have = dest / rel
+        part = staging / rel
+        if not ((have.is_file() and have.stat().st_size == size) or (part.is_file() and part.stat().st_size == size)):
+            need += size
+    free = _free_bytes(dest)
+    if need > free:
+        raise GpuopsError(f"not enough local disk: the fetch needs {tr.human_bytes(need)}, {tr.human_bytes(free)} free "
+                          f"at {dest}", hint="free space, or fetch one step: --latest / --step N")
+
+    staging.mkdir(parents=True, exist_ok=True)
+    list_file = None
+    try:
+        if subs:
+            fd, tmp = tempfile.mkstemp(prefix="gpuops-fetch-", suffix=".txt")
+            with os.fdopen(fd, "w") as fh:
+                fh.write("".join(s + "\n" for s in subs))
+            list_file = Path(tmp)
+        argv = tr.fetch_args(ssh_command(profile), profile.host, src, staging, dest=dest, files_from=list_file)
+        view = ProgressView(out, f"fetch {name}")
+        with view:
+            res = rs.run(argv, host=profile.host, on_progress=view.update, on_retry=view.retry)
+    finally:
+        if list_file is not None:
+            list_file.unlink(missing_ok=True)
+
+    # verify: remote hashes (one execution) while this machine hashes the staged files
+    out.step("verifying size and SHA-256 of every file")
+    local_rels = _local_files(staging)
+    local: dict = {}
+    hasher = threading.Thread(target=_hash_local, args=(staging, local_rels, local), daemon=True)
+    hasher.start()
+    try:
+        hdoc = _run_script(profile, remote, {"hash": {"base": src, "subs": subs or [""]}}, timeout=3600)
+    finally:
+        hasher.join()
+    remote_hashes = hdoc.get("hashes", {})
+    v = tr.compare(remote_hashes, local)
+    for rel in hdoc.get("errors", {}):
+        if rel not in v.mismatched and rel not in v.missing:
+            v.missing.append(rel)
+    if not v.passed:
+        for rel in v.mismatched:  # drop them so the next run downloads them again
+            (staging / rel).unlink(missing_ok=True)
+        bad = v.problems()
+        shown = "; ".join(bad[:10]) + (f"; and {len(bad) - 10} more" if len(bad) > 10 else "")
+        raise GpuopsError(f"verification failed for {len(bad)} of {len(remote_hashes)} files: {shown}",
+                          hint=f"nothing was moved into {dest}; run the fetch again (verified files are kept in "
+                               f"{staging})")
+    _promote(staging, dest, v.ok)
+    shutil.rmtree(staging, ignore_errors=True)
+    return {
+        "profile": profile.name,
+        "name": name,
+        "source": src,
+        "dest": str(dest),
+        "steps": steps_chosen,
+        "dirs": subs,
+        "files": res.stats.get("files_transferred", 0),
+        "verified": len(v.ok),
+        "bytes_received": res.stats.get("bytes_received", 0),
+        "total_bytes": sum(s for s, _ in remote_hashes.values()),
+        "seconds": round(time.monotonic() - started, 3),
+        "attempts": res.attempts,
+    }
+
+
+def render_fetch(out, s: dict) -> None:
+    if out.json_mode:
+        out.emit_json(s)
+        return
+    what = f" step {', '.join(map(str, s['steps']))}" if s["steps"] else ""
+    out.print(f"fetched {s['name']}{what} into {s['dest']}: {s['files']} files transferred, "
+              f"{tr.human_bytes(s['bytes_received'])} received, {s['verified']} files verified (SHA-256), "
+              f"total {tr.human_bytes(s['total_bytes'])}, {s['seconds']:.1f}s")
