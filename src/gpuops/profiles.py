@@ -215,10 +215,11 @@ def search_dirs(project_dir: Path | None = None) -> list[Path]:
     return [project_dir / "profiles", config_dir() / "profiles", data_dir("profiles")]
 
 
-def available(project_dir: Path | None = None) -> dict[str, Path]:
-    """name -> file, earlier directories shadowing later ones."""
+def available(project_dir: Path | None = None, *, examples: bool = True) -> dict[str, Path]:
+    """name -> file, earlier directories shadowing later ones (examples: include the packaged ones)."""
     found: dict[str, Path] = {}
-    for d in search_dirs(project_dir):
+    dirs = search_dirs(project_dir)
+    for d in dirs if examples else dirs[:2]:
         if not d.is_dir():
             continue
         for f in sorted(d.iterdir()):
@@ -274,13 +275,16 @@ def resolve(name: str | None = None, project_dir: Path | None = None) -> Profile
         if name and name not in found:
             name = None
     if not name:
-        if len(found) == 1:
-            name = next(iter(found))
+        mine = available(project_dir, examples=False)
+        if len(mine) == 1:
+            name = next(iter(mine))
         else:
-            listing = ", ".join(found) if found else "none"
+            listing = ", ".join(mine) if mine else "none"
+            examples = ", ".join(n for n in found if n not in mine)
             raise ProfileError(
-                f"which profile? found {len(found)}: {listing}",
-                hint="name one (gpuops verify NAME, or -p NAME), or set GPUOPS_PROFILE",
+                f"which profile? found {len(mine)}: {listing}" + (f" (examples: {examples})" if examples else ""),
+                hint="name one (gpuops verify NAME, or -p NAME), or set GPUOPS_PROFILE; "
+                     "`gpuops sandbox up` writes a local one named 'sandbox'",
             )
     if name not in found:
         close = difflib.get_close_matches(name, list(found), n=1)
