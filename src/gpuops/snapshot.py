@@ -463,7 +463,7 @@ SYSTEM = [  # (key, label, value)
     ("cudnn", "cuDNN", lambda s: s.get("cudnn_version")),
     ("driver", "NVIDIA driver", lambda s: s.get("driver_version")),
     ("cuda_driver", "CUDA (driver supports)", lambda s: s.get("cuda_driver_version")),
-    ("gpu", "GPUs", lambda s: f"{s.get('gpu_count') or 0} x {s.get('gpu_name')}" if s.get("gpu_count") else "none"),
+    ("gpu", "GPUs", lambda s: f"{s['gpu_count']} x {s.get('gpu_name')}" if s.get("gpu_count") else s.get("gpu_name") or "none"),
 ]
 
 
