@@ -1,0 +1,170 @@
+"""`gpuops sync` end to end: the real sandbox sshd and real rsync."""
+from __future__ import annotations
+
+import json
+import subprocess
+from pathlib import Path
+
+
+def write(path: Path, text: str = "x") -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(text)
+    return path
+
+
+def remote_project(sandbox) -> Path:
+    return Path(sandbox["dir"]) / "home" / Path.cwd().name
+
+
+def tree(root: Path) -> set[str]:
+    return {str(p.relative_to(root)) for p in root.rglob("*") if p.is_file()}
+
+
+def test_sync_copies_project_and_excludes_at_every_depth(sandbox, gpuops):
+    here = Path.cwd()
+    for rel in ["train.py", "src/pkg/model.py", "data/keep.txt", "src/pkg/__pycache__/model.cpython-311.pyc",
+                "deep/a/b/__pycache__/q.pyc", "a/b/stray.pyc", "checkpoints/global_step_1/m.pt",
+                "sub/dir/checkpoints/c.pt", ".git/HEAD", "outputs/o.txt", "wandb/run/w", ".venv/bin/python",
+                "logs/l.txt", "sub/logs/l2.txt", "nested/wandb/x"]:
+        write(here / rel)
+    r = gpuops("sync", "-p", "sandbox")
+    assert r.code == 0, r.all
+    assert "files changed" in r.out
+    assert tree(remote_project(sandbox)) == {"train.py", "src/pkg/model.py", "data/keep.txt"}
+
+
+def test_gpuopsignore_exclude_option_and_gitignore(sandbox, gpuops):
+    here = Path.cwd()
+    write(here / ".gpuopsignore", "# comment\n\ndata/\n*.tmp\n!important.tmp\n/rootonly.txt\ndocs/build\n")
+    for rel in ["main.py", "data/big.bin", "sub/data/big2.bin", "a.tmp", "sub/b.tmp", "important.tmp",
+                "rootonly.txt", "sub/rootonly.txt", "docs/build/index.html", "x/docs/build/keep.html",
+                "scratch/s.txt", "ignored_by_git.txt", "sub/also_git.log"]:
+        write(here / rel)
+    write(here / ".gitignore", "ignored_by_git.txt\n")
+    write(here / "sub" / ".gitignore", "*.log\n")
+    r = gpuops("sync", "-p", "sandbox", "--exclude", "scratch")
+    assert r.code == 0, r.all
+    got = tree(remote_project(sandbox))
+    assert got == {".gpuopsignore", ".gitignore", "sub/.gitignore", "main.py", "important.tmp", "sub/rootonly.txt",
+                   "x/docs/build/keep.html", "ignored_by_git.txt", "sub/also_git.log"}
+    # .gitignore is honoured only on request
+    r = gpuops("sync", "-p", "sandbox", "--gitignore", "--delete", "--exclude", "scratch")
+    assert r.code == 0, r.all
+    got = tree(remote_project(sandbox))
+    assert "ignored_by_git.txt" in got  # excluded paths are never deleted, even with --delete
+    assert "main.py" in got
+
+
+def test_gitignore_excludes_new_files(sandbox, gpuops):
+    here = Path.cwd()
+    write(here / ".gitignore", "secret.txt\n")
+    write(here / "sub" / ".gitignore", "*.log\n")
+    for rel in ["main.py", "secret.txt", "sub/x.log", "sub/y.py"]:
+        write(here / rel)
+    r = gpuops("sync", "-p", "sandbox", "--gitignore")
+    assert r.code == 0, r.all
+    assert tree(remote_project(sandbox)) == {".gitignore", "sub/.gitignore", "main.py", "sub/y.py"}
+
+
+def test_no_delete_by_default_and_delete_keeps_excluded_remote_folders(sandbox, gpuops):
+    here = Path.cwd()
+    write(here / "train.py")
+    old = write(here / "old.py")
+    assert gpuops("sync", "-p", "sandbox").code == 0
+    rp = remote_project(sandbox)
+    # what training produced on the remote
+    for rel in ["checkpoints/global_step_5/model.pt", "outputs/eval.json", "logs/train.log", "wandb/run-1/files",
+                "src/__pycache__/m.pyc", "sub/checkpoints/x.pt"]:
+        write(rp / rel, "precious")
+    old.unlink()
+    r = gpuops("sync", "-p", "sandbox")
+    assert r.code == 0, r.all
+    assert (rp / "old.py").exists()  # never deleted without --delete
+    r = gpuops("sync", "-p", "sandbox", "--delete", "--json")
+    assert r.code == 0, r.all
+    doc = json.loads(r.out)
+    assert doc["deleted"] == 1 and {"change": "deleted", "kind": "file", "path": "old.py", "size": None} in doc["changes"]
+    assert not (rp / "old.py").exists()
+    for rel in ["checkpoints/global_step_5/model.pt", "outputs/eval.json", "logs/train.log", "wandb/run-1/files",
+                "src/__pycache__/m.pyc", "sub/checkpoints/x.pt"]:
+        assert (rp / rel).read_text() == "precious", rel
+
+
+def test_dry_run_changes_nothing(sandbox, gpuops):
+    here = Path.cwd()
+    write(here / "a.py", "one")
+    rp = remote_project(sandbox)
+    r = gpuops("sync", "-p", "sandbox", "--dry-run")
+    assert r.code == 0, r.all
+    assert "a.py" in r.out and "nothing changed" in r.out
+    assert not rp.exists()  # not even the remote directory
+    assert gpuops("sync", "-p", "sandbox").code == 0
+    write(here / "a.py", "two, longer")
+    write(here / "b.py", "new")
+    write(rp / "gone.py", "remote only")
+    before = {p: (rp / p).read_text() for p in tree(rp)}
+    r = gpuops("sync", "-p", "sandbox", "--dry-run", "--delete", "--json")
+    assert r.code == 0, r.all
+    doc = json.loads(r.out)
+    assert doc["dry_run"] is True
+    changes = {c["path"]: c["change"] for c in doc["changes"]}
+    assert changes == {"a.py": "updated", "b.py": "new", "gone.py": "deleted"}
+    assert {p: (rp / p).read_text() for p in tree(rp)} == before
+
+
+def test_json_summary_and_incremental_resync(sandbox, gpuops):
+    here = Path.cwd()
+    for i in range(20):
+        write(here / f"pkg/m{i}.py", "print('hello')\n" * 200)
+    r = gpuops("sync", "-p", "sandbox", "--json")
+    assert r.code == 0, r.all
+    doc = json.loads(r.out)
+    assert doc["files"] == 20 and doc["total_bytes"] == 20 * 15 * 200 and doc["dry_run"] is False
+    assert set(doc) >= {"files", "bytes_sent", "total_bytes", "seconds", "changes", "remote_dir"}
+    r = gpuops("sync", "-p", "sandbox", "--json")
+    doc2 = json.loads(r.out)
+    assert doc2["files"] == 0 and doc2["changes"] == []
+    assert doc2["bytes_sent"] < doc["bytes_sent"] / 4
+
+
+def test_sync_project_python_entry_point(sandbox):
+    """The function `gpuops train` calls."""
+    from gpuops import profiles
+    from gpuops.console import Output
+    from gpuops.remote.connection import connect
+    from gpuops.transfer_ops import sync_project
+
+    write(Path.cwd() / "train.py", "print(1)\n")
+    write(Path.cwd() / "checkpoints/x.pt")
+    prof = profiles.resolve("sandbox")
+    with connect(prof, announce=lambda s: None) as remote:
+        s = sync_project(prof, remote, Output(json_mode=True), Path.cwd())
+        assert remote.exec_count == 1
+    assert s["files"] == 1 and s["dry_run"] is False
+    assert tree(remote_project(sandbox)) == {"train.py"}
+
+
+def _wrong_host_key(sandbox, tmp_path) -> None:
+    from gpuops.paths import known_hosts_file
+
+    key = tmp_path / "other_key"
+    subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(key)], check=True)
+    kind, b64 = key.with_suffix(".pub").read_text().split()[:2]
+    kh = known_hosts_file()
+    kh.parent.mkdir(parents=True, exist_ok=True)
+    kh.write_text(f"[127.0.0.1]:{sandbox['port']} {kind} {b64}\n")
+
+
+def test_changed_host_key_refused(sandbox, gpuops, tmp_path):
+    write(Path.cwd() / "a.py")
+    _wrong_host_key(sandbox, tmp_path)
+    r = gpuops("sync", "-p", "sandbox")
+    assert r.code == 3, r.all
+    assert "host key" in r.err.lower()
+    assert "Traceback" not in r.all
+    assert not remote_project(sandbox).exists()
+
+
+def test_unknown_profile_is_usage_error(sandbox, gpuops):
+    r = gpuops("sync", "-p", "nope")
+    assert r.code == 2
