@@ -1,0 +1,316 @@
+"""The remote side of the run lifecycle: preflight, launch, state, tail and stop, each ONE remote execution.
+
+Everything interpolated into a remote shell goes through shlex.quote (profiles.shell_path for paths that may
+start with ~). Secrets never appear on a command line: the launch bundle is a shell script sent on stdin to
+`sh -s`; it creates the secrets file under `umask 077` (mode 0600 before a byte is written) and fills it from a
+quoted here-document; the launcher sources it and deletes it before starting the job.
+
+The job is started with `setsid -f nohup sh launch.sh` (its own session and process group, all three streams
+redirected), so it survives the SSH connection closing; SIGINT/SIGQUIT are not ignored in it (an `&` job of a
+non-interactive shell would ignore them). The launcher records its pid (= process group id), start and end time
+and the job's exit code.
+"""
+from __future__ import annotations
+
+import json
+import secrets as _random
+import shlex
+from typing import Iterable, Optional
+
+from ..errors import RemoteError
+from ..profiles import shell_path
+from ..runs import Preflight, RunInfo, parse_preflight, parse_state_line
+
+RUNS_SUBDIR = ".gpuops/runs"
+ACTIVE_DIR = '"$HOME"/.gpuops/active'
+
+# sh functions shared by every remote script: is a run's launcher alive, and one RUN line describing a run
+STATE_FN = r"""
+gpuops_alive() {
+  p=$(cat "$1/pid" 2>/dev/null) || return 1
+  [ -n "$p" ] || return 1
+  if [ -r "/proc/$p/cmdline" ]; then
+    tr '\0' ' ' < "/proc/$p/cmdline" 2>/dev/null | grep -qF -- "$2" || return 1
+    return 0
+  fi
+  kill -0 "$p" 2>/dev/null
+}
+gpuops_state() {
+  g_alive=0; g_rc=; g_stop=-; g_size=0; g_pid=; g_st=; g_en=
+  if [ ! -d "$1" ]; then g_line="RUN id=$2 exists=0"; echo "$g_line"; return; fi
+  g_pid=$(cat "$1/pid" 2>/dev/null)
+  gpuops_alive "$1" "$2" && g_alive=1
+  g_rc=$(cat "$1/exit_code" 2>/dev/null)
+  g_st=$(cat "$1/started" 2>/dev/null)
+  g_en=$(cat "$1/ended" 2>/dev/null)
+  [ -f "$1/log" ] && g_size=$(wc -c < "$1/log" | tr -d ' ')
+  [ -f "$1/stop.json" ] && g_stop=$(tr -d '\n' < "$1/stop.json")
+  g_line="RUN id=$2 exists=1 pid=$g_pid alive=$g_alive rc=$g_rc started=$g_st ended=$g_en size=$g_size stop=$g_stop"
+  echo "$g_line"
+}
+"""
+
+
+def run_dir_of(remote_dir: str, run_id: str) -> str:
+    return f"{remote_dir.rstrip('/')}/{RUNS_SUBDIR}/{run_id}"
+
+
+def _heredoc(path_expr: str, content: str, *, append: bool = False) -> str:
+    tag = "GPUOPS_EOF_" + _random.token_hex(8)
+    while tag in content:
+        tag = "GPUOPS_EOF_" + _random.token_hex(8)
+    if not content.endswith("\n"):
+        content += "\n"
+    return f"cat {'>>' if append else '>'} {path_expr} <<'{tag}'\n{content}{tag}\n"
+
+
+def _python_words(python: str) -> str:
+    words = shlex.split(python) or ["python3"]
+    first = words[0]
+    head = shell_path(first) if first.startswith("~") else shlex.quote(first)
+    return " ".join([head] + [shlex.quote(w) for w in words[1:]])
+
+
+# -- preflight ------------------------------------------------------------------------------------
+def preflight_script(remote_dir: str, script: Optional[str], python: str, packages: Iterable[str]) -> str:
+    P = shell_path(remote_dir)
+    pkgs = " ".join(shlex.quote(p) for p in packages)
+    check_script = ""
+    if script:
+        check_script = f'echo "@script $( [ -e {P}/{shlex.quote(script)} ] && echo 1 || echo 0 )"\n'
+    pkg = ""
+    if pkgs:
+        pkg = ("echo @pkg\n"
+               f"{_python_words(python)} -c 'import sys\n"
+               "try:\n    import importlib.metadata as m\nexcept Exception:\n    sys.exit(0)\n"
+               "for n in sys.argv[1:]:\n    try:\n        print(n + \"=\" + m.version(n))\n"
+               "    except Exception:\n        print(n + \"=\")\n' " + pkgs + " 2>/dev/null\n")
+    return STATE_FN + f"""
+T=; command -v timeout >/dev/null 2>&1 && T="timeout 20"
+echo @gpu
+$T nvidia-smi --query-gpu=index,name,memory.total --format=csv,noheader 2>&1
+echo "@gpu_rc $?"
+echo @df
+d={P}; [ -d "$d" ] || d="$HOME"
+df -Pk "$d" 2>/dev/null | tail -n 1
+echo @active
+for f in {ACTIVE_DIR}/*; do
+  [ -f "$f" ] || continue
+  rd=$(cat "$f"); id=$(basename "$f")
+  if [ ! -f "$rd/exit_code" ] && gpuops_alive "$rd" "$id"; then echo "$id"; else rm -f "$f"; fi
+done
+{check_script}{pkg}echo @end
+"""
+
+
+def preflight(remote, remote_dir: str, script: Optional[str], python: str, packages: Iterable[str] = ()) -> tuple[Preflight, bool]:
+    res = remote.run("sh -s", stdin=preflight_script(remote_dir, script, python, packages), timeout=60)
+    pf = parse_preflight(res.stdout)
+    script_found = "@script 1" in res.stdout if script else True
+    return pf, script_found
+
+
+# -- launch ---------------------------------------------------------------------------------------------
+def launcher_script(*, run_id: str, remote_dir: str, argv: list[str], python: str, env: dict[str, str],
+                    unset: Iterable[str]) -> str:
+    """launch.sh: runs in its own session; the job runs in the foreground so the shell survives SIGINT/SIGTERM
+    (trapped, deferred until the job ends) and records the job's exit status."""
+    py = shlex.split(python or "python3") or ["python3"]
+    if argv[:len(py)] == py:  # the profile's Python (may start with ~)
+        cmd = " ".join([_python_words(python)] + [shlex.quote(w) for w in argv[len(py):]])
+    else:
+        cmd = " ".join(shlex.quote(w) for w in argv)
+    lines = [
+        "#!/bin/sh",
+        f"# gpuops launcher for run {run_id} (generated)",
+        'D=$(cd "$(dirname "$0")" && pwd) || exit 127',
+        'echo $$ > "$D/pid.tmp" && mv "$D/pid.tmp" "$D/pid"',
+        'date +%s > "$D/started"',
+        "trap 'gpuops_signal=INT' INT",
+        "trap 'gpuops_signal=TERM' TERM",
+        "trap 'gpuops_signal=HUP' HUP",
+        'if [ -f "$D/secrets.env" ]; then . "$D/secrets.env"; rm -f "$D/secrets.env"; fi',
+    ]
+    for k in unset:
+        lines.append(f"unset {k}")
+    for k, v in env.items():
+        lines.append(f"{k}={shlex.quote(v)}; export {k}")
+    lines += [
+        f"GPUOPS_RUN_ID={shlex.quote(run_id)}; export GPUOPS_RUN_ID",
+        'GPUOPS_RUN_DIR="$D"; export GPUOPS_RUN_DIR',
+        f"if cd {shell_path(remote_dir)}; then",
+        f"  {cmd}",
+        "  gpuops_rc=$?",
+        "else",
+        f"  echo \"gpuops: cannot enter the project folder {remote_dir}\" >&2",
+        "  gpuops_rc=127",
+        "fi",
+        'date +%s > "$D/ended"',
+        'echo "$gpuops_rc" > "$D/exit_code.tmp" && mv "$D/exit_code.tmp" "$D/exit_code"',
+        f"rm -f {ACTIVE_DIR}/{shlex.quote(run_id)}",
+        'exit "$gpuops_rc"',
+    ]
+    return "\n".join(lines) + "\n"
+
+
+def launch_bundle(*, run_id: str, remote_dir: str, meta: dict, launcher: str, secrets: dict[str, str],
+                  python: str) -> str:
+    """The script sent on stdin to `sh -s`: create the run folder, write files, start the job detached."""
+    D = shell_path(run_dir_of(remote_dir, run_id))
+    secret_text = "".join(f"{k}={shlex.quote(v)}; export {k}\n" for k, v in secrets.items())
+    parts = [
+        "set -e",
+        "umask 077",
+        f"D={D}",
+        'mkdir -p "$(dirname "$D")"',
+        'mkdir "$D"',
+        'D=$(cd "$D" && pwd -P)',
+        _heredoc('"$D/meta.json"', json.dumps(meta, sort_keys=False)),
+        _heredoc('"$D/launch.sh"', launcher),
+    ]
+    if secrets:
+        parts += [
+            ': > "$D/secrets.env"',  # created 0600 (umask 077) before anything is written to it
+            'chmod 600 "$D/secrets.env"',
+            _heredoc('"$D/secrets.env"', secret_text, append=True),
+        ]
+    parts += [
+        f"mkdir -p {ACTIVE_DIR}",
+        f"printf '%s\\n' \"$D\" > {ACTIVE_DIR}/{shlex.quote(run_id)}",
+        ': > "$D/log"',
+        "umask 022",
+        "set +e",
+        "if setsid -f true >/dev/null 2>&1; then",
+        '  setsid -f nohup sh "$D/launch.sh" </dev/null >>"$D/log" 2>&1',
+        "else",
+        f"  {_python_words(python)} -c 'import os, signal, sys\n"
+        "for s in (signal.SIGINT, signal.SIGQUIT):\n    signal.signal(s, signal.SIG_DFL)\n"
+        "os.setsid()\nos.execvp(sys.argv[1], sys.argv[1:])' nohup sh \"$D/launch.sh\" </dev/null >>\"$D/log\" 2>&1 &",
+        "fi",
+        'i=0; while [ ! -s "$D/pid" ] && [ $i -lt 200 ]; do sleep 0.05; i=$((i+1)); done',
+        'echo "@launched $(cat "$D/pid" 2>/dev/null) $D"',
+    ]
+    return "\n".join(parts) + "\n"
+
+
+def launch(remote, *, run_id: str, remote_dir: str, meta: dict, launcher: str, secrets: dict[str, str],
+           python: str) -> tuple[int, str]:
+    """Start the job; returns (pid, absolute remote run folder)."""
+    bundle = launch_bundle(run_id=run_id, remote_dir=remote_dir, meta=meta, launcher=launcher, secrets=secrets,
+                           python=python)
+    res = remote.run("sh -s", stdin=bundle, timeout=60)
+    for line in res.stdout.splitlines():
+        if line.startswith("@launched "):
+            parts = line.split(" ", 2)
+            if len(parts) == 3 and parts[1].isdigit():
+                return int(parts[1]), parts[2]
+            raise RemoteError(f"run {run_id} did not start: no process id recorded in its folder",
+                              hint=f"see {run_dir_of(remote_dir, run_id)}/log on the host")
+    detail = (res.stderr.strip() or res.stdout.strip()).splitlines()[-1:] or [f"exit {res.rc}"]
+    raise RemoteError(f"could not create the run folder for {run_id}: {detail[0]}")
+
+
+# -- state, tail, stop ------------------------------------------------------------------------------
+def state_lines(runs: Iterable[tuple[str, str]]) -> str:
+    """Shell lines printing one RUN line per (run id, remote run dir)."""
+    return "".join(f"gpuops_state {shell_path(d)} {shlex.quote(rid)}\n" for rid, d in runs)
+
+
+def query_states(remote, runs: list[tuple[str, str]], *, gpu: bool = False, list_dir: Optional[str] = None) -> dict:
+    """One execution: RUN lines for the given runs, optionally the GPU utilisation and other runs' meta.json."""
+    script = STATE_FN + state_lines(runs)
+    if list_dir:
+        R = shell_path(f"{list_dir.rstrip('/')}/{RUNS_SUBDIR}")
+        script += (f'for d in {R}/*/; do [ -f "$d/meta.json" ] || continue; id=$(basename "$d"); '
+                   'echo "META $id $(tr -d \'\\n\' < "$d/meta.json")"; gpuops_state "${d%/}" "$id"; done\n')
+    if gpu:
+        script += ('echo @gpu\nT=; command -v timeout >/dev/null 2>&1 && T="timeout 20"\n'
+                   "$T nvidia-smi --query-gpu=index,name,utilization.gpu,memory.used,memory.total,temperature.gpu,"
+                   "power.draw --format=csv,noheader,nounits 2>&1\n")
+    res = remote.run("sh -s", stdin=script, timeout=60)
+    infos: dict[str, RunInfo] = {}
+    metas: dict[str, dict] = {}
+    gpu_lines: list[str] = []
+    in_gpu = False
+    for line in res.stdout.splitlines():
+        if line == "@gpu":
+            in_gpu = True
+            continue
+        if in_gpu:
+            gpu_lines.append(line)
+            continue
+        info = parse_state_line(line)
+        if info:
+            infos[info.run_id] = info
+        elif line.startswith("META "):
+            _, rid, doc = (line.split(" ", 2) + [""])[:3]
+            try:
+                metas[rid] = json.loads(doc)
+            except ValueError:
+                pass
+    return {"infos": infos, "metas": metas, "gpu_lines": gpu_lines}
+
+
+def tail(remote, run_id: str, run_dir: str, lines: int) -> tuple[RunInfo, str]:
+    D = shell_path(run_dir)
+    script = STATE_FN + f"gpuops_state {D} {shlex.quote(run_id)}\n[ -f {D}/log ] && tail -n {int(lines)} {D}/log\n"
+    res = remote.run("sh -s", stdin=script, timeout=60)
+    first, _, rest = res.stdout.partition("\n")
+    info = parse_state_line(first) or RunInfo(run_id=run_id, exists=False)
+    return info, rest
+
+
+def read_from(remote, run_dir: str, offset: int, size: int) -> bytes:
+    """The log's bytes [offset, size): used to catch up after a stream ended."""
+    if size <= offset:
+        return b""
+    D = shell_path(run_dir)
+    res = remote.run(f"tail -c +{int(offset) + 1} {D}/log | head -c {int(size - offset)}", timeout=60)
+    return res.stdout.encode("utf-8", "surrogateescape") if isinstance(res.stdout, str) else res.stdout
+
+
+def stop_script(run_id: str, run_dir: str, grace: float) -> str:
+    D = shell_path(run_dir)
+    ticks = max(1, int(round(grace * 10)))
+    rid = shlex.quote(run_id)
+    return STATE_FN + f"""
+D={D}
+p=$(cat "$D/pid" 2>/dev/null)
+if [ -z "$p" ]; then echo "@stop nopid"; gpuops_state "$D" {rid}; exit 0; fi
+galive() {{ env kill -0 -- -"$p" 2>/dev/null; }}
+if ! galive; then echo "@stop notrunning"; gpuops_state "$D" {rid}; exit 0; fi
+gone() {{ i=0; while galive && [ $i -lt $1 ]; do sleep 0.1; i=$((i+1)); done; ! galive; }}
+req=$(date +%s)
+sig=INT
+env kill -s INT -- -"$p" 2>/dev/null
+if ! gone {ticks}; then
+  sig=TERM; env kill -s TERM -- -"$p" 2>/dev/null
+  if ! gone {ticks}; then
+    sig=KILL; env kill -s KILL -- -"$p" 2>/dev/null
+    gone 50
+  fi
+fi
+now=$(date +%s)
+if [ ! -f "$D/exit_code" ]; then
+  echo "$now" > "$D/ended"
+  echo 137 > "$D/exit_code"
+fi
+rm -f {ACTIVE_DIR}/{rid}
+printf '{{"by": "gpuops stop", "signal": "%s", "requested": %s, "ended": %s, "grace": {float(grace)}}}\\n' "$sig" "$req" "$now" > "$D/stop.json"
+echo "@stop $sig"
+gpuops_state "$D" {rid}
+"""
+
+
+def stop(remote, run_id: str, run_dir: str, grace: float) -> tuple[str, RunInfo]:
+    res = remote.run("sh -s", stdin=stop_script(run_id, run_dir, grace), timeout=3 * grace + 60)
+    how, info = "", None
+    for line in res.stdout.splitlines():
+        if line.startswith("@stop "):
+            how = line.split(" ", 1)[1].strip()
+        elif line.startswith("RUN "):
+            info = parse_state_line(line)
+    if not how:
+        detail = (res.stderr.strip() or res.stdout.strip()).splitlines()[-1:] or [f"exit {res.rc}"]
+        raise RemoteError(f"stop of {run_id} failed: {detail[0]}")
+    return how, info or RunInfo(run_id=run_id)

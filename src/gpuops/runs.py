@@ -1,0 +1,492 @@
+"""Run lifecycle, the deciding part: run ids, the job's environment, meta.json, run state and the local registry.
+
+Pure (no network): the remote side lives in remote/launch.py, the commands in cli/runs.py.
+
+Layout of a run
+  remote   <remote_dir>/.gpuops/runs/<run id>/  meta.json, launch.sh, log, pid, started, ended, exit_code, stop.json
+           ~/.gpuops/active/<run id>           host-wide index of launched runs (holds the run folder's path)
+  local    ./runs/<run id>/meta.json            the same meta.json, plus remote location; state.json once ended
+"""
+from __future__ import annotations
+
+import json
+import re
+import shlex
+import subprocess
+import time
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Callable, Iterable, Optional
+
+from .errors import UsageError
+
+RUNNING, SUCCEEDED, FAILED, STOPPED, LOST = "running", "succeeded", "failed", "stopped", "lost"
+ENDED = (SUCCEEDED, FAILED, STOPPED, LOST)
+ALWAYS_SECRET = ("WANDB_API_KEY",)
+RESERVED = ("GPUOPS_RUN_ID", "GPUOPS_RUN_DIR")
+_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
+
+
+# -- run ids ------------------------------------------------------------------------------
+def run_id(name: Optional[str], script: str, *, clock: Callable[[], datetime] = datetime.now,
+           taken: Iterable[str] = ()) -> str:
+    """`<name or script stem>-<YYYYmmdd-HHMMSS>`; a suffix -2, -3 ... if that id is already taken."""
+    base = name or Path(script).stem or "run"
+    base = re.sub(r"[^A-Za-z0-9._-]+", "_", base).strip("._-") or "run"
+    rid = f"{base}-{clock().strftime('%Y%m%d-%H%M%S')}"
+    taken = set(taken)
+    n, out = 2, rid
+    while out in taken:
+        out, n = f"{rid}-{n}", n + 1
+    return out
+
+
+# -- environment --------------------------------------------------------------------------
+@dataclass
+class EnvVar:
+    name: str
+    value: Optional[str]  # None: unset in the job's environment
+    origin: str  # "preset h100", "profile", "--env", "gpuops", "--seed"
+    reason: str = ""
+
+
+@dataclass
+class EnvPlan:
+    vars: dict[str, EnvVar] = field(default_factory=dict)  # plain variables, in order
+    secrets: dict[str, str] = field(default_factory=dict)  # name -> value (never printed or recorded)
+    secret_origin: dict[str, str] = field(default_factory=dict)
+    missing_secrets: list[str] = field(default_factory=list)
+    warnings: list[str] = field(default_factory=list)
+
+    @property
+    def exported(self) -> dict[str, str]:
+        return {k: v.value for k, v in self.vars.items() if v.value is not None}
+
+    @property
+    def unset(self) -> list[str]:
+        return [k for k, v in self.vars.items() if v.value is None]
+
+    def lines(self) -> list[str]:
+        """What is printed before launch: names and values of plain variables, names only of secrets."""
+        out = []
+        for v in self.vars.values():
+            shown = "(unset)" if v.value is None else f"={v.value}"
+            why = f"  [{v.origin}{': ' + v.reason if v.reason else ''}]"
+            out.append(f"{v.name}{shown}{why}")
+        for name in self.secrets:
+            out.append(f"{name}=<secret, from {self.secret_origin.get(name, 'local environment')}>")
+        return out
+
+
+def parse_env_args(items: Iterable[str]) -> dict[str, str]:
+    """--env K=V (repeatable). `K=` (empty) unsets K for the job."""
+    env: dict[str, str] = {}
+    for item in items or ():
+        key, sep, value = item.partition("=")
+        key = key.strip()
+        if not sep or not _NAME.match(key):
+            raise UsageError(f"--env {item!r}: expected NAME=VALUE (NAME of letters, digits, _)",
+                             hint="use --env NAME= to unset a variable the preset or profile sets")
+        env[key] = value
+    return env
+
+
+def load_presets(project_dir: Path | None = None) -> dict:
+    """playbooks/presets.yaml: ./playbooks/ of the project overrides the built-in one."""
+    try:
+        from . import knowledge
+
+        if hasattr(knowledge, "presets"):
+            return knowledge.presets(project_dir) or {}
+    except ImportError:
+        pass
+    import yaml
+
+    from .paths import data_dir
+
+    local = (project_dir or Path.cwd()) / "playbooks" / "presets.yaml"
+    path = local if local.is_file() else data_dir("playbooks") / "presets.yaml"
+    try:
+        return yaml.safe_load(path.read_text(encoding="utf-8")) or {}
+    except FileNotFoundError:
+        return {}
+    except yaml.YAMLError as exc:
+        raise UsageError(f"{path}: not valid YAML: {exc}") from None
+
+
+def plan_env(*, preset: Optional[str], presets_doc: dict, profile_env: dict[str, str], cli_env: dict[str, str],
+             secret_names: Iterable[str], local_env: dict[str, str], run_id: str, profile_name: str,
+             seed: Optional[int] = None, dotenv_names: Iterable[str] = ()) -> EnvPlan:
+    """Layer the job's environment: gpuops defaults < preset < profile env < --env < --seed; secrets aside."""
+    plan = EnvPlan()
+    layers: list[tuple[str, str, Optional[str], str]] = [
+        ("WANDB_RUN_NAME", run_id, "gpuops", "default: the run id"),
+        ("WANDB_RUN_GROUP", profile_name, "gpuops", "default: the profile"),
+        ("PYTHONUNBUFFERED", "1", "gpuops", "log lines reach the log as they are printed"),
+    ]
+    if preset:
+        table = (presets_doc or {}).get("presets", {}) or {}
+        if preset not in table:
+            raise UsageError(f"unknown env_preset '{preset}'; known presets: {', '.join(table) or 'none'}",
+                             hint="fix env_preset in the profile, or add the preset to playbooks/presets.yaml")
+        for k, spec in ((table[preset] or {}).get("env") or {}).items():
+            if isinstance(spec, dict):
+                layers.append((k, str(spec.get("value", "")), f"preset {preset}", str(spec.get("reason", ""))))
+            else:
+                layers.append((k, str(spec), f"preset {preset}", ""))
+    for k, v in (profile_env or {}).items():
+        layers.append((k, v, "profile", ""))
+    for k, v in (cli_env or {}).items():
+        layers.append((k, v if v != "" else None, "--env", ""))
+    if seed is not None:
+        layers.append(("GPUOPS_SEED", str(seed), "--seed", ""))
+        layers.append(("PYTHONHASHSEED", str(seed), "--seed", ""))
+        if "PYTHONHASHSEED" in (cli_env or {}) or "PYTHONHASHSEED" in (profile_env or {}):
+            plan.warnings.append("--seed overrides PYTHONHASHSEED from the profile or --env")
+
+    secrets = list(dict.fromkeys([*ALWAYS_SECRET, *secret_names]))
+    for name, value, origin, reason in layers:
+        if name in RESERVED:
+            plan.warnings.append(f"{name} is set by gpuops; the value from {origin} is ignored")
+            continue
+        if name in secrets:
+            if value:  # a secret given in the profile or --env: still a secret
+                plan.secrets[name] = value
+                plan.secret_origin[name] = origin
+            continue
+        plan.vars.pop(name, None)  # later wins, and keeps the later position
+        plan.vars[name] = EnvVar(name, value, origin, reason)
+    dotenv = set(dotenv_names)
+    for name in secrets:
+        if name in plan.secrets:
+            continue
+        val = local_env.get(name)
+        if val:
+            plan.secrets[name] = val
+            plan.secret_origin[name] = ".env" if name in dotenv else "local environment"
+        elif name not in ALWAYS_SECRET:
+            plan.missing_secrets.append(name)
+    for name in plan.missing_secrets:
+        plan.warnings.append(f"secret {name} is not set in the local environment or .env; the job will not have it")
+    return plan
+
+
+def conflict_warnings(env: dict[str, str], presets_doc: dict, packages: Optional[dict[str, Optional[str]]] = None) -> list[str]:
+    """Known conflicts (presets.yaml `conflicts`) that this environment triggers.
+
+    packages: remote package versions (None = not installed); when unknown (None), env alone decides."""
+    out = []
+    for c in (presets_doc or {}).get("conflicts", []) or []:
+        when = c.get("when") or {}
+        cond_env = when.get("env") or {}
+        if not cond_env or any(env.get(k) != str(v) for k, v in cond_env.items()):
+            continue
+        note = ""
+        for pkg, spec in (when.get("package") or {}).items():
+            if packages is None:
+                note = f" (if the job uses {pkg} {spec})"
+                continue
+            ver = packages.get(pkg)
+            if not ver or not _version_matches(ver, str(spec)):
+                break
+            note = f" ({pkg} {ver} is installed)"
+        else:
+            msg = f"{c.get('message', c.get('id', 'known conflict'))}{note}"
+            if c.get("remediation"):
+                msg += f"; {c['remediation']}"
+            out.append(msg)
+    return out
+
+
+def conflict_packages(presets_doc: dict) -> list[str]:
+    names: list[str] = []
+    for c in (presets_doc or {}).get("conflicts", []) or []:
+        for pkg in ((c.get("when") or {}).get("package") or {}):
+            if pkg not in names:
+                names.append(pkg)
+    return names
+
+
+def _version_matches(version: str, spec: str) -> bool:
+    try:
+        from packaging.specifiers import SpecifierSet
+        from packaging.version import Version
+
+        return Version(version) in SpecifierSet(spec)
+    except Exception:
+        return True
+
+
+# -- the job's command line ---------------------------------------------------------------
+def job_argv(script: str, args: Iterable[str], python: str = "python3") -> list[str]:
+    """How the script is started in the remote project folder: .py by the profile's Python, .sh by sh."""
+    args = list(args)
+    if script.endswith(".py"):
+        return [*shlex.split(python), "-u", script, *args]
+    if script.endswith(".sh"):
+        return ["sh", script, *args]
+    return [script if "/" in script else "./" + script, *args]
+
+
+# -- meta.json ------------------------------------------------------------------------------
+def git_info(project_dir: Path) -> dict:
+    def git(*a: str) -> Optional[str]:
+        try:
+            p = subprocess.run(["git", *a], cwd=project_dir, capture_output=True, text=True, timeout=10)
+        except (OSError, subprocess.TimeoutExpired):
+            return None
+        return p.stdout if p.returncode == 0 else None
+
+    commit = git("rev-parse", "HEAD")
+    if commit is None:
+        return {"commit": None, "dirty": None}
+    status = git("status", "--porcelain", "--untracked-files=no")
+    return {"commit": commit.strip(), "dirty": bool(status and status.strip())}
+
+
+def build_meta(*, run_id: str, script: str, args: list[str], argv: list[str], profile, plan: EnvPlan,
+               remote_dir: str, remote_run_dir: str, git: dict, seed: Optional[int], started: datetime,
+               name: Optional[str] = None) -> dict:
+    """meta.json: everything about the launch except secret values (their names only)."""
+    from . import __version__ as version
+
+    return {
+        "run_id": run_id,
+        "name": name,
+        "script": script,
+        "args": list(args),
+        "command": list(argv),
+        "profile": profile.name,
+        "host": profile.host,
+        "port": profile.port,
+        "user": profile.user,
+        "remote_dir": remote_dir,
+        "remote_run_dir": remote_run_dir,
+        "git_commit": git.get("commit"),
+        "git_dirty": git.get("dirty"),
+        "started_at": started.astimezone(timezone.utc).isoformat(timespec="seconds"),
+        "started_ts": started.timestamp(),
+        "env": plan.exported,
+        "env_unset": plan.unset,
+        "env_preset": profile.env_preset,
+        "secrets": sorted(plan.secrets),
+        "seed": seed,
+        "price_per_hour": profile.price_per_hour,
+        "gpuops_version": version,
+    }
+
+
+# -- state ----------------------------------------------------------------------------------
+@dataclass
+class RunInfo:
+    """What the remote side reports about one run (see launch.STATE_FN)."""
+    run_id: str
+    exists: bool = True
+    pid: Optional[int] = None
+    alive: bool = False
+    exit_code: Optional[int] = None
+    stopped: Optional[dict] = None
+    started: Optional[float] = None
+    ended: Optional[float] = None
+    log_size: int = 0
+
+    @property
+    def state(self) -> str:
+        return state_of(self)
+
+    def elapsed(self, now: Optional[float] = None) -> Optional[float]:
+        if self.started is None:
+            return None
+        end = self.ended if self.ended is not None else (now if now is not None else time.time())
+        return max(0.0, end - self.started)
+
+    def to_json(self, now: Optional[float] = None) -> dict:
+        return {"run_id": self.run_id, "state": self.state, "exit_code": self.exit_code, "pid": self.pid,
+                "started": self.started, "ended": self.ended, "elapsed": self.elapsed(now),
+                "stopped": self.stopped, "log_size": self.log_size}
+
+
+def state_of(info: RunInfo) -> str:
+    if not info.exists:
+        return LOST
+    if info.stopped and not info.alive:
+        return STOPPED
+    if info.exit_code is not None:
+        return SUCCEEDED if info.exit_code == 0 else FAILED
+    if info.alive:
+        return RUNNING
+    return LOST
+
+
+def parse_state_line(line: str) -> Optional[RunInfo]:
+    """`RUN id=<id> exists=1 pid=.. alive=1 rc=.. started=.. ended=.. size=.. stop=<json or ->`."""
+    if not line.startswith("RUN "):
+        return None
+    fields: dict[str, str] = {}
+    rest = line[4:]
+    stop_txt = None
+    if " stop=" in rest:
+        rest, _, stop_txt = rest.partition(" stop=")
+    for tok in rest.split():
+        k, _, v = tok.partition("=")
+        fields[k] = v
+
+    def num(key: str, cast=int):
+        try:
+            return cast(fields.get(key, "").strip())
+        except ValueError:
+            return None
+
+    stopped = None
+    if stop_txt and stop_txt.strip() not in ("", "-"):
+        try:
+            stopped = json.loads(stop_txt)
+        except ValueError:
+            stopped = {"raw": stop_txt.strip()}
+    return RunInfo(run_id=fields.get("id", ""), exists=fields.get("exists") == "1", pid=num("pid"),
+                   alive=fields.get("alive") == "1", exit_code=num("rc"), stopped=stopped,
+                   started=num("started", float), ended=num("ended", float), log_size=num("size") or 0)
+
+
+def exit_for_state(info: RunInfo) -> int:
+    """watch's exit code: 0 when the job succeeded, 1 when it failed, was stopped or is lost."""
+    return 0 if info.state == SUCCEEDED else 1
+
+
+def exit_status(info: RunInfo) -> int:
+    """logs -f's exit code: the job's own exit status (1 when lost, 0-255)."""
+    if info.exit_code is None:
+        return 0 if info.state == SUCCEEDED else 1
+    rc = info.exit_code
+    return rc if 0 <= rc <= 255 else 1
+
+
+def cost(elapsed_s: Optional[float], price_per_hour: Optional[float]) -> Optional[float]:
+    if elapsed_s is None or price_per_hour is None:
+        return None
+    return round(elapsed_s / 3600.0 * price_per_hour, 2)
+
+
+def fmt_duration(seconds: Optional[float]) -> str:
+    if seconds is None:
+        return "-"
+    s = int(seconds)
+    h, rem = divmod(s, 3600)
+    m, s = divmod(rem, 60)
+    return f"{h}h{m:02d}m{s:02d}s" if h else (f"{m}m{s:02d}s" if m else f"{s}s")
+
+
+# -- preflight --------------------------------------------------------------------------------
+@dataclass
+class Preflight:
+    gpus: list[str] = field(default_factory=list)
+    gpu_error: Optional[str] = None
+    free_gb: Optional[float] = None
+    active: list[str] = field(default_factory=list)  # ids of gpuops runs still running on the host
+    packages: Optional[dict[str, Optional[str]]] = None
+    has_setsid_fork: bool = True
+
+
+def parse_preflight(text: str) -> Preflight:
+    """Sections written by launch.PREFLIGHT: `@gpu rc=N`, `@df`, `@active`, `@pkg`, `@setsid`."""
+    pf = Preflight()
+    section, gpu_lines, gpu_rc = None, [], 0
+    for line in text.splitlines():
+        if line.startswith("@"):
+            head = line[1:].split()
+            section = head[0] if head else None
+            if section == "gpu_rc":
+                gpu_rc = int(head[1]) if len(head) > 1 and head[1].lstrip("-").isdigit() else 1
+            elif section == "setsid":
+                pf.has_setsid_fork = len(head) > 1 and head[1] == "1"
+            continue
+        if section == "gpu":
+            if line.strip():
+                gpu_lines.append(line.strip())
+        elif section == "df":
+            parts = line.split()
+            if len(parts) >= 4 and parts[3].isdigit():
+                pf.free_gb = int(parts[3]) / 1024 / 1024
+        elif section == "active":
+            if line.strip():
+                pf.active.append(line.strip())
+        elif section == "pkg":
+            if pf.packages is None:
+                pf.packages = {}
+            name, _, ver = line.partition("=")
+            if name.strip():
+                pf.packages[name.strip()] = ver.strip() or None
+    if gpu_rc != 0 or not gpu_lines:
+        pf.gpu_error = (gpu_lines[0] if gpu_lines else "") or f"nvidia-smi exited {gpu_rc} and listed no GPU"
+    else:
+        pf.gpus = gpu_lines
+    return pf
+
+
+# -- local registry -----------------------------------------------------------------------------
+def registry_dir(project_dir: Path | None = None) -> Path:
+    return (project_dir or Path.cwd()) / "runs"
+
+
+def save_local(meta: dict, project_dir: Path | None = None) -> Path:
+    from .paths import write_atomic
+
+    path = registry_dir(project_dir) / meta["run_id"] / "meta.json"
+    write_atomic(path, json.dumps(meta, indent=1, sort_keys=False) + "\n")
+    return path
+
+
+def save_local_state(run_id: str, info: RunInfo, project_dir: Path | None = None) -> None:
+    from .paths import write_atomic
+
+    d = registry_dir(project_dir) / run_id
+    if d.is_dir():
+        try:
+            write_atomic(d / "state.json", json.dumps(info.to_json(), indent=1) + "\n")
+        except OSError:
+            pass
+
+
+def local_runs(profile_name: Optional[str] = None, project_dir: Path | None = None) -> list[dict]:
+    """Runs recorded here (newest first), optionally of one profile."""
+    out = []
+    d = registry_dir(project_dir)
+    if not d.is_dir():
+        return out
+    for f in d.glob("*/meta.json"):
+        try:
+            meta = json.loads(f.read_text())
+        except (OSError, ValueError):
+            continue
+        if not isinstance(meta, dict) or "run_id" not in meta:
+            continue
+        if profile_name and meta.get("profile") != profile_name:
+            continue
+        out.append(meta)
+    out.sort(key=lambda m: (m.get("started_ts") or 0, m["run_id"]), reverse=True)
+    return out
+
+
+def resolve_run(run: Optional[str], profile_name: str, project_dir: Path | None = None) -> dict:
+    """The meta of RUN (an id or a unique prefix), or the profile's latest run."""
+    runs = local_runs(profile_name, project_dir)
+    if not run:
+        if not runs:
+            raise UsageError(f"no runs of profile '{profile_name}' recorded in {registry_dir(project_dir)}",
+                             hint="start one with: gpuops train --script train.py")
+        return runs[0]
+    exact = [m for m in runs if m["run_id"] == run]
+    if exact:
+        return exact[0]
+    pref = [m for m in runs if m["run_id"].startswith(run)]
+    if len(pref) == 1:
+        return pref[0]
+    if len(pref) > 1:
+        raise UsageError(f"'{run}' matches {len(pref)} runs: {', '.join(m['run_id'] for m in pref[:5])}")
+    others = [m for m in local_runs(None, project_dir) if m["run_id"] == run]
+    if others:
+        raise UsageError(f"run '{run}' belongs to profile '{others[0].get('profile')}'",
+                         hint=f"add -p {others[0].get('profile')}")
+    known = ", ".join(m["run_id"] for m in runs[:5]) or "none"
+    raise UsageError(f"no run '{run}' of profile '{profile_name}' here; recent: {known}")

@@ -1,0 +1,428 @@
+"""Watching a run: ONE long-lived remote stream, its parser, a reconnecting follower and the dashboard model.
+
+The stream (stream_command) is one remote shell that
+  - writes the run's log to stdout from a byte offset (`tail -c +N -F`), so the client knows exactly how many
+    bytes of the log it has and resumes from there after a reconnect, without repeating or losing lines;
+  - writes tagged lines to stderr: `G` GPU samples (`nvidia-smi --query-gpu ... -lms`), `PS` GPU processes,
+    `RUN` the run's state when it changes, `H` a heartbeat, and `END` after the run ended.
+Nothing here starts a remote command per refresh. The dashboard model is pure; rendering is at the bottom.
+"""
+from __future__ import annotations
+
+import re
+import select
+import shlex
+import time
+from collections import deque
+from dataclasses import dataclass, field
+from typing import Callable, Iterator, Optional
+
+from .errors import ConnectError, RemoteError
+from .profiles import shell_path
+from .runs import RUNNING, RunInfo, cost, fmt_duration, parse_state_line
+
+GPU_QUERY = "index,name,utilization.gpu,memory.used,memory.total,temperature.gpu,power.draw"
+HEARTBEAT_TICKS = 10  # heartbeat every 10 ticks (5 s at the default tick)
+SPARK = "▁▂▃▄▅▆▇█"
+
+
+# -- the remote stream ---------------------------------------------------------------------------------
+def stream_command(run_id: str, run_dir: str, *, offset: int, interval: float = 2.0, samples: bool = True,
+                   tick: float = 0.5) -> str:
+    from .remote.launch import STATE_FN
+
+    D = shell_path(run_dir)
+    rid = shlex.quote(run_id)
+    ms = max(100, int(interval * 1000))
+    every = max(1, int(round(interval / tick)))
+    smi = ""
+    if samples:
+        smi = (f"nvidia-smi --query-gpu={GPU_QUERY} --format=csv,noheader,nounits -lms {ms} 2>&1 "
+               "| sed -u 's/^/G /' >&2 &\n")
+        procs = ('echo "PS $(nvidia-smi --query-compute-apps=pid,process_name,used_memory '
+                 '--format=csv,noheader,nounits 2>/dev/null | tr \'\\n\' \';\')" >&2')
+    else:
+        procs = ":"
+    return STATE_FN + f"""
+D={D}
+{smi}tail --pid=$$ -c +{int(offset) + 1} -F "$D/log" 2>/dev/null &
+last=; n=0
+while :; do
+  gpuops_state "$D" {rid} >/dev/null
+  key="$g_alive/$g_rc/$g_stop"
+  if [ "$key" != "$last" ]; then echo "$g_line" >&2; last=$key; fi
+  if [ "$g_alive" != 1 ]; then
+    sleep 0.3
+    trap '' TERM
+    kill -TERM 0 2>/dev/null
+    gpuops_state "$D" {rid} >&2
+    echo END >&2
+    exit 0
+  fi
+  if [ $((n % {every})) = 0 ]; then {procs}; fi
+  if [ $((n % {HEARTBEAT_TICKS})) = 0 ]; then echo "H $(date +%s)" >&2; fi
+  n=$((n+1))
+  sleep {tick}
+done
+"""
+
+
+def once_command(run_id: str, run_dir: str, lines: int) -> str:
+    from .remote.launch import STATE_FN
+
+    D = shell_path(run_dir)
+    return STATE_FN + f"""
+gpuops_state {D} {shlex.quote(run_id)}
+nvidia-smi --query-gpu={GPU_QUERY} --format=csv,noheader,nounits 2>&1 | sed 's/^/G /'
+echo "PS $(nvidia-smi --query-compute-apps=pid,process_name,used_memory --format=csv,noheader,nounits 2>/dev/null | tr '\\n' ';')"
+echo "@log"
+[ -f {D}/log ] && tail -n {int(lines)} {D}/log
+"""
+
+
+def start_offset_command(run_id: str, run_dir: str, lines: int) -> str:
+    """State, then the byte offset where the last N lines of the log begin."""
+    from .remote.launch import STATE_FN
+
+    D = shell_path(run_dir)
+    return STATE_FN + f"""
+gpuops_state {D} {shlex.quote(run_id)}
+if [ -f {D}/log ]; then
+  sz=$(wc -c < {D}/log | tr -d ' '); t=$(tail -n {int(lines)} {D}/log | wc -c | tr -d ' ')
+  echo "START $((sz - t))"
+else
+  echo "START 0"
+fi
+"""
+
+
+# -- parsing ------------------------------------------------------------------------------------------
+def parse_gpu(text: str) -> Optional[dict]:
+    """`0, NVIDIA H100 PCIe, 95, 48935, 81559, 63, 290.00` -> dict; None when not a sample (an error)."""
+    parts = [p.strip() for p in text.split(",")]
+    if len(parts) < 7 or not parts[0].isdigit():
+        return None
+
+    def num(v: str):
+        try:
+            return float(v)
+        except ValueError:
+            return None
+
+    idx, name, rest = int(parts[0]), ", ".join(parts[1:len(parts) - 5]), parts[-5:]
+    util, used, total, temp, power = (num(v) for v in rest)
+    return {"index": idx, "name": name, "util": util, "mem_used": used, "mem_total": total, "temp": temp,
+            "power": power}
+
+
+def parse_procs(text: str) -> list[dict]:
+    out = []
+    for item in text.split(";"):
+        parts = [p.strip() for p in item.split(",")]
+        if len(parts) >= 3 and parts[0].isdigit():
+            try:
+                mem = float(parts[2])
+            except ValueError:
+                mem = None
+            out.append({"pid": int(parts[0]), "name": parts[1], "mem_used": mem})
+    return out
+
+
+def parse_stderr_line(line: str) -> Optional[dict]:
+    """One tagged line of the stream's stderr -> an event (None for an unknown line)."""
+    if line.startswith("G "):
+        g = parse_gpu(line[2:])
+        return {"type": "sample", "gpu": g} if g else {"type": "gpu_error", "message": line[2:].strip()}
+    if line.startswith("PS"):
+        return {"type": "processes", "processes": parse_procs(line[2:])}
+    if line.startswith("RUN "):
+        info = parse_state_line(line)
+        return {"type": "state", "info": info} if info else None
+    if line.startswith("H "):
+        return {"type": "heartbeat"}
+    if line.strip() == "END":
+        return {"type": "end"}
+    return None
+
+
+_ERR = [
+    (re.compile(r"Traceback \(most recent call last\)"), "error"),
+    (re.compile(r"CUDA out of memory|OutOfMemoryError|CUBLAS_STATUS_ALLOC_FAILED", re.I), "error"),
+    (re.compile(r"\bNCCL\b.*\b(error|failure|timed? ?out|unhandled)\b|\bNCCL_?(ERROR|WARN)\b|ncclInternalError|"
+                r"ncclSystemError|ncclUnhandledCudaError", re.I), "error"),
+    (re.compile(r"\bloss\b[^\n]{0,20}?[=:]\s*[-+]?(nan|inf)\b", re.I), "error"),
+    (re.compile(r"^\w*(Error|Exception)\b[:(]|^\s*raise\b|RuntimeError:|Killed$|Segmentation fault"), "error"),
+    (re.compile(r"\bwarning\b|\bWARN\b", re.I), "warning"),
+]
+
+
+def classify(line: str) -> Optional[str]:
+    """'error' for tracebacks, CUDA OOM, NCCL errors, NaN/inf losses; 'warning' for warnings; else None."""
+    for rx, kind in _ERR:
+        if rx.search(line):
+            return kind
+    return None
+
+
+# -- the follower (network) ------------------------------------------------------------------------------
+@dataclass
+class FollowState:
+    offset: int  # bytes of the log already delivered (complete lines only)
+    info: Optional[RunInfo] = None
+    connections: int = 0
+    bytes_in: int = 0
+
+
+def stream_once(remote, run_id: str, run_dir: str, fs: FollowState, *, interval: float, samples: bool,
+                idle_timeout: float = 20.0, tick: float = 0.5) -> Iterator[dict]:
+    """Events of one stream on a live connection. Returns normally only after END (the run ended);
+    raises ConnectError when the connection drops or goes silent."""
+    chan = remote.stream(stream_command(run_id, run_dir, offset=fs.offset, interval=interval, samples=samples,
+                                        tick=tick))
+    out, err = bytearray(), bytearray()
+    ended = False
+    last = time.monotonic()
+    try:
+        while True:
+            select.select([chan], [], [], 0.25)
+            got = False
+            while chan.recv_ready():
+                data = chan.recv(1 << 16)
+                if not data:
+                    break
+                got = True
+                fs.bytes_in += len(data)
+                out += data
+                while True:
+                    nl = out.find(b"\n")
+                    if nl < 0:
+                        break
+                    raw = bytes(out[:nl])
+                    del out[:nl + 1]
+                    fs.offset += nl + 1
+                    yield {"type": "log", "line": raw.decode("utf-8", "replace"), "offset": fs.offset}
+            while chan.recv_stderr_ready():
+                data = chan.recv_stderr(1 << 16)
+                if not data:
+                    break
+                got = True
+                fs.bytes_in += len(data)
+                err += data
+                while True:
+                    nl = err.find(b"\n")
+                    if nl < 0:
+                        break
+                    line = bytes(err[:nl]).decode("utf-8", "replace")
+                    del err[:nl + 1]
+                    ev = parse_stderr_line(line)
+                    if ev is None:
+                        continue
+                    if ev["type"] == "state":
+                        fs.info = ev["info"]
+                    if ev["type"] == "end":
+                        ended = True
+                    if ev["type"] != "heartbeat":
+                        yield ev
+            if got:
+                last = time.monotonic()
+                continue
+            if chan.exit_status_ready() or chan.eof_received or chan.closed:
+                if not chan.recv_ready() and not chan.recv_stderr_ready():
+                    break
+            if not remote.transport.is_active():
+                raise ConnectError(f"connection to {remote.profile.host} was lost")
+            if time.monotonic() - last > idle_timeout:
+                raise ConnectError(f"no data from {remote.profile.host} for {idle_timeout:g}s")
+    finally:
+        try:
+            chan.close()
+        except Exception:
+            pass
+    if not ended:
+        if remote.transport.is_active() and chan.exit_status_ready():
+            raise RemoteError(f"the watch stream ended unexpectedly on the host (exit {chan.recv_exit_status()})")
+        raise ConnectError(f"connection to {remote.profile.host} was lost")
+    # the run ended: deliver the rest of the log (bytes tail had not sent yet, and a last line without newline)
+    from .remote.launch import read_from
+
+    size = fs.info.log_size if fs.info else 0
+    if size > fs.offset:
+        rest = read_from(remote, run_dir, fs.offset, size)
+        pieces = rest.split(b"\n")
+        for i, raw in enumerate(pieces):
+            if i == len(pieces) - 1 and not raw:
+                break
+            fs.offset += len(raw) + (1 if i < len(pieces) - 1 else 0)
+            yield {"type": "log", "line": raw.decode("utf-8", "replace"), "offset": fs.offset}
+
+
+def follow(connect: Callable[[], object], run_id: str, run_dir: str, fs: FollowState, *, interval: float = 2.0,
+           samples: bool = True, give_up_after: float = 300.0, backoff_max: float = 15.0,
+           sleep: Callable[[float], None] = time.sleep, idle_timeout: float = 20.0) -> Iterator[dict]:
+    """Events until the run ends, reconnecting with backoff when the connection drops (the log resumes at
+    fs.offset). Authentication and host-key errors are not retried."""
+    from .errors import AuthError, HostKeyError
+
+    delay, down_since, attempt = 1.0, None, 0
+    remote = None
+    while True:
+        try:
+            if remote is None:
+                remote = connect()
+                fs.connections += 1
+                if down_since is not None:
+                    yield {"type": "connected", "attempts": attempt}
+                down_since, delay, attempt = None, 1.0, 0
+            for ev in stream_once(remote, run_id, run_dir, fs, interval=interval, samples=samples,
+                                  idle_timeout=idle_timeout):
+                yield ev
+            remote.close()
+            return
+        except (AuthError, HostKeyError):
+            raise
+        except ConnectError as exc:
+            if remote is not None:
+                remote.close()
+                remote = None
+            now = time.monotonic()
+            down_since = down_since if down_since is not None else now
+            if now - down_since > give_up_after:
+                raise ConnectError(f"{exc}; gave up reconnecting after {give_up_after:g}s",
+                                   hint="the job keeps running; `gpuops watch` again later") from exc
+            attempt += 1
+            yield {"type": "reconnecting", "attempt": attempt, "delay": delay, "error": str(exc)}
+            sleep(delay)
+            delay = min(delay * 2, backoff_max)
+
+
+# -- the dashboard model (pure) ---------------------------------------------------------------------------
+@dataclass
+class GpuView:
+    index: int
+    name: str = ""
+    last: dict = field(default_factory=dict)
+    util: deque = field(default_factory=lambda: deque(maxlen=40))
+    mem: deque = field(default_factory=lambda: deque(maxlen=40))
+
+
+class Dashboard:
+    def __init__(self, meta: dict, *, price_per_hour: Optional[float] = None, log_lines: int = 15,
+                 clock: Callable[[], float] = time.time):
+        self.meta = meta
+        self.run_id = meta.get("run_id", "")
+        self.price = price_per_hour if price_per_hour is not None else meta.get("price_per_hour")
+        self.clock = clock
+        self.gpus: dict[int, GpuView] = {}
+        self.gpu_error: Optional[str] = None
+        self.procs: list[dict] = []
+        self.info: Optional[RunInfo] = None
+        self.log: deque = deque(maxlen=log_lines)
+        self.errors = 0
+        self.link = "connecting"
+
+    def apply(self, ev: dict) -> None:
+        t = ev.get("type")
+        if t == "sample":
+            g = ev["gpu"]
+            v = self.gpus.setdefault(g["index"], GpuView(g["index"]))
+            v.name, v.last = g["name"], g
+            v.util.append(g["util"] or 0)
+            if g["mem_total"]:
+                v.mem.append(100.0 * (g["mem_used"] or 0) / g["mem_total"])
+            self.gpu_error = None
+            self.link = "live"
+        elif t == "gpu_error":
+            self.gpu_error = ev["message"]
+        elif t == "processes":
+            self.procs = ev["processes"]
+        elif t == "state":
+            self.info = ev["info"]
+            self.link = "live"
+        elif t == "log":
+            kind = classify(ev["line"])
+            if kind == "error":
+                self.errors += 1
+            self.log.append((ev["line"], kind))
+        elif t == "reconnecting":
+            self.link = f"reconnecting (attempt {ev['attempt']}, next in {ev['delay']:g}s): {ev['error']}"
+        elif t == "connected":
+            self.link = "live"
+
+    # derived
+    @property
+    def state(self) -> str:
+        return self.info.state if self.info else "unknown"
+
+    def elapsed(self) -> Optional[float]:
+        if self.info and self.info.started is not None:
+            return self.info.elapsed(self.clock())
+        st = self.meta.get("started_ts")
+        return max(0.0, self.clock() - st) if st else None
+
+    def cost(self) -> Optional[float]:
+        return cost(self.elapsed(), self.price)
+
+    def state_text(self) -> str:
+        s = self.state
+        if self.info and self.info.exit_code is not None and s != RUNNING:
+            s += f" (exit {self.info.exit_code})"
+        if self.info and self.info.stopped:
+            s += f" by {self.info.stopped.get('signal', '?')}"
+        c = self.cost()
+        money = f", cost ${c:.2f}" if c is not None else ""
+        return f"{self.run_id}: {s}, elapsed {fmt_duration(self.elapsed())}{money}"
+
+
+def sparkline(values) -> str:
+    vals = list(values)
+    if not vals:
+        return ""
+    return "".join(SPARK[min(len(SPARK) - 1, max(0, int((v or 0) / 100.0 * (len(SPARK) - 1) + 0.5)))] for v in vals)
+
+
+def gpu_text(g: dict) -> str:
+    def n(v, fmt="{:.0f}"):
+        return "?" if v is None else fmt.format(v)
+
+    return (f"gpu{g['index']} util={n(g['util'])}% mem={n(g['mem_used'])}/{n(g['mem_total'])}MiB "
+            f"temp={n(g['temp'])}C power={n(g['power'])}W")
+
+
+def render(dash: Dashboard):
+    """A rich renderable of the whole screen."""
+    from rich.console import Group
+    from rich.panel import Panel
+    from rich.table import Table
+    from rich.text import Text
+
+    colour = {"running": "cyan", "succeeded": "green", "failed": "red", "stopped": "yellow", "lost": "red"}
+    head = Text(dash.state_text(), style="bold " + colour.get(dash.state, "white"))
+    if dash.link != "live":
+        head.append(f"   [{dash.link}]", style="yellow")
+    gt = Table(box=None, expand=False, pad_edge=False)
+    for col in ("GPU", "name", "util", "memory", "temp", "power", "util history", "mem history"):
+        gt.add_column(col)
+    for idx in sorted(dash.gpus):
+        v = dash.gpus[idx]
+        g = v.last
+        mem = f"{g['mem_used'] or 0:.0f}/{g['mem_total'] or 0:.0f} MiB"
+        gt.add_row(str(idx), v.name, f"{g['util'] or 0:.0f}%", mem, f"{g['temp'] or 0:.0f}C",
+                   f"{g['power'] or 0:.0f}W", Text(sparkline(v.util), style="green"),
+                   Text(sparkline(v.mem), style="magenta"))
+    parts = [head, gt]
+    if dash.gpu_error:
+        parts.append(Text(f"nvidia-smi: {dash.gpu_error}", style="red"))
+    if dash.procs:
+        pt = Table(box=None, title=None, pad_edge=False)
+        for col in ("pid", "process", "GPU memory"):
+            pt.add_column(col)
+        for p in dash.procs:
+            pt.add_row(str(p["pid"]), p["name"], f"{p['mem_used'] or 0:.0f} MiB")
+        parts.append(pt)
+    else:
+        parts.append(Text("no GPU processes", style="dim"))
+    log = Text()
+    for line, kind in dash.log:
+        log.append(line + "\n", style={"error": "bold red", "warning": "yellow"}.get(kind or "", ""))
+    parts.append(Panel(log, title=f"log ({dash.errors} error lines)" if dash.errors else "log", border_style="dim"))
+    return Group(*parts)
