@@ -240,6 +240,19 @@ def _run_script(profile, remote, spec: dict, *, timeout: float) -> dict:
         raise RemoteError(f"remote listing failed (exit {res.rc}): {detail}") from None
 
 
+def _run_script_reconnecting(profile, remote, out, spec: dict, *, timeout: float) -> dict:
+    """As _run_script; if the connection died meanwhile (the network blip rsync retried through usually takes the
+    long-lived SSH connection with it), open a fresh one for this execution."""
+    try:
+        return _run_script(profile, remote, spec, timeout=timeout)
+    except ConnectError:
+        from .remote.connection import connect
+
+        out.step("the SSH connection dropped during the transfer; reconnecting to verify")
+        with connect(profile, announce=out.info) as fresh:
+            return _run_script(profile, fresh, spec, timeout=timeout)
+
+
 def fetch_sources(profile, project_dir: Path) -> dict[str, str]:
     base = profile.remote_dir_for(project_dir)
     return {name: tr.join_remote(base, sub) for name, sub in profile.fetch.items()}
@@ -391,7 +404,8 @@ def fetch(profile, remote, out, name: str = "checkpoints", *, dest: Path | None 
     hasher = threading.Thread(target=_hash_local, args=(staging, local_rels, local), daemon=True)
     hasher.start()
     try:
-        hdoc = _run_script(profile, remote, {"hash": {"base": src, "subs": subs or [""]}}, timeout=3600)
+        hdoc = _run_script_reconnecting(profile, remote, out, {"hash": {"base": src, "subs": subs or [""]}},
+                                        timeout=3600)
     finally:
         hasher.join()
     remote_hashes = hdoc.get("hashes", {})

@@ -1,0 +1,181 @@
+"""`gpuops fetch` end to end: the real sandbox sshd, real rsync, and a TCP proxy that cuts connections."""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+from pathlib import Path
+
+from proxy import Proxy
+
+
+def write(path: Path, data: bytes | str = b"x") -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_bytes(data.encode() if isinstance(data, str) else data)
+    return path
+
+
+def remote_project(sandbox) -> Path:
+    return Path(sandbox["dir"]) / "home" / Path.cwd().name
+
+
+def tree(root: Path) -> set[str]:
+    return {str(p.relative_to(root)) for p in root.rglob("*") if p.is_file()}
+
+
+def make_checkpoints(sandbox) -> Path:
+    ck = remote_project(sandbox) / "checkpoints"
+    for step in (1, 2, 10):
+        write(ck / f"run/global_step_{step}/actor/model.pt", os.urandom(20_000 + step))
+        write(ck / f"run/global_step_{step}/meta.json", json.dumps({"step": step}))
+    write(ck / "hf/checkpoint-7/weights.bin", os.urandom(5000))
+    write(ck / "latest_checkpointed_iteration.txt", "10")
+    write(ck / "run/__pycache__/x.pyc", "fetch never applies sync exclusions")
+    return ck
+
+
+def test_fetch_everything_verified_without_exclusions(sandbox, gpuops):
+    ck = make_checkpoints(sandbox)
+    r = gpuops("fetch", "-p", "sandbox")
+    assert r.code == 0, r.all
+    local = Path.cwd() / "checkpoints"
+    assert tree(local) == tree(ck)
+    for rel in tree(ck):
+        assert (local / rel).read_bytes() == (ck / rel).read_bytes()
+    assert not (local / ".gpuops-partial").exists()
+    assert "verified" in r.out
+    # again: nothing to transfer, still verified
+    r = gpuops("fetch", "checkpoints", "-p", "sandbox", "--json")
+    assert r.code == 0, r.all
+    doc = json.loads(r.out)
+    assert doc["files"] == 0 and doc["verified"] == len(tree(ck))
+
+
+def test_fetch_latest_and_step(sandbox, gpuops):
+    make_checkpoints(sandbox)
+    r = gpuops("fetch", "-p", "sandbox", "--latest", "--dest", "ckpt", "--json")
+    assert r.code == 0, r.all
+    doc = json.loads(r.out)
+    assert doc["steps"] == [10]  # by number: 10 > 2 > 1 (and > checkpoint-7)
+    assert tree(Path("ckpt")) == {"run/global_step_10/actor/model.pt", "run/global_step_10/meta.json"}
+    r = gpuops("fetch", "-p", "sandbox", "--step", "2", "--dest", "ckpt")
+    assert r.code == 0, r.all
+    assert tree(Path("ckpt")) == {"run/global_step_10/actor/model.pt", "run/global_step_10/meta.json",
+                                  "run/global_step_2/actor/model.pt", "run/global_step_2/meta.json"}
+    r = gpuops("fetch", "-p", "sandbox", "--step", "7", "--dest", "hf_only")
+    assert r.code == 0, r.all
+    assert tree(Path("hf_only")) == {"hf/checkpoint-7/weights.bin"}
+    r = gpuops("fetch", "-p", "sandbox", "--step", "99")
+    assert r.code == 1
+    assert "no step 99" in r.err and "1, 2, 7, 10" in r.err
+    r = gpuops("fetch", "-p", "sandbox", "--step", "2", "--latest")
+    assert r.code == 2
+
+
+def test_fetch_list_and_other_names(sandbox, gpuops):
+    make_checkpoints(sandbox)
+    write(remote_project(sandbox) / "outputs/eval/results.json", "{}")
+    prof = Path(sandbox["profile"])
+    prof.write_text(prof.read_text() + "fetch:\n  checkpoints: checkpoints\n  outputs: outputs\n  missing: nowhere\n")
+    r = gpuops("fetch", "-p", "sandbox", "--list")
+    assert r.code == 0, r.all
+    assert "step       10" in r.out and "run/global_step_10" in r.out and "outputs:" in r.out
+    assert "not on the remote" in r.out
+    r = gpuops("fetch", "-p", "sandbox", "--list", "--json")
+    doc = json.loads(r.out)
+    assert [s["step"] for s in doc["checkpoints"]["steps"]] == [1, 2, 7, 10]
+    assert doc["outputs"]["files"] == 1 and doc["missing"]["exists"] is False
+    r = gpuops("fetch", "outputs", "-p", "sandbox")
+    assert r.code == 0, r.all
+    assert (Path.cwd() / "outputs/eval/results.json").read_text() == "{}"
+    r = gpuops("fetch", "nosuch", "-p", "sandbox")
+    assert r.code == 2 and "not in the profile's fetch" in r.err
+    r = gpuops("fetch", "missing", "-p", "sandbox")
+    assert r.code == 1 and "does not exist" in r.err
+
+
+def test_corrupted_remote_file_is_detected(sandbox, gpuops):
+    ck = make_checkpoints(sandbox)
+    assert gpuops("fetch", "-p", "sandbox", "--latest").code == 0
+    local = Path.cwd() / "checkpoints/run/global_step_10/actor/model.pt"
+    good = local.read_bytes()
+    # silent corruption on the remote: same size and mtime, so rsync's quick check sees nothing
+    bad = ck / "run/global_step_10/actor/model.pt"
+    st = bad.stat()
+    data = bytearray(bad.read_bytes())
+    data[100] ^= 0xFF
+    bad.write_bytes(bytes(data))
+    os.utime(bad, ns=(st.st_atime_ns, st.st_mtime_ns))
+    r = gpuops("fetch", "-p", "sandbox", "--latest")
+    assert r.code == 1, r.all
+    assert "verification failed" in r.err and "run/global_step_10/actor/model.pt" in r.err
+    assert local.read_bytes() == good  # the verified copy was not replaced
+
+
+def _cut_profile(sandbox, port: int) -> str:
+    from gpuops.paths import config_dir
+
+    src = Path(sandbox["profile"]).read_text()
+    lines = [ln for ln in src.splitlines() if not ln.startswith("port:")] + [f"port: {port}"]
+    write(config_dir() / "profiles" / "cut.yaml", "\n".join(lines) + "\n")
+    return "cut"
+
+
+def test_fetch_resumes_after_the_connection_is_cut(sandbox, gpuops):
+    from gpuops import profiles
+    from gpuops.remote.connection import connect
+
+    size = 3_000_000
+    payload = os.urandom(size)
+    write(remote_project(sandbox) / "checkpoints/global_step_3/model.pt", payload)
+    proxy = Proxy(sandbox["port"], cut_after=1_200_000)
+    try:
+        name = _cut_profile(sandbox, proxy.port)
+        with connect(profiles.resolve(name), announce=lambda s: None):  # trust [127.0.0.1]:proxy-port
+            pass
+        r = gpuops("fetch", "-p", name, "--json")
+        assert r.code == 0, r.all
+        doc = json.loads(r.out)
+        assert doc["attempts"] >= 2  # every connection is cut after 1.2 MB: only resuming can finish
+        assert "retrying" in r.err
+        assert (Path.cwd() / "checkpoints/global_step_3/model.pt").read_bytes() == payload
+        assert proxy.bytes_down < 2 * size
+        assert not (Path.cwd() / "checkpoints/.gpuops-partial").exists()
+    finally:
+        proxy.close()
+
+
+def test_interrupted_fetch_leaves_no_file_under_its_final_name(sandbox, gpuops, monkeypatch):
+    from gpuops import profiles
+    from gpuops.remote.connection import connect
+
+    monkeypatch.setattr("gpuops.remote.rsync.ATTEMPTS", 1)
+    write(remote_project(sandbox) / "checkpoints/global_step_1/model.pt", os.urandom(2_000_000))
+    proxy = Proxy(sandbox["port"], cut_after=700_000)
+    try:
+        name = _cut_profile(sandbox, proxy.port)
+        with connect(profiles.resolve(name), announce=lambda s: None):
+            pass
+        r = gpuops("fetch", "-p", name)
+        assert r.code == 3, r.all
+        assert "run the command again" in r.err
+        local = Path.cwd() / "checkpoints"
+        assert not (local / "global_step_1/model.pt").exists()
+        assert (local / ".gpuops-partial").is_dir()  # what arrived is kept for the next run
+    finally:
+        proxy.close()
+
+
+def test_changed_host_key_refused(sandbox, gpuops, tmp_path):
+    from gpuops.paths import known_hosts_file
+
+    make_checkpoints(sandbox)
+    key = tmp_path / "other_key"
+    subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(key)], check=True)
+    kind, b64 = key.with_suffix(".pub").read_text().split()[:2]
+    known_hosts_file().parent.mkdir(parents=True, exist_ok=True)
+    known_hosts_file().write_text(f"[127.0.0.1]:{sandbox['port']} {kind} {b64}\n")
+    r = gpuops("fetch", "-p", "sandbox")
+    assert r.code == 3, r.all
+    assert "host key" in r.err.lower()
+    assert not (Path.cwd() / "checkpoints").exists()
