@@ -105,3 +105,14 @@ def test_shell_path_quotes_but_keeps_home():
     assert profiles.shell_path("~/my proj") == "\"$HOME\"/'my proj'"
     assert profiles.shell_path("/data/x;rm -rf /") == "'/data/x;rm -rf /'"
     assert profiles.shell_path("~") == '"$HOME"'
+
+
+def test_profiles_command_lists_and_masks_secrets(isolated, gpuops, monkeypatch):
+    write(isolated / "profiles", "box", "host: h\nenv:\n  HF_TOKEN: ${HF_TOKEN}\n  EPOCHS: '3'\nsecrets: [MY_PASS]\n")
+    monkeypatch.setenv("HF_TOKEN", "hf_supersecretvalue")
+    r = gpuops("profiles")
+    assert r.code == 0 and "box" in r.out and "lambda-h100" in r.out and "(example)" in r.out
+    r = gpuops("profiles", "show", "box")
+    assert r.code == 0 and "hf_supersecretvalue" not in r.all and "HF_TOKEN: '***'" in r.out and "EPOCHS: '3'" in r.out
+    r = gpuops("profiles", "show", "nope")
+    assert r.code == 2 and "no profile named 'nope'" in r.err

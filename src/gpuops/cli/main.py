@@ -12,6 +12,7 @@ DEBUG = False
 from . import verify as _verify  # noqa: E402,F401
 from . import sandbox as _sandbox  # noqa: E402,F401
 from . import trust as _trust  # noqa: E402,F401
+from . import profiles as _profiles  # noqa: E402,F401
 from . import transfer as _transfer  # noqa: E402,F401  (sync, fetch)
 from . import runs as _runs  # noqa: E402,F401  (train, watch, logs, status, stop)
 from . import snapshot as _snapshot  # noqa: E402,F401  (snapshot, diff, matrix)
