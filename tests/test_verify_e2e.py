@@ -25,6 +25,7 @@ def test_healthy_sandbox_passes_in_one_remote_execution(sandbox, gpuops, isolate
     assert "PASS" in r.out and "EMULATED" in r.out and "1 remote execution(s)" in r.out
     assert "trusted new host key" in r.err and "SHA256:" in r.err  # first use: recorded and shown
     assert "torch not installed" in r.out  # honest: no torch on the sandbox
+    assert gpuops("verify", "sandbox", "--no-save", "--fail-on-warn").code == 1  # that warning gates CI
     saved = sorted((isolated / "logs" / "env_checks").iterdir())
     assert [p.suffix for p in saved] == [".json", ".txt"] and saved[0].name.endswith("_sandbox.json")
     doc = json.loads(saved[0].read_text())

@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Callable
 
 from . import knowledge as kb
-from .checks import FAIL, evaluate, verdict
+from .checks import FAIL, WARN, evaluate, verdict
 from .errors import ExitCode
 from .facts import from_probe
 
@@ -33,7 +33,8 @@ def probe_params(profile, playbook: dict, presets: dict, project_dir: Path, *, c
 
 
 def run_verify(profile, out, *, playbook: str | None = None, save: bool = True, cuda_check: bool = True,
-               project_dir: Path | None = None, clock: Callable[[], datetime] = datetime.now) -> int:
+               project_dir: Path | None = None, clock: Callable[[], datetime] = datetime.now,
+               fail_on_warn: bool = False) -> int:
     from . import profiles
     from .remote.connection import connect
     from .remote.gather import gather
@@ -60,7 +61,8 @@ def run_verify(profile, out, *, playbook: str | None = None, save: bool = True, 
         saved = save_report(report, results, project_dir, clock())
         out.step(f"report saved: {saved[0]} and .txt")
     profiles.remember(profile, project_dir)
-    return int(ExitCode.FAILED) if report["verdict"] == FAIL else int(ExitCode.OK)
+    failed = report["verdict"] == FAIL or (fail_on_warn and report["verdict"] == WARN)
+    return int(ExitCode.FAILED) if failed else int(ExitCode.OK)
 
 
 def build_report(profile, facts, results, executions: int, seconds: float, when: datetime) -> dict:

@@ -17,11 +17,13 @@ def verify(
     json_: bool = JsonOpt,
     no_save: bool = typer.Option(False, "--no-save", help="Do not save the report under logs/env_checks/."),
     no_cuda: bool = typer.Option(False, "--no-cuda-check", help="Skip the CUDA tensor test (faster on busy GPUs)."),
+    fail_on_warn: bool = typer.Option(False, "--fail-on-warn", help="Exit 1 on warnings too (for CI gates)."),
 ) -> None:
     """Check GPUs, driver, CUDA, Python and packages in one remote execution; report pass/warn/fail with fixes."""
     from .. import verify as core
 
     out = output(json_)
     prof = pick_profile(name, profile)
-    code = core.run_verify(prof, out, playbook=playbook, save=not no_save, cuda_check=not no_cuda)
+    code = core.run_verify(prof, out, playbook=playbook, save=not no_save, cuda_check=not no_cuda,
+                           fail_on_warn=fail_on_warn)
     raise typer.Exit(code)
