@@ -81,7 +81,11 @@ def train(
         if not no_sync:
             sync = _sync_function()
             out.step(f"syncing {project.name}/ to {prof.name}:{remote_dir}")
-            sync(prof, remote, out, project)
+            import inspect
+
+            # the local run registry and the remote run folders are not project files
+            kw = {"excludes": ("/runs/", "/.gpuops/")} if "excludes" in inspect.signature(sync).parameters else {}
+            sync(prof, remote, out, project, **kw)
         out.step("preflight: GPUs, free disk, other runs")
         pf, found = rl.preflight(remote, remote_dir, script_rel, prof.python, core.conflict_packages(presets_doc))
         problems = []
@@ -123,7 +127,7 @@ def train(
         meta["remote_run_path"] = abs_dir
         meta["pid"] = pid
         core.save_local(meta, project)
-        _snapshot(remote, prof, rid, run_dir, project, out)
+        _snapshot(remote, prof, rid, run_dir, project, out, seed)
     finally:
         remote.close()
     profiles.remember(prof, project)
@@ -169,7 +173,7 @@ def _sync_function():
     raise UsageError("sync is not available in this build", hint="run with --no-sync after syncing yourself")
 
 
-def _snapshot(remote, prof, rid: str, run_dir: str, project: Path, out) -> None:
+def _snapshot(remote, prof, rid: str, run_dir: str, project: Path, out, seed: Optional[int] = None) -> None:
     """The environment snapshot of issue 5, kept with the run; its failure is a warning, never a failed launch."""
     try:
         from .. import snapshot
@@ -177,9 +181,17 @@ def _snapshot(remote, prof, rid: str, run_dir: str, project: Path, out) -> None:
         return
     if not hasattr(snapshot, "snapshot_for_run"):
         return
+    import inspect
+
+    fn = snapshot.snapshot_for_run
     try:
-        snapshot.snapshot_for_run(remote, prof, run_id=rid, remote_run_dir=run_dir,
-                                  local_dir=Path("runs") / rid / "environment", out=out)
+        params = inspect.signature(fn).parameters
+    except (TypeError, ValueError):
+        params = {}
+    extra = {k: v for k, v in (("seed", seed), ("project_dir", project)) if k in params}
+    try:
+        fn(remote, prof, run_id=rid, remote_run_dir=run_dir, local_dir=Path("runs") / rid / "environment", out=out,
+           **extra)
     except Exception as exc:  # noqa: BLE001 - the job is running; say what failed and carry on
         msg = getattr(exc, "message", None) or str(exc) or type(exc).__name__
         out.warn(f"environment snapshot failed (the run is launched): {msg}")
