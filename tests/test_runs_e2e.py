@@ -189,7 +189,7 @@ def test_train_syncs_runs_detached_and_records(sandbox, gpuops):
 
 def test_job_survives_client_disconnect(sandbox, gpuops):
     put(sandbox, "slow.py", "import time\ntime.sleep(8)\nopen('finished', 'w').write('yes')\nprint('bye')\n")
-    rid = run_id_of(gpuops("train", "--script", "slow.py", "--no-sync"))
+    rid = run_id_of(gpuops("train", "--script", "slow.py", "--no-sync", "--no-snapshot"))
     assert not (run_dir(sandbox, rid) / "exit_code").exists()  # still running; the connection is closed
     assert wait_ended(sandbox, rid) == 0
     assert (remote_project(sandbox) / "finished").read_text() == "yes"
@@ -198,11 +198,11 @@ def test_job_survives_client_disconnect(sandbox, gpuops):
 def test_exit_codes_recorded_and_returned(sandbox, gpuops):
     put(sandbox, "crash.py", CRASH)
     put(sandbox, "three.py", "import sys\nprint('x')\nsys.exit(3)\n")
-    rid = run_id_of(gpuops("train", "--script", "crash.py", "--no-sync"))
+    rid = run_id_of(gpuops("train", "--script", "crash.py", "--no-sync", "--no-snapshot"))
     assert wait_ended(sandbox, rid) == 1
     res = gpuops("logs", "-f", rid)
     assert res.code == 1 and "RuntimeError: boom" in res.out
-    rid3 = run_id_of(gpuops("train", "--script", "three.py", "--no-sync", "--name", "three"))
+    rid3 = run_id_of(gpuops("train", "--script", "three.py", "--no-sync", "--no-snapshot", "--name", "three"))
     assert rid3.startswith("three-")
     res = gpuops("logs", "-f", rid3)
     assert res.code == 3, res.all
@@ -216,7 +216,7 @@ def test_env_precedence_preset_profile_cli_and_seed(sandbox, gpuops):
     prof = Path(sandbox["profile"])
     prof.write_text(prof.read_text() + 'env:\n  NVIDIA_TF32_OVERRIDE: "0"\n  FROM_PROFILE: "p"\n  SHARED: profile\n')
     put(sandbox, "envdump.py", "import json, os\njson.dump(dict(os.environ), open('env.json', 'w'))\n")
-    res = gpuops("train", "--script", "envdump.py", "--no-sync", "-e", "SHARED=cli", "-e", "CUDA_DEVICE_MAX_CONNECTIONS=8",
+    res = gpuops("train", "--script", "envdump.py", "--no-sync", "--no-snapshot", "-e", "SHARED=cli", "-e", "CUDA_DEVICE_MAX_CONNECTIONS=8",
                  "-e", "PYTORCH_CUDA_ALLOC_CONF=", "--seed", "1234")
     rid = run_id_of(res)
     assert wait_ended(sandbox, rid) == 0
@@ -246,7 +246,7 @@ def test_conflict_warned_when_vllm_installed(sandbox, gpuops):
     write(dist / "METADATA", "Metadata-Version: 2.1\nName: vllm\nVersion: 0.12.0\n")
     try:
         put(sandbox, "ok.py", "print('ok')\n")
-        res = gpuops("train", "--script", "ok.py", "--no-sync")
+        res = gpuops("train", "--script", "ok.py", "--no-sync", "--no-snapshot")
         assert res.code == 0, res.all
         assert "expandable_segments" in res.err and "vllm 0.12.0 is installed" in res.err
         wait_ended(sandbox, run_id_of(res))
@@ -271,7 +271,7 @@ open("ps.txt", "w").write(subprocess.run(["ps", "-eo", "args"], capture_output=T
 open("got.txt", "w").write(os.environ.get("HF_TOKEN", "") + "\\n" + os.environ.get("WANDB_API_KEY", ""))
 print("have secrets:", bool(os.environ.get("HF_TOKEN")), bool(os.environ.get("WANDB_API_KEY")))
 """)
-    res = gpuops("train", "--script", "spy.py", "--no-sync")
+    res = gpuops("train", "--script", "spy.py", "--no-sync", "--no-snapshot")
     rid = run_id_of(res)
     assert wait_ended(sandbox, rid) == 0
     proj = remote_project(sandbox)
@@ -299,7 +299,7 @@ def test_hostile_script_name_and_args_run_literally(sandbox, gpuops):
     name = "we ird;$(touch PWNED1) `touch PWNED2` 'q\".py"
     args = ["a b", "$(touch PWNED3)", "`touch PWNED4`", "; touch PWNED5", "'\"", "--x=$HOME", "*"]
     put(sandbox, name, "import json, sys\njson.dump(sys.argv, open('argv.json', 'w'))\n")
-    rid = run_id_of(gpuops("train", "--script", name, "--no-sync", "--name", "hostile", "--", *args))
+    rid = run_id_of(gpuops("train", "--script", name, "--no-sync", "--no-snapshot", "--name", "hostile", "--", *args))
     assert wait_ended(sandbox, rid) == 0
     proj = remote_project(sandbox)
     assert json.loads((proj / "argv.json").read_text()) == [name, *args]
@@ -310,10 +310,10 @@ def test_hostile_script_name_and_args_run_literally(sandbox, gpuops):
 
 def test_preflight_refuses_while_another_run_is_running(sandbox, gpuops):
     put(sandbox, "forever.py", FOREVER)
-    first = run_id_of(gpuops("train", "--script", "forever.py", "--no-sync", "--name", "first"))
-    res = gpuops("train", "--script", "forever.py", "--no-sync", "--name", "second")
+    first = run_id_of(gpuops("train", "--script", "forever.py", "--no-sync", "--no-snapshot", "--name", "first"))
+    res = gpuops("train", "--script", "forever.py", "--no-sync", "--no-snapshot", "--name", "second")
     assert res.code == 1 and first in res.err and "--force" in res.err
-    second = run_id_of(gpuops("train", "--script", "forever.py", "--no-sync", "--name", "second", "--force"))
+    second = run_id_of(gpuops("train", "--script", "forever.py", "--no-sync", "--no-snapshot", "--name", "second", "--force"))
     for rid in (first, second):
         res = gpuops("stop", rid, "--grace", "3")
         assert res.code == 0, res.all
@@ -338,7 +338,7 @@ signal.signal(signal.SIGTERM, signal.SIG_IGN)
 print("running", flush=True)
 time.sleep(600)
 """)
-    rid = run_id_of(gpuops("train", "--script", "stubborn.py", "--no-sync"))
+    rid = run_id_of(gpuops("train", "--script", "stubborn.py", "--no-sync", "--no-snapshot"))
     proj = remote_project(sandbox)
     child = int(wait_for(lambda: (proj / "child.pid").is_file() and (proj / "child.pid").read_text(), what="child"))
     pgid = int((run_dir(sandbox, rid) / "pid").read_text())
@@ -359,7 +359,7 @@ def test_no_gpu_refuses_launch(sandbox, gpuops):
 
     host.up(fail="driver-not-loaded")
     put(sandbox, "ok.py", "print('ok')\n")
-    res = gpuops("train", "--script", "ok.py", "--no-sync")
+    res = gpuops("train", "--script", "ok.py", "--no-sync", "--no-snapshot")
     assert res.code == 1 and "no GPU visible" in res.err and "couldn't communicate with the NVIDIA driver" in res.err
     assert not (Path("runs")).exists()
 
@@ -367,9 +367,9 @@ def test_no_gpu_refuses_launch(sandbox, gpuops):
 def test_usage_errors(sandbox, gpuops):
     assert gpuops("train", "--script", "missing.py").code == 2
     write(Path("ok.py"), "print(1)\n")
-    res = gpuops("train", "--script", "ok.py", "--no-sync", "-e", "NOEQUALS")
+    res = gpuops("train", "--script", "ok.py", "--no-sync", "--no-snapshot", "-e", "NOEQUALS")
     assert res.code == 2 and "NAME=VALUE" in res.err
-    res = gpuops("train", "--script", "nothere.py", "--no-sync")
+    res = gpuops("train", "--script", "nothere.py", "--no-sync", "--no-snapshot")
     assert res.code == 2 and "not found on the host" in res.err
     assert gpuops("watch", "nosuchrun").code == 1
     assert gpuops("logs").code == 2  # no runs recorded
@@ -377,7 +377,7 @@ def test_usage_errors(sandbox, gpuops):
 
 def test_oom_highlighted(sandbox, gpuops):
     put(sandbox, "oom.py", OOM)
-    rid = run_id_of(gpuops("train", "--script", "oom.py", "--no-sync"))
+    rid = run_id_of(gpuops("train", "--script", "oom.py", "--no-sync", "--no-snapshot"))
     wait_ended(sandbox, rid)
     res = gpuops("watch", rid, "--json")
     assert res.code == 1

@@ -45,6 +45,7 @@ def train(
     force: bool = typer.Option(False, "--force", help="Launch even if preflight finds another gpuops run, no "
                                                       "GPU or too little disk."),
     seed: Optional[int] = typer.Option(None, "--seed", help="Export GPUOPS_SEED and PYTHONHASHSEED; recorded."),
+    no_snapshot: bool = typer.Option(False, "--no-snapshot", help="Skip the environment snapshot taken at launch."),
     json_: bool = JsonOpt,
     args: Optional[List[str]] = typer.Argument(None, help="Arguments for the script, after --.", show_default=False),
 ) -> None:
@@ -127,7 +128,8 @@ def train(
         meta["remote_run_path"] = abs_dir
         meta["pid"] = pid
         core.save_local(meta, project)
-        _snapshot(remote, prof, rid, run_dir, project, out, seed)
+        if not no_snapshot:
+            _snapshot(remote, prof, rid, run_dir, project, out, seed)
     finally:
         remote.close()
     profiles.remember(prof, project)

@@ -1,0 +1,137 @@
+"""watch end to end through the sandbox: plain and JSON modes, --once, the emulated GPU under load, reconnecting
+through tests/proxy.Proxy without repeating or losing log lines, Ctrl-C leaving the job running."""
+from __future__ import annotations
+
+import json
+import signal
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from proxy import Proxy
+from test_runs_e2e import FOREVER, cleanup_runs, put, run_dir, run_id_of, wait_ended  # noqa: F401
+
+pytestmark = pytest.mark.usefixtures("cleanup_runs")
+
+COUNT = """\
+import os, sys, time
+n = int(os.environ.get("N", "20"))
+delay = float(os.environ.get("DELAY", "0.1"))
+for i in range(n):
+    print(f"line {i:04d} loss={1.0 / (i + 1):.4f}", flush=True)
+    time.sleep(delay)
+sys.exit(int(os.environ.get("RC", "0")))
+"""
+
+
+def test_watch_plain_shows_gpu_load_log_and_final_state(sandbox, gpuops):
+    put(sandbox, "count.py", COUNT)
+    rid = run_id_of(gpuops("train", "--script", "count.py", "--no-sync", "--no-snapshot", "-e", "N=30", "-e", "DELAY=0.1"))
+    res = gpuops("watch", rid, "--interval", "0.5", "--lines", "100")
+    assert res.code == 0, res.all
+    lines = res.out.splitlines()
+    # the emulated GPU shows the job: utilisation ~95% and the job as a GPU process
+    samples = [ln for ln in lines if " gpu0 util=" in ln]
+    assert any(int(ln.split("util=")[1].split("%")[0]) >= 90 for ln in samples), samples
+    assert any("gpu processes:" in ln and "python" in ln for ln in lines)
+    logged = [ln.split(" log | ", 1)[1] for ln in lines if " log | " in ln]
+    assert logged == [f"line {i:04d} loss={1.0 / (i + 1):.4f}" for i in range(30)]
+    assert all(ln[:8].count(":") == 2 for ln in lines)  # timestamped
+    assert "succeeded" in lines[-1] or "succeeded" in res.err
+
+
+def test_watch_json_lines_and_failed_exit(sandbox, gpuops):
+    put(sandbox, "count.py", COUNT)
+    rid = run_id_of(gpuops("train", "--script", "count.py", "--no-sync", "--no-snapshot", "-e", "N=10", "-e", "RC=2"))
+    res = gpuops("watch", rid, "--json", "--interval", "0.5", "--lines", "100")
+    assert res.code == 1, res.all
+    docs = [json.loads(x) for x in res.out.splitlines()]
+    types = {d["type"] for d in docs}
+    assert {"log", "state"} <= types
+    assert [d["line"] for d in docs if d["type"] == "log"] == [f"line {i:04d} loss={1.0 / (i + 1):.4f}" for i in range(10)]
+    final = [d for d in docs if d["type"] == "state"][-1]
+    assert final["state"] == "failed" and final["exit_code"] == 2
+    assert all("ts" in d for d in docs)
+
+
+def test_watch_once_snapshot(sandbox, gpuops):
+    put(sandbox, "forever.py", FOREVER)
+    rid = run_id_of(gpuops("train", "--script", "forever.py", "--no-sync", "--no-snapshot"))
+    time.sleep(0.5)
+    res = gpuops("watch", "--once", "--json")
+    assert res.code == 0, res.all
+    docs = [json.loads(x) for x in res.out.splitlines()]
+    state = [d for d in docs if d["type"] == "state"][0]
+    assert state["run_id"] == rid and state["state"] == "running"
+    sample = [d for d in docs if d["type"] == "sample"][0]
+    assert sample["util"] >= 90 and sample["mem_used"] > 1000
+    assert [d for d in docs if d["type"] == "processes"][0]["processes"]
+    assert gpuops("stop", rid, "--grace", "2").code == 0
+
+
+def _proxy_profile(sandbox, proxy: Proxy) -> str:
+    text = Path(sandbox["profile"]).read_text()
+    text = text.replace(f"port: {sandbox['port']}", f"port: {proxy.port}")
+    assert f"port: {proxy.port}" in text
+    path = Path(sandbox["profile"]).with_name("viaproxy.yaml")
+    path.write_text(text)
+    return "viaproxy"
+
+
+def test_watch_reconnects_and_resumes_log_without_repeats_or_losses(sandbox, gpuops):
+    proxy = Proxy(sandbox["port"])
+    try:
+        name = _proxy_profile(sandbox, proxy)
+        put(sandbox, "count.py", COUNT)
+        rid = run_id_of(gpuops("train", "-p", name, "--script", "count.py", "--no-sync", "--no-snapshot", "-e", "N=60",
+                               "-e", "DELAY=0.1"))
+        cuts = [threading.Timer(t, proxy.cut_all) for t in (1.5, 4.0)]
+        for c in cuts:
+            c.start()
+        res = gpuops("watch", rid, "-p", name, "--json", "--interval", "0.5", "--lines", "1000")
+        for c in cuts:
+            c.cancel()
+        assert res.code == 0, res.all
+        docs = [json.loads(x) for x in res.out.splitlines()]
+        assert [d for d in docs if d["type"] == "reconnecting"], "the proxy cut should have been noticed"
+        assert [d for d in docs if d["type"] == "connected"]
+        logged = [d["line"] for d in docs if d["type"] == "log"]
+        assert logged == [f"line {i:04d} loss={1.0 / (i + 1):.4f}" for i in range(60)]
+        assert proxy.connections >= 3  # train, watch, and at least one reconnect
+    finally:
+        proxy.close()
+
+
+def test_logs_follow_reconnects(sandbox, gpuops):
+    proxy = Proxy(sandbox["port"])
+    try:
+        name = _proxy_profile(sandbox, proxy)
+        put(sandbox, "count.py", COUNT)
+        rid = run_id_of(gpuops("train", "-p", name, "--script", "count.py", "--no-sync", "--no-snapshot", "-e", "N=30",
+                               "-e", "RC=4"))
+        cut = threading.Timer(1.2, proxy.cut_all)
+        cut.start()
+        res = gpuops("logs", rid, "-p", name, "-f", "-n", "1000")
+        cut.cancel()
+        assert res.code == 4, res.all
+        assert res.out.splitlines() == [f"line {i:04d} loss={1.0 / (i + 1):.4f}" for i in range(30)]
+        assert "reconnecting" in res.err
+    finally:
+        proxy.close()
+
+
+def test_ctrl_c_leaves_the_job_running(sandbox, gpuops):
+    put(sandbox, "forever.py", FOREVER)
+    rid = run_id_of(gpuops("train", "--script", "forever.py", "--no-sync", "--no-snapshot"))
+    main = threading.main_thread().ident
+    timer = threading.Timer(1.5, lambda: signal.pthread_kill(main, signal.SIGINT))
+    timer.start()
+    res = gpuops("watch", rid, "--interval", "0.5")
+    timer.join()
+    assert res.code == 130, res.all
+    assert "keeps running" in res.err
+    assert not (run_dir(sandbox, rid) / "exit_code").exists()
+    assert gpuops("stop", rid, "--grace", "2").code == 0
+    assert wait_ended(sandbox, rid) == 130
