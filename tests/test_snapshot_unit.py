@@ -209,7 +209,12 @@ def test_diff_with_a_seed_style_environment_json():
     assert ["torch", "2.1.0+cu121", "2.9.0+cu128"] in d["changed"]
     assert ["pandas", "2.0.3"] in d["removed"]
     gpu = next(s for s in d["system"] if s["field"] == "gpu")
-    assert gpu["a"] == "Tesla T4"
+    assert gpu["a"] == "Tesla T4" and gpu["changed"]
+    osd = next(s for s in d["system"] if s["field"] == "os")
+    assert osd["not_recorded"] == "a" and not osd["changed"]  # the old tool never recorded the OS
+    text = "\n".join(core.render_diff(d, "old", "new"))
+    assert "OS: not recorded -> Ubuntu 22.04.4 LTS  (not compared)" in text
+    assert "NVIDIA driver: not recorded -> 570.148.08  (not compared)" in text
 
 
 # -- matrix ------------------------------------------------------------------------------------------------
@@ -310,8 +315,15 @@ def wandb_records(run_dir: Path):
 
 
 def wandb_artifact_and_config(run_dir: Path) -> tuple:
+    import time
+
+    deadline = time.monotonic() + 10
+    records = list(wandb_records(run_dir))
+    while not any(kind == "exit" for kind, _ in records) and time.monotonic() < deadline:
+        time.sleep(0.2)  # the run file is complete once its exit record is there
+        records = list(wandb_records(run_dir))
     arts, config = [], {}
-    for kind, rec in wandb_records(run_dir):
+    for kind, rec in records:
         if kind == "artifact":
             arts.append(rec.artifact)
         elif kind == "run":

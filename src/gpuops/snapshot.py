@@ -456,23 +456,32 @@ def find_run_env(ref: str, project_dir: Path) -> Path | None:
 
 
 # -- diff ----------------------------------------------------------------------------------------------------
-SYSTEM = [  # (key, label, value)
-    ("python", "Python", lambda s: s.get("python_version_short")),
-    ("os", "OS", lambda s: s.get("os_name")),
-    ("cuda", "CUDA (PyTorch build)", lambda s: s.get("cuda_version")),
-    ("cudnn", "cuDNN", lambda s: s.get("cudnn_version")),
-    ("driver", "NVIDIA driver", lambda s: s.get("driver_version")),
-    ("cuda_driver", "CUDA (driver supports)", lambda s: s.get("cuda_driver_version")),
-    ("gpu", "GPUs", lambda s: f"{s['gpu_count']} x {s.get('gpu_name')}" if s.get("gpu_count") else s.get("gpu_name") or "none"),
+SYSTEM = [  # (key, label, the keys it is read from, value)
+    ("python", "Python", ("python_version_short", "python_version"), lambda s: s.get("python_version_short")),
+    ("os", "OS", ("os_name",), lambda s: s.get("os_name")),
+    ("cuda", "CUDA (PyTorch build)", ("cuda_version",), lambda s: s.get("cuda_version")),
+    ("cudnn", "cuDNN", ("cudnn_version",), lambda s: s.get("cudnn_version")),
+    ("driver", "NVIDIA driver", ("driver_version",), lambda s: s.get("driver_version")),
+    ("cuda_driver", "CUDA (driver supports)", ("cuda_driver_version",), lambda s: s.get("cuda_driver_version")),
+    ("gpu", "GPUs", ("gpu_count", "gpu_name"),
+     lambda s: f"{s['gpu_count']} x {s.get('gpu_name')}" if s.get("gpu_count") else s.get("gpu_name") or "none"),
 ]
 
 
 def diff(a: dict, b: dict) -> dict:
-    """What changed from a to b. Packages are matched by their normalized (PEP 503) names."""
+    """What changed from a to b. Packages are matched by their normalized (PEP 503) names.
+
+    A field one snapshot never recorded (an environment.json written by another tool) is shown as
+    "not recorded" and does not count as a difference; None (e.g. no torch, so no CUDA) does.
+    """
     system = []
-    for key, label, get in SYSTEM:
+    for key, label, keys, get in SYSTEM:
+        rec_a, rec_b = any(k in a for k in keys), any(k in b for k in keys)
         va, vb = get(a), get(b)
-        system.append({"field": key, "label": label, "a": va, "b": vb, "changed": va != vb})
+        entry = {"field": key, "label": label, "a": va, "b": vb, "changed": rec_a and rec_b and va != vb}
+        if not (rec_a and rec_b):
+            entry["not_recorded"] = "a" if not rec_a else "b"
+        system.append(entry)
     pa = {normalize(k): (k, v) for k, v in (a.get("packages") or {}).items()}
     pb = {normalize(k): (k, v) for k, v in (b.get("packages") or {}).items()}
     added = sorted(([pb[n][0], pb[n][1]] for n in pb.keys() - pa.keys()), key=lambda x: x[0].lower())
@@ -494,6 +503,10 @@ def diff(a: dict, b: dict) -> dict:
     }
 
 
+def _shown(v: Any) -> str:
+    return "none" if v is None else str(v)
+
+
 def render_diff(d: dict, a_label: str, b_label: str) -> list[str]:
     if d["identical"]:
         return [f"identical: {a_label} and {b_label} have the same Python, CUDA, driver, GPUs and "
@@ -502,9 +515,14 @@ def render_diff(d: dict, a_label: str, b_label: str) -> list[str]:
     for s in d["system"]:
         if s["a"] is None and s["b"] is None:
             continue
-        mark = "" if s["changed"] else "  (same)"
-        val = f"{s['a']} -> {s['b']}" if s["changed"] else f"{s['a']}"
-        lines.append(f"  {s['label']}: {val}{mark}")
+        if s.get("not_recorded"):
+            va = "not recorded" if s["not_recorded"] == "a" else _shown(s["a"])
+            vb = "not recorded" if s["not_recorded"] == "b" else _shown(s["b"])
+            lines.append(f"  {s['label']}: {va} -> {vb}  (not compared)")
+        elif s["changed"]:
+            lines.append(f"  {s['label']}: {_shown(s['a'])} -> {_shown(s['b'])}")
+        else:
+            lines.append(f"  {s['label']}: {_shown(s['a'])}  (same)")
     lines.append("")
     if d["changed"]:
         lines.append(f"Changed packages ({len(d['changed'])}):")
@@ -707,6 +725,7 @@ def log_to_wandb(snapshot_dir: Path | str, snapshot: dict, *, run_name: str, pro
         del logged
         if started:
             run.finish()
+            wandb.teardown()  # wait for wandb's service to write everything (the offline run file included)
     except GpuopsError:
         raise
     except Exception as exc:  # wandb raises many types (CommError, UsageError, AuthenticationError)
