@@ -152,7 +152,7 @@ _ERR = [
                 r"ncclSystemError|ncclUnhandledCudaError", re.I), "error"),
     (re.compile(r"\bloss\b[^\n]{0,20}?[=:]\s*[-+]?(nan|inf)\b", re.I), "error"),
     (re.compile(r"^\w*(Error|Exception)\b[:(]|^\s*raise\b|RuntimeError:|Killed$|Segmentation fault"), "error"),
-    (re.compile(r"\bwarning\b|\bWARN\b", re.I), "warning"),
+    (re.compile(r"warning\b|\bWARN\b", re.I), "warning"),
 ]
 
 

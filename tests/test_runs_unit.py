@@ -1,0 +1,231 @@
+"""The pure core of the run lifecycle: ids, environment layering, secrets, conflicts, state, parsers, scripts."""
+from __future__ import annotations
+
+import json
+import os
+import shlex
+import subprocess
+from datetime import datetime
+from pathlib import Path
+
+import pytest
+
+from gpuops import runs as core
+from gpuops import watch as w
+from gpuops.errors import UsageError
+from gpuops.remote import launch as rl
+
+PRESETS = {
+    "presets": {"h100": {"env": {
+        "NVIDIA_TF32_OVERRIDE": {"value": "1", "reason": "tf32"},
+        "PYTORCH_CUDA_ALLOC_CONF": {"value": "expandable_segments:True", "reason": "frag"},
+    }}},
+    "conflicts": [{"id": "x", "when": {"env": {"PYTORCH_CUDA_ALLOC_CONF": "expandable_segments:True"},
+                                       "package": {"vllm": ">=0.8"}},
+                   "message": "expandable segments vs vLLM V1", "remediation": "unset it"}],
+}
+
+
+def plan(**kw):
+    args = dict(preset="h100", presets_doc=PRESETS, profile_env={}, cli_env={}, secret_names=[], local_env={},
+                run_id="r-1", profile_name="lambda")
+    args.update(kw)
+    return core.plan_env(**args)
+
+
+def test_run_id_uses_the_clock_and_avoids_collisions():
+    clock = lambda: datetime(2025, 12, 5, 22, 7, 16)  # noqa: E731
+    assert core.run_id(None, "scripts/train/run_h100.sh", clock=clock) == "run_h100-20251205-220716"
+    assert core.run_id("my run", "x.py", clock=clock) == "my_run-20251205-220716"
+    taken = ["x-20251205-220716", "x-20251205-220716-2"]
+    assert core.run_id(None, "x.py", clock=clock, taken=taken) == "x-20251205-220716-3"
+
+
+def test_env_layers_later_wins_and_empty_unsets():
+    p = plan(profile_env={"NVIDIA_TF32_OVERRIDE": "0", "A": "p"}, cli_env={"A": "cli", "PYTORCH_CUDA_ALLOC_CONF": ""})
+    assert p.exported["NVIDIA_TF32_OVERRIDE"] == "0" and p.vars["NVIDIA_TF32_OVERRIDE"].origin == "profile"
+    assert p.exported["A"] == "cli"
+    assert "PYTORCH_CUDA_ALLOC_CONF" in p.unset and "PYTORCH_CUDA_ALLOC_CONF" not in p.exported
+    assert p.exported["WANDB_RUN_NAME"] == "r-1" and p.exported["WANDB_RUN_GROUP"] == "lambda"
+    p2 = plan(cli_env={"WANDB_RUN_NAME": "mine"})
+    assert p2.exported["WANDB_RUN_NAME"] == "mine"
+
+
+def test_seed_exports_and_reserved_names():
+    p = plan(seed=7, cli_env={"GPUOPS_RUN_ID": "evil", "PYTHONHASHSEED": "1"})
+    assert p.exported["GPUOPS_SEED"] == "7" and p.exported["PYTHONHASHSEED"] == "7"
+    assert "GPUOPS_RUN_ID" not in p.exported
+    assert any("GPUOPS_RUN_ID" in x for x in p.warnings) and any("PYTHONHASHSEED" in x for x in p.warnings)
+
+
+def test_unknown_preset_is_a_usage_error():
+    with pytest.raises(UsageError, match="unknown env_preset 'b300'"):
+        plan(preset="b300")
+
+
+def test_secrets_are_kept_apart_and_never_printed():
+    p = plan(secret_names=["HF_TOKEN", "MISSING"], local_env={"WANDB_API_KEY": "wk-123", "HF_TOKEN": "hf-456"},
+             profile_env={"OTHER_SECRET": "zzz"}, dotenv_names=["HF_TOKEN"])
+    assert p.secrets == {"WANDB_API_KEY": "wk-123", "HF_TOKEN": "hf-456"}
+    assert "WANDB_API_KEY" not in p.exported and "HF_TOKEN" not in p.exported
+    text = "\n".join(p.lines())
+    assert "wk-123" not in text and "hf-456" not in text
+    assert "HF_TOKEN=<secret, from .env>" in text and "WANDB_API_KEY=<secret, from local environment>" in text
+    assert p.missing_secrets == ["MISSING"] and any("MISSING" in x for x in p.warnings)
+    # a secret given through --env is still a secret
+    p2 = plan(secret_names=["HF_TOKEN"], cli_env={"HF_TOKEN": "cli-secret"})
+    assert p2.secrets["HF_TOKEN"] == "cli-secret" and "HF_TOKEN" not in p2.exported
+
+
+def test_conflicts_from_presets_yaml():
+    env = {"PYTORCH_CUDA_ALLOC_CONF": "expandable_segments:True"}
+    assert core.conflict_warnings(env, PRESETS, {"vllm": "0.12.0"})[0].startswith("expandable segments vs vLLM V1 (vllm 0.12.0")
+    assert core.conflict_warnings(env, PRESETS, {"vllm": "0.6.3"}) == []
+    assert core.conflict_warnings(env, PRESETS, {"vllm": None}) == []
+    assert "if the job uses vllm" in core.conflict_warnings(env, PRESETS, None)[0]
+    assert core.conflict_warnings({}, PRESETS, {"vllm": "0.12.0"}) == []
+    assert core.conflict_packages(PRESETS) == ["vllm"]
+    # the shipped playbook has the documented presets and the conflict
+    doc = core.load_presets(Path("/nonexistent"))
+    assert doc["presets"]["blackwell"]["env"]["TORCH_CUDA_ARCH_LIST"]["value"] == "12.0+PTX"
+    assert core.conflict_warnings({"PYTORCH_CUDA_ALLOC_CONF": "expandable_segments:True"}, doc, {"vllm": "0.12.0"})
+
+
+def test_parse_env_args():
+    assert core.parse_env_args(["A=1", "B=x=y", "C="]) == {"A": "1", "B": "x=y", "C": ""}
+    for bad in ("NOEQ", "1A=2", "A B=1"):
+        with pytest.raises(UsageError):
+            core.parse_env_args([bad])
+
+
+def test_state_model():
+    mk = lambda line: core.parse_state_line(line)  # noqa: E731
+    run = mk("RUN id=a exists=1 pid=10 alive=1 rc= started=100 ended= size=5 stop=-")
+    assert run.state == core.RUNNING and run.pid == 10 and run.log_size == 5 and run.elapsed(160) == 60
+    assert mk("RUN id=a exists=1 pid=10 alive=0 rc=0 started=100 ended=130 size=5 stop=-").state == core.SUCCEEDED
+    failed = mk("RUN id=a exists=1 pid=10 alive=0 rc=3 started=100 ended=130 size=5 stop=-")
+    assert failed.state == core.FAILED and core.exit_for_state(failed) == 1 and core.exit_status(failed) == 3
+    stopped = mk('RUN id=a exists=1 pid=10 alive=0 rc=130 started=1 ended=2 size=0 stop={"signal": "INT", "by": "gpuops stop"}')
+    assert stopped.state == core.STOPPED and stopped.stopped["signal"] == "INT"
+    lost = mk("RUN id=a exists=1 pid=10 alive=0 rc= started=1 ended= size=0 stop=-")
+    assert lost.state == core.LOST and core.exit_status(lost) == 1
+    assert mk("RUN id=a exists=0").state == core.LOST
+    assert core.cost(1800, 2.49) == 1.25 and core.cost(10, None) is None
+    assert core.fmt_duration(3725) == "1h02m05s" and core.fmt_duration(65) == "1m05s"
+
+
+def test_parse_preflight():
+    text = ("@gpu\n0, NVIDIA H100 PCIe, 81559 MiB\n@gpu_rc 0\n@df\n/dev/sda1 1000 10 5242880 1% /\n"
+            "@active\nold-20250101-000000\n@script 1\n@pkg\nvllm=0.12.0\ntorch=\n@end\n")
+    pf = core.parse_preflight(text)
+    assert pf.gpus == ["0, NVIDIA H100 PCIe, 81559 MiB"] and pf.gpu_error is None
+    assert pf.free_gb == 5.0 and pf.active == ["old-20250101-000000"]
+    assert pf.packages == {"vllm": "0.12.0", "torch": None}
+    bad = core.parse_preflight("@gpu\nNVIDIA-SMI has failed because it couldn't communicate\n@gpu_rc 9\n@df\n@active\n")
+    assert bad.gpu_error.startswith("NVIDIA-SMI has failed") and not bad.gpus
+
+
+def test_job_argv():
+    assert core.job_argv("t.py", ["--a"], "python3") == ["python3", "-u", "t.py", "--a"]
+    assert core.job_argv("t.py", [], "~/venv/bin/python -X dev") == ["~/venv/bin/python", "-X", "dev", "-u", "t.py"]
+    assert core.job_argv("run.sh", ["x"]) == ["sh", "run.sh", "x"]
+    assert core.job_argv("train", []) == ["./train"]
+
+
+def test_registry_resolution(tmp_path):
+    for rid, prof, ts in (("a-1", "p", 1), ("a-2", "p", 2), ("b-1", "q", 3)):
+        core.save_local({"run_id": rid, "profile": prof, "started_ts": ts}, tmp_path)
+    assert core.resolve_run(None, "p", tmp_path)["run_id"] == "a-2"
+    assert core.resolve_run("a-1", "p", tmp_path)["run_id"] == "a-1"
+    with pytest.raises(UsageError, match="matches 2 runs"):
+        core.resolve_run("a-", "p", tmp_path)
+    with pytest.raises(UsageError, match="belongs to profile 'q'"):
+        core.resolve_run("b-1", "p", tmp_path)
+    with pytest.raises(UsageError, match="no runs of profile 'z'"):
+        core.resolve_run(None, "z", tmp_path)
+
+
+def test_launcher_runs_hostile_argv_literally_and_records_exit(tmp_path):
+    """The generated launcher, run by a local sh: literal arguments, env, exit code, secrets sourced and deleted."""
+    proj = tmp_path / "proj"
+    proj.mkdir()
+    args = ["a b", "$(touch PWNED)", "`touch PWNED`", "; exit 9", "'\""]
+    argv = ["sh", "-c", 'printf "%s\\n" "$@" > argv.txt; echo "$FOO|$SECRET|${DROP-unset}" > env.txt; exit 5', "x", *args]
+    script = rl.launcher_script(run_id="r-1", remote_dir=str(proj), argv=argv, python="python3",
+                                env={"FOO": "it's $HOME"}, unset=["DROP"])
+    d = tmp_path / "run"
+    d.mkdir()
+    (d / "launch.sh").write_text(script)
+    (d / "secrets.env").write_text("SECRET='s3'; export SECRET\n")
+    env = {**os.environ, "DROP": "was-set"}
+    rc = subprocess.run(["sh", str(d / "launch.sh")], env=env, cwd=tmp_path).returncode
+    assert rc == 5 and (d / "exit_code").read_text().strip() == "5"
+    assert (proj / "argv.txt").read_text().splitlines() == args
+    assert (proj / "env.txt").read_text().strip() == "it's $HOME|s3|unset"
+    assert not (d / "secrets.env").exists() and not list(tmp_path.rglob("PWNED"))
+    assert (d / "pid").read_text().strip().isdigit() and (d / "started").is_file() and (d / "ended").is_file()
+
+
+def test_bundle_creates_the_secrets_file_private_before_writing_and_keeps_values_off_command_lines():
+    meta = {"run_id": "r", "secrets": ["WANDB_API_KEY"]}
+    launcher = rl.launcher_script(run_id="r", remote_dir="~/p", argv=["python3", "-u", "t.py"], python="python3",
+                                  env={}, unset=[])
+    bundle = rl.launch_bundle(run_id="r", remote_dir="~/p", meta=meta, launcher=launcher,
+                              secrets={"WANDB_API_KEY": "VALUE'x"}, python="python3")
+    umask = bundle.index("umask 077")
+    create = bundle.index(': > "$D/secrets.env"')
+    write = bundle.index('cat >> "$D/secrets.env"')
+    assert umask < create < write and 'chmod 600 "$D/secrets.env"' in bundle
+    assert "VALUE'x" not in launcher and "VALUE" not in json.dumps(meta)
+    assert "WANDB_API_KEY='VALUE'\"'\"'x'; export WANDB_API_KEY" in bundle  # only inside a quoted here-document
+    assert "setsid -f nohup sh" in bundle and "</dev/null" in bundle
+    subprocess.run(["sh", "-n"], input=bundle, text=True, check=True)
+    subprocess.run(["sh", "-n"], input=launcher, text=True, check=True)
+
+
+def test_stream_parsing_and_error_classes():
+    ev = w.parse_stderr_line("G 0, NVIDIA H100 PCIe, 95, 48935, 81559, 63, 290.00")
+    assert ev["gpu"] == {"index": 0, "name": "NVIDIA H100 PCIe", "util": 95.0, "mem_used": 48935.0,
+                         "mem_total": 81559.0, "temp": 63.0, "power": 290.0}
+    assert w.parse_stderr_line("G 1, Weird, Name, 5, [N/A], 10, 30, 40.5")["gpu"]["name"] == "Weird, Name"
+    assert w.parse_stderr_line("G NVIDIA-SMI has failed")["type"] == "gpu_error"
+    assert w.parse_stderr_line("PS 123, python3, 48000;456, torchrun, 10;")["processes"] == [
+        {"pid": 123, "name": "python3", "mem_used": 48000.0}, {"pid": 456, "name": "torchrun", "mem_used": 10.0}]
+    assert w.parse_stderr_line("END") == {"type": "end"}
+    assert w.parse_stderr_line("something else") is None
+    assert w.classify("Traceback (most recent call last):") == "error"
+    assert w.classify("torch.OutOfMemoryError: CUDA out of memory. Tried to allocate") == "error"
+    assert w.classify("NCCL error in: ../torch/csrc/distributed/c10d/ProcessGroupNCCL.cpp") == "error"
+    assert w.classify("step 10 loss=nan lr=1e-6") == "error" and w.classify("step 3 loss: inf") == "error"
+    assert w.classify("step 10 loss=0.42") is None
+    assert w.classify("UserWarning: something") == "warning"
+
+
+def test_dashboard_model_and_render():
+    t = [1000.0]
+    dash = w.Dashboard({"run_id": "r-1", "started_ts": 400.0}, price_per_hour=3.6, clock=lambda: t[0])
+    for u in (0, 50, 100):
+        dash.apply({"type": "sample", "gpu": {"index": 0, "name": "H100", "util": u, "mem_used": 40000,
+                                              "mem_total": 80000, "temp": 60, "power": 300}})
+    dash.apply({"type": "state", "info": core.parse_state_line("RUN id=r-1 exists=1 pid=1 alive=1 rc= started=100 "
+                                                               "ended= size=0 stop=-")})
+    dash.apply({"type": "log", "line": "Traceback (most recent call last):"})
+    assert dash.state == "running" and dash.elapsed() == 900 and dash.cost() == 0.9 and dash.errors == 1
+    assert w.sparkline(dash.gpus[0].util) == "▁▅█"
+    assert "r-1: running, elapsed 15m00s, cost $0.90" == dash.state_text()
+    dash.apply({"type": "reconnecting", "attempt": 2, "delay": 2.0, "error": "lost"})
+    assert dash.link.startswith("reconnecting")
+    from rich.console import Console
+
+    con = Console(record=True, width=120)
+    con.print(w.render(dash))
+    text = con.export_text()
+    assert "H100" in text and "reconnecting" in text and "Traceback" in text
+
+
+def test_stream_command_is_one_shell_with_offset_and_quoting():
+    cmd = w.stream_command("r;x", "~/p q/.gpuops/runs/r;x", offset=1234, interval=2.0)
+    assert "tail --pid=$$ -c +1235 -F" in cmd and "-lms 2000" in cmd
+    assert "'r;x'" in cmd and "\"$HOME\"/'p q/.gpuops/runs/r;x'" in cmd
+    subprocess.run(["sh", "-n"], input=cmd, text=True, check=True)
+    assert shlex.quote("r;x") in rl.stop_script("r;x", "~/p/.gpuops/runs/r;x", 1.5)
