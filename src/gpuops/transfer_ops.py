@@ -10,6 +10,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import queue
 import shlex
 import shutil
 import tempfile
@@ -95,7 +96,7 @@ class ProgressView:
         self.out, self.label = out, label
         self._bar = None
         self._task = None
-        self._last_pct = -100
+        self._last_pct = 0  # first plain line at 10 %: a no-change sync prints none
         self._last_t = 0.0
 
     def __enter__(self):
@@ -253,6 +254,50 @@ def _run_script_reconnecting(profile, remote, out, spec: dict, *, timeout: float
             return _run_script(profile, fresh, spec, timeout=timeout)
 
 
+class _RemoteHash:
+    """The remote hashing script started in the background on the open connection; result() waits for it.
+    result() is None when the connection did not survive (the caller then hashes again on a fresh one)."""
+
+    def __init__(self, profile, remote, spec: dict):
+        self.chan = None
+        try:
+            self.chan = remote.stream(f"{shlex.quote(profile.python)} - {shlex.quote(json.dumps(spec))}")
+            self.chan.sendall(REMOTE_SCRIPT.encode())
+            self.chan.shutdown_write()
+        except Exception:
+            self.chan = None
+
+    def result(self, timeout: float = 3600) -> dict | None:
+        if self.chan is None:
+            return None
+        chan, out_b, deadline = self.chan, bytearray(), time.monotonic() + timeout
+        try:
+            while time.monotonic() < deadline:
+                if chan.recv_ready():
+                    out_b += chan.recv(1 << 16)
+                    continue
+                while chan.recv_stderr_ready():
+                    chan.recv_stderr(1 << 16)
+                if chan.exit_status_ready() and not chan.recv_ready():
+                    break
+                if chan.closed or not chan.get_transport() or not chan.get_transport().is_active():
+                    return None
+                time.sleep(0.02)
+            rc = chan.recv_exit_status() if chan.exit_status_ready() else None
+        except Exception:
+            return None
+        finally:
+            chan.close()
+        if rc is None:
+            return None
+        if rc == 127:
+            return None
+        try:
+            return json.loads(out_b.decode("utf-8", "replace").strip().splitlines()[-1])
+        except (ValueError, IndexError):
+            return None
+
+
 def fetch_sources(profile, project_dir: Path) -> dict[str, str]:
     base = profile.remote_dir_for(project_dir)
     return {name: tr.join_remote(base, sub) for name, sub in profile.fetch.items()}
@@ -382,6 +427,25 @@ def fetch(profile, remote, out, name: str = "checkpoints", *, dest: Path | None 
                           f"at {dest}", hint="free space, or fetch one step: --latest / --step N")
 
     staging.mkdir(parents=True, exist_ok=True)
+    spec = {"hash": {"base": src, "subs": subs or [""]}}
+    # Verification overlaps the transfer: the remote hashes its files (one execution) while rsync runs, and this
+    # machine hashes each file as soon as rsync reports it complete. Overlapping never weakens the check: any
+    # change to a remote file between its hash and its transfer is a mismatch (exit 1), never a silent success.
+    remote_job = _RemoteHash(profile, remote, spec)
+    local: dict = {}
+    queue_: "queue.Queue[str | None]" = queue.Queue()
+
+    def hash_worker() -> None:
+        while (rel := queue_.get()) is not None:
+            _hash_local(staging, [rel], local)
+
+    worker = threading.Thread(target=hash_worker, daemon=True)
+    worker.start()
+
+    def on_item(ch: tr.Change) -> None:
+        if ch.kind == "file" and ch.change != "deleted":
+            queue_.put(ch.path)
+
     list_file = None
     try:
         if subs:
@@ -392,20 +456,21 @@ def fetch(profile, remote, out, name: str = "checkpoints", *, dest: Path | None 
         argv = tr.fetch_args(ssh_command(profile), profile.host, src, staging, dest=dest, files_from=list_file)
         view = ProgressView(out, f"fetch {name}")
         with view:
-            res = rs.run(argv, host=profile.host, on_progress=view.update, on_retry=view.retry)
+            res = rs.run(argv, host=profile.host, on_progress=view.update, on_item=on_item, on_retry=view.retry)
     finally:
+        queue_.put(None)
         if list_file is not None:
             list_file.unlink(missing_ok=True)
+    worker.join()
 
-    # verify: remote hashes (one execution) while this machine hashes the staged files
     out.step("verifying size and SHA-256 of every file")
-    local_rels = _local_files(staging)
-    local: dict = {}
-    hasher = threading.Thread(target=_hash_local, args=(staging, local_rels, local), daemon=True)
+    rest = [r for r in _local_files(staging) if r not in local]  # kept from earlier runs, or linked from dest
+    hasher = threading.Thread(target=_hash_local, args=(staging, rest, local), daemon=True)
     hasher.start()
     try:
-        hdoc = _run_script_reconnecting(profile, remote, out, {"hash": {"base": src, "subs": subs or [""]}},
-                                        timeout=3600)
+        hdoc = remote_job.result()
+        if hdoc is None:
+            hdoc = _run_script_reconnecting(profile, remote, out, spec, timeout=3600)
     finally:
         hasher.join()
     remote_hashes = hdoc.get("hashes", {})

@@ -1,0 +1,235 @@
+"""Figures for `gpuops sync` / `gpuops fetch` against the local sandbox host (real sshd, real rsync).
+
+    uv run python benchmarks/bench_transfer.py [--fetch-mb 1024] [--project-mb 200]
+
+Prints: no-change re-sync time; bytes sent for a one-line change in a 200 MB project (goal < 1 % of the tree);
+fetch throughput of a 1 GB checkpoint relative to a plain `rsync -a` over the same ssh (goal >= 0.9); bytes
+re-sent after a resume (connection cut half-way through by a TCP proxy). Not a pass/fail test.
+Everything lives in a temporary directory: its own sandbox, config, state and HOME.
+"""
+from __future__ import annotations
+
+import argparse
+import contextlib
+import io
+import json
+import os
+import shlex
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def cli(*args: str) -> tuple[int, dict | None, str]:
+    from gpuops.cli import main
+
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        code = main.run(list(args))
+    try:
+        doc = json.loads(out.getvalue())
+    except ValueError:
+        doc = None
+    return code, doc, err.getvalue()
+
+
+def timed(fn):
+    t = time.perf_counter()
+    r = fn()
+    return time.perf_counter() - t, r
+
+
+def write_random(path: Path, size: int, chunk: int = 1 << 24) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "wb") as fh:
+        left = size
+        while left:
+            n = min(chunk, left)
+            fh.write(os.urandom(n))
+            left -= n
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--project-mb", type=int, default=200)
+    ap.add_argument("--fetch-mb", type=int, default=1024)
+    ap.add_argument("--resume-mb", type=int, default=200)
+    ap.add_argument("--keep", action="store_true", help="keep the temporary directory")
+    a = ap.parse_args()
+
+    tmp = Path(tempfile.mkdtemp(prefix="gpuops-bench-"))
+    for k, sub in (("GPUOPS_STATE_DIR", "state"), ("GPUOPS_CONFIG_DIR", "config"), ("HOME", "home")):
+        (tmp / sub).mkdir()
+        os.environ[k] = str(tmp / sub)
+    os.environ["NO_COLOR"] = "1"
+    os.environ.pop("GPUOPS_PROFILE", None)
+    sys.path.insert(0, str(ROOT / "tests"))
+    from gpuops.sandbox import host
+
+    st = host.up()
+    remote_home = Path(st["dir"]) / "home"
+    figures: dict[str, object] = {}
+    try:
+        # -- sync ------------------------------------------------------------------------
+        proj = tmp / "project"
+        (proj / "src").mkdir(parents=True)
+        n_src = 1000
+        for i in range(n_src):  # 1000 source files of ~10 KB
+            (proj / "src" / f"mod_{i:04d}.py").write_text("".join(f"x_{i}_{j} = {j * 7}  # line {j}\n" for j in range(400)))
+        src_bytes = sum(p.stat().st_size for p in (proj / "src").iterdir())
+        data_left = a.project_mb * 1_000_000 - src_bytes
+        k = 0
+        while data_left > 0:
+            n = min(10_000_000, data_left)
+            write_random(proj / "data" / f"shard_{k:03d}.bin", n)
+            data_left -= n
+            k += 1
+        tree_bytes = sum(p.stat().st_size for p in proj.rglob("*") if p.is_file())
+        os.chdir(proj)
+        t_first, (code, first, err) = timed(lambda: cli("sync", "-p", "sandbox", "--json"))
+        assert code == 0, err
+        t_nochange, (code, nochange, err) = timed(lambda: cli("sync", "-p", "sandbox", "--json"))
+        assert code == 0 and nochange["files"] == 0, err
+        target = proj / "src" / "mod_0500.py"
+        lines = target.read_text().splitlines(keepends=True)
+        lines[200] = "x_500_200 = 'changed'\n"
+        target.write_text("".join(lines))
+        t_change, (code, change, err) = timed(lambda: cli("sync", "-p", "sandbox", "--json"))
+        assert code == 0 and change["files"] == 1, err
+
+        from gpuops import profiles
+        from gpuops.remote.connection import ssh_command
+
+        prof = profiles.resolve("sandbox")
+        ssh = shlex.join(ssh_command(prof))
+        plain_nochange, _ = timed(lambda: subprocess.run(
+            ["rsync", "-a", "--exclude", ".git", "-e", ssh, str(proj) + "/", f"127.0.0.1:{proj.name}/"], check=True))
+        figures["project_bytes"] = tree_bytes
+        figures["first_sync_s"] = round(t_first, 2)
+        figures["no_change_resync_s"] = round(t_nochange, 3)
+        figures["no_change_plain_rsync_s"] = round(plain_nochange, 3)
+        figures["one_line_change_bytes_sent"] = change["bytes_sent"]
+        figures["one_line_change_percent_of_tree"] = round(100 * change["bytes_sent"] / tree_bytes, 4)
+        figures["one_line_change_resync_s"] = round(t_change, 3)
+
+        # -- fetch throughput ------------------------------------------------------------------
+        ck = remote_home / proj.name / "checkpoints" / "global_step_100"
+        size = a.fetch_mb * 1_000_000
+        per = size // 4
+        for i in range(4):
+            write_random(ck / f"model-{i:05d}-of-00004.safetensors", per)
+        total = per * 4
+
+        def plain_fetch(dest: Path) -> float:
+            dt, _ = timed(lambda: subprocess.run(["rsync", "-a", "-e", ssh, f"127.0.0.1:{proj.name}/checkpoints/",
+                                                  str(dest) + "/"], check=True))
+            shutil.rmtree(dest)
+            return dt
+
+        def gpuops_fetch(dest: Path) -> float:
+            dt, (code, doc, err) = timed(lambda: cli("fetch", "-p", "sandbox", "--dest", str(dest), "--json"))
+            assert code == 0 and doc["verified"] == 4, err
+            shutil.rmtree(dest)
+            return dt
+
+        plain_fetch(tmp / "warm")  # page cache
+        plain = min(plain_fetch(tmp / f"plain{i}") for i in range(2))
+        ours = min(gpuops_fetch(tmp / f"ours{i}") for i in range(2))
+        figures["fetch_bytes"] = total
+        figures["fetch_plain_rsync_s"] = round(plain, 2)
+        figures["fetch_gpuops_s"] = round(ours, 2)
+        figures["fetch_plain_MBps"] = round(total / plain / 1e6, 1)
+        figures["fetch_gpuops_MBps"] = round(total / ours / 1e6, 1)
+        figures["fetch_throughput_ratio"] = round(plain / ours, 3)
+        shutil.rmtree(ck)
+
+        # -- the same through a link slower than the CPU (a TCP proxy adding 1 ms per 16 KB chunk) --------------
+        from proxy import Proxy
+
+        from gpuops.remote.connection import connect
+
+        def proxy_profile(port: int) -> str:
+            text = (Path(os.environ["GPUOPS_CONFIG_DIR"]) / "profiles" / "sandbox.yaml").read_text()
+            text = "\n".join(ln for ln in text.splitlines() if not ln.startswith("port:")) + f"\nport: {port}\n"
+            (Path(os.environ["GPUOPS_CONFIG_DIR"]) / "profiles" / f"via{port}.yaml").write_text(text)
+            with connect(profiles.resolve(f"via{port}"), announce=lambda s: None):
+                pass
+            return f"via{port}"
+
+        slow_mb = max(16, a.fetch_mb // 8)
+        ck2 = remote_home / proj.name / "checkpoints" / "global_step_200"
+        for i in range(2):
+            write_random(ck2 / f"part-{i}.bin", slow_mb * 500_000)
+        slow = Proxy(st["port"], delay=0.001)
+        try:
+            name = proxy_profile(slow.port)
+            sprof = profiles.resolve(name)
+            sssh = shlex.join(ssh_command(sprof))
+            splain, _ = timed(lambda: subprocess.run(["rsync", "-a", "-e", sssh, f"127.0.0.1:{proj.name}/checkpoints/",
+                                                      str(tmp / "splain") + "/"], check=True))
+            sours, (code, doc, err) = timed(lambda: cli("fetch", "-p", name, "--dest", str(tmp / "sours"), "--json"))
+            assert code == 0, err
+        finally:
+            slow.close()
+        figures["slow_link_fetch_bytes"] = slow_mb * 1_000_000
+        figures["slow_link_plain_rsync_s"] = round(splain, 2)
+        figures["slow_link_gpuops_s"] = round(sours, 2)
+        figures["slow_link_throughput_ratio"] = round(splain / sours, 3)
+        shutil.rmtree(ck2)
+
+        # -- resume ------------------------------------------------------------------------
+        rsize = a.resume_mb * 1_000_000
+        write_random(remote_home / proj.name / "checkpoints" / "global_step_7" / "model.pt", rsize)
+        proxy = Proxy(st["port"], cut_after=rsize // 2)
+        try:
+            text = (Path(os.environ["GPUOPS_CONFIG_DIR"]) / "profiles" / "sandbox.yaml").read_text()
+            text = "\n".join(ln for ln in text.splitlines() if not ln.startswith("port:")) + f"\nport: {proxy.port}\n"
+            (Path(os.environ["GPUOPS_CONFIG_DIR"]) / "profiles" / "cut.yaml").write_text(text)
+            with connect(profiles.resolve("cut"), announce=lambda s: None):
+                pass
+            base = proxy.bytes_down
+            code, doc, err = cli("fetch", "-p", "cut", "--dest", str(tmp / "resumed"), "--json")
+            assert code == 0, err
+            down = proxy.bytes_down - base
+        finally:
+            proxy.close()
+        figures["resume_file_bytes"] = rsize
+        figures["resume_attempts"] = doc["attempts"]
+        figures["resume_bytes_down_total"] = down
+        figures["resume_bytes_resent"] = max(0, down - rsize)
+        figures["resume_resent_percent"] = round(100 * max(0, down - rsize) / rsize, 2)
+    finally:
+        host.down()
+        os.chdir(ROOT)
+        if not a.keep:
+            shutil.rmtree(tmp, ignore_errors=True)
+
+    print(f"cores: {os.cpu_count()}  rsync: {subprocess.run(['rsync', '--version'], capture_output=True, text=True).stdout.split(chr(10))[0]}")
+    print(f"project: {figures['project_bytes'] / 1e6:.0f} MB")
+    print(f"first sync:                         {figures['first_sync_s']} s")
+    print(f"no-change re-sync (gpuops sync):    {figures['no_change_resync_s']} s "
+          f"(plain rsync -a over the same ssh: {figures['no_change_plain_rsync_s']} s)")
+    print(f"one-line change: bytes sent         {figures['one_line_change_bytes_sent']} "
+          f"= {figures['one_line_change_percent_of_tree']} % of the tree (goal < 1 %), "
+          f"{figures['one_line_change_resync_s']} s")
+    print(f"fetch {figures['fetch_bytes'] / 1e9:.2f} GB checkpoint: gpuops {figures['fetch_gpuops_s']} s "
+          f"({figures['fetch_gpuops_MBps']} MB/s, verified), plain rsync -a {figures['fetch_plain_rsync_s']} s "
+          f"({figures['fetch_plain_MBps']} MB/s): ratio {figures['fetch_throughput_ratio']} (goal >= 0.9)")
+    print(f"fetch {figures['slow_link_fetch_bytes'] / 1e6:.0f} MB through a link slower than the CPU (proxy, +1 ms per "
+          f"16 KB): gpuops {figures['slow_link_gpuops_s']} s, plain rsync -a {figures['slow_link_plain_rsync_s']} s: "
+          f"ratio {figures['slow_link_throughput_ratio']}")
+    print(f"resume: {figures['resume_file_bytes'] / 1e6:.0f} MB file, connection cut every "
+          f"{figures['resume_file_bytes'] / 2e6:.0f} MB: {figures['resume_attempts']} attempts, "
+          f"{figures['resume_bytes_down_total']} bytes down, re-sent {figures['resume_bytes_resent']} bytes "
+          f"({figures['resume_resent_percent']} % of the file)")
+    print(json.dumps(figures))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
