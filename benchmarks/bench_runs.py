@@ -1,0 +1,120 @@
+"""Run lifecycle figures against the local sandbox host (real sshd on 127.0.0.1, emulated GPU).
+
+Prints:
+  1. time from `gpuops train --no-sync` (a fresh CLI process) to the job running (its first line executed),
+     without and with the launch snapshot;
+  2. bytes per second `gpuops watch` receives while the job is idle (measured by a TCP proxy in front of sshd);
+  3. time from the job's exit to `gpuops watch` reporting the final state.
+
+Everything lives in temporary directories: its own sandbox, config, state and HOME.
+Usage: uv run python benchmarks/bench_runs.py
+"""
+from __future__ import annotations
+
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / "tests"))
+
+JOB = """\
+import os, sys, time
+open("started-" + os.environ["GPUOPS_RUN_ID"], "w").write(repr(time.time()))
+time.sleep(float(os.environ.get("SLEEP", "1")))
+open("ended-" + os.environ["GPUOPS_RUN_ID"], "w").write(repr(time.time()))
+"""
+
+
+def gpuops(*args: str, cwd: Path, **kw) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "gpuops", *args], cwd=cwd, capture_output=True, text=True, **kw)
+
+
+def main() -> None:
+    tmp = Path(tempfile.mkdtemp(prefix="gpuops-bench-runs-"))
+    os.environ.update(GPUOPS_STATE_DIR=str(tmp / "state"), GPUOPS_CONFIG_DIR=str(tmp / "config"),
+                      HOME=str(tmp / "home"), NO_COLOR="1", WANDB_MODE="disabled")
+    (tmp / "home").mkdir()
+    from gpuops.sandbox import host
+    from proxy import Proxy
+
+    st = host.up()
+    try:
+        project = tmp / "proj"
+        project.mkdir()
+        remote = Path(st["dir"]) / "home" / "proj"
+        remote.mkdir(parents=True, exist_ok=True)
+        for d in (project, remote):
+            (d / "job.py").write_text(JOB)
+
+        def launch(*extra: str, sleep: float = 0.5, profile: str = "sandbox") -> tuple[str, float]:
+            t0 = time.time()
+            res = gpuops("train", "-p", profile, "--script", "job.py", "--no-sync", "-e", f"SLEEP={sleep}", *extra,
+                         cwd=project)
+            if res.returncode != 0:
+                raise SystemExit(f"train failed: {res.stderr}")
+            rid = res.stdout.strip().splitlines()[-1]
+            marker = remote / f"started-{rid}"
+            while not marker.exists():
+                time.sleep(0.005)
+            return rid, float(marker.read_text()) - t0
+
+        def wait_end(rid: str) -> None:
+            while not (remote / ".gpuops" / "runs" / rid / "exit_code").exists():
+                time.sleep(0.02)
+
+        # 1. train -> running
+        launch("--no-snapshot")  # first contact: trust the host key
+        times = []
+        for _ in range(5):
+            rid, dt = launch("--no-snapshot")
+            times.append(dt)
+            wait_end(rid)
+        snap = []
+        for _ in range(2):
+            rid, dt = launch()
+            snap.append(dt)
+            wait_end(rid)
+        print(f"train --no-sync -> job running: median {statistics.median(times):.2f}s "
+              f"(min {min(times):.2f}s, max {max(times):.2f}s, n={len(times)}; a fresh CLI process, "
+              "connect, preflight, launch)")
+        print(f"  same with the launch snapshot (default): median {statistics.median(snap):.2f}s to running "
+              "(the snapshot is taken after the job starts)")
+
+        # 2. idle bytes per second through a proxy, and 3. exit -> noticed
+        proxy = Proxy(st["port"])
+        prof = Path(host.profile_path())
+        (prof.parent / "viaproxy.yaml").write_text(prof.read_text().replace(f"port: {st['port']}", f"port: {proxy.port}"))
+        gpuops("status", "-p", "viaproxy", cwd=project)  # trust [127.0.0.1]:proxy-port
+        idle_s = 30.0
+        rid, _ = launch("--no-snapshot", sleep=idle_s + 8, profile="viaproxy")
+        watch = subprocess.Popen([sys.executable, "-m", "gpuops", "watch", rid, "-p", "viaproxy", "--json"],
+                                 cwd=project, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+        time.sleep(4)
+        b0, t0 = proxy.bytes_down, time.monotonic()
+        time.sleep(idle_s)
+        b1, t1 = proxy.bytes_down, time.monotonic()
+        rate = (b1 - b0) / (t1 - t0)
+        noticed = None
+        for line in watch.stdout:
+            doc = json.loads(line)
+            if doc["type"] == "state" and doc["state"] != "running":
+                noticed = time.time()
+        watch.wait()
+        ended = float((remote / f"ended-{rid}").read_text())
+        print(f"watch while the job is idle (GPU sample every 2 s, state check every 0.5 s, heartbeat 5 s): "
+              f"{rate:.0f} bytes/s server->client over {t1 - t0:.0f}s, one remote stream")
+        if noticed:
+            print(f"job exit -> watch shows the final state: {noticed - ended:.2f}s (exit code {watch.returncode})")
+        proxy.close()
+    finally:
+        host.down()
+
+
+if __name__ == "__main__":
+    main()
