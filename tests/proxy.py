@@ -32,6 +32,7 @@ class Proxy:
                 return
             try:
                 upstream = socket.create_connection(self.target, timeout=5)
+                upstream.settimeout(None)
             except OSError:
                 client.close()
                 continue

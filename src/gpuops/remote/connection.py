@@ -143,7 +143,7 @@ class Remote:
             chan = self.transport.open_session(timeout=self.profile.connect_timeout)
             chan.exec_command(command)
         except Exception as exc:  # paramiko.SSHException, EOFError, socket errors
-            raise ConnectError(f"connection to {self.profile.host} failed while starting a command: {exc}") from exc
+            raise ConnectError(f"connection to {self.profile.host} was lost while starting a command: {exc}") from exc
         self.exec_count += 1
         return chan
 
