@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from test_snapshot_unit import wandb_artifact_and_config
+from test_snapshot_unit import wandb_artifact_and_config, wandb_records
 
 
 def _install(site: Path, name: str, version: str) -> None:
@@ -180,6 +180,9 @@ def test_snapshot_for_run_local_remote_and_wandb(venv_sandbox, isolated, tmp_pat
     assert json.loads(art.metadata)["source"]["run_id"] == run_id
     assert config["environment"]["python"] == venv_sandbox["version"]
     assert config["environment"]["driver"] == "570.148.08" and config["seed"] == 1234
+    (run_rec,) = [rec.run for kind, rec in wandb_records(Path(wb["run_dir"])) if kind == "run"]
+    assert run_rec.display_name == f"{run_id}-environment" and run_rec.run_group == "sandbox"
+    assert run_rec.job_type == "environment"
 
     # the key never printed, never in a file we or wandb wrote
     cap = capsys.readouterr()

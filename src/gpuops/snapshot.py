@@ -647,14 +647,18 @@ def snapshot_for_run(remote, profile, *, run_id: str, remote_run_dir: str, local
         result["error"] = exc.message
         return result
     result.update(ok=True, snapshot=snap, files=[str(p) for p in files.values()])
+    out.step(f"environment snapshot: {local_dir} and {remote_env_dir} on the host")
     env = profiles.environment(project_dir)
     if wandb if wandb is not None else bool(env.get("WANDB_API_KEY")):
         try:
-            result["wandb"] = log_to_wandb(local_dir, snap, run_name=run_id,
-                                           project=env.get("WANDB_PROJECT") or project_dir.resolve().name,
-                                           entity=env.get("WANDB_ENTITY"), api_key=env.get("WANDB_API_KEY"),
-                                           artifact_name=f"{profile.name}-environment", aliases=[run_id],
-                                           config={"gpuops_run_id": run_id, "seed": seed}, job_type="train")
+            info = log_to_wandb(local_dir, snap, run_name=f"{run_id}-environment",
+                                project=env.get("WANDB_PROJECT") or project_dir.resolve().name,
+                                entity=env.get("WANDB_ENTITY"), api_key=env.get("WANDB_API_KEY"),
+                                artifact_name=f"{profile.name}-environment", aliases=[run_id],
+                                config={"gpuops_run_id": run_id, "seed": seed}, group=profile.name)
+            result["wandb"] = info
+            out.step(f"W&B: artifact {info['artifact']} (type environment), run {info['run_name']} "
+                     f"({info['mode']})")
         except GpuopsError as exc:
             out.warn(f"W&B logging failed: {exc.message}")
             result["error"] = exc.message
@@ -672,7 +676,8 @@ def wandb_mode(env: dict) -> str:
 
 def log_to_wandb(snapshot_dir: Path | str, snapshot: dict, *, run_name: str, project: str, entity: str | None = None,
                  api_key: str | None = None, artifact_name: str | None = None, aliases: Iterable[str] = (),
-                 config: dict | None = None, job_type: str = "environment", run=None) -> dict:
+                 config: dict | None = None, job_type: str = "environment", group: str | None = None,
+                 run=None) -> dict:
     """Log the three files as a versioned artifact of type `environment`, key versions in the run config.
 
     Uses `run` if given (an active wandb run), else starts one and finishes it. The API key goes to wandb through
@@ -706,7 +711,7 @@ def log_to_wandb(snapshot_dir: Path | str, snapshot: dict, *, run_name: str, pro
         if started:
             settings = wandb.Settings(silent=True, console="off", x_disable_stats=True, x_save_requirements=False,
                                       disable_git=True, save_code=False)
-            run = wandb.init(project=project, entity=entity or None, name=run_name, job_type=job_type,
+            run = wandb.init(project=project, entity=entity or None, name=run_name, job_type=job_type, group=group,
                              config={"environment": versions, **{k: v for k, v in (config or {}).items() if v is not None}},
                              settings=settings, reinit="create_new")
         else:
