@@ -277,3 +277,5 @@ def test_errors_have_exit_codes(gpuops, sandbox, isolated):
     assert r.code == 3, r.all
     r = gpuops("diff", "closed", "closed")
     assert r.code == 3, r.all
+    r = gpuops("diff", "profiles/closed.yaml", "closed")  # a profile by its path
+    assert r.code == 3, r.all

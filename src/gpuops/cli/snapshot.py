@@ -98,6 +98,9 @@ def _resolve(ref: str, out) -> tuple[str, dict]:
     from ..errors import UsageError
 
     p = Path(ref)
+    if p.is_file() and p.suffix in (".yaml", ".yml"):  # a profile given by its path
+        prof = profiles.resolve(ref, Path.cwd())
+        return f"{prof.name} (live)", _live(prof, out)
     if p.exists():
         return ref, core.load(p)
     run_env = core.find_run_env(ref, Path.cwd())
