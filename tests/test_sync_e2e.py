@@ -74,8 +74,9 @@ def test_no_delete_by_default_and_delete_keeps_excluded_remote_folders(sandbox, 
     rp = remote_project(sandbox)
     # what training produced on the remote
     for rel in ["checkpoints/global_step_5/model.pt", "outputs/eval.json", "logs/train.log", "wandb/run-1/files",
-                "src/__pycache__/m.pyc", "sub/checkpoints/x.pt"]:
+                "src/__pycache__/m.pyc", "sub/checkpoints/x.pt", ".gpuops/runs/r-1/meta.json", "runs/r-1/meta.json"]:
         write(rp / rel, "precious")
+    write(here / "runs" / "r-1" / "meta.json", "local registry")  # gpuops' local run registry is never sent
     old.unlink()
     r = gpuops("sync", "-p", "sandbox")
     assert r.code == 0, r.all
@@ -86,7 +87,7 @@ def test_no_delete_by_default_and_delete_keeps_excluded_remote_folders(sandbox, 
     assert doc["deleted"] == 1 and {"change": "deleted", "kind": "file", "path": "old.py", "size": None} in doc["changes"]
     assert not (rp / "old.py").exists()
     for rel in ["checkpoints/global_step_5/model.pt", "outputs/eval.json", "logs/train.log", "wandb/run-1/files",
-                "src/__pycache__/m.pyc", "sub/checkpoints/x.pt"]:
+                "src/__pycache__/m.pyc", "sub/checkpoints/x.pt", ".gpuops/runs/r-1/meta.json", "runs/r-1/meta.json"]:
         assert (rp / rel).read_text() == "precious", rel
 
 

@@ -15,6 +15,7 @@ from typing import Iterable, Sequence
 
 IGNORE_FILE = ".gpuopsignore"
 STAGING_DIR = ".gpuops-partial"  # fetch: files land here, are verified, then moved into place
+ALWAYS_EXCLUDED = ("/.gpuops/", "/runs/")  # run records: remote <remote_dir>/.gpuops/runs, local ./runs/<id>
 PARTIAL_DIR = ".gpuops-rsync-partial"  # rsync --partial-dir (relative: rsync also protects it from --delete)
 OUT_PREFIX = "::gpuops:: "
 OUT_FORMAT = OUT_PREFIX + "%i %l %n"
@@ -90,11 +91,12 @@ def sync_filter_rules(profile_excludes: Sequence[str], cli_excludes: Sequence[st
                       ignore_rules: Sequence[str] = (), gitignore: bool = False) -> list[str]:
     """Ordered rsync filter rules for sync. First match wins, so the order is the priority:
 
-    1. gpuops' own staging folders, 2. --exclude, 3. the profile's sync.exclude (so a `!` line in .gpuopsignore
+    1. gpuops' own folders: staging, the remote run records (/.gpuops/) and the local run registry (/runs/),
+    which a sync never sends and --delete never touches, 2. --exclude, 3. the profile's sync.exclude (so a `!` line in .gpuopsignore
     can never re-include, nor expose to --delete, a folder the profile protects), 4. .gpuopsignore,
     5. `.gitignore` files at every depth (only with --gitignore).
     """
-    rules = [f"- /{STAGING_DIR}/", f"- {STAGING_DIR}/"]
+    rules = [f"- /{STAGING_DIR}/", f"- {STAGING_DIR}/"] + [f"- {p}" for p in ALWAYS_EXCLUDED]
     rules += [f"- {p}" for p in cli_excludes if p.strip()]
     rules += [f"- {p}" for p in profile_excludes if p.strip()]
     rules += list(ignore_rules)
