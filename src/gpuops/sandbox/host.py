@@ -160,7 +160,7 @@ Subsystem sftp internal-sftp
                 raise GpuopsError(f"sshd did not start listening on 127.0.0.1:{port}. {log}")
             time.sleep(0.05)
         state = {"port": port, "user": user, "started": True}
-    state.update(gpu=gpu_state, dir=str(d), python=python or state.get("python") or "python3")
+    state.update(gpu=gpu_state, dir=str(d), python=python or "python3")  # every `up` states the whole host
     write_atomic(d / "state.json", json.dumps({k: v for k, v in state.items() if k != "started"}, indent=1))
     if write_profile:
         _write_profile(d, state)
@@ -222,9 +222,30 @@ env_preset: {'ada' if g['gpu'] == 'rtx6000ada' else 'h100' if g['gpu'].startswit
     write_atomic(profile_path(), text)
 
 
+def _session_processes(d: Path) -> list[int]:
+    """Processes started through this sandbox host's sessions (their environment names its directory)."""
+    mark = f"GPUOPS_SANDBOX_DIR={d}".encode()
+    found = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit() or int(entry.name) == os.getpid():
+            continue
+        try:
+            if mark in (entry / "environ").read_bytes().split(b"\0"):
+                found.append(int(entry.name))
+        except OSError:
+            continue
+    return found
+
+
 def down() -> bool:
-    """Stop sshd (the profile and keys stay, so the host key stays the same on the next `up`)."""
+    """Stop sshd and, as a host going down does, the jobs its sessions left running. The profile and keys stay,
+    so the host key is the same on the next `up`."""
     d = sandbox_dir()
+    for pid in _session_processes(d):
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except OSError:
+            pass
     pid = _pid(d)
     if not pid:
         return False

@@ -9,7 +9,8 @@ It answers the forms gpuops uses, in nvidia-smi's own formats, exit codes and fa
   nvidia-smi --query-compute-apps=F,... --format=csv[,noheader][,nounits]
 State comes from $GPUOPS_SANDBOX_DIR/gpu.json (written by `gpuops sandbox up`). It says it is emulated:
 in the table, in -L, and in every UUID ("GPU-e3e3e3e3-...": e3 for emulated).
-A process whose environment holds GPUOPS_RUN_ID counts as a GPU process and drives utilisation.
+A process whose environment holds GPUOPS_RUN_ID (and this host's GPUOPS_SANDBOX_DIR) counts as a GPU process
+and drives utilisation.
 """
 import json
 import os
@@ -64,6 +65,8 @@ def load_state():
 def gpu_processes():
     """Processes of this user that carry GPUOPS_RUN_ID: a gpuops job 'on the GPU'."""
     procs = []
+    here = os.environ.get("GPUOPS_SANDBOX_DIR")
+    mine = ("GPUOPS_SANDBOX_DIR=" + here).encode() if here else None
     for pid in os.listdir("/proc"):
         if not pid.isdigit():
             continue
@@ -77,8 +80,8 @@ def gpu_processes():
         if comm in ("bash", "sh", "dash", "nohup", "setsid", "sleep", "tail", "timeout"):
             continue
         run = [e for e in env if e.startswith(b"GPUOPS_RUN_ID=")]
-        if not run:
-            continue
+        if not run or (mine and mine not in env):
+            continue  # not a gpuops job, or a job of another sandbox host on this machine
         vis = [e.split(b"=", 1)[1].decode() for e in env if e.startswith(b"CUDA_VISIBLE_DEVICES=")]
         gpu = int(vis[0].split(",")[0]) if vis and vis[0].split(",")[0].isdigit() else 0
         procs.append({"pid": int(pid), "name": comm, "gpu": gpu})
