@@ -104,11 +104,11 @@ def test_state_model():
     assert run.state == core.RUNNING and run.pid == 10 and run.log_size == 5 and run.elapsed(160) == 60
     assert mk("RUN id=a exists=1 pid=10 alive=0 rc=0 started=100 ended=130 size=5 stop=-").state == core.SUCCEEDED
     failed = mk("RUN id=a exists=1 pid=10 alive=0 rc=3 started=100 ended=130 size=5 stop=-")
-    assert failed.state == core.FAILED and core.exit_for_state(failed) == 1 and core.exit_status(failed) == 3
+    assert failed.state == core.FAILED and core.exit_for_state(failed) == 1 and failed.exit_code == 3
     stopped = mk('RUN id=a exists=1 pid=10 alive=0 rc=130 started=1 ended=2 size=0 stop={"signal": "INT", "by": "gpuops stop"}')
     assert stopped.state == core.STOPPED and stopped.stopped["signal"] == "INT"
     lost = mk("RUN id=a exists=1 pid=10 alive=0 rc= started=1 ended= size=0 stop=-")
-    assert lost.state == core.LOST and core.exit_status(lost) == 1
+    assert lost.state == core.LOST and core.exit_for_state(lost) == 1
     assert mk("RUN id=a exists=0").state == core.LOST
     assert core.cost(1800, 2.49) == 1.25 and core.cost(10, None) is None
     assert core.fmt_duration(3725) == "1h02m05s" and core.fmt_duration(65) == "1m05s"

@@ -350,16 +350,9 @@ def parse_state_line(line: str) -> Optional[RunInfo]:
 
 
 def exit_for_state(info: RunInfo) -> int:
-    """watch's exit code: 0 when the job succeeded, 1 when it failed, was stopped or is lost."""
+    """watch's and logs -f's exit code: 0 when the job succeeded, 1 when it failed, was stopped or is lost."""
     return 0 if info.state == SUCCEEDED else 1
 
-
-def exit_status(info: RunInfo) -> int:
-    """logs -f's exit code: the job's own exit status (1 when lost, 0-255)."""
-    if info.exit_code is None:
-        return 0 if info.state == SUCCEEDED else 1
-    rc = info.exit_code
-    return rc if 0 <= rc <= 255 else 1
 
 
 def cost(elapsed_s: Optional[float], price_per_hour: Optional[float]) -> Optional[float]:

@@ -320,9 +320,8 @@ def _follow_loop(out, prof, remote, rid, run_dir, fs, dash, *, json_: bool, samp
     profiles_remember(prof)
     if info is None:
         return 1
-    if not raw_log:
-        out.info(dash.state_text())
-    return core.exit_status(info) if raw_log else core.exit_for_state(info)
+    out.info(dash.state_text())  # stderr: with raw_log the log on stdout stays untouched
+    return core.exit_for_state(info)
 
 
 def _emit(out, ev: dict, dash, json_: bool) -> None:
@@ -372,7 +371,7 @@ def _emit(out, ev: dict, dash, json_: bool) -> None:
 def logs(
     run: Optional[str] = RunArg,
     profile: Optional[str] = ProfileOpt,
-    follow: bool = typer.Option(False, "--follow", "-f", help="Follow until the run ends; exit with its status."),
+    follow: bool = typer.Option(False, "--follow", "-f", help="Follow until the run ends; exit 0 if the job succeeded, 1 if not."),
     lines: int = typer.Option(50, "--lines", "-n", help="Lines from the end of the log.", min=0),
 ) -> None:
     """Print the last N lines of a run's log, or follow it (-f) to the end of the run."""
