@@ -22,6 +22,8 @@ from . import hostkeys
 
 KEEPALIVE_S = 15
 DEFAULT_COMMAND_TIMEOUT = 120.0
+BULK_CIPHERS = ("aes128-gcm@openssh.com", "aes256-gcm@openssh.com", "chacha20-poly1305@openssh.com",
+                "aes128-ctr", "aes192-ctr", "aes256-ctr")
 
 
 @dataclass
@@ -264,6 +266,9 @@ def ssh_command(profile) -> list[str]:
         "-o", f"ConnectTimeout={int(max(1, profile.connect_timeout))}",
         "-o", "ServerAliveInterval=15",
         "-o", "ServerAliveCountMax=4",
+        # OpenSSH's default order with AES-GCM first: AES-NI makes it ~2x cheaper per byte than chacha20-poly1305,
+        # which matters for bulk checkpoint transfers (see benchmarks/bench_transfer.py)
+        "-o", "Ciphers=" + ",".join(BULK_CIPHERS),
         "-l", profile.user,
     ]
     if profile.key:
