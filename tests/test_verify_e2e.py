@@ -184,3 +184,17 @@ def test_cli_usage_errors_and_help_in_a_real_process():
     assert p.returncode == 0 and "verify" in p.stdout and "sandbox" in p.stdout
     p = subprocess.run([sys.executable, "-m", "gpuops", "verify", "--bogus"], capture_output=True, text=True, env=env)
     assert p.returncode == 2 and "No such option" in p.stderr and "Traceback" not in p.stderr
+
+
+def test_ctrl_c_exits_130_without_traceback(sandbox, isolated):
+    import signal
+
+    host.up(fail="hang")
+    env = {**os.environ, "NO_COLOR": "1"}
+    p = subprocess.Popen([sys.executable, "-m", "gpuops", "verify", "sandbox", "--no-save"], cwd=isolated, env=env,
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    time.sleep(3)  # connected, waiting on the hung nvidia-smi
+    p.send_signal(signal.SIGINT)
+    out, err = p.communicate(timeout=30)
+    assert p.returncode == 130, (out, err)
+    assert "interrupted" in err and "Traceback" not in err

@@ -33,6 +33,8 @@ def run(argv: list[str] | None = None) -> int:
     try:
         rv = app(args=args, prog_name="gpuops", standalone_mode=False)
         code = rv if isinstance(rv, int) else 0
+        if code == ExitCode.INTERRUPTED:  # typer turns Ctrl-C into exit 130
+            print("interrupted", file=sys.stderr)
     except GpuopsError as exc:
         _report(exc.message, exc.hint, exc)
         code = int(exc.code)
