@@ -98,3 +98,17 @@ def test_python_missing_fallback_document():
     f = from_probe(_parse_fallback(text, "python3"), failures=FAILURES)
     assert not f.python_ok and f.python_missing == "python3"
     assert len(f.gpus) == 1 and f.driver == "570.148.08" and f.os["pretty"] == "Ubuntu 22.04.5 LTS"
+
+
+def test_probe_is_stdlib_only_and_python38_syntax():
+    import ast
+    import sys
+    from pathlib import Path
+
+    import gpuops.remote.probe as probe
+
+    src = Path(probe.__file__).read_text()
+    tree = ast.parse(src, feature_version=(3, 8))
+    imported = {n.names[0].name.split(".")[0] for n in ast.walk(tree) if isinstance(n, ast.Import)}
+    imported |= {n.module.split(".")[0] for n in ast.walk(tree) if isinstance(n, ast.ImportFrom) and n.module}
+    assert imported <= set(sys.stdlib_module_names), imported - set(sys.stdlib_module_names)
