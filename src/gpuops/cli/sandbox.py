@@ -24,7 +24,7 @@ def up(
     header: str = typer.Option("legacy", "--header", help="nvidia-smi header style: legacy ('CUDA Version') or "
                                                           "kmd (R610+: 'KMD Version', 'CUDA UMD Version')."),
     python: Optional[str] = typer.Option(None, "--python", help="Remote Python for the sandbox profile "
-                                                                "(e.g. a venv with torch)."),
+                                                                "(e.g. a venv with torch; default: python3)."),
     json_: bool = JsonOpt,
 ) -> None:
     """Start the sandbox host (or change its emulated GPUs) and write the profile 'sandbox'."""
@@ -45,7 +45,7 @@ def up(
 
 @sandbox_app.command("down")
 def down(json_: bool = JsonOpt) -> None:
-    """Stop the sandbox host (keys, profile and its home stay)."""
+    """Stop the sandbox host and the jobs its sessions left running (keys, profile and its home stay)."""
     from ..sandbox import host
 
     out = output(json_)
@@ -60,7 +60,7 @@ def down(json_: bool = JsonOpt) -> None:
 
 @sandbox_app.command("status")
 def status(json_: bool = JsonOpt) -> None:
-    """Is the sandbox host running, where, and with which emulated GPUs."""
+    """Is the sandbox host running, where, and with which emulated GPUs. Exit 1 if not running (--json: always 0)."""
     from ..sandbox import host
 
     out = output(json_)
