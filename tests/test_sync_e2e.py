@@ -2,7 +2,11 @@
 from __future__ import annotations
 
 import json
+import os
+import re
+import shutil
 import subprocess
+import sys
 from pathlib import Path
 
 
@@ -164,6 +168,81 @@ def test_changed_host_key_refused(sandbox, gpuops, tmp_path):
     assert "host key" in r.err.lower()
     assert "Traceback" not in r.all
     assert not remote_project(sandbox).exists()
+
+
+def test_dry_run_into_missing_parent_folders(sandbox, gpuops):
+    prof = Path(sandbox["profile"])
+    prof.write_text(prof.read_text() + f"remote_dir: ~/not/yet/{Path.cwd().name}\n")
+    here = Path.cwd()
+    write(here / "a.py", "one")
+    write(here / "pkg/sub/b.py", "two")
+    home = Path(sandbox["dir"]) / "home"
+    for args in (("--dry-run",), ("--dry-run", "--delete")):
+        r = gpuops("sync", "-p", "sandbox", *args, "--json")
+        assert r.code == 0, r.all
+        doc = json.loads(r.out)
+        assert doc["remote_dir"] == f"~/not/yet/{here.name}" and doc["dry_run"] is True
+        assert {(c["path"], c["change"]) for c in doc["changes"] if c["kind"] == "file"} == {("a.py", "new"),
+                                                                                            ("pkg/sub/b.py", "new")}
+        assert not (home / "not").exists()  # not even the parents
+    r = gpuops("sync", "-p", "sandbox")
+    assert r.code == 0, r.all
+    assert tree(home / "not/yet" / here.name) == {"a.py", "pkg/sub/b.py"}
+
+
+def bin_dir(path: Path, tools: dict[str, str]) -> Path:
+    """A directory of symlinks {name: target}: a PATH holding exactly these commands."""
+    path.mkdir(parents=True)
+    for name, target in tools.items():
+        (path / name).symlink_to(target)
+    return path
+
+
+def test_rsync_missing_locally(sandbox, gpuops, tmp_path, monkeypatch):
+    write(Path.cwd() / "a.py")
+    write(remote_project(sandbox) / "checkpoints/m.pt", "m")
+    tools = {t: shutil.which(t) for t in ("ssh", "ssh-keygen", "sh")}
+    monkeypatch.setenv("PATH", str(bin_dir(tmp_path / "bin", tools)))
+    for args in (["sync"], ["sync", "--dry-run"], ["fetch"]):
+        r = gpuops(*args, "-p", "sandbox")
+        assert r.code == 1, r.all
+        assert r.err.count("error:") == 1 and "Traceback" not in r.all
+        assert "error: rsync is not installed on this machine" in r.err
+        assert re.search(r"hint: install it: \S.* rsync\n", r.err), r.err
+        assert "host key" not in r.err  # stopped before connecting
+    assert not (remote_project(sandbox) / "a.py").exists()
+    assert not (Path.cwd() / "checkpoints").exists()
+    r = gpuops("fetch", "-p", "sandbox", "--list")  # listing needs no rsync
+    assert r.code == 0 and "checkpoints:" in r.out, r.all
+
+
+def test_rsync_missing_on_the_remote(sandbox, gpuops, tmp_path, monkeypatch):
+    """The sandbox session's PATH is the one `host.up()` sees: restart it with what gpuops' remote commands use
+    (sh, mkdir, df, tail, python3) but no rsync, then restore the normal one."""
+    from gpuops.sandbox import host
+
+    write(Path.cwd() / "a.py")
+    write(remote_project(sandbox) / "checkpoints/m.pt", "m")
+    tools = {t: shutil.which(t) for t in ("sh", "mkdir", "df", "tail")}
+    tools["python3"] = os.path.realpath(sys.executable)
+    normal = os.environ["PATH"]
+    try:
+        monkeypatch.setenv("PATH", str(bin_dir(tmp_path / "remote-bin", tools)))
+        host.up()
+        monkeypatch.setenv("PATH", normal)
+        for args in (["sync"], ["sync", "--dry-run"], ["sync", "--delete"], ["fetch"], ["fetch", "--latest"]):
+            r = gpuops(*args, "-p", "sandbox")
+            assert r.code == 1, r.all
+            assert r.err.count("error:") == 1 and "Traceback" not in r.all
+            assert "error: rsync is not installed on 127.0.0.1" in r.err
+            assert "hint: install it on 127.0.0.1: sudo apt-get install -y rsync" in r.err
+        assert tree(remote_project(sandbox)) == {"checkpoints/m.pt"}
+        assert not (Path.cwd() / "checkpoints").exists()
+    finally:
+        monkeypatch.setenv("PATH", normal)
+        host.up()
+    r = gpuops("sync", "-p", "sandbox")  # the normal sandbox is back
+    assert r.code == 0, r.all
 
 
 def test_unknown_profile_is_usage_error(sandbox, gpuops):

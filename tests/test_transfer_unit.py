@@ -181,3 +181,15 @@ def test_estimate_upload_is_an_upper_bound(tmp_path):
 
 def test_human_bytes():
     assert tr.human_bytes(5) == "5 B" and tr.human_bytes(1_500_000) == "1.5 MB"
+
+
+@pytest.mark.parametrize("platform,managers,want", [
+    ("linux", ["apt-get"], "sudo apt-get install -y rsync"),
+    ("linux", ["dnf", "yum"], "sudo dnf install -y rsync"),
+    ("linux", ["apk"], "sudo apk add rsync"),
+    ("linux", [], "sudo apt-get install -y rsync"),
+    ("darwin", [], "brew install rsync"),
+])
+def test_install_command(platform, managers, want):
+    assert tr.install_command(platform, managers) == want
+    assert tr.REMOTE_INSTALL == "sudo apt-get install -y rsync"

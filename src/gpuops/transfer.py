@@ -23,8 +23,23 @@ RSYNC_TIMEOUT_S = 60
 RETRY_EXIT_CODES = frozenset({10, 12, 30, 35, 255})
 STEP_RE = re.compile(r"^(?:global_step_|checkpoint-)(\d+)$")
 
-INSTALL_HINT = ("install rsync: sudo apt-get install -y rsync (Debian/Ubuntu), sudo dnf install -y rsync (Fedora/RHEL), "
-                "brew install rsync (macOS)")
+# rsync must be installed on both ends. Cloud GPU images are Debian/Ubuntu, so the remote command is apt-get's.
+REMOTE_INSTALL = "sudo apt-get install -y rsync"
+INSTALL_COMMANDS = (  # (package manager, the command that installs rsync with it), in order of preference
+    ("apt-get", "sudo apt-get install -y rsync"), ("dnf", "sudo dnf install -y rsync"),
+    ("yum", "sudo yum install -y rsync"), ("zypper", "sudo zypper install -y rsync"),
+    ("pacman", "sudo pacman -S --noconfirm rsync"), ("apk", "sudo apk add rsync"), ("brew", "brew install rsync"),
+)
+
+
+def install_command(platform: str, managers: Iterable[str]) -> str:
+    """The command that installs rsync on this machine: platform is sys.platform, managers the package managers found
+    on it (apt-get, dnf, ...). macOS: Homebrew's rsync, named even when brew is missing; an unknown system gets the
+    Debian/Ubuntu command."""
+    if platform == "darwin":
+        return "brew install rsync"
+    have = set(managers)
+    return next((cmd for name, cmd in INSTALL_COMMANDS if name in have), REMOTE_INSTALL)
 
 
 # -- filters -----------------------------------------------------------------------------

@@ -131,28 +131,25 @@ class ProgressView:
 
 # -- sync ------------------------------------------------------------------------------------
 def _sync_precheck(remote, remote_dir: str, *, create: bool) -> dict:
+    """One remote execution: is rsync there (nothing else happens when it is not), create the directory (not for a
+    dry run), and the free disk of the directory, or of its nearest existing parent when it does not exist yet."""
     d = shell_path(remote_dir)
-    cmd = (f"d={d}; " + ('mkdir -p -- "$d" || exit 3; ' if create else "") +
-           'if cd -- "$d" 2>/dev/null; then echo exists=1; else echo exists=0; cd; fi; '
-           'echo "rsync=$(command -v rsync)"; df -Pk . | tail -n 1')
+    cmd = ('r=$(command -v rsync) || { echo rsync=; exit 0; }; echo "rsync=$r"; '
+           f"d={d}; " + ('mkdir -p -- "$d" || exit 3; ' if create else "") +
+           'p="$d"; while [ ! -d "$p" ]; do case "$p" in */*) p="${p%/*}"; p="${p:-/}";; *) p=.;; esac; done; '
+           'df -Pk -- "$p" | tail -n 1')
     res = remote.run(cmd, timeout=60)
     if res.rc == 3:
         raise RemoteError(f"cannot create the remote directory {remote_dir}: {res.stderr.strip()}")
-    info = {"exists": False, "rsync": "", "free": None}
+    info = {"rsync": "", "free": None}
     for line in res.stdout.splitlines():
-        if line.startswith("exists="):
-            info["exists"] = line.endswith("1")
-        elif line.startswith("rsync="):
+        if line.startswith("rsync="):
             info["rsync"] = line[len("rsync="):].strip()
         else:
             parts = line.split()
             if len(parts) >= 4 and parts[3].isdigit():
                 info["free"] = int(parts[3]) * 1024
     return info
-
-
-def _no_remote_rsync(profile) -> GpuopsError:
-    return GpuopsError(f"rsync is not installed on {profile.host}", hint="on the remote: " + tr.INSTALL_HINT)
 
 
 def sync_filter(profile, project_dir: Path, excludes: Sequence[str] = (), gitignore: bool = False) -> list[str]:
@@ -174,7 +171,7 @@ def sync_project(profile, remote, out, project_dir: Path, *, delete: bool = Fals
     rules = sync_filter(profile, project_dir, excludes, gitignore)
     info = _sync_precheck(remote, remote_dir, create=not dry_run)
     if not info["rsync"]:
-        raise _no_remote_rsync(profile)
+        raise rs.missing_remote(profile.host)
     argv = lambda dry: tr.sync_args(ssh_command(profile), project_dir, profile.host, remote_dir, rules,  # noqa: E731
                                     delete=delete, dry_run=dry, gitignore=gitignore)
     free = info["free"]
@@ -395,7 +392,7 @@ def fetch(profile, remote, out, name: str = "checkpoints", *, dest: Path | None 
 
     doc = _run_script(profile, remote, {"list": {name: src}}, timeout=300)
     if not doc.get("rsync"):
-        raise GpuopsError(f"rsync is not installed on {profile.host}", hint="on the remote: " + tr.INSTALL_HINT)
+        raise rs.missing_remote(profile.host)
     root = doc["roots"][name]
     if not root.get("exists"):
         raise GpuopsError(f"nothing to fetch: {src} does not exist on {profile.host}")

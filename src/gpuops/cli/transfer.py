@@ -27,10 +27,12 @@ def sync(
     sync.exclude, .gpuopsignore and --exclude patterns. Never deletes remote files unless --delete."""
     from .. import profiles
     from ..remote.connection import connect
+    from ..remote.rsync import require_local_rsync
     from ..transfer_ops import render_sync, sync_project
 
     out = output(json_)
     prof = pick_profile(None, profile)
+    require_local_rsync()  # before connecting: nothing to do without it
     with connect(prof, announce=out.info) as remote:
         summary = sync_project(prof, remote, out, Path.cwd(), delete=delete, dry_run=dry_run,
                                excludes=exclude or (), gitignore=gitignore)
@@ -56,6 +58,7 @@ def fetch(
     from .. import profiles
     from ..errors import UsageError
     from ..remote.connection import connect
+    from ..remote.rsync import require_local_rsync
     from ..transfer_ops import fetch as do_fetch
     from ..transfer_ops import list_remote, render_fetch, render_list
 
@@ -65,6 +68,8 @@ def fetch(
     if list_ and (latest or step is not None or dest is not None):
         raise UsageError("--list only lists; drop --latest/--step/--dest")
     prof = pick_profile(None, profile)
+    if not list_:
+        require_local_rsync()  # before connecting: nothing to do without it
     with connect(prof, announce=out.info) as remote:
         if list_:
             render_list(out, list_remote(prof, remote, Path.cwd()))

@@ -8,6 +8,7 @@ from __future__ import annotations
 import os
 import shutil
 import subprocess
+import sys
 import threading
 import time
 from dataclasses import dataclass, field
@@ -38,10 +39,19 @@ class Transient(Exception):
 
 
 def require_local_rsync() -> str:
+    """rsync's path on this machine, or a GpuopsError (exit 1) naming the command that installs it here."""
     path = shutil.which("rsync")
     if not path:
-        raise GpuopsError("rsync is not installed on this machine", hint=tr.INSTALL_HINT)
+        managers = [m for m, _ in tr.INSTALL_COMMANDS if shutil.which(m) or os.path.exists(f"/usr/bin/{m}")]
+        raise GpuopsError("rsync is not installed on this machine; sync and fetch need it on both ends",
+                          hint="install it: " + tr.install_command(sys.platform, managers))
     return path
+
+
+def missing_remote(host: str) -> GpuopsError:
+    """rsync is not on the remote's PATH (exit 1): the message names the command to run there."""
+    return GpuopsError(f"rsync is not installed on {host}; sync and fetch need it on both ends",
+                       hint=f"install it on {host}: {tr.REMOTE_INSTALL}")
 
 
 def run_once(argv: Sequence[str], *, on_progress: Callable[[tr.Progress], None] | None = None,
@@ -154,5 +164,5 @@ def _error(kind: str, res: RsyncResult, host: str) -> GpuopsError:
         return AuthError(f"{host} refused authentication for rsync: {detail}",
                          hint="check 'user:' and 'key:' in the profile")
     if kind == "missing-remote":
-        return GpuopsError(f"rsync is not installed on {host}", hint="on the remote: " + tr.INSTALL_HINT)
+        return missing_remote(host)
     return GpuopsError(f"rsync failed (exit {res.rc}): {detail or 'no message'}")
