@@ -7,7 +7,11 @@ import re
 import shutil
 import subprocess
 import sys
+import threading
+import time
 from pathlib import Path
+
+from proxy import Proxy
 
 
 def write(path: Path, text: str = "x") -> Path:
@@ -147,6 +151,64 @@ def test_sync_project_python_entry_point(sandbox):
         assert remote.exec_count == 1
     assert s["files"] == 1 and s["dry_run"] is False
     assert tree(remote_project(sandbox)) == {"train.py"}
+
+
+def _proxy_profile(sandbox, port: int) -> str:
+    """A profile `cut` reaching the sandbox through a proxy on `port`, its host key trusted."""
+    from gpuops import profiles
+    from gpuops.paths import config_dir
+    from gpuops.remote.connection import connect
+
+    src = Path(sandbox["profile"]).read_text()
+    lines = [ln for ln in src.splitlines() if not ln.startswith("port:")] + [f"port: {port}"]
+    write(config_dir() / "profiles" / "cut.yaml", "\n".join(lines) + "\n")
+    with connect(profiles.resolve("cut"), announce=lambda s: None):  # trust [127.0.0.1]:port
+        pass
+    return "cut"
+
+
+def test_sync_resumes_after_the_connection_is_cut(sandbox, gpuops):
+    """Cut every connection once half of a large file has arrived: the retry continues from the partial file
+    (rsync's --partial-dir) instead of sending it again, and the remote ends up complete and identical."""
+    here, rp = Path.cwd(), remote_project(sandbox)
+    size = 8_000_000
+    big = write(here / "data/big.bin")
+    big.write_bytes(os.urandom(size))
+    for i in range(5):
+        write(here / f"src/m{i}.py", f"print({i})\n" * 100)
+    proxy = Proxy(sandbox["port"], delay=0.002)  # slow enough to cut in the middle of the upload
+    cut = threading.Event()
+
+    def cut_at_half() -> None:
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            for tmp in (rp / "data").glob(".big.bin.*"):  # rsync's temporary file while receiving
+                try:
+                    if tmp.stat().st_size >= size // 2:
+                        proxy.cut_all()
+                        cut.set()
+                        return
+                except OSError:
+                    pass
+            time.sleep(0.005)
+
+    try:
+        name = _proxy_profile(sandbox, proxy.port)
+        watcher = threading.Thread(target=cut_at_half, daemon=True)
+        watcher.start()
+        r = gpuops("sync", "-p", name, "--json")
+        watcher.join(timeout=1)
+    finally:
+        proxy.close()
+    assert r.code == 0, r.all
+    assert cut.is_set(), "the upload was never cut"
+    doc = json.loads(r.out)
+    assert doc["attempts"] >= 2 and "retrying, continuing from what arrived" in r.err
+    assert doc["bytes_sent"] < size * 0.75  # the last attempt sent only the rest, not the whole file again
+    assert tree(rp) == tree(here)
+    for rel in tree(here):
+        assert (rp / rel).read_bytes() == (here / rel).read_bytes(), rel
+    assert not list(rp.rglob(".gpuops-rsync-partial")) and not list(rp.rglob(".big.bin.*"))
 
 
 def _wrong_host_key(sandbox, tmp_path) -> None:
