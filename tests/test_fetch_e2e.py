@@ -179,3 +179,80 @@ def test_changed_host_key_refused(sandbox, gpuops, tmp_path):
     assert r.code == 3, r.all
     assert "host key" in r.err.lower()
     assert not (Path.cwd() / "checkpoints").exists()
+
+
+def _add_fetch_entries(sandbox, entries: str) -> None:
+    prof = Path(sandbox["profile"])
+    prof.write_text(prof.read_text() + "fetch:\n  checkpoints: checkpoints\n" + entries)
+
+
+def test_fetch_a_single_file(sandbox, gpuops):
+    rp = remote_project(sandbox)
+    payload, step9 = os.urandom(300_000), os.urandom(40_000)
+    write(rp / "outputs/model.safetensors", payload)
+    write(rp / "outputs/other.bin", "not fetched")
+    write(rp / "checkpoints/global_step_9/model.pt", step9)
+    (rp / "final.pt").symlink_to("checkpoints/global_step_9/model.pt")
+    _add_fetch_entries(sandbox, "  final: outputs/model.safetensors\n  best: final.pt\n")
+    r = gpuops("fetch", "final", "-p", "sandbox", "--json")
+    assert r.code == 0, r.all
+    doc = json.loads(r.out)
+    assert doc["file"] == "model.safetensors" and doc["verified"] == 1 and doc["files"] == 1
+    local = Path.cwd() / "final"
+    assert tree(local) == {"model.safetensors"}  # DEST/<the file's name>; no staging left
+    assert (local / "model.safetensors").read_bytes() == payload
+    r = gpuops("fetch", "final", "-p", "sandbox")  # again: nothing to transfer, still verified
+    assert r.code == 0, r.all
+    assert "fetched final (model.safetensors)" in r.out and "0 files transferred" in r.out and "1 files verified" in r.out
+    # a symlink entry is fetched as the file it points to, here into the project directory itself
+    r = gpuops("fetch", "best", "-p", "sandbox", "--dest", ".")
+    assert r.code == 0, r.all
+    assert not Path("final.pt").is_symlink() and Path("final.pt").read_bytes() == step9
+    assert not Path(".gpuops-partial").exists()
+    r = gpuops("fetch", "--list", "-p", "sandbox", "--json")
+    doc = json.loads(r.out)
+    assert doc["final"]["is_dir"] is False and doc["final"]["files"] == 1 and doc["final"]["bytes"] == 300_000
+    assert doc["checkpoints"]["is_dir"] is True
+    assert "(a file)" in gpuops("fetch", "--list", "-p", "sandbox").out
+    r = gpuops("fetch", "final", "-p", "sandbox", "--latest")
+    assert r.code == 2 and "single file" in r.err
+    # silent corruption on the remote (same size and time stamp) is caught; the verified copy stays
+    bad = rp / "outputs/model.safetensors"
+    st = bad.stat()
+    bad.write_bytes(payload[:1000] + bytes([payload[1000] ^ 0xFF]) + payload[1001:])
+    os.utime(bad, ns=(st.st_atime_ns, st.st_mtime_ns))
+    r = gpuops("fetch", "final", "-p", "sandbox")
+    assert r.code == 1, r.all
+    assert "verification failed for 1 of 1 files: model.safetensors (content differs)" in r.err
+    assert (local / "model.safetensors").read_bytes() == payload
+
+
+def test_single_file_fetch_resumes_and_appears_only_when_verified(sandbox, gpuops, monkeypatch):
+    from gpuops import profiles
+    from gpuops.remote.connection import connect
+
+    size = 3_000_000
+    payload = os.urandom(size)
+    write(remote_project(sandbox) / "outputs/model.safetensors", payload)
+    _add_fetch_entries(sandbox, "  final: outputs/model.safetensors\n")
+    final = Path.cwd() / "final/model.safetensors"
+    proxy = Proxy(sandbox["port"], cut_after=1_200_000)  # every connection: cut after 1.2 MB
+    try:
+        name = _cut_profile(sandbox, proxy.port)
+        with connect(profiles.resolve(name), announce=lambda s: None):
+            pass
+        monkeypatch.setattr("gpuops.remote.rsync.ATTEMPTS", 1)
+        r = gpuops("fetch", "final", "-p", name)
+        assert r.code == 3, r.all
+        assert not final.exists()  # never under its final name before it is complete and verified
+        assert (final.parent / ".gpuops-partial").is_dir()
+        monkeypatch.setattr("gpuops.remote.rsync.ATTEMPTS", 6)
+        r = gpuops("fetch", "final", "-p", name, "--json")
+        assert r.code == 0, r.all
+        doc = json.loads(r.out)
+        assert doc["attempts"] >= 2 and doc["verified"] == 1  # only resuming can finish at 1.2 MB per connection
+        assert final.read_bytes() == payload
+        assert proxy.bytes_down < 2 * size
+        assert not (final.parent / ".gpuops-partial").exists()
+    finally:
+        proxy.close()

@@ -69,6 +69,10 @@ def test_fetch_args(tmp_path):
     assert args[-2:] == ["[::1]:proj/checkpoints/", str(tmp_path / "d/.gpuops-partial") + "/"]
     assert "-r" in args and f"--files-from={tmp_path / 'list.txt'}" in args
     assert not any(a.startswith(("--filter", "--exclude")) for a in args)
+    one = tr.fetch_args(["ssh"], "h", "~/proj/outputs/model.safetensors", tmp_path / "d/.gpuops-partial",
+                        dest=tmp_path / "d", single_file=True)
+    assert one[-2] == "h:proj/outputs/model.safetensors"  # the file itself, not a folder's contents
+    assert "--copy-links" in one and "--copy-links" not in args
 
 
 @pytest.mark.parametrize("path,want", [("~/proj", "proj"), ("~", "."), ("/data/x", "/data/x"), ("rel", "rel")])

@@ -217,13 +217,17 @@ def sync_args(ssh_argv: Sequence[str], local_dir: Path, host: str, remote_dir: s
 
 
 def fetch_args(ssh_argv: Sequence[str], host: str, remote_base: str, staging: Path, *, dest: Path,
-               files_from: Path | None = None) -> list[str]:
-    """rsync argv for fetch: no exclusions at all; into the staging dir, reusing what dest already holds."""
+               files_from: Path | None = None, single_file: bool = False) -> list[str]:
+    """rsync argv for fetch: no exclusions at all; into the staging dir, reusing what dest already holds.
+    single_file: remote_base is one file, copied as staging/<its name>; a symlink (`final.pt -> global_step_9/...`)
+    is copied as the file it points to, which is what the remote hashes."""
     args = base_args(ssh_argv)
     args.append(f"--link-dest={dest.resolve()}")
     if files_from is not None:
         args += ["-r", f"--files-from={files_from}"]
-    args += [remote_arg(host, remote_base), str(staging).rstrip("/") + "/"]
+    if single_file:
+        args.append("--copy-links")
+    args += [remote_arg(host, remote_base, contents=not single_file), str(staging).rstrip("/") + "/"]
     return args
 
 

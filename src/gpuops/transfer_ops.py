@@ -76,10 +76,11 @@ if "hash" in spec:
         top = os.path.join(base, sub) if sub else base
         if not os.path.exists(top):
             continue
+        single = os.path.isfile(top)
         for rel, size, _ in walk(top):
             relp = (sub.rstrip("/") + "/" + rel) if sub else rel
             try:
-                hashes[relp] = [size, sha(os.path.join(top, rel))]
+                hashes[relp] = [size, sha(top if single else os.path.join(top, rel))]
             except OSError as exc:
                 errors[relp] = str(exc)
     out["hashes"] = hashes
@@ -310,7 +311,8 @@ def list_remote(profile, remote, project_dir: Path) -> dict:
         files = r.get("files", [])
         steps = tr.step_dirs(files)
         result[name] = {
-            "path": path, "exists": bool(r.get("exists")), "bytes": sum(f[1] for f in files), "files": len(files),
+            "path": path, "exists": bool(r.get("exists")), "is_dir": bool(r.get("is_dir")),
+            "bytes": sum(f[1] for f in files), "files": len(files),
             "steps": [{"dir": k, **{kk: v[kk] for kk in ("step", "bytes", "files")}}
                       for k, v in sorted(steps.items(), key=lambda kv: (kv[1]["step"], kv[0]))],
         }
@@ -326,6 +328,9 @@ def render_list(out, listing: dict) -> None:
     for name, r in listing.items():
         if not r["exists"]:
             out.print(f"{name}: {r['path']} (not on the remote)")
+            continue
+        if not r["is_dir"]:
+            out.print(f"{name}: {r['path']}  {tr.human_bytes(r['bytes'])} (a file)")
             continue
         out.print(f"{name}: {r['path']}  {tr.human_bytes(r['bytes'])} in {r['files']} files")
         for s in r["steps"]:
@@ -396,9 +401,9 @@ def fetch(profile, remote, out, name: str = "checkpoints", *, dest: Path | None 
     root = doc["roots"][name]
     if not root.get("exists"):
         raise GpuopsError(f"nothing to fetch: {src} does not exist on {profile.host}")
-    if not root.get("is_dir"):
-        raise UsageError(f"{src} on {profile.host} is a file; fetch names a directory",
-                         hint="point the fetch: entry at the folder that holds it")
+    single = not root.get("is_dir")  # a fetch: entry naming one file: it lands as DEST/<its name>
+    if single and (latest or step is not None):
+        raise UsageError(f"'{name}' is a single file ({src}); --latest and --step select checkpoint directories")
     files = root.get("files", [])
     subs: list[str] = []
     steps_chosen: list[int] = []
@@ -450,7 +455,8 @@ def fetch(profile, remote, out, name: str = "checkpoints", *, dest: Path | None 
             with os.fdopen(fd, "w") as fh:
                 fh.write("".join(s + "\n" for s in subs))
             list_file = Path(tmp)
-        argv = tr.fetch_args(ssh_command(profile), profile.host, src, staging, dest=dest, files_from=list_file)
+        argv = tr.fetch_args(ssh_command(profile), profile.host, src, staging, dest=dest, files_from=list_file,
+                             single_file=single)
         view = ProgressView(out, f"fetch {name}")
         with view:
             res = rs.run(argv, host=profile.host, on_progress=view.update, on_item=on_item, on_retry=view.retry)
@@ -492,6 +498,7 @@ def fetch(profile, remote, out, name: str = "checkpoints", *, dest: Path | None 
         "dest": str(dest),
         "steps": steps_chosen,
         "dirs": subs,
+        "file": files[0][0] if single and files else None,
         "files": res.stats.get("files_transferred", 0),
         "verified": len(v.ok),
         "bytes_received": res.stats.get("bytes_received", 0),
@@ -505,7 +512,7 @@ def render_fetch(out, s: dict) -> None:
     if out.json_mode:
         out.emit_json(s)
         return
-    what = f" step {', '.join(map(str, s['steps']))}" if s["steps"] else ""
+    what = f" step {', '.join(map(str, s['steps']))}" if s["steps"] else f" ({s['file']})" if s.get("file") else ""
     out.print(f"fetched {s['name']}{what} into {s['dest']}: {s['files']} files transferred, "
               f"{tr.human_bytes(s['bytes_received'])} received, {s['verified']} files verified (SHA-256), "
               f"total {tr.human_bytes(s['total_bytes'])}, {s['seconds']:.1f}s")
