@@ -44,8 +44,9 @@ def sync(
 def fetch(
     name: str = typer.Argument("checkpoints", help="A name from the profile's fetch: map (default: checkpoints)."),
     profile: Optional[str] = ProfileOpt,
-    dest: Optional[Path] = typer.Option(None, "--dest", "-d", help="Local directory to fetch into (default: ./NAME); a "
-                                                         "single-file entry lands as DEST/<its name>.",
+    dest: Optional[Path] = typer.Option(None, "--dest", "-d",
+                                        help="Local directory to fetch into (default: ./NAME); a single-file entry "
+                                             "lands as DEST/<its name>.",
                                         show_default=False),
     list_: bool = typer.Option(False, "--list", "-l", help="Show what the remote has under each fetch name, with "
                                                            "sizes and checkpoint steps; fetch nothing."),
