@@ -229,3 +229,168 @@ def test_stream_command_is_one_shell_with_offset_and_quoting():
     assert "'r;x'" in cmd and "\"$HOME\"/'p q/.gpuops/runs/r;x'" in cmd
     subprocess.run(["sh", "-n"], input=cmd, text=True, check=True)
     assert shlex.quote("r;x") in rl.stop_script("r;x", "~/p/.gpuops/runs/r;x", 1.5)
+
+
+# -- preflight judgement, status rows, script paths (pure decisions of `train` and `status`) -------------------
+PF_OK = "@gpu\n0, NVIDIA H100 PCIe, 81559 MiB\n@gpu_rc 0\n@df\n/dev/sda1 1000 10 52428800 1% /\n@active\n@script 1\n@end\n"
+PF_BAD = ("@gpu\nNVIDIA-SMI has failed because it couldn't communicate with the NVIDIA driver\n@gpu_rc 9\n"
+          "@df\n/dev/sda1 1000 10 524288 1% /\n@active\nold-20250101-000000\n@end\n")
+
+
+def judge(text: str, **kw):
+    args = dict(script_found=True, script="train.py", remote_dir="~/proj", min_disk_gb=None, force=False, synced=True)
+    args.update(kw)
+    return core.judge_preflight(core.parse_preflight(text), **args)
+
+
+def test_preflight_judgement_passes_a_healthy_host():
+    v = judge(PF_OK, min_disk_gb=20)
+    assert v.error is None and v.warnings == []
+
+
+def test_preflight_judgement_refuses_no_gpu_low_disk_and_another_run_unless_forced():
+    from gpuops.errors import ChecksFailed
+
+    v = judge(PF_BAD, min_disk_gb=20)
+    assert isinstance(v.error, ChecksFailed) and v.warnings == []
+    assert v.error.message == ("no GPU visible: NVIDIA-SMI has failed because it couldn't communicate with the NVIDIA "
+                               "driver; only 0.5 GB free in ~/proj (the profile expects 20 GB); another gpuops run is "
+                               "still running on the host: old-20250101-000000; not launching")
+    assert v.error.hint == "stop it first (gpuops stop old-20250101-000000) or add --force to launch anyway"
+    forced = judge(PF_BAD, min_disk_gb=20, force=True)
+    assert forced.error is None and len(forced.warnings) == 3
+    assert all(w.endswith(" (--force: launching anyway)") for w in forced.warnings)
+
+
+def test_preflight_judgement_warns_under_one_gigabyte_without_an_expectation():
+    text = PF_OK.replace("52428800", "524288")
+    assert judge(text).warnings == ["only 0.50 GB free on the host; checkpoints may not fit"]
+    v = judge(text, min_disk_gb=0.25)  # the profile's floor is met: the same warning, not a problem
+    assert v.error is None and v.warnings == ["only 0.50 GB free on the host; checkpoints may not fit"]
+
+
+def test_preflight_judgement_missing_script_is_a_usage_error_whatever_force_says():
+    v = judge(PF_BAD.replace("52428800", "524288"), script_found=False, force=True, synced=False)
+    assert isinstance(v.error, UsageError) and v.error.message == "script not found on the host: ~/proj/train.py"
+    assert v.error.hint == "sync first (drop --no-sync) or check the path"
+    # shown before the error (as before the judgement was pure); the problems are not reported as forced
+    assert v.warnings == ["only 0.50 GB free on the host; checkpoints may not fit"]
+    assert judge(PF_OK, script_found=False).error.hint == "check the path; is it excluded from sync?"
+
+
+def test_status_rows_newest_first_with_local_or_remote_start():
+    infos = {"a": core.parse_state_line("RUN id=a exists=1 pid=1 alive=0 rc=0 started=100 ended=160 size=0 stop=-"),
+             "b": core.parse_state_line("RUN id=b exists=1 pid=2 alive=1 rc= started=200 ended= size=0 stop=-")}
+    metas = {"a": {"script": "a.py"}, "b": {"script": "b.py"}, "c": {"script": "c.py", "started_ts": 50}}
+    rows = core.status_rows(metas, infos, now=260)
+    assert [(r["run_id"], r["state"], r["elapsed"], r["started"]) for r in rows] == [
+        ("b", "running", 60, 200), ("a", "succeeded", 60, 100), ("c", "lost", None, 50)]
+    assert rows[1]["exit_code"] == 0 and rows[0]["pid"] == 2 and rows[2]["script"] == "c.py"
+
+
+def test_script_path_is_relative_to_the_project(tmp_path):
+    (tmp_path / "scripts").mkdir()
+    (tmp_path / "scripts" / "t.py").write_text("")
+    assert core.script_path("scripts/t.py", tmp_path, must_exist=True) == "scripts/t.py"
+    assert core.script_path(str(tmp_path / "scripts" / "t.py"), tmp_path, must_exist=True) == "scripts/t.py"
+    assert core.script_path("not/synced.py", tmp_path, must_exist=False) == "not/synced.py"
+    for bad, exist in (("missing.py", True), ("/elsewhere/t.py", False), ("../t.py", False)):
+        with pytest.raises(UsageError):
+            core.script_path(bad, tmp_path, must_exist=exist)
+
+
+# -- the stream model: whole lines, raw byte offsets ---------------------------------------------------------------
+SAMPLE = b"G 0, NVIDIA H100 PCIe, 95, 48935, 81559, 63, 290.00\n"
+
+
+def test_a_long_log_line_arriving_in_chunks_stays_whole_and_a_sample_between_its_chunks_is_its_own_event():
+    fs = w.FollowState(offset=100)
+    m = w.StreamModel(fs)
+    long = b"x" * 300_000
+    events = m.log_bytes(b"before\n" + long[:65536])
+    events += m.tag_bytes(SAMPLE[:20])  # a tagged line split across chunks too
+    for i in range(65536, len(long), 65536):
+        events += m.log_bytes(long[i:i + 65536])
+        events += m.tag_bytes(SAMPLE[20:] if i == 65536 else SAMPLE)
+    events += m.log_bytes(b"\nafter\n")
+    logs = [e for e in events if e["type"] == "log"]
+    assert [e["line"] for e in logs] == ["before", "x" * 300_000, "after"]
+    assert [e["offset"] for e in logs] == [107, 107 + 300_001, 107 + 300_001 + 6] and fs.offset == 300_114
+    samples = [e for e in events if e["type"] == "sample"]
+    assert len(samples) == 4 and all(e["gpu"]["util"] == 95.0 and e["gpu"]["name"] == "NVIDIA H100 PCIe"
+                                     for e in samples)
+    # the samples that arrived while the long line was incomplete are delivered before it, not after
+    assert [e["type"] for e in events].index("sample") < events.index(logs[1])
+
+
+def test_invalid_utf8_counts_raw_bytes_in_the_stream_and_in_the_rest_fetched_after_the_end():
+    fs = w.FollowState(offset=0)
+    m = w.StreamModel(fs)
+    ev = m.log_bytes(b"ok\nbad \xff\xfe\xc3 end\npart\xff")
+    assert [(e["line"], e["offset"]) for e in ev] == [("ok", 3), ("bad \ufffd\ufffd\ufffd end", 15)]
+    assert fs.offset == 15 == len(b"ok\nbad \xff\xfe\xc3 end\n")
+    ev = m.tag_bytes(b"H 1700000000\nRUN id=r exists=1 pid=1 alive=0 rc=0 started=1 ended=2 size=33 stop=-\nEND\n")
+    assert [e["type"] for e in ev] == ["state", "end"] and m.ended and fs.info.log_size == 33
+    # after END the bytes from fs.offset are fetched again: the incomplete line the stream held is replaced
+    rest = m.rest_of_log(b"part\xff\n\xfflast \xe2\x82 no newline")
+    assert [(e["line"], e["offset"]) for e in rest] == [("part\ufffd", 21), ("\ufffdlast \ufffd no newline", 40)]
+    assert fs.offset == 40 == 15 + len(b"part\xff\n\xfflast \xe2\x82 no newline")
+
+
+def test_line_splitter_keeps_an_incomplete_line_until_its_newline():
+    s = w.LineSplitter()
+    assert s.feed(b"a") == [] and s.feed(b"b\nc") == [b"ab"] and s.pending == b"c"
+    assert s.feed(b"\n\n") == [b"c", b""] and s.pending == b""
+
+
+class LocalRemote:
+    """Runs `remote` commands with the local sh, returning text decoded as Remote.run decodes it."""
+
+    def run(self, command, *, timeout=60, stdin=None, check=False):
+        from gpuops.remote.connection import Result
+
+        p = subprocess.run(["sh", "-c", command], capture_output=True, timeout=timeout,
+                           input=stdin.encode() if isinstance(stdin, str) else stdin)
+        return Result(p.returncode, p.stdout.decode("utf-8", "replace"), p.stderr.decode("utf-8", "replace"), 0.0)
+
+
+def test_read_from_returns_the_log_bytes_exactly(tmp_path):
+    data = b"one\nbad \xff\xfe line\n" + bytes(range(256)) + b"\nlast \xc3 without newline"
+    (tmp_path / "log").write_bytes(data)
+    assert rl.read_from(LocalRemote(), str(tmp_path), 4, len(data)) == data[4:]
+    assert rl.read_from(LocalRemote(), str(tmp_path), 0, 10) == data[:10]
+    assert rl.read_from(LocalRemote(), str(tmp_path), 10, 10) == b""
+    with pytest.raises(Exception, match="could not read the end of the log"):
+        rl.read_from(LocalRemote(), str(tmp_path / "missing"), 0, 10)
+
+
+def test_start_offset_is_counted_in_raw_bytes(tmp_path):
+    d = tmp_path / "run"
+    d.mkdir()
+    (d / "pid").write_text("1")
+    (d / "log").write_bytes(b"a\xff\xfe\n" * 5 + b"b\xff\n" * 2 + b"partial \xff")
+    info, start = w.start_position(LocalRemote(), "r", str(d), 2)
+    assert info.exists and start == 4 * 5 + 3  # the last 2 lines: the second "b" line and the partial one
+    assert w.start_position(LocalRemote(), "r", str(d), 0)[1] == len((d / "log").read_bytes())
+
+
+def test_follow_to_end_returns_false_on_ctrl_c():
+    def connect():
+        raise KeyboardInterrupt
+
+    dash = w.Dashboard({"run_id": "r"})
+    assert w.follow_to_end(connect, "r", "/x", w.FollowState(offset=0), dash, interval=1, samples=False) is False
+
+
+def test_event_rendering_json_and_plain():
+    dash = w.Dashboard({"run_id": "r-1"}, clock=lambda: 0.0)
+    sample = w.parse_stderr_line(SAMPLE.decode().strip())
+    assert w.event_doc(sample, 12.34567) == {"type": "sample", "ts": 12.346, **sample["gpu"]}
+    assert w.event_doc({"type": "log", "line": "Traceback (most recent call last):", "offset": 9}, 1) == {
+        "type": "log", "ts": 1, "line": "Traceback (most recent call last):", "offset": 9, "kind": "error"}
+    assert w.event_doc({"type": "end"}, 1) is None and w.event_text({"type": "end"}, dash, "t") is None
+    assert w.event_text(sample, dash, "12:00:00") == "12:00:00 gpu0 util=95% mem=48935/81559MiB temp=63C power=290W"
+    assert w.event_text({"type": "log", "line": "UserWarning: x"}, dash, "t") == "t log ~ UserWarning: x"
+    assert w.event_text({"type": "processes", "processes": []}, dash, "t") == "t gpu processes: none"
+    assert w.event_text({"type": "reconnecting", "attempt": 2, "delay": 2.0, "error": "lost"}, dash, "t") == \
+        "t reconnecting (attempt 2, in 2s): lost"

@@ -80,19 +80,27 @@ def _proxy_profile(sandbox, proxy: Proxy) -> str:
     return "viaproxy"
 
 
+def _train_and_watch_json_with_cuts(sandbox, gpuops, proxy: Proxy, script: str, text: str, cut_at: tuple, *,
+                                    train: tuple = (), watch: tuple = ()):
+    """Launch SCRIPT through the proxy, then `watch --json --lines 1000` it while the proxy cuts every connection at
+    the given seconds. Returns (run id, the watch's CliResult)."""
+    name = _proxy_profile(sandbox, proxy)
+    put(sandbox, script, text)
+    rid = run_id_of(gpuops("train", "-p", name, "--script", script, "--no-sync", "--no-snapshot", *train))
+    cuts = [threading.Timer(t, proxy.cut_all) for t in cut_at]
+    for c in cuts:
+        c.start()
+    res = gpuops("watch", rid, "-p", name, "--json", "--lines", "1000", *watch)
+    for c in cuts:
+        c.cancel()
+    return rid, res
+
+
 def test_watch_reconnects_and_resumes_log_without_repeats_or_losses(sandbox, gpuops):
     proxy = Proxy(sandbox["port"])
     try:
-        name = _proxy_profile(sandbox, proxy)
-        put(sandbox, "count.py", COUNT)
-        rid = run_id_of(gpuops("train", "-p", name, "--script", "count.py", "--no-sync", "--no-snapshot", "-e", "N=60",
-                               "-e", "DELAY=0.1"))
-        cuts = [threading.Timer(t, proxy.cut_all) for t in (1.5, 4.0)]
-        for c in cuts:
-            c.start()
-        res = gpuops("watch", rid, "-p", name, "--json", "--interval", "0.5", "--lines", "1000")
-        for c in cuts:
-            c.cancel()
+        rid, res = _train_and_watch_json_with_cuts(sandbox, gpuops, proxy, "count.py", COUNT, (1.5, 4.0),
+                                                   train=("-e", "N=60", "-e", "DELAY=0.1"), watch=("--interval", "0.5"))
         assert res.code == 0, res.all
         docs = [json.loads(x) for x in res.out.splitlines()]
         assert [d for d in docs if d["type"] == "reconnecting"], "the proxy cut should have been noticed"
@@ -135,3 +143,51 @@ def test_ctrl_c_leaves_the_job_running(sandbox, gpuops):
     assert not (run_dir(sandbox, rid) / "exit_code").exists()
     assert gpuops("stop", rid, "--grace", "2").code == 0
     assert wait_ended(sandbox, rid) == 130
+
+
+RAW = """\
+import os, sys, time
+out = sys.stdout.buffer
+for i in range(int(os.environ.get("N", "40"))):
+    out.write(b"line %04d bad \\xff\\xfe\\xc3 utf-8\\n" % i if i % 3 == 0 else b"line %04d fine\\n" % i)
+    if i == 7:
+        out.write(b"L" * 300000 + b" \\xe2\\x82 long\\n")
+    out.flush()
+    time.sleep(float(os.environ.get("DELAY", "0.1")))
+out.write(b"last \\xff without newline")
+out.flush()
+"""
+
+
+def raw_lines(log: bytes) -> list[tuple[str, int]]:
+    """(line as watch shows it, byte offset after it) for every line of a log, the last one without newline too."""
+    got, pos = [], 0
+    for piece in log.split(b"\n"):
+        if not piece and pos == len(log):
+            break
+        pos = min(len(log), pos + len(piece) + 1)
+        got.append((piece.decode("utf-8", "replace"), pos))
+    return got
+
+
+def test_watch_offsets_count_raw_bytes_through_invalid_utf8_long_lines_and_reconnects(sandbox, gpuops):
+    """Invalid UTF-8 and a 300 kB line in the log, the connection cut twice: every line exactly once, whole, with the
+    byte offset where it ends in the log file (the resume point), up to a last line without newline."""
+    proxy = Proxy(sandbox["port"])
+    try:
+        rid, res = _train_and_watch_json_with_cuts(sandbox, gpuops, proxy, "raw.py", RAW, (1.5, 3.0),
+                                                   watch=("--interval", "0.2"))
+        assert res.code == 0, res.all
+        docs = [json.loads(x) for x in res.out.splitlines()]
+        assert [d for d in docs if d["type"] == "reconnecting"], "the proxy cut should have been noticed"
+        logged = [(d["line"], d["offset"]) for d in docs if d["type"] == "log"]
+        log = (run_dir(sandbox, rid) / "log").read_bytes()
+        assert logged == raw_lines(log)
+        assert logged[-1] == ("last \ufffd without newline", len(log))
+        assert len(logged) == 42 and logged[8][0] == "L" * 300000 + " \ufffd long"
+        assert all(d["util"] is not None for d in docs if d["type"] == "sample")
+    finally:
+        proxy.close()
+    # logs -f prints the same lines (invalid bytes replaced), and nothing else on stdout
+    res = gpuops("logs", rid, "-f", "-n", "1000")
+    assert res.code == 0 and res.out.splitlines() == [line for line, _ in raw_lines(log)]

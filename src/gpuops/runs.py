@@ -1,6 +1,7 @@
 """Run lifecycle, the deciding part: run ids, the job's environment, meta.json, run state and the local registry.
 
-Pure (no network): the remote side lives in remote/launch.py, the commands in cli/runs.py.
+Pure (no network): the remote side lives in remote/launch.py, the sequencing of each command in lifecycle.py, the
+commands (parse, render) in cli/runs.py.
 
 Layout of a run
   remote   <remote_dir>/.gpuops/runs/<run id>/  meta.json, launch.sh, log, pid, started, ended, exit_code, stop.json
@@ -19,7 +20,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Callable, Iterable, Optional
 
-from .errors import UsageError
+from .errors import ChecksFailed, GpuopsError, UsageError
 
 RUNNING, SUCCEEDED, FAILED, STOPPED, LOST = "running", "succeeded", "failed", "stopped", "lost"
 ENDED = (SUCCEEDED, FAILED, STOPPED, LOST)
@@ -219,6 +220,23 @@ def _version_matches(version: str, spec: str) -> bool:
 
 
 # -- the job's command line ---------------------------------------------------------------
+def script_path(script: str, project: Path, *, must_exist: bool) -> str:
+    """--script as a POSIX path relative to the project folder (the script is synced with the project)."""
+    p = Path(script)
+    if p.is_absolute():
+        try:
+            p = p.resolve().relative_to(project.resolve())
+        except ValueError:
+            raise UsageError(f"--script {script}: not inside the project folder {project}",
+                             hint="the script must be synced with the project; give a path relative to it") from None
+    if must_exist and not (project / p).is_file():
+        raise UsageError(f"--script {script}: no such file in {project}")
+    text = p.as_posix()
+    if text.startswith("../"):
+        raise UsageError(f"--script {script}: not inside the project folder")
+    return text
+
+
 def job_argv(script: str, args: Iterable[str], python: str = "python3") -> list[str]:
     """How the script is started in the remote project folder: .py by the profile's Python, .sh by sh."""
     args = list(args)
@@ -415,6 +433,53 @@ def parse_preflight(text: str) -> Preflight:
     else:
         pf.gpus = gpu_lines
     return pf
+
+
+@dataclass
+class PreflightVerdict:
+    warnings: list[str] = field(default_factory=list)  # shown in this order, before the error if there is one
+    error: Optional[GpuopsError] = None  # the launch is refused with this
+
+
+def judge_preflight(pf: Preflight, *, script_found: bool, script: str, remote_dir: str, min_disk_gb: Optional[float],
+                    force: bool, synced: bool) -> PreflightVerdict:
+    """Launch or not: no GPU, less disk than the profile expects and another run still running are problems
+    (--force turns them into warnings); a missing script is a usage error; under 1 GB free is a warning."""
+    verdict = PreflightVerdict()
+    problems = []
+    if pf.gpu_error:
+        problems.append(f"no GPU visible: {pf.gpu_error}")
+    if pf.free_gb is not None and min_disk_gb is not None and pf.free_gb < min_disk_gb:
+        problems.append(f"only {pf.free_gb:.1f} GB free in {remote_dir} (the profile expects {min_disk_gb:g} GB)")
+    elif pf.free_gb is not None and pf.free_gb < 1:
+        verdict.warnings.append(f"only {pf.free_gb:.2f} GB free on the host; checkpoints may not fit")
+    if pf.active:
+        problems.append(f"another gpuops run is still running on the host: {', '.join(pf.active)}")
+    if not script_found:
+        verdict.error = UsageError(f"script not found on the host: {remote_dir}/{script}",
+                                   hint="check the path; is it excluded from sync?" if synced else
+                                   "sync first (drop --no-sync) or check the path")
+    elif problems and not force:
+        verdict.error = ChecksFailed("; ".join(problems) + "; not launching",
+                                     hint=(f"stop it first (gpuops stop {pf.active[0]}) or " if pf.active else "")
+                                     + "add --force to launch anyway")
+    elif problems:
+        verdict.warnings += [p + " (--force: launching anyway)" for p in problems]
+    return verdict
+
+
+# -- status ---------------------------------------------------------------------------------
+def status_rows(metas: dict[str, dict], infos: dict[str, RunInfo], now: float) -> list[dict]:
+    """One row per run (newest first): what `gpuops status` shows, from local or remote meta and the remote state."""
+    rows = []
+    for rid, m in metas.items():
+        info = infos.get(rid) or RunInfo(run_id=rid, exists=False)
+        started = info.started or m.get("started_ts")
+        rows.append({"run_id": rid, "script": m.get("script"), "state": info.state, "exit_code": info.exit_code,
+                     "started": started, "elapsed": info.elapsed(now) if info.started else None,
+                     "pid": info.pid, "stopped": info.stopped})
+    rows.sort(key=lambda r: (r["started"] or 0, r["run_id"]), reverse=True)
+    return rows
 
 
 # -- local registry -----------------------------------------------------------------------------

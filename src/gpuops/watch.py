@@ -5,7 +5,8 @@ The stream (stream_command) is one remote shell that
     bytes of the log it has and resumes from there after a reconnect, without repeating or losing lines;
   - writes tagged lines to stderr: `G` GPU samples (`nvidia-smi --query-gpu ... -lms`), `PS` GPU processes,
     `RUN` the run's state when it changes, `H` a heartbeat, and `END` after the run ended.
-Nothing here starts a remote command per refresh. The dashboard model is pure; rendering is at the bottom.
+Nothing here starts a remote command per refresh. The stream model (StreamModel) and the dashboard model are pure;
+follow_to_end is the loop watch and logs -f run; rendering (JSON docs, plain lines, the rich screen) is at the bottom.
 """
 from __future__ import annotations
 
@@ -81,19 +82,42 @@ echo "@log"
 
 
 def start_offset_command(run_id: str, run_dir: str, lines: int) -> str:
-    """State, then the byte offset where the last N lines of the log begin."""
+    """State, then the byte offset where the last N lines of the log begin (both measured on the same first `sz`
+    bytes, so a job writing meanwhile cannot move the offset into the middle of a line)."""
     from .remote.launch import STATE_FN
 
     D = shell_path(run_dir)
     return STATE_FN + f"""
 gpuops_state {D} {shlex.quote(run_id)}
 if [ -f {D}/log ]; then
-  sz=$(wc -c < {D}/log | tr -d ' '); t=$(tail -n {int(lines)} {D}/log | wc -c | tr -d ' ')
+  sz=$(wc -c < {D}/log | tr -d ' '); t=$(head -c "$sz" {D}/log | tail -n {int(lines)} | wc -c | tr -d ' ')
   echo "START $((sz - t))"
 else
   echo "START 0"
 fi
 """
+
+
+def start_position(remote, run_id: str, run_dir: str, lines: int) -> tuple[RunInfo, int]:
+    """The run's state and the log offset that replays its last N lines; RemoteError when the run does not exist."""
+    res = remote.run("sh -s", stdin=start_offset_command(run_id, run_dir, lines), timeout=60)
+    info, start = None, 0
+    for line in res.stdout.splitlines():
+        if line.startswith("RUN "):
+            info = parse_state_line(line)
+        elif line.startswith("START "):
+            start = max(0, int(line.split()[1]))
+    if info is None or not info.exists:
+        raise RemoteError(f"run {run_id} not found on the host ({run_dir})")
+    return info, start
+
+
+def once_events(remote, run_id: str, run_dir: str, lines: int) -> list[dict]:
+    """One snapshot in one execution: state, GPU samples, processes, then the last N log lines (offset None)."""
+    res = remote.run("sh -s", stdin=once_command(run_id, run_dir, lines), timeout=60)
+    head, _, log = res.stdout.partition("@log\n")
+    events = [ev for ev in map(parse_stderr_line, head.splitlines()) if ev]
+    return events + [{"type": "log", "line": line, "offset": None} for line in log.splitlines()]
 
 
 # -- parsing ------------------------------------------------------------------------------------------
@@ -173,56 +197,88 @@ class FollowState:
     bytes_in: int = 0
 
 
+class LineSplitter:
+    """Complete lines (without the newline, as raw bytes) of one byte stream, however it is chunked."""
+
+    def __init__(self) -> None:
+        self.pending = bytearray()  # an incomplete line
+        self._scanned = 0  # bytes of pending already searched for a newline (a long line is not rescanned)
+
+    def feed(self, data: bytes) -> list[bytes]:
+        self.pending += data
+        lines, start = [], 0
+        while (nl := self.pending.find(b"\n", max(start, self._scanned))) >= 0:
+            lines.append(bytes(self.pending[start:nl]))
+            start = nl + 1
+        del self.pending[:start]
+        self._scanned = len(self.pending)
+        return lines
+
+
+class StreamModel:
+    """The pure half of stream_once: the stream's stdout (the log from fs.offset) and stderr (tagged lines) in, events
+    out. Each has its own buffer: a log line of any length is one event however many chunks it arrives in, and a
+    tagged line received meanwhile is its own event, never part of it. fs.offset counts the RAW bytes of the complete
+    log lines delivered; decoding (invalid UTF-8 replaced) is for display only and never feeds an offset."""
+
+    def __init__(self, fs: "FollowState"):
+        self.fs = fs
+        self.log = LineSplitter()
+        self.tags = LineSplitter()
+        self.ended = False
+
+    def _log_event(self, raw: bytes, size: int) -> dict:
+        self.fs.offset += size
+        return {"type": "log", "line": raw.decode("utf-8", "replace"), "offset": self.fs.offset}
+
+    def log_bytes(self, data: bytes) -> list[dict]:
+        return [self._log_event(raw, len(raw) + 1) for raw in self.log.feed(data)]
+
+    def tag_bytes(self, data: bytes) -> list[dict]:
+        events = []
+        for raw in self.tags.feed(data):
+            ev = parse_stderr_line(raw.decode("utf-8", "replace"))
+            if ev is None or ev["type"] == "heartbeat":
+                continue
+            if ev["type"] == "state":
+                self.fs.info = ev["info"]
+            elif ev["type"] == "end":
+                self.ended = True
+            events.append(ev)
+        return events
+
+    def rest_of_log(self, data: bytes) -> list[dict]:
+        """The log's bytes from fs.offset to its end, fetched after the run ended: they replace the incomplete line
+        the stream held; a last line without a newline is delivered too."""
+        self.log = LineSplitter()
+        events = self.log_bytes(data)
+        if self.log.pending:
+            events.append(self._log_event(bytes(self.log.pending), len(self.log.pending)))
+            self.log = LineSplitter()
+        return events
+
+
 def stream_once(remote, run_id: str, run_dir: str, fs: FollowState, *, interval: float, samples: bool,
                 idle_timeout: float = 20.0, tick: float = 0.5) -> Iterator[dict]:
     """Events of one stream on a live connection. Returns normally only after END (the run ended);
     raises ConnectError when the connection drops or goes silent."""
     chan = remote.stream(stream_command(run_id, run_dir, offset=fs.offset, interval=interval, samples=samples,
                                         tick=tick))
-    out, err = bytearray(), bytearray()
-    ended = False
+    model = StreamModel(fs)
     last = time.monotonic()
     try:
         while True:
-            select.select([chan], [], [], 0.25)
+            if not (chan.recv_ready() or chan.recv_stderr_ready()):
+                select.select([chan], [], [], 0.25)
             got = False
-            while chan.recv_ready():
-                data = chan.recv(1 << 16)
-                if not data:
-                    break
-                got = True
-                fs.bytes_in += len(data)
-                out += data
-                while True:
-                    nl = out.find(b"\n")
-                    if nl < 0:
-                        break
-                    raw = bytes(out[:nl])
-                    del out[:nl + 1]
-                    fs.offset += nl + 1
-                    yield {"type": "log", "line": raw.decode("utf-8", "replace"), "offset": fs.offset}
-            while chan.recv_stderr_ready():
-                data = chan.recv_stderr(1 << 16)
-                if not data:
-                    break
-                got = True
-                fs.bytes_in += len(data)
-                err += data
-                while True:
-                    nl = err.find(b"\n")
-                    if nl < 0:
-                        break
-                    line = bytes(err[:nl]).decode("utf-8", "replace")
-                    del err[:nl + 1]
-                    ev = parse_stderr_line(line)
-                    if ev is None:
-                        continue
-                    if ev["type"] == "state":
-                        fs.info = ev["info"]
-                    if ev["type"] == "end":
-                        ended = True
-                    if ev["type"] != "heartbeat":
-                        yield ev
+            # one chunk of each per turn, so a long log line arriving in many chunks does not hold back the samples
+            for ready, recv, feed in ((chan.recv_ready, chan.recv, model.log_bytes),
+                                      (chan.recv_stderr_ready, chan.recv_stderr, model.tag_bytes)):
+                data = recv(1 << 16) if ready() else b""
+                if data:
+                    got = True
+                    fs.bytes_in += len(data)
+                    yield from feed(data)
             if got:
                 last = time.monotonic()
                 continue
@@ -238,7 +294,7 @@ def stream_once(remote, run_id: str, run_dir: str, fs: FollowState, *, interval:
             chan.close()
         except Exception:
             pass
-    if not ended:
+    if not model.ended:
         if remote.transport.is_active() and chan.exit_status_ready():
             raise RemoteError(f"the watch stream ended unexpectedly on the host (exit {chan.recv_exit_status()})")
         raise ConnectError(f"connection to {remote.profile.host} was lost")
@@ -247,13 +303,7 @@ def stream_once(remote, run_id: str, run_dir: str, fs: FollowState, *, interval:
 
     size = fs.info.log_size if fs.info else 0
     if size > fs.offset:
-        rest = read_from(remote, run_dir, fs.offset, size)
-        pieces = rest.split(b"\n")
-        for i, raw in enumerate(pieces):
-            if i == len(pieces) - 1 and not raw:
-                break
-            fs.offset += len(raw) + (1 if i < len(pieces) - 1 else 0)
-            yield {"type": "log", "line": raw.decode("utf-8", "replace"), "offset": fs.offset}
+        yield from model.rest_of_log(read_from(remote, run_dir, fs.offset, size))
 
 
 def follow(connect: Callable[[], object], run_id: str, run_dir: str, fs: FollowState, *, interval: float = 2.0,
@@ -293,6 +343,19 @@ def follow(connect: Callable[[], object], run_id: str, run_dir: str, fs: FollowS
             yield {"type": "reconnecting", "attempt": attempt, "delay": delay, "error": str(exc)}
             sleep(delay)
             delay = min(delay * 2, backoff_max)
+
+
+def follow_to_end(connect: Callable[[], object], run_id: str, run_dir: str, fs: FollowState, dash: "Dashboard", *,
+                  interval: float, samples: bool, on_event: Callable[[dict], None] = lambda ev: None) -> bool:
+    """watch's and logs -f's loop: every event of follow() into the dashboard model, then to on_event (rendering).
+    False when interrupted (Ctrl-C): the job keeps running; True when the run ended (fs.info holds its state)."""
+    try:
+        for ev in follow(connect, run_id, run_dir, fs, interval=interval, samples=samples):
+            dash.apply(ev)
+            on_event(ev)
+    except KeyboardInterrupt:
+        return False
+    return True
 
 
 # -- the dashboard model (pure) ---------------------------------------------------------------------------
@@ -371,6 +434,46 @@ class Dashboard:
         c = self.cost()
         money = f", cost ${c:.2f}" if c is not None else ""
         return f"{self.run_id}: {s}, elapsed {fmt_duration(self.elapsed())}{money}"
+
+
+# -- rendering ------------------------------------------------------------------------------------------------
+def event_doc(ev: dict, ts: float) -> Optional[dict]:
+    """An event as watch --json prints it (one object per line); None for events that are not shown."""
+    t = ev["type"]
+    if t in ("end", "heartbeat"):
+        return None
+    doc = {"type": t, "ts": round(ts, 3)}
+    if t == "sample":
+        doc.update(ev["gpu"])
+    elif t == "state":
+        doc.update(ev["info"].to_json())
+    elif t == "log":
+        doc.update(line=ev["line"], offset=ev.get("offset"), kind=classify(ev["line"]))
+    else:
+        doc.update({k: v for k, v in ev.items() if k != "type"})
+    return doc
+
+
+def event_text(ev: dict, dash: "Dashboard", stamp: str) -> Optional[str]:
+    """An event as a plain timestamped line (not a terminal, or NO_COLOR); None for events that are not shown."""
+    t = ev["type"]
+    if t == "sample":
+        return f"{stamp} {gpu_text(ev['gpu'])}"
+    if t == "gpu_error":
+        return f"{stamp} nvidia-smi: {ev['message']}"
+    if t == "processes":
+        procs = ", ".join(f"{p['pid']} {p['name']}" for p in ev["processes"]) or "none"
+        return f"{stamp} gpu processes: {procs}"
+    if t == "state":
+        return f"{stamp} state {dash.state_text()}"
+    if t == "log":
+        mark = {"error": "!", "warning": "~"}.get(classify(ev["line"]) or "", "|")
+        return f"{stamp} log {mark} {ev['line']}"
+    if t == "reconnecting":
+        return f"{stamp} reconnecting (attempt {ev['attempt']}, in {ev['delay']:g}s): {ev['error']}"
+    if t == "connected":
+        return f"{stamp} reconnected; resuming the log"
+    return None
 
 
 def sparkline(values) -> str:

@@ -12,6 +12,8 @@ and the job's exit code.
 """
 from __future__ import annotations
 
+import base64
+import binascii
 import json
 import secrets as _random
 import shlex
@@ -261,12 +263,21 @@ def tail(remote, run_id: str, run_dir: str, lines: int) -> tuple[RunInfo, str]:
 
 
 def read_from(remote, run_dir: str, offset: int, size: int) -> bytes:
-    """The log's bytes [offset, size): used to catch up after a stream ended."""
+    """The log's bytes [offset, size), exactly: used to catch up after a stream ended. They travel base64-encoded,
+    because Remote.run decodes its output as text (invalid UTF-8 replaced), which would change bytes and lengths and
+    so the offsets counted from them."""
     if size <= offset:
         return b""
     D = shell_path(run_dir)
-    res = remote.run(f"tail -c +{int(offset) + 1} {D}/log | head -c {int(size - offset)}", timeout=60)
-    return res.stdout.encode("utf-8", "surrogateescape") if isinstance(res.stdout, str) else res.stdout
+    res = remote.run(f"[ -r {D}/log ] || exit 1; tail -c +{int(offset) + 1} {D}/log | head -c {int(size - offset)} "
+                     "| base64", timeout=60)
+    try:
+        if res.rc == 0:
+            return base64.b64decode("".join(res.stdout.split()), validate=True)
+    except (binascii.Error, ValueError):
+        pass
+    detail = (res.stderr.strip().splitlines() or [f"exit {res.rc}"])[-1]
+    raise RemoteError(f"could not read the end of the log in {run_dir}: {detail}")
 
 
 def stop_script(run_id: str, run_dir: str, grace: float) -> str:
