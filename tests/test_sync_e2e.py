@@ -278,6 +278,21 @@ def test_rsync_missing_locally(sandbox, gpuops, tmp_path, monkeypatch):
     assert r.code == 0 and "checkpoints:" in r.out, r.all
 
 
+def test_rsync_too_old_locally(sandbox, gpuops, tmp_path, monkeypatch):
+    """macOS ships rsync 2.6.9 (or openrsync), which lacks --info=progress2: one clear message, not an rsync error."""
+    write(Path.cwd() / "a.py")
+    fake = tmp_path / "old" / "rsync"
+    fake.parent.mkdir()
+    fake.write_text("#!/bin/sh\necho 'rsync  version 2.6.9  protocol version 29'\n")
+    fake.chmod(0o755)
+    tools = {t: shutil.which(t) for t in ("ssh", "ssh-keygen", "sh")}
+    tools["rsync"] = str(fake)
+    monkeypatch.setenv("PATH", str(bin_dir(tmp_path / "bin", tools)))
+    r = gpuops("sync", "-p", "sandbox")
+    assert r.code == 1 and "is 2.6.9; gpuops needs rsync >= 3.1.0" in r.err and "hint: install a current rsync" in r.err
+    assert not (remote_project(sandbox) / "a.py").exists()
+
+
 def test_rsync_missing_on_the_remote(sandbox, gpuops, tmp_path, monkeypatch):
     """The sandbox session's PATH is the one `host.up()` sees: restart it with what gpuops' remote commands use
     (sh, mkdir, df, tail, python3) but no rsync, then restore the normal one."""

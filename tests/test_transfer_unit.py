@@ -197,3 +197,12 @@ def test_human_bytes():
 def test_install_command(platform, managers, want):
     assert tr.install_command(platform, managers) == want
     assert tr.REMOTE_INSTALL == "sudo apt-get install -y rsync"
+
+
+def test_rsync_version_parsing():
+    assert tr.parse_rsync_version("rsync  version 3.2.7  protocol version 31\nCopyright") == (3, 2, 7)
+    assert tr.parse_rsync_version("rsync  version v3.5.0  protocol version 32") == (3, 5, 0)
+    assert tr.parse_rsync_version("rsync  version 2.6.9  protocol version 29") < tr.MIN_RSYNC
+    v = tr.parse_rsync_version("openrsync: protocol version 29\nrsync version 2.6.9 compatible")
+    assert v is None or v < tr.MIN_RSYNC  # macOS 15's openrsync is refused either way
+    assert tr.parse_rsync_version("something else entirely") is None

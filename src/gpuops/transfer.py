@@ -44,6 +44,16 @@ def install_command(platform: str, managers: Iterable[str]) -> str:
     return next((cmd for name, cmd in INSTALL_COMMANDS if name in have), REMOTE_INSTALL)
 
 
+MIN_RSYNC = (3, 1, 0)  # --info=progress2 and --partial-dir semantics gpuops relies on
+
+
+def parse_rsync_version(text: str) -> tuple[int, ...] | None:
+    """(3, 2, 7) from `rsync --version` ("rsync  version 3.2.7  protocol version 31"); None for openrsync and
+    other implementations that do not print an rsync version."""
+    m = re.search(r"^rsync\s+version\s+v?(\d+)\.(\d+)(?:\.(\d+))?", text, re.MULTILINE)
+    return tuple(int(x or 0) for x in m.groups()) if m else None
+
+
 # -- filters -----------------------------------------------------------------------------
 class IgnoreFileError(ValueError):
     """A .gpuopsignore line that cannot be expressed as an rsync filter rule."""

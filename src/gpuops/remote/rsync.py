@@ -45,6 +45,17 @@ def require_local_rsync() -> str:
         managers = [m for m, _ in tr.INSTALL_COMMANDS if shutil.which(m) or os.path.exists(f"/usr/bin/{m}")]
         raise GpuopsError("rsync is not installed on this machine; sync and fetch need it on both ends",
                           hint="install it: " + tr.install_command(sys.platform, managers))
+    try:
+        text = subprocess.run([path, "--version"], capture_output=True, text=True, timeout=10).stdout
+    except (OSError, subprocess.SubprocessError):
+        text = ""
+    version = tr.parse_rsync_version(text)
+    if version is None or version < tr.MIN_RSYNC:
+        managers = [m for m, _ in tr.INSTALL_COMMANDS if shutil.which(m) or os.path.exists(f"/usr/bin/{m}")]
+        found = ".".join(map(str, version)) if version else (text.splitlines() or ["an unknown rsync"])[0].strip()
+        raise GpuopsError(f"{path} is {found}; gpuops needs rsync >= {'.'.join(map(str, tr.MIN_RSYNC))} "
+                          "(macOS ships 2.6.9 or openrsync)",
+                          hint="install a current rsync: " + tr.install_command(sys.platform, managers))
     return path
 
 
