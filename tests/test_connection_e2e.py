@@ -23,6 +23,8 @@ def test_run_stdin_exit_codes_and_streams(sandbox):
         assert r.exec_count == 2
         with pytest.raises(RemoteError, match="exit 3"):
             r.run("exit 3", check=True)
+        with pytest.raises(RemoteError, match="without an exit status"):
+            r.run("kill -9 $$")  # killed by a signal: sshd sends exit-signal, not exit-status
 
 
 def test_every_remote_command_has_a_time_limit(sandbox):

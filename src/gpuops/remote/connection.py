@@ -96,6 +96,11 @@ class Remote:
                 if not self.transport.is_active():
                     raise ConnectError(f"connection to {self.profile.host} was lost")
             rc = chan.recv_exit_status()
+            if rc == -1:  # paramiko's "no exit status": the connection died, or a signal killed the command
+                if not self.transport.is_active():
+                    raise ConnectError(f"connection to {self.profile.host} was lost during a remote command")
+                raise RemoteError(f"remote command on {self.profile.host} ended without an exit status "
+                                  "(killed by a signal?)")
         except socket.error as exc:
             raise ConnectError(f"connection to {self.profile.host} was lost: {exc}") from exc
         finally:
