@@ -386,3 +386,16 @@ def test_oom_highlighted(sandbox, gpuops):
     assert oom and oom[0]["kind"] == "error"
     res = gpuops("watch", rid)
     assert "log ! torch.OutOfMemoryError" in res.out
+
+
+def test_shell_scripts_run_as_by_hand(sandbox, gpuops):
+    """A runbook script uses bash features; gpuops must not hand it to sh (dash on Ubuntu)."""
+    bashy = '#!/usr/bin/env bash\nset -euo pipefail\narr=(a b c)\nif [[ ${#arr[@]} -eq 3 ]]; then echo "bash ok ${arr[2]} $1"; fi\n'
+    put(sandbox, "run_h100_multisignal.sh", bashy)  # not executable: the #! line is still honoured
+    rid = run_id_of(gpuops("train", "--script", "run_h100_multisignal.sh", "--no-sync", "--no-snapshot", "--", "--quick"))
+    assert wait_ended(sandbox, rid) == 0
+    assert "bash ok c --quick" in (run_dir(sandbox, rid) / "log").read_text()
+    put(sandbox, "noshebang.sh", 'arr=(x y)\necho "no shebang ${arr[1]}"\n')  # no #!: bash, as the runbooks assume
+    rid = run_id_of(gpuops("train", "--script", "noshebang.sh", "--no-sync", "--no-snapshot", "--name", "nos"))
+    assert wait_ended(sandbox, rid) == 0
+    assert "no shebang y" in (run_dir(sandbox, rid) / "log").read_text()

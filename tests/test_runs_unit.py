@@ -128,8 +128,18 @@ def test_parse_preflight():
 def test_job_argv():
     assert core.job_argv("t.py", ["--a"], "python3") == ["python3", "-u", "t.py", "--a"]
     assert core.job_argv("t.py", [], "~/venv/bin/python -X dev") == ["~/venv/bin/python", "-X", "dev", "-u", "t.py"]
-    assert core.job_argv("run.sh", ["x"]) == ["sh", "run.sh", "x"]
+    assert core.job_argv("run.sh", ["x"]) == ["bash", "run.sh", "x"]
+    assert core.job_argv("run.sh", ["x"], shebang="/usr/bin/env bash") == ["/usr/bin/env", "bash", "run.sh", "x"]
+    assert core.job_argv("run.sh", [], shebang="/bin/sh -e") == ["/bin/sh", "-e", "run.sh"]
+    assert core.job_argv("t.py", [], "python3", shebang="/usr/bin/python2") == ["python3", "-u", "t.py"]
     assert core.job_argv("train", []) == ["./train"]
+
+
+def test_read_shebang(tmp_path):
+    (tmp_path / "a.sh").write_text("#!/usr/bin/env bash\nset -e\n")
+    (tmp_path / "b.sh").write_text("echo no shebang\n")
+    assert core.read_shebang(tmp_path / "a.sh") == "/usr/bin/env bash"
+    assert core.read_shebang(tmp_path / "b.sh") is None and core.read_shebang(tmp_path / "missing.sh") is None
 
 
 def test_registry_resolution(tmp_path):

@@ -85,7 +85,7 @@ def train(prof, out, project: Path, *, script: str, name: Optional[str] = None, 
         for line in plan.lines():
             out.info("  " + line)
 
-        argv = core.job_argv(script_rel, args, prof.python)
+        argv = core.job_argv(script_rel, args, prof.python, shebang=core.read_shebang(project / script_rel))
         run_dir = rl.run_dir_of(remote_dir, rid)
         meta = core.build_meta(run_id=rid, script=script_rel, args=args, argv=argv, profile=prof, plan=plan,
                                remote_dir=remote_dir, remote_run_dir=run_dir, git=core.git_info(project), seed=seed,

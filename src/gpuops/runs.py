@@ -237,13 +237,29 @@ def script_path(script: str, project: Path, *, must_exist: bool) -> str:
     return text
 
 
-def job_argv(script: str, args: Iterable[str], python: str = "python3") -> list[str]:
-    """How the script is started in the remote project folder: .py by the profile's Python, .sh by sh."""
+def read_shebang(path: Path) -> Optional[str]:
+    """The interpreter line of a local script ("/usr/bin/env bash"), or None."""
+    try:
+        with open(path, "rb") as fh:
+            first = fh.readline(512)
+    except OSError:
+        return None
+    if not first.startswith(b"#!"):
+        return None
+    return first[2:].decode("utf-8", "replace").strip() or None
+
+
+def job_argv(script: str, args: Iterable[str], python: str = "python3", shebang: Optional[str] = None) -> list[str]:
+    """How the script is started in the remote project folder, as `./script` would run it by hand:
+    .py by the profile's Python; a script with a #! line by that interpreter (no exec bit needed); a .sh without one
+    by bash (the runbooks' scripts are bash, and sh is dash on Ubuntu); anything else executed directly."""
     args = list(args)
     if script.endswith(".py"):
         return [*shlex.split(python), "-u", script, *args]
+    if shebang:
+        return [*shlex.split(shebang), script, *args]
     if script.endswith(".sh"):
-        return ["sh", script, *args]
+        return ["bash", script, *args]
     return [script if "/" in script else "./" + script, *args]
 
 
