@@ -18,7 +18,7 @@ app = typer.Typer(
     context_settings={"help_option_names": ["-h", "--help"]},
 )
 
-ProfileOpt = typer.Option(None, "--profile", "-p", help="Profile name or YAML path (default: $GPUOPS_PROFILE, "
+ProfileOpt = typer.Option(None, "--profile", "-p", metavar="NAME", help="Profile name or YAML path (default: $GPUOPS_PROFILE, "
                                                         "the last used here, or the only one).", show_default=False)
 JsonOpt = typer.Option(False, "--json", help="Print one JSON document on stdout.")
 
