@@ -54,6 +54,8 @@ def test_watch_json_lines_and_failed_exit(sandbox, gpuops):
     final = [d for d in docs if d["type"] == "state"][-1]
     assert final["state"] == "failed" and final["exit_code"] == 2
     assert all("ts" in d for d in docs)
+    procs = [d for d in docs if d["type"] == "processes"]
+    assert procs and procs[-1]["processes"] == []  # the ended job no longer shows as a GPU process
 
 
 def test_watch_once_snapshot(sandbox, gpuops):

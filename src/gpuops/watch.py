@@ -57,6 +57,7 @@ while :; do
     trap '' TERM
     kill -TERM 0 2>/dev/null
     gpuops_state "$D" {rid} >&2
+    {procs}
     echo END >&2
     exit 0
   fi
