@@ -368,3 +368,14 @@ def test_log_to_wandb_online_without_key_is_usage_error(tmp_path, monkeypatch):
         core.log_to_wandb(tmp_path / "env", s, run_name="x", project="p")
     with pytest.raises(UsageError, match="missing"):
         core.log_to_wandb(tmp_path, s, run_name="x", project="p")
+
+
+def test_r610_kmd_header_gives_the_cuda_driver_version():
+    """The snapshot reads nvidia-smi with verify's parsers, so the R610+ 'CUDA UMD Version' header is understood."""
+    from pathlib import Path
+
+    base = json.loads((Path(__file__).parent / "data" / "snapshot" / "probe_h100_torch29_cu128.json").read_text())
+    table = (Path(__file__).parent / "data" / "nvidia-smi" / "b200_x2_kmd_header.txt").read_text()
+    base["nvidia_smi"] = {"ok": True, "value": {"found": True, "rc": 0, "stdout": table, "stderr": ""}}
+    snap = core.build(base)
+    assert snap["cuda_driver_version"] == "13.3"

@@ -17,7 +17,6 @@ wandb is imported only inside log_to_wandb.
 """
 from __future__ import annotations
 
-import csv
 import io
 import json
 import re
@@ -31,8 +30,6 @@ SCHEMA = 1
 FILES = ("requirements.txt", "environment.json", "REPRODUCE.md")
 KEY_PACKAGES = ["torch", "torchvision", "torchaudio", "transformers", "numpy", "accelerate", "deepspeed",
                 "flash-attn", "triton", "jax", "tensorflow", "pip"]
-SMI_COLUMNS = ["index", "name", "uuid", "memory.total", "memory.used", "utilization.gpu", "temperature.gpu",
-               "power.draw", "power.limit", "compute_cap", "driver_version", "pci.bus_id"]
 TORCH_INDEX = "https://download.pytorch.org/whl/"
 
 
@@ -114,20 +111,13 @@ def _lookup(packages: dict[str, str], name: str) -> str | None:
 
 
 def _smi_rows(text: str) -> list[dict]:
-    gpus = []
-    for row in csv.reader(io.StringIO(text), skipinitialspace=True):
-        if len(row) < len(SMI_COLUMNS):
-            continue
-        r = dict(zip(SMI_COLUMNS, (c.strip() for c in row)))
-        try:
-            mem = int(float(r["memory.total"]))
-        except ValueError:
-            mem = None
-        gpus.append({"index": int(r["index"]) if r["index"].isdigit() else r["index"], "name": r["name"],
-                     "memory_total_mib": mem, "compute_cap": r["compute_cap"] or None,
-                     "driver_version": r["driver_version"] or None, "pci_bus_id": r["pci.bus_id"] or None,
-                     "uuid": r["uuid"] or None})
-    return gpus
+    """GPU rows for the snapshot, parsed by facts.parse_smi_query (the parser verify uses)."""
+    from .facts import parse_smi_query
+
+    return [{"index": g.index, "name": g.name,
+             "memory_total_mib": int(g.memory_total_mib) if g.memory_total_mib is not None else None,
+             "compute_cap": g.compute_cap, "driver_version": g.driver_version, "pci_bus_id": g.bus_id,
+             "uuid": g.uuid} for g in parse_smi_query(text)]
 
 
 def short_python(version: str | None) -> str | None:
@@ -211,15 +201,15 @@ def build(facts: dict, *, profile: Any = None, captured_at: str | None = None, e
     else:
         msg = (q.get("stderr") or q.get("stdout") or "").strip().splitlines()
         problems.append(f"nvidia-smi failed (exit {q.get('rc')}): {msg[0] if msg else 'no output'}")
-    table = (_fact(facts, "nvidia_smi") or {}).get("stdout") or ""
-    m = re.search(r"CUDA Version:\s*([\d.]+)", table)
-    cuda_driver = m.group(1) if m else None
+    from .facts import parse_smi_header
+
+    header = parse_smi_header((_fact(facts, "nvidia_smi") or {}).get("stdout") or "")  # legacy or R610+ KMD header
+    cuda_driver = header["cuda"]
     drivers = sorted({g["driver_version"] for g in gpus if g.get("driver_version")})
     if drivers:
         driver = drivers[0] if len(drivers) == 1 else ", ".join(drivers)
     else:
-        m = re.search(r"Driver Version:\s*([\d.]+)", table)
-        driver = m.group(1) if m else None
+        driver = header["driver"]
     if not gpus and cres.get("devices"):
         gpus = [{"index": d.get("index"), "name": d.get("name"), "compute_cap": d.get("capability")}
                 for d in cres["devices"]]
