@@ -226,9 +226,10 @@ def query_states(remote, runs: list[tuple[str, str]], *, gpu: bool = False, list
         script += (f'for d in {R}/*/; do [ -f "$d/meta.json" ] || continue; id=$(basename "$d"); '
                    'echo "META $id $(tr -d \'\\n\' < "$d/meta.json")"; gpuops_state "${d%/}" "$id"; done\n')
     if gpu:
+        from ..watch import GPU_QUERY  # the same sample format watch parses
+
         script += ('echo @gpu\nT=; command -v timeout >/dev/null 2>&1 && T="timeout 20"\n'
-                   "$T nvidia-smi --query-gpu=index,name,utilization.gpu,memory.used,memory.total,temperature.gpu,"
-                   "power.draw --format=csv,noheader,nounits 2>&1\n")
+                   f"$T nvidia-smi --query-gpu={GPU_QUERY} --format=csv,noheader,nounits 2>&1\n")
     res = remote.run("sh -s", stdin=script, timeout=60)
     infos: dict[str, RunInfo] = {}
     metas: dict[str, dict] = {}
