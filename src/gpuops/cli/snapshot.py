@@ -75,15 +75,16 @@ def snapshot(
         raise typer.Exit(0)
     kv = core.key_versions(snap)
     out.print(f"Environment of {prof.name} at {snap['captured_at']}")
-    out.print(f"  Python:  {kv['python']}  ({snap.get('python_executable')})")
-    out.print(f"  torch:   {kv['torch'] or 'not installed'}"
-              + (f"  CUDA {kv['cuda']}, cuDNN {kv['cudnn'] or 'n/a'}" if kv["cuda"] else ""))
-    for label, key in (("transformers", "transformers_version"), ("numpy", "numpy_version")):
-        if snap.get(key):
-            out.print(f"  {label}: {snap[key]}")
-    out.print(f"  driver:  {kv['driver'] or 'unknown'}  (supports CUDA {snap.get('cuda_driver_version') or '?'})")
-    out.print(f"  GPUs:    {kv['gpu_count']} x {kv['gpu']}" if kv["gpu_count"] else "  GPUs:    none detected")
-    out.print(f"  packages: {len(snap['packages'])} ({snap['pip_freeze_source']})")
+    rows = [("Python", f"{kv['python']}  ({snap.get('python_executable')})"),
+            ("torch", (kv["torch"] or "not installed")
+             + (f"  CUDA {kv['cuda']}, cuDNN {kv['cudnn'] or 'n/a'}" if kv["cuda"] else ""))]
+    rows += [(label, snap[key]) for label, key in (("transformers", "transformers_version"),
+                                                   ("numpy", "numpy_version")) if snap.get(key)]
+    rows += [("driver", f"{kv['driver'] or 'unknown'}  (supports CUDA {snap.get('cuda_driver_version') or '?'})"),
+             ("GPUs", f"{kv['gpu_count']} x {kv['gpu']}" if kv["gpu_count"] else "none detected"),
+             ("packages", f"{len(snap['packages'])} ({snap['pip_freeze_source']})")]
+    for label, value in rows:
+        out.print(f"  {label + ':':<13} {value}")
     out.success(f"wrote {', '.join(str(p) for p in files.values())}")
     if info:
         out.success(f"logged artifact {info['artifact']} (type environment) to W&B project {info['project']} "
