@@ -6,9 +6,9 @@ from typing import Optional
 
 import typer
 
-from .app import JsonOpt, app, output, pick_profile
+from .app import Group, JsonOpt, app, output, pick_profile
 
-profiles_app = typer.Typer(help="List profiles, or show one as gpuops resolves it (secret values masked).",
+profiles_app = typer.Typer(cls=Group, help="List profiles, or show one as gpuops resolves it (secret values masked).",
                            invoke_without_command=True)
 app.add_typer(profiles_app, name="profiles")
 

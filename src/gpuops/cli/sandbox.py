@@ -5,9 +5,9 @@ from typing import Optional
 
 import typer
 
-from .app import JsonOpt, app, output
+from .app import Group, JsonOpt, app, output
 
-sandbox_app = typer.Typer(help="The local sandbox host: a real sshd on 127.0.0.1 with emulated GPUs. "
+sandbox_app = typer.Typer(cls=Group, help="The local sandbox host: a real sshd on 127.0.0.1 with emulated GPUs. "
                                "Rehearse a run before paying for GPU time.", no_args_is_help=True)
 app.add_typer(sandbox_app, name="sandbox")
 
