@@ -102,13 +102,15 @@ class ProgressView:
 
     def __enter__(self):
         if self.out.rich and not self.out.json_mode:
-            from rich.progress import (BarColumn, DownloadColumn, Progress, TextColumn, TimeRemainingColumn,
-                                       TransferSpeedColumn)
+            from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn
 
-            self._bar = Progress(TextColumn("{task.description}"), BarColumn(), DownloadColumn(), TransferSpeedColumn(),
-                                 TimeRemainingColumn(), console=self.out.err_console, transient=True)
+            # rate and ETA as rsync computes them: rich's own estimates reset whenever the total is refined, and
+            # rsync refines its total estimate on every update
+            self._bar = Progress(TextColumn("{task.description}"), BarColumn(), DownloadColumn(),
+                                 TextColumn("{task.fields[rate]}"), TextColumn("eta {task.fields[eta]}"),
+                                 console=self.out.err_console, transient=True)
             self._bar.start()
-            self._task = self._bar.add_task(self.label, total=None)
+            self._task = self._bar.add_task(self.label, total=None, rate="", eta="-")
         return self
 
     def __exit__(self, *exc):
@@ -117,7 +119,7 @@ class ProgressView:
 
     def update(self, p: tr.Progress) -> None:
         if self._bar is not None:
-            self._bar.update(self._task, completed=p.bytes, total=p.total_estimate)
+            self._bar.update(self._task, completed=p.bytes, total=p.total_estimate, rate=p.rate, eta=p.eta)
             return
         if self.out.json_mode:
             return
