@@ -116,3 +116,9 @@ def test_profiles_command_lists_and_masks_secrets(isolated, gpuops, monkeypatch)
     assert r.code == 0 and "hf_supersecretvalue" not in r.all and "HF_TOKEN: '***'" in r.out and "EPOCHS: '3'" in r.out
     r = gpuops("profiles", "show", "nope")
     assert r.code == 2 and "no profile named 'nope'" in r.err
+
+
+def test_shell_command_keeps_home_and_quotes_words():
+    assert profiles.shell_command("~/venv/bin/python -X dev") == "\"$HOME\"/venv/bin/python -X dev"
+    assert profiles.shell_command("'/opt/py thon/bin/python' -c 'a;b'") == "'/opt/py thon/bin/python' -c 'a;b'"
+    assert profiles.shell_command("python3") == "python3"

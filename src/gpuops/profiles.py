@@ -110,6 +110,13 @@ def shell_path(path: str) -> str:
     return shlex.quote(path)
 
 
+def shell_command(command: str) -> str:
+    """A command from a profile (e.g. `python: ~/venv/bin/python -X dev`) for a remote shell: every word quoted,
+    the first keeping a leading ~ as the remote home."""
+    words = shlex.split(command) or ["python3"]
+    return " ".join([shell_path(words[0])] + [shlex.quote(w) for w in words[1:]])
+
+
 # -- .env and ${VAR} -----------------------------------------------------------------
 def read_dotenv(path: Path) -> dict[str, str]:
     """Parse KEY=VALUE lines (optional `export`, quotes, comments). Never logs values."""

@@ -21,7 +21,7 @@ from typing import Sequence
 
 from . import transfer as tr
 from .errors import ConnectError, GpuopsError, RemoteError, UsageError
-from .profiles import shell_path
+from .profiles import shell_command, shell_path
 from .remote import rsync as rs
 from .remote.connection import ssh_command
 
@@ -229,7 +229,7 @@ def render_sync(out, s: dict) -> None:
 
 # -- fetch -----------------------------------------------------------------------------------------
 def _run_script(profile, remote, spec: dict, *, timeout: float) -> dict:
-    cmd = f"{shlex.quote(profile.python)} - {shlex.quote(json.dumps(spec))}"
+    cmd = f"{shell_command(profile.python)} - {shlex.quote(json.dumps(spec))}"
     res = remote.run(cmd, stdin=REMOTE_SCRIPT, timeout=timeout)
     if res.rc == 127:
         raise RemoteError(f"{profile.python} is not available on {profile.host}; fetch needs it for listing and SHA-256",
@@ -261,7 +261,7 @@ class _RemoteHash:
     def __init__(self, profile, remote, spec: dict):
         self.chan = None
         try:
-            self.chan = remote.stream(f"{shlex.quote(profile.python)} - {shlex.quote(json.dumps(spec))}")
+            self.chan = remote.stream(f"{shell_command(profile.python)} - {shlex.quote(json.dumps(spec))}")
             self.chan.sendall(REMOTE_SCRIPT.encode())
             self.chan.shutdown_write()
         except Exception:

@@ -22,13 +22,14 @@ def probe_source(params: dict) -> str:
 
 
 def command(python: str) -> str:
-    from ..profiles import shell_path
+    from ..profiles import shell_command, shell_path
 
-    py = shell_path(python)
+    py = shell_command(python)
+    first = shell_path((shlex.split(python) or ["python3"])[0])
     smi_q = shlex.quote(f"--query-gpu={SMI_FIELDS}")
     t = 'T=""; command -v timeout >/dev/null 2>&1 && T="timeout 20"'
     return (
-        f"if command -v {py} >/dev/null 2>&1; then exec {py} -; fi; "
+        f"if command -v {first} >/dev/null 2>&1; then exec {py} -; fi; "
         f"echo {NO_PYTHON_MARK}; {t}; "
         "if command -v nvidia-smi >/dev/null 2>&1; then "
         f"o=$($T nvidia-smi {smi_q} --format=csv,noheader,nounits 2>&1); echo \"@@smi_query $?\"; printf '%s\\n' \"$o\"; "

@@ -20,7 +20,7 @@ import shlex
 from typing import Iterable, Optional
 
 from ..errors import RemoteError
-from ..profiles import shell_path
+from ..profiles import shell_command, shell_path
 from ..runs import Preflight, RunInfo, parse_preflight, parse_state_line
 
 RUNS_SUBDIR = ".gpuops/runs"
@@ -66,13 +66,6 @@ def _heredoc(path_expr: str, content: str, *, append: bool = False) -> str:
     return f"cat {'>>' if append else '>'} {path_expr} <<'{tag}'\n{content}{tag}\n"
 
 
-def _python_words(python: str) -> str:
-    words = shlex.split(python) or ["python3"]
-    first = words[0]
-    head = shell_path(first) if first.startswith("~") else shlex.quote(first)
-    return " ".join([head] + [shlex.quote(w) for w in words[1:]])
-
-
 # -- preflight ------------------------------------------------------------------------------------
 def preflight_script(remote_dir: str, script: Optional[str], python: str, packages: Iterable[str]) -> str:
     P = shell_path(remote_dir)
@@ -83,7 +76,7 @@ def preflight_script(remote_dir: str, script: Optional[str], python: str, packag
     pkg = ""
     if pkgs:
         pkg = ("echo @pkg\n"
-               f"{_python_words(python)} -c 'import sys\n"
+               f"{shell_command(python)} -c 'import sys\n"
                "try:\n    import importlib.metadata as m\nexcept Exception:\n    sys.exit(0)\n"
                "for n in sys.argv[1:]:\n    try:\n        print(n + \"=\" + m.version(n))\n"
                "    except Exception:\n        print(n + \"=\")\n' " + pkgs + " 2>/dev/null\n")
@@ -119,7 +112,7 @@ def launcher_script(*, run_id: str, remote_dir: str, argv: list[str], python: st
     (trapped, deferred until the job ends) and records the job's exit status."""
     py = shlex.split(python or "python3") or ["python3"]
     if argv[:len(py)] == py:  # the profile's Python (may start with ~)
-        cmd = " ".join([_python_words(python)] + [shlex.quote(w) for w in argv[len(py):]])
+        cmd = " ".join([shell_command(python)] + [shlex.quote(w) for w in argv[len(py):]])
     else:
         cmd = " ".join(shlex.quote(w) for w in argv)
     lines = [
@@ -185,7 +178,7 @@ def launch_bundle(*, run_id: str, remote_dir: str, meta: dict, launcher: str, se
         "if setsid -f true >/dev/null 2>&1; then",
         '  setsid -f nohup sh "$D/launch.sh" </dev/null >>"$D/log" 2>&1',
         "else",
-        f"  {_python_words(python)} -c 'import os, signal, sys\n"
+        f"  {shell_command(python)} -c 'import os, signal, sys\n"
         "for s in (signal.SIGINT, signal.SIGQUIT):\n    signal.signal(s, signal.SIG_DFL)\n"
         "os.setsid()\nos.execvp(sys.argv[1], sys.argv[1:])' nohup sh \"$D/launch.sh\" </dev/null >>\"$D/log\" 2>&1 &",
         "fi",
