@@ -81,3 +81,12 @@ def test_openssh_refuses_unknown_host(sandbox):
     p = profiles.resolve("sandbox")  # no connect(): the key was never recorded in this test's known_hosts
     out = subprocess.run(ssh_command(p) + [p.host, "true"], capture_output=True, text=True, timeout=30)
     assert out.returncode == 255 and "Host key verification failed" in out.stderr
+
+
+def test_fabric_default_host_key_policy_is_replaced(sandbox):
+    import paramiko
+
+    p = profiles.resolve("sandbox")
+    with connect(p, announce=lambda m: None) as r:
+        policy = r.conn.client._policy
+        assert not isinstance(policy, (paramiko.AutoAddPolicy, paramiko.WarningPolicy))

@@ -1,7 +1,7 @@
 """Host key checking: trust on first use (accept-new) or strict; a changed key is always refused.
 
 gpuops records keys in its own known_hosts (~/.config/gpuops/known_hosts, OpenSSH format) and also reads
-~/.ssh/known_hosts; entries in gpuops' file take precedence. Fabric's AutoAddPolicy is never used.
+~/.ssh/known_hosts; entries in gpuops' file take precedence. Fabric's default policy (add any key silently) is replaced.
 """
 from __future__ import annotations
 
