@@ -372,6 +372,8 @@ def test_usage_errors(sandbox, gpuops):
     res = gpuops("train", "--script", "nothere.py", "--no-sync", "--no-snapshot")
     assert res.code == 2 and "not found on the host" in res.err
     assert gpuops("watch", "nosuchrun").code == 1
+    res = gpuops("stop", "nosuchrun")
+    assert res.code == 1 and "run nosuchrun not found" in res.err
     assert gpuops("logs").code == 2  # no runs recorded
 
 

@@ -218,6 +218,8 @@ def stop(prof, out, project: Path, meta: dict, grace: float) -> dict:
         how, info = rl.stop(remote, rid, run_dir, grace)
     finally:
         remote.close()
+    if not info.exists:
+        raise RemoteError(f"run {rid} not found on {prof.name} ({run_dir})")
     if info.exists:
         core.save_local_state(rid, info, project)
     _remember(prof, project)
