@@ -182,6 +182,8 @@ def test_cli_usage_errors_and_help_in_a_real_process():
     env = {**os.environ, "NO_COLOR": "1"}
     p = subprocess.run([sys.executable, "-m", "gpuops", "--help"], capture_output=True, text=True, env=env)
     assert p.returncode == 0 and "verify" in p.stdout and "sandbox" in p.stdout
+    p = subprocess.run([sys.executable, "-m", "gpuops", "--version"], capture_output=True, text=True, env=env)
+    assert p.returncode == 0 and p.stdout.startswith("gpuops 0.")
     p = subprocess.run([sys.executable, "-m", "gpuops", "verify", "--bogus"], capture_output=True, text=True, env=env)
     assert p.returncode == 2 and "No such option" in p.stderr and "Traceback" not in p.stderr
 

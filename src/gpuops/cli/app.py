@@ -55,3 +55,17 @@ def pick_profile(name: Optional[str], option: Optional[str] = None):
 
         raise UsageError(f"two profiles given: '{name}' and --profile '{option}'")
     return profiles.resolve(name or option, Path.cwd())
+
+
+def _show_version(value: bool) -> None:
+    if value:
+        from .. import __version__
+
+        print(f"gpuops {__version__}")
+        raise typer.Exit(0)
+
+
+@app.callback()
+def _root(version: bool = typer.Option(False, "--version", "-V", is_eager=True, callback=_show_version,
+                                       help="Show the version and exit.")) -> None:
+    pass
