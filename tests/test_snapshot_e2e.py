@@ -280,3 +280,11 @@ def test_errors_have_exit_codes(gpuops, sandbox, isolated):
     assert r.code == 3, r.all
     r = gpuops("diff", "profiles/closed.yaml", "closed")  # a profile by its path
     assert r.code == 3, r.all
+
+
+def test_unwritable_out_fails_before_connecting(sandbox, gpuops, tmp_path):
+    blocker = tmp_path / "a-file"
+    blocker.write_text("x")
+    r = gpuops("snapshot", "sandbox", "--out", str(blocker / "sub"))
+    assert r.code == 2 and "cannot write the snapshot" in r.err
+    assert "capturing" not in r.err  # nothing was gathered on the host

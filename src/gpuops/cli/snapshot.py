@@ -43,6 +43,18 @@ def _wandb_settings(prof_name: str, project: Optional[str]) -> dict:
             "entity": env.get("WANDB_ENTITY"), "api_key": env.get("WANDB_API_KEY")}
 
 
+def _check_writable(out_dir: Path) -> None:
+    """Create the output folder now, so a bad --out fails before the remote capture rather than after it."""
+    from ..errors import UsageError
+
+    try:
+        out_dir.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise UsageError(f"cannot write the snapshot to {out_dir}: {exc.strerror}") from None
+    if not out_dir.is_dir():
+        raise UsageError(f"cannot write the snapshot to {out_dir}: not a folder")
+
+
 @app.command()
 def snapshot(
     name: Optional[str] = typer.Argument(None, help="Profile name (e.g. lambda-h100, sandbox).", show_default=False),
@@ -62,6 +74,7 @@ def snapshot(
     out = output(json_)
     prof = pick_profile(name, profile)
     wb = _wandb_settings(prof.name, wandb_project) if wandb else None
+    _check_writable(out_dir)  # before the remote capture, not after it
     snap = _live(prof, out)
     files = core.save(snap, out_dir)
     info = None
