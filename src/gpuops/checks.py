@@ -8,6 +8,7 @@ from typing import Iterable
 from .facts import Facts
 
 PASS, WARN, FAIL, INFO = "pass", "warn", "fail", "info"
+TORCH_INDEX = "https://download.pytorch.org/whl/{tag}"  # used when knowledge.yaml has no torch_index
 AREAS = {"system": "System", "gpu": "GPU", "python": "Python", "packages": "Packages", "cuda": "CUDA runtime",
          "env": "Environment", "user": "Your checks"}
 
@@ -341,7 +342,7 @@ def _index_hint(c: Context, name: str, spec: str) -> str:
     if name not in ("torch", "torchvision", "torchaudio"):
         return ""
     tag = _local_tag(spec) or _cuda_tag(c.e.cuda) or _cuda_tag(c.f.cuda_driver)
-    return f" --index-url {c.k.get('torch_index', 'https://download.pytorch.org/whl/{tag}').format(tag=tag)}" if tag else ""
+    return f" --index-url {c.k.get('torch_index', TORCH_INDEX).format(tag=tag)}" if tag else ""
 
 
 def check_torch_cuda_build(c: Context) -> Iterable[CheckResult]:
@@ -353,7 +354,7 @@ def check_torch_cuda_build(c: Context) -> Iterable[CheckResult]:
     if cpu_only:
         tag = _cuda_tag(c.e.cuda) or _cuda_tag(c.f.cuda_driver) or "cu128"
         base = torch.split("+", 1)[0]
-        index = c.k.get("torch_index", "https://download.pytorch.org/whl/{tag}").format(tag=tag)
+        index = c.k.get("torch_index", TORCH_INDEX).format(tag=tag)
         yield CheckResult("packages.torch_cuda_build", "torch CUDA build", FAIL, f"torch {torch} is a CPU-only build",
                           f"a CUDA build ({tag})",
                           remediation=f"{c.p.python} -m pip install --force-reinstall torch=={base} --index-url {index} "

@@ -163,7 +163,8 @@ def parse_nvcc(stdout: str) -> str | None:
     return m.group(1) if m else None
 
 
-def _value(doc: dict, name: str) -> Any:
+def fact_value(doc: dict, name: str) -> Any:
+    """The value of a probe fact ({"ok", "value", "error"}), or None when it failed or is absent."""
     entry = doc.get(name)
     if isinstance(entry, dict) and "ok" in entry:
         return entry.get("value") if entry.get("ok") else None
@@ -177,15 +178,15 @@ def from_probe(doc: dict, *, host: str = "", failures: list[dict] | None = None)
     for name, entry in doc.items():
         if isinstance(entry, dict) and entry.get("ok") is False:
             f.errors[name] = entry.get("error") or "failed"
-    f.os = _value(doc, "os") or {}
-    f.cpus = (_value(doc, "cpus") or {}).get("count")
-    mem = _value(doc, "memory") or {}
+    f.os = fact_value(doc, "os") or {}
+    f.cpus = (fact_value(doc, "cpus") or {}).get("count")
+    mem = fact_value(doc, "memory") or {}
     f.memory_total_bytes, f.memory_available_bytes = mem.get("total_bytes"), mem.get("available_bytes")
-    f.disk = _value(doc, "disk") or {}
-    f.python = _value(doc, "python") or {}
+    f.disk = fact_value(doc, "disk") or {}
+    f.python = fact_value(doc, "python") or {}
 
-    q = _value(doc, "nvidia_smi_query")
-    table = _value(doc, "nvidia_smi")
+    q = fact_value(doc, "nvidia_smi_query")
+    table = fact_value(doc, "nvidia_smi")
     if "nvidia_smi_query" in f.errors and "timed out" in f.errors["nvidia_smi_query"]:
         f.smi = SmiStatus("timeout", "hang", "nvidia-smi hung", f.errors["nvidia_smi_query"],
                           "nvidia-smi did not answer: a GPU or the driver is wedged; check `dmesg` for Xid errors and reboot")
@@ -213,11 +214,11 @@ def from_probe(doc: dict, *, host: str = "", failures: list[dict] | None = None)
         f.driver = f.gpus[0].driver_version
     f.emulated = f.emulated or any(g.emulated for g in f.gpus)
 
-    nv = _value(doc, "nvcc")
+    nv = fact_value(doc, "nvcc")
     if nv and nv.get("found") and nv.get("rc") == 0:
         f.nvcc = parse_nvcc(nv.get("stdout") or "")
-    f.packages = _value(doc, "packages") or {}
-    cuda = _value(doc, "cuda")
+    f.packages = fact_value(doc, "packages") or {}
+    cuda = fact_value(doc, "cuda")
     if cuda:
         if cuda.get("timeout"):
             f.cuda_runtime = {"timeout": True, "error": cuda.get("error")}
@@ -228,12 +229,12 @@ def from_probe(doc: dict, *, host: str = "", failures: list[dict] | None = None)
                               "stderr": cuda.get("stderr", "")[-1000:]}
     elif "cuda" in f.errors:
         f.cuda_runtime = {"timeout": "timed out" in f.errors["cuda"], "error": f.errors["cuda"]}
-    imp = _value(doc, "imports")
+    imp = fact_value(doc, "imports")
     if imp:
         f.imports = imp.get("result") or {}
         if not f.imports and imp.get("error"):
             f.errors["imports"] = imp["error"]
-    f.env = _value(doc, "env") or {}
-    f.user_checks = {k: v for k, v in (_value(doc, "user_checks") or {}).items()}
+    f.env = fact_value(doc, "env") or {}
+    f.user_checks = {k: v for k, v in (fact_value(doc, "user_checks") or {}).items()}
     f.probe_seconds = doc.get("seconds")
     return f

@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Any, Iterable
 
 from .errors import GpuopsError, RemoteError, UsageError
+from .facts import fact_value
 
 SCHEMA = 1
 FILES = ("requirements.txt", "environment.json", "REPRODUCE.md")
@@ -37,13 +38,6 @@ TORCH_INDEX = "https://download.pytorch.org/whl/"
 def normalize(name: str) -> str:
     """PEP 503 name: 'Flask_Cors' and 'flask-cors' are one package."""
     return re.sub(r"[-_.]+", "-", name).lower()
-
-
-def _fact(facts: dict, name: str) -> Any:
-    f = facts.get(name)
-    if isinstance(f, dict) and f.get("ok"):
-        return f.get("value")
-    return None
 
 
 def _fact_error(facts: dict, name: str) -> str | None:
@@ -151,14 +145,14 @@ def build(facts: dict, *, profile: Any = None, captured_at: str | None = None, e
     if not facts.get("python_ok", True):
         raise RemoteError(f"Python {facts.get('python_missing', '')!s} was not found on the host; a snapshot needs "
                           "the Python that runs your training", hint="set 'python:' in the profile")
-    py = _fact(facts, "python") or {}
-    osv = _fact(facts, "os") or {}
+    py = fact_value(facts, "python") or {}
+    osv = fact_value(facts, "os") or {}
 
     # packages: importlib.metadata (canonical versions) + anything only pip reports
-    meta = _fact(facts, "freeze") or {}
+    meta = fact_value(facts, "freeze") or {}
     if _fact_error(facts, "freeze"):
         problems.append(f"package list: {_fact_error(facts, 'freeze')}")
-    pf = _fact(facts, "pip_freeze") or {}
+    pf = fact_value(facts, "pip_freeze") or {}
     if pf.get("rc") == 0 and pf.get("stdout", "").strip():
         freeze_text, freeze_source = redact(pf["stdout"]), "pip freeze --all"
     else:
@@ -173,13 +167,13 @@ def build(facts: dict, *, profile: Any = None, captured_at: str | None = None, e
         if normalize(n) not in known:
             packages[n] = v
     packages = dict(sorted(packages.items(), key=lambda kv: kv[0].lower()))
-    listed = _fact(facts, "packages") or {}
+    listed = fact_value(facts, "packages") or {}
 
     def version_of(name: str) -> str | None:
         return _lookup(packages, name) or (listed.get(name) if isinstance(listed, dict) else None)
 
     # torch, CUDA, cuDNN as the training Python sees them
-    cuda_fact = _fact(facts, "cuda") or {}
+    cuda_fact = fact_value(facts, "cuda") or {}
     cres = cuda_fact.get("result") if isinstance(cuda_fact, dict) else None
     cres = cres if isinstance(cres, dict) else {}
     torch_imported = bool(cres.get("imported"))
@@ -193,7 +187,7 @@ def build(facts: dict, *, profile: Any = None, captured_at: str | None = None, e
     # GPUs and driver from nvidia-smi
     gpus: list[dict] = []
     driver = cuda_driver = None
-    q = _fact(facts, "nvidia_smi_query") or {}
+    q = fact_value(facts, "nvidia_smi_query") or {}
     if not q.get("found", False):
         problems.append("nvidia-smi not found on the host")
     elif q.get("rc") == 0:
@@ -203,7 +197,7 @@ def build(facts: dict, *, profile: Any = None, captured_at: str | None = None, e
         problems.append(f"nvidia-smi failed (exit {q.get('rc')}): {msg[0] if msg else 'no output'}")
     from .facts import parse_smi_header
 
-    header = parse_smi_header((_fact(facts, "nvidia_smi") or {}).get("stdout") or "")  # legacy or R610+ KMD header
+    header = parse_smi_header((fact_value(facts, "nvidia_smi") or {}).get("stdout") or "")  # legacy or R610+ KMD header
     cuda_driver = header["cuda"]
     drivers = sorted({g["driver_version"] for g in gpus if g.get("driver_version")})
     if drivers:
@@ -217,7 +211,7 @@ def build(facts: dict, *, profile: Any = None, captured_at: str | None = None, e
     for g in gpus:
         if g.get("name") and g["name"] not in names:
             names.append(g["name"])
-    nvcc = _fact(facts, "nvcc") or {}
+    nvcc = fact_value(facts, "nvcc") or {}
     m = re.search(r"release [\d.]+, V([\d.]+)", nvcc.get("stdout") or "")
 
     src: dict[str, Any] = {}
