@@ -13,6 +13,8 @@ from pathlib import Path
 
 import pytest
 
+import distenv  # noqa: E402 - reads the real HOME now, before tests isolate it
+
 ROOT = Path(__file__).resolve().parent.parent
 
 
@@ -46,6 +48,12 @@ def sandbox_base(tmp_path_factory):
             os.environ.pop(k, None)
         else:
             os.environ[k] = v
+
+
+@pytest.fixture(scope="session")
+def dist_python():
+    """A Python with CPU torch and Ray (tests/distenv.py: built once per machine, cached)."""
+    return str(distenv.python())
 
 
 @pytest.fixture(autouse=True)

@@ -6,6 +6,7 @@ returns what cli/runs.py renders. Nothing here prints a report.
 """
 from __future__ import annotations
 
+import hashlib
 import os
 import time
 from datetime import datetime
@@ -106,6 +107,139 @@ def train(prof, out, project: Path, *, script: str, name: Optional[str] = None, 
             "next": [f"gpuops watch {rid}", f"gpuops logs -f {rid}", f"gpuops stop {rid}"]}
 
 
+def train_fleet(prof, out, project: Path, *, script: str, launcher: str = "none", nproc: str = "auto",
+                name: Optional[str] = None, env: Iterable[str] = (), args: Iterable[str] = (), sync: bool = True,
+                force: bool = False, seed: Optional[int] = None, snapshot: bool = True,
+                master_port: Optional[int] = None, clock: Callable[[], datetime] = datetime.now) -> dict:
+    """One run on every host of the profile (one run id): sync and preflight everywhere in parallel, then launch each
+    node's part (torchrun / a Ray head and workers / the script itself) with its rank, addresses and ports. If any
+    node fails to launch, the nodes already launched are stopped and the run fails."""
+    from . import fleet, launchers
+    from . import profiles
+    from .remote import launch as rl
+
+    args = list(args)
+    nodes = prof.nodes()
+    script_rel = core.script_path(script, project, must_exist=sync)
+    cli_env = core.parse_env_args(env)
+    presets_doc = core.load_presets(project)
+    started = clock()
+    taken = [m["run_id"] for m in core.local_runs(None, project)]
+    rid = core.run_id(name, script_rel, clock=lambda: started, taken=taken)
+    dotenv = profiles.read_dotenv(project / ".env")
+    plan = core.plan_env(preset=prof.env_preset, presets_doc=presets_doc, profile_env=prof.env, cli_env=cli_env,
+                         secret_names=prof.secrets, local_env=profiles.environment(project), run_id=rid,
+                         profile_name=prof.name, seed=seed, dotenv_names=[k for k in dotenv if k not in os.environ])
+    for w in plan.warnings:
+        out.warn(w)
+    remotes: dict[int, object] = {}
+    quiet = type(out)(json_mode=True, stdout=out.stderr, stderr=out.stderr, quiet=True)
+
+    def prepare(node):
+        remote = remotes[node.rank] = connect(node, out)
+        remote_dir = node.remote_dir_for(project)
+        if sync:
+            from .transfer_ops import sync_project
+
+            sync_project(node, remote, quiet, project)
+        pf, found = rl.preflight(remote, remote_dir, script_rel, node.python, core.conflict_packages(presets_doc))
+        verdict = core.judge_preflight(pf, script_found=found, script=script_rel, remote_dir=remote_dir,
+                                       min_disk_gb=prof.expect.min_disk_gb, force=force, synced=sync)
+        if verdict.error:
+            raise verdict.error
+        return pf, verdict.warnings
+
+    launched: list = []
+    try:
+        out.step(f"{'syncing and ' if sync else ''}preflight on {len(nodes)} hosts in parallel")
+        prepared = fleet.for_each(nodes, prepare)
+        bad = [r for r in prepared if r.error]
+        for r in prepared:
+            for w in (r.value[1] if r.value else []):
+                out.warn(f"host #{r.rank}: {w}")
+        if bad:
+            raise _fleet_error("not launching", bad)
+        counts = [len(r.value[0].gpus) for r in prepared]
+        if nproc == "auto":
+            per_node = max(1, min(counts)) if counts else 1
+            if len(set(counts)) > 1:
+                out.warn(f"hosts see different GPU counts ({', '.join(map(str, counts))}); "
+                         f"--nproc-per-node auto uses {per_node}")
+        else:
+            per_node = int(nproc)
+        fl = launchers.Fleet(addresses=tuple(n.address for n in nodes),
+                             master_port=master_port or launchers.MASTER_PORT, gpus_per_node=per_node)
+        out.info(f"environment for {rid} ({launcher if launcher != 'none' else 'the script'} on {len(nodes)} hosts, "
+                 f"{per_node} process(es) per host, rendezvous {fl.master_addr}:{fl.master_port}):")
+        for line in plan.lines():
+            out.info("  " + line)
+        ray_tmp = "/tmp/gpuops-ray-" + hashlib.sha1(rid.encode()).hexdigest()[:8]
+        git = core.git_info(project)
+
+        def launch_node(node):
+            remote_dir = node.remote_dir_for(project)
+            job = core.job_argv(script_rel, args, node.python, shebang=core.read_shebang(project / script_rel))
+            argv, command = job, None
+            if launcher == "torchrun":
+                argv = launchers.torchrun_argv(job, python=node.python, fleet=fl, rank=node.rank,
+                                               nproc_per_node=per_node)
+            elif launcher == "ray":
+                command = launchers.ray_command(job, python=node.python, fleet=fl, rank=node.rank,
+                                                num_gpus=counts[node.rank], temp_dir=f"{ray_tmp}-{node.rank}")
+            env_vars = {**plan.exported, **launchers.node_env(fl, node.rank)}
+            run_dir = rl.run_dir_of(remote_dir, rid)
+            meta = core.build_meta(run_id=rid, script=script_rel, args=args, argv=argv, profile=node, plan=plan,
+                                   remote_dir=remote_dir, remote_run_dir=run_dir, git=git, seed=seed,
+                                   started=started, name=name)
+            meta.update(env=env_vars, node_rank=node.rank, num_nodes=len(nodes), launcher=launcher)
+            if command:
+                meta["command_shell"] = command
+            text = rl.launcher_script(run_id=rid, remote_dir=remote_dir, argv=argv, python=node.python, env=env_vars,
+                                      unset=plan.unset, command=command, prelude=launchers.ifname_prelude(node.address))
+            pid, abs_dir = rl.launch(remotes[node.rank], run_id=rid, remote_dir=remote_dir, meta=meta, launcher=text,
+                                     secrets=plan.secrets, python=node.python)
+            launched.append((node, run_dir))
+            return {"rank": node.rank, "host": node.host, "port": node.port, "user": node.user,
+                    "remote_dir": remote_dir, "remote_run_dir": run_dir, "remote_run_path": abs_dir, "pid": pid}, meta
+
+        out.step(f"launching {rid} on {len(nodes)} hosts")
+        done = fleet.for_each(nodes, launch_node)
+        bad = [r for r in done if r.error]
+        if bad:
+            out.warn(f"launch failed on {len(bad)} host(s); stopping the {len(launched)} launched")
+            for node, run_dir in list(launched):
+                try:
+                    rl.stop(remotes[node.rank], rid, run_dir, 2.0)
+                except Exception as exc:  # noqa: BLE001 - keep stopping the others
+                    out.warn(f"host #{node.rank}: stop failed: {getattr(exc, 'message', exc)}")
+            raise _fleet_error(f"run {rid} failed to launch; the other hosts were stopped", bad)
+        meta = dict(done[0].value[1])
+        meta["nodes"] = [r.value[0] for r in done]
+        meta["remote_run_path"] = meta["nodes"][0]["remote_run_path"]
+        meta["pid"] = meta["nodes"][0]["pid"]
+        record = core.save_local(meta, project)
+        if snapshot:
+            _snapshot(remotes[0], nodes[0], out, project, rid, meta["remote_run_dir"], seed)
+    finally:
+        for r in remotes.values():
+            r.close()
+    _remember(prof, project)
+    return {"run_id": rid, "profile": prof.name, "launcher": launcher, "nproc_per_node": per_node,
+            "nodes": meta["nodes"], "pid": meta["pid"], "remote_run_dir": meta["remote_run_path"],
+            "local_record": str(record),
+            "next": [f"gpuops watch {rid}", f"gpuops logs --all {rid}", f"gpuops stop {rid}"]}
+
+
+def _fleet_error(what: str, bad: list):
+    from . import fleet
+    from .errors import GpuopsError
+
+    code = fleet.worst_code(r.code for r in bad)
+    detail = "; ".join(f"host #{r.rank} ({r.host}): {r.message}" for r in bad)
+    hints = [getattr(r.error, "hint", None) for r in bad]
+    return GpuopsError(f"{what}: {detail}", hint=next((h for h in hints if h), None), code=code)
+
+
 def _snapshot(remote, prof, out, project: Path, rid: str, run_dir: str, seed: Optional[int]) -> None:
     """The environment snapshot kept with the run (runs/<id>/environment/ and <run dir>/environment/)."""
     from .snapshot import snapshot_for_run
@@ -191,7 +325,7 @@ def status(prof, out, project: Path) -> dict:
     metas = {m["run_id"]: m for m in core.local_runs(prof.name, project)}
     remote = connect(prof, out)
     try:
-        got = rl.query_states(remote, [(rid, m["remote_run_dir"]) for rid, m in metas.items()], gpu=True,
+        got = rl.query_states(remote, [(rid, core.run_dir_on(m, prof.rank)) for rid, m in metas.items()], gpu=True,
                               list_dir=prof.remote_dir_for(project))
     finally:
         remote.close()
@@ -224,3 +358,91 @@ def stop(prof, out, project: Path, meta: dict, grace: float) -> dict:
         core.save_local_state(rid, info, project)
     _remember(prof, project)
     return {"run_id": rid, "result": how, "state": info.state, "exit_code": info.exit_code}
+
+
+# -- fleets: the other nodes of a run --------------------------------------------------------------------------------
+def fleet_states(prof, out, meta: dict, *, parallel: int = 8) -> list:
+    """Each node's RunInfo of a fleet run (None where the host could not be asked), in rank order."""
+    from . import fleet
+    from .remote import launch as rl
+
+    nodes = prof.nodes()
+    rid = meta["run_id"]
+
+    def one(node):
+        nm = core.node_meta(meta, node.rank)
+        remote = connect(node, out)
+        try:
+            got = rl.query_states(remote, [(rid, nm["remote_run_dir"])])
+        finally:
+            remote.close()
+        return got["infos"].get(rid)
+
+    return [r.value for r in fleet.for_each(nodes[:len(meta.get("nodes") or [])], one, parallel=parallel)]
+
+
+def wait_fleet(prof, out, project: Path, meta: dict, *, interval: float = 2.0,
+               sleep: Callable[[float], None] = time.sleep) -> int:
+    """After the followed node ended: wait until every node's job has ended; the worst outcome decides."""
+    said: set[int] = set()
+    while True:
+        infos = fleet_states(prof, out, meta)
+        running = [i for i, info in enumerate(infos) if info is not None and info.state == core.RUNNING]
+        if not running:
+            for i, info in enumerate(infos):
+                if info is not None and info.state != core.SUCCEEDED:
+                    out.info(f"host #{i}: {info.state}" + (f" (exit {info.exit_code})" if info.exit_code is not None
+                                                           else ""))
+            return core.fleet_exit(infos)
+        for i in running:
+            if i not in said:
+                out.info(f"waiting for host #{i}: its job is still running")
+                said.add(i)
+        sleep(interval)
+
+
+def tail_all(prof, out, project: Path, meta: dict, lines: int) -> list[tuple[int, str, str]]:
+    """The last N lines of every node's log: [(rank, host, text)]."""
+    from . import fleet
+    from .remote import launch as rl
+
+    rid = meta["run_id"]
+
+    def one(node):
+        nm = core.node_meta(meta, node.rank)
+        remote = connect(node, out)
+        try:
+            info, text = rl.tail(remote, rid, nm["remote_run_dir"], lines)
+        finally:
+            remote.close()
+        if not info.exists:
+            raise RemoteError(f"run {rid} not found on host #{node.rank} ({nm['remote_run_dir']})")
+        return text
+
+    nodes = prof.nodes()[:len(meta.get("nodes") or [1])]
+    got = fleet.for_each(nodes, one)
+    for r in got:
+        if r.error:
+            out.warn(f"host #{r.rank} ({r.host}): {r.message}")
+    return [(r.rank, r.host, r.value) for r in got if r.value is not None]
+
+
+def stop_fleet(prof, out, project: Path, meta: dict, grace: float) -> dict:
+    """Stop a fleet run on every host in parallel."""
+    from . import fleet
+
+    nodes = prof.nodes()[:len(meta["nodes"])]
+    got = fleet.for_each(nodes, lambda node: stop(node, out, project, core.node_meta(meta, node.rank), grace))
+    results = [{"rank": r.rank, "host": r.host, **(r.value or {}), "error": r.message or None} for r in got]
+    return {"run_id": meta["run_id"], "hosts": results, "code": fleet.worst_code(r.code for r in got)}
+
+
+def status_fleet(prof, out, project: Path, host: Optional[int] = None) -> dict:
+    """status on every host (or --host N) in parallel."""
+    from . import fleet
+
+    nodes = prof.nodes() if host is None else [prof.node(host)]
+    got = fleet.for_each(nodes, lambda node: status(node, out, project))
+    return {"profile": prof.name, "hosts": [{"rank": r.rank, "host": r.host, "error": r.message or None,
+                                             **(r.value or {})} for r in got],
+            "code": fleet.worst_code(r.code for r in got)}

@@ -13,7 +13,7 @@ import shlex
 from pathlib import Path
 from typing import Any, Dict, List, Literal, Optional
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError, field_validator, model_validator
 
 from .errors import ProfileError
 from .paths import config_dir, data_dir, state_dir, write_atomic
@@ -56,10 +56,31 @@ class SyncSettings(_Strict):
     exclude: List[str] = Field(default_factory=lambda: list(DEFAULT_EXCLUDES))
 
 
+class HostEntry(_Strict):
+    """One host of a fleet profile (`hosts:`); unset keys take the profile's shared value."""
+    host: str
+    port: Optional[int] = Field(None, ge=1, le=65535)
+    user: Optional[str] = None
+    key: Optional[Path] = None
+    remote_dir: Optional[str] = None
+    python: Optional[str] = None
+    private_ip: Optional[str] = Field(None, description="address the nodes use to reach this one (default: host)")
+
+    @field_validator("key", mode="before")
+    @classmethod
+    def _expand_key(cls, v: Any) -> Any:
+        return Path(os.path.expanduser(str(v))) if v not in (None, "") else None
+
+
+_NODE_KEYS = ("host", "port", "user", "key", "remote_dir", "python", "private_ip")
+
+
 class Profile(_Strict):
     name: str = ""
     source: Optional[Path] = Field(None, exclude=True)
     host: str
+    hosts: List[HostEntry] = Field(default_factory=list, description="several hosts (a fleet); the first is rank 0")
+    private_ip: Optional[str] = None
     user: str = "ubuntu"
     port: int = Field(22, ge=1, le=65535)
     key: Optional[Path] = None
@@ -81,6 +102,72 @@ class Profile(_Strict):
     @classmethod
     def _expand_key(cls, v: Any) -> Any:
         return Path(os.path.expanduser(str(v))) if v not in (None, "") else None
+
+    _shared: Dict[str, Any] = PrivateAttr(default_factory=dict)
+    _rank: int = PrivateAttr(default=0)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _fleet(cls, data: Any) -> Any:
+        """`hosts:` instead of `host:`: each entry a string or a mapping; rank 0's host fills `host`."""
+        if not isinstance(data, dict) or "hosts" not in data:
+            return data
+        hosts = data.get("hosts")
+        if "host" in data:
+            raise ValueError("give either host: (one host) or hosts: (a fleet), not both")
+        if not isinstance(hosts, list) or not hosts:
+            raise ValueError("hosts: must be a non-empty list of hosts (each a string or a mapping with host:)")
+        entries = [{"host": h} if isinstance(h, str) else h for h in hosts]
+        first = entries[0] if isinstance(entries[0], dict) else {}
+        return dict(data, hosts=entries, host=first.get("host", ""))
+
+    @model_validator(mode="after")
+    def _rank0(self) -> "Profile":
+        """A fleet profile stands for its rank 0 (so every one-host command acts on rank 0); the shared values are
+        kept for nodes()."""
+        if self.hosts:
+            self._shared = {k: getattr(self, k) for k in _NODE_KEYS}
+            for k in _NODE_KEYS:
+                v = getattr(self.hosts[0], k)
+                if v is not None:
+                    setattr(self, k, v)
+        return self
+
+    @property
+    def rank(self) -> int:
+        return self._rank
+
+    @property
+    def is_fleet(self) -> bool:
+        return len(self.hosts) > 1
+
+    def nodes(self) -> list["Profile"]:
+        """One profile per host, rank order (a one-host profile: itself)."""
+        if not self.hosts:
+            return [self]
+        out = []
+        for i, h in enumerate(self.hosts):
+            over = {k: getattr(h, k) for k in _NODE_KEYS if getattr(h, k) is not None}
+            node = self.model_copy(update={**self._shared, **over, "hosts": []})
+            node.source = self.source
+            node._rank = i
+            out.append(node)
+        return out
+
+    def node(self, index: Optional[int]) -> "Profile":
+        """The host numbered `index` (--host N), or rank 0."""
+        nodes = self.nodes()
+        if index is None:
+            return nodes[0]
+        if not 0 <= index < len(nodes):
+            raise ProfileError(f"--host {index}: profile '{self.name}' has {len(nodes)} host(s), numbered 0 to "
+                               f"{len(nodes) - 1}")
+        return nodes[index]
+
+    @property
+    def address(self) -> str:
+        """The address other nodes use to reach this one."""
+        return self.private_ip or self.host
 
     @field_validator("env", mode="before")
     @classmethod

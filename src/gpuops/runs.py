@@ -564,3 +564,29 @@ def resolve_run(run: Optional[str], profile_name: str, project_dir: Path | None 
                          hint=f"add -p {others[0].get('profile')}")
     known = ", ".join(m["run_id"] for m in runs[:5]) or "none"
     raise UsageError(f"no run '{run}' of profile '{profile_name}' here; recent: {known}")
+
+
+# -- fleets ---------------------------------------------------------------------------------
+def node_meta(meta: dict, rank: Optional[int]) -> dict:
+    """A fleet run's meta seen from one node (its run folder and pid); a one-host run: itself (rank 0 or None)."""
+    nodes = meta.get("nodes") or []
+    if rank is None or not nodes:
+        if rank not in (None, 0) and not nodes:
+            raise UsageError(f"run {meta['run_id']} ran on one host; there is no host {rank}")
+        return meta
+    if not 0 <= rank < len(nodes):
+        raise UsageError(f"run {meta['run_id']} ran on {len(nodes)} hosts, numbered 0 to {len(nodes) - 1}")
+    n = nodes[rank]
+    return {**meta, "remote_run_dir": n["remote_run_dir"], "remote_run_path": n.get("remote_run_path"),
+            "pid": n.get("pid"), "node_rank": rank}
+
+
+def run_dir_on(meta: dict, rank: int) -> str:
+    """Where a run's folder is on host `rank` (a one-host run's, or a fleet run's node's)."""
+    nodes = meta.get("nodes") or []
+    return nodes[rank]["remote_run_dir"] if rank < len(nodes) else meta["remote_run_dir"]
+
+
+def fleet_exit(infos: list[Optional["RunInfo"]]) -> int:
+    """A fleet run's exit code: 0 only if every node's job succeeded."""
+    return 0 if infos and all(i is not None and exit_for_state(i) == 0 for i in infos) else 1

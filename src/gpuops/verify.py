@@ -36,14 +36,33 @@ def run_verify(profile, out, *, playbook: str | None = None, save: bool = True, 
                project_dir: Path | None = None, clock: Callable[[], datetime] = datetime.now,
                fail_on_warn: bool = False) -> int:
     from . import profiles
+
+    project_dir = project_dir or Path.cwd()
+    report, results = check_host(profile, out, playbook=playbook, cuda_check=cuda_check, project_dir=project_dir,
+                                 clock=clock)
+    show(out, report, results)
+    if save:
+        saved = save_report(report, results, project_dir, clock())
+        out.step(f"report saved: {saved[0]} and .txt")
+    profiles.remember(profile, project_dir)
+    return exit_code(report, fail_on_warn)
+
+
+def exit_code(report: dict, fail_on_warn: bool = False) -> int:
+    failed = report["verdict"] == FAIL or (fail_on_warn and report["verdict"] == WARN)
+    return int(ExitCode.FAILED) if failed else int(ExitCode.OK)
+
+
+def check_host(profile, out, *, playbook: str | None = None, cuda_check: bool = True, project_dir: Path,
+               clock: Callable[[], datetime] = datetime.now, extra_params: dict | None = None):
+    """One host: connect, gather (one execution), judge. Returns (report, results); shows nothing."""
     from .remote.connection import connect
     from .remote.gather import gather
 
-    project_dir = project_dir or Path.cwd()
     pb = kb.load_playbook("verify", project_dir, path=playbook)
     knowledge, presets = kb.knowledge(project_dir), kb.presets(project_dir)
     preset_env = kb.preset_env(profile.env_preset, project_dir)
-    params = probe_params(profile, pb, presets, project_dir, cuda_check=cuda_check)
+    params = {**probe_params(profile, pb, presets, project_dir, cuda_check=cuda_check), **(extra_params or {})}
     started = time.monotonic()
     with out.status(f"connecting to {profile.user}@{profile.host}:{profile.port}"):
         remote = connect(profile, announce=out.info)
@@ -56,13 +75,9 @@ def run_verify(profile, out, *, playbook: str | None = None, save: bool = True, 
     facts = from_probe(doc, host=profile.host, failures=knowledge.get("nvidia_smi_failures", []))
     results = evaluate(facts, profile, pb, knowledge, presets, preset_env)
     report = build_report(profile, facts, results, executions, time.monotonic() - started, clock())
-    show(out, report, results)
-    if save:
-        saved = save_report(report, results, project_dir, clock())
-        out.step(f"report saved: {saved[0]} and .txt")
-    profiles.remember(profile, project_dir)
-    failed = report["verdict"] == FAIL or (fail_on_warn and report["verdict"] == WARN)
-    return int(ExitCode.FAILED) if failed else int(ExitCode.OK)
+    if "reach" in doc:
+        report["reach"] = doc["reach"]
+    return report, results
 
 
 def build_report(profile, facts, results, executions: int, seconds: float, when: datetime) -> dict:
@@ -89,12 +104,78 @@ def show(out, report: dict, results) -> None:
 
 
 def save_report(report: dict, results, project_dir: Path, when: datetime) -> tuple[Path, Path]:
-    """logs/env_checks/<date>_<profile>.json and .txt, as the Stage 2 runbook asks (seeds/000)."""
+    """logs/env_checks/<date>_<profile>.json and .txt, as the Stage 2 runbook asks (seeds/000); a fleet's hosts
+    each get their own (<profile>-host<N>)."""
     from .paths import write_atomic
     from .report import plain_lines
 
-    base = project_dir / "logs" / "env_checks" / f"{when.strftime('%Y-%m-%d_%H%M%S')}_{report['profile']}"
+    name = report["profile"] + (f"-host{report['node']}" if report.get("node") is not None else "")
+    base = project_dir / "logs" / "env_checks" / f"{when.strftime('%Y-%m-%d_%H%M%S')}_{name}"
     jpath, tpath = base.with_suffix(".json"), base.with_suffix(".txt")
     write_atomic(jpath, json.dumps(report, indent=2, default=str) + "\n")
     write_atomic(tpath, "\n".join(plain_lines(report, results)) + "\n")
     return jpath, tpath
+
+
+def run_fleet_verify(profile, out, *, playbook: str | None = None, save: bool = True, cuda_check: bool = True,
+                     project_dir: Path | None = None, clock: Callable[[], datetime] = datetime.now,
+                     fail_on_warn: bool = False, parallel: int = 8) -> int:
+    """Every host of a fleet profile in parallel (one connection and one probe execution each), a section per host
+    in rank order, then the fleet as a whole: the same stack everywhere, and every node reaching rank 0's
+    rendezvous address. Exit: the worst host's, or 1 when the fleet checks fail."""
+    from . import fleet, profiles
+    from .launchers import MASTER_PORT
+    from .report import plain_lines
+
+    project_dir = project_dir or Path.cwd()
+    nodes = profile.nodes()
+    master = nodes[0].address
+    started = time.monotonic()
+
+    def one(node):
+        buf = fleet.Buffered(json_mode=out.json_mode, debug=out.debug)
+        extra = {"reach": {"host": master, "port": MASTER_PORT, "timeout": 5}} if node.rank else None
+        rep, results = check_host(node, buf.output, playbook=playbook, cuda_check=cuda_check, project_dir=project_dir,
+                                  clock=clock, extra_params=extra)
+        rep["node"] = node.rank
+        return rep, results, buf
+
+    with out.status(f"verifying {len(nodes)} hosts in parallel"):
+        got = fleet.for_each(nodes, one, parallel=parallel, code_of=lambda v: exit_code(v[0], fail_on_warn))
+    reports = [r.value[0] if r.value else None for r in got]
+    fleet_results = fleet.compare(reports) + fleet.reach_results(reports, master, MASTER_PORT)
+    fleet_verdict = verdict(fleet_results) if fleet_results else "pass"
+    codes = [r.code for r in got] + [int(ExitCode.FAILED) if fleet_verdict == FAIL else 0]
+    code = fleet.worst_code(codes)
+    seconds = round(time.monotonic() - started, 3)
+    if out.json_mode:
+        out.emit_json({"profile": profile.name, "hosts": [
+            {**r.to_json(), "report": r.value[0] if r.value else None} for r in got],
+            "fleet": {"verdict": fleet_verdict, "checks": [x.to_dict() for x in fleet_results]},
+            "code": code, "seconds": seconds})
+    for node, r in zip(nodes, got):
+        if not out.json_mode:
+            out.print(f"=== host #{node.rank}: {node.user}@{node.host}:{node.port} ===")
+        if r.value:
+            rep, results, buf = r.value
+            show(buf.output, rep, results)
+            buf.replay(out)
+            if save:
+                save_report(rep, results, project_dir, clock())
+        else:
+            out.error(f"host #{node.rank} ({node.host}): {r.message}", getattr(r.error, "hint", None))
+        if not out.json_mode:
+            out.print()
+    if not out.json_mode:
+        out.print(f"=== fleet: {len(nodes)} hosts ===")
+        for x in fleet_results:
+            line = f"  {x.status.upper():4}  {x.title}: {x.measured or '-'}"
+            out.print(line)
+            if x.remediation and x.status != "pass":
+                out.print(f"        fix: {x.remediation}")
+        ok = sum(1 for r in got if r.code == 0)
+        out.print(f"{'PASS' if code == 0 else 'FAIL'}: {profile.name} — {ok}/{len(nodes)} hosts passed, fleet checks "
+                  f"{fleet_verdict} — {seconds:.1f}s")
+    if all(r.value for r in got):
+        profiles.remember(profile, project_dir)
+    return code

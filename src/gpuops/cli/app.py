@@ -36,6 +36,8 @@ app = typer.Typer(
 ProfileOpt = typer.Option(None, "--profile", "-p", metavar="NAME", help="Profile name or YAML path (default: $GPUOPS_PROFILE, "
                                                         "the last used here, or the only one).", show_default=False)
 JsonOpt = typer.Option(False, "--json", help="Print one JSON document on stdout.")
+HostOpt = typer.Option(None, "--host", metavar="N", min=0, help="Only host N of a fleet profile (hosts:, 0 = rank 0).",
+                       show_default=False)
 
 
 def output(json_mode: bool = False):

@@ -8,7 +8,7 @@ from typing import List, Optional
 
 import typer
 
-from .app import JsonOpt, ProfileOpt, app, output, pick_profile
+from .app import HostOpt, JsonOpt, ProfileOpt, app, output, pick_profile
 
 RunArg = typer.Argument(None, help="Run id or a unique prefix (default: the profile's latest run).", show_default=False)
 
@@ -27,18 +27,45 @@ def train(
                                                       "GPU or too little disk."),
     seed: Optional[int] = typer.Option(None, "--seed", help="Export GPUOPS_SEED and PYTHONHASHSEED; recorded."),
     no_snapshot: bool = typer.Option(False, "--no-snapshot", help="Skip the environment snapshot taken at launch."),
+    launcher: str = typer.Option("none", "--launcher", metavar="none|torchrun|ray",
+                                 help="torchrun: torch.distributed.run on every host (--nnodes, --node_rank, "
+                                      "--master_addr/port); ray: a Ray head on host 0, workers on the others, the "
+                                      "script on the head with RAY_ADDRESS. none: the script itself on every host."),
+    nproc: str = typer.Option("auto", "--nproc-per-node", metavar="auto|N",
+                              help="torchrun processes per host (auto: the GPUs the preflight saw)."),
+    master_port: Optional[int] = typer.Option(None, "--master-port", min=1, max=65535,
+                                              help="Rendezvous port on host 0 (default 29500).", show_default=False),
     json_: bool = JsonOpt,
     args: Optional[List[str]] = typer.Argument(None, help="Arguments for the script, after --.", show_default=False),
 ) -> None:
-    """Launch a training script detached on the profile's host: sync, preflight, environment, secrets, run."""
+    """Launch a training script detached on the profile's host (every host of a fleet profile): sync, preflight,
+    environment, secrets, run."""
     from .. import lifecycle
+    from ..errors import UsageError
+    from ..launchers import LAUNCHERS
 
     out = output(json_)
+    if launcher not in LAUNCHERS:
+        raise UsageError(f"--launcher {launcher!r}: choose one of {', '.join(LAUNCHERS)}")
+    if nproc != "auto" and not (nproc.isdigit() and int(nproc) > 0):
+        raise UsageError(f"--nproc-per-node {nproc!r}: 'auto' or a whole number above 0")
     prof = pick_profile(None, profile)
-    res = lifecycle.train(prof, out, Path.cwd(), script=script, name=name, env=env, args=args or [], sync=not no_sync,
-                          force=force, seed=seed, snapshot=not no_snapshot)
+    opts = dict(script=script, name=name, env=env, args=args or [], sync=not no_sync, force=force, seed=seed,
+                snapshot=not no_snapshot)
+    if prof.is_fleet or launcher != "none":
+        res = lifecycle.train_fleet(prof, out, Path.cwd(), launcher=launcher, nproc=nproc, master_port=master_port,
+                                    **opts)
+    else:
+        res = lifecycle.train(prof, out, Path.cwd(), **opts)
     if json_:
         out.emit_json(res)
+    elif res.get("nodes"):
+        out.success(f"launched {res['run_id']} on {len(res['nodes'])} host(s) of {prof.name} "
+                    f"({res['launcher']}), detached")
+        for n in res["nodes"]:
+            out.info(f"  host #{n['rank']} {n['host']}: pid {n['pid']}")
+        out.print(res["run_id"])
+        out.info("next: " + "   ".join(res["next"]))
     else:
         out.success(f"launched {res['run_id']} on {prof.name} (pid {res['pid']}), detached")
         out.print(res["run_id"])
@@ -55,15 +82,18 @@ def watch(
     once: bool = typer.Option(False, "--once", help="One snapshot, then exit."),
     interval: float = typer.Option(2.0, "--interval", help="Seconds between GPU samples.", min=0.1),
     lines: int = typer.Option(15, "--lines", "-n", help="Log lines shown (and replayed at start).", min=0),
+    host: Optional[int] = HostOpt,
 ) -> None:
-    """Live dashboard of a run: GPUs, processes, state, cost, log tail. Exit 0 if it succeeded, 1 if not."""
+    """Live dashboard of a run: GPUs, processes, state, cost, log tail. Exit 0 if it succeeded, 1 if not.
+    A fleet run: host 0's GPUs and log (--host N for another), until every host's job has ended."""
     from .. import lifecycle
     from .. import watch as w
 
     out = output(json_)
-    prof = pick_profile(None, profile)
+    fleet_prof = pick_profile(None, profile)
     project = Path.cwd()
-    meta = lifecycle.resolve(run, prof, project)
+    fleet_meta = lifecycle.resolve(run, fleet_prof, project)
+    prof, meta = _node(fleet_prof, fleet_meta, host)
     dash = w.Dashboard(meta, price_per_hour=prof.price_per_hour, log_lines=max(lines, 1))
     if once:
         res = lifecycle.watch_once(prof, out, project, meta, dash, lines)
@@ -81,7 +111,23 @@ def watch(
     finally:
         if live:
             live.close()
-    _ended(out, meta, dash, res)
+    _ended(out, meta, dash, _whole_fleet(fleet_prof, out, project, fleet_meta, res))
+
+
+def _node(prof, meta: dict, host: Optional[int]):
+    """The profile and run meta of host N of a fleet (rank 0 by default)."""
+    from ..runs import node_meta
+
+    return prof.node(host), node_meta(meta, host)
+
+
+def _whole_fleet(prof, out, project: Path, meta: dict, res: dict) -> dict:
+    """After the followed host's job ended: a fleet run ends when every host's job has, with the worst outcome."""
+    from .. import lifecycle
+
+    if res["interrupted"] or len(meta.get("nodes") or []) < 2:
+        return res
+    return {**res, "code": max(res["code"], lifecycle.wait_fleet(prof, out, project, meta))}
 
 
 class _Live:
@@ -139,15 +185,28 @@ def logs(
     profile: Optional[str] = ProfileOpt,
     follow: bool = typer.Option(False, "--follow", "-f", help="Follow until the run ends; exit 0 if the job succeeded, 1 if not."),
     lines: int = typer.Option(50, "--lines", "-n", help="Lines from the end of the log.", min=0),
+    host: Optional[int] = HostOpt,
+    all_: bool = typer.Option(False, "--all", help="A fleet run: every host's log, each line prefixed with its host."),
 ) -> None:
-    """Print the last N lines of a run's log, or follow it (-f) to the end of the run."""
+    """Print the last N lines of a run's log, or follow it (-f) to the end of the run (a fleet run: host 0's log,
+    until every host's job has ended)."""
     from .. import lifecycle
     from .. import watch as w
+    from ..errors import UsageError
 
     out = output(False)
-    prof = pick_profile(None, profile)
+    fleet_prof = pick_profile(None, profile)
     project = Path.cwd()
-    meta = lifecycle.resolve(run, prof, project)
+    fleet_meta = lifecycle.resolve(run, fleet_prof, project)
+    if all_:
+        if follow or host is not None:
+            raise UsageError("--all shows every host's last lines; drop -f / --host")
+        for rank, addr, text in lifecycle.tail_all(fleet_prof, out, project, fleet_meta, lines):
+            for line in text.splitlines():
+                out.stdout.write(f"[#{rank} {addr}] {line}\n")
+        out.stdout.flush()
+        raise typer.Exit(0)
+    prof, meta = _node(fleet_prof, fleet_meta, host)
     if not follow:
         text = lifecycle.tail(prof, out, project, meta, lines)
         if lines:
@@ -166,7 +225,7 @@ def logs(
 
     dash = w.Dashboard(meta, price_per_hour=prof.price_per_hour)
     res = lifecycle.follow(prof, out, project, meta, dash, lines=lines, samples=False, interval=2.0, on_event=show)
-    _ended(out, meta, dash, res)
+    _ended(out, meta, dash, _whole_fleet(fleet_prof, out, project, fleet_meta, res))
 
 
 # -- status --------------------------------------------------------------------------------------------
@@ -174,21 +233,41 @@ def logs(
 def status(
     profile: Optional[str] = ProfileOpt,
     json_: bool = JsonOpt,
+    host: Optional[int] = HostOpt,
 ) -> None:
-    """The profile's runs (id, script, state, started, elapsed, exit code) and the current GPU utilisation."""
-    from datetime import datetime
-
+    """The profile's runs (id, script, state, started, elapsed, exit code) and the current GPU utilisation
+    (every host of a fleet profile, in parallel, or --host N)."""
     from .. import lifecycle
-    from .. import watch as w
-    from ..runs import fmt_duration
 
     out = output(json_)
     prof = pick_profile(None, profile)
-    doc = lifecycle.status(prof, out, Path.cwd())
-    rows, gpus, gpu_error = doc["runs"], doc["gpus"], doc["gpu_error"]
+    if prof.is_fleet and host is None:
+        doc = lifecycle.status_fleet(prof, out, Path.cwd())
+        if json_:
+            out.emit_json(doc)
+        for h in doc["hosts"]:
+            if not json_:
+                out.print(f"=== host #{h['rank']}: {h['host']} ===")
+            if h["error"]:
+                out.error(f"host #{h['rank']} ({h['host']}): {h['error']}")
+            elif not json_:
+                _status_lines(out, prof, h)
+        raise typer.Exit(doc["code"])
+    doc = lifecycle.status(prof.node(host), out, Path.cwd())
     if json_:
         out.emit_json(doc)
         raise typer.Exit(0)
+    _status_lines(out, prof, doc)
+    raise typer.Exit(0)
+
+
+def _status_lines(out, prof, doc: dict) -> None:
+    from datetime import datetime
+
+    from .. import watch as w
+    from ..runs import fmt_duration
+
+    rows, gpus, gpu_error = doc["runs"], doc["gpus"], doc["gpu_error"]
 
     def when(ts):
         return datetime.fromtimestamp(ts).strftime("%Y-%m-%d %H:%M:%S") if ts else "-"
@@ -199,7 +278,7 @@ def status(
         out.print(f"GPU: nvidia-smi failed: {gpu_error}")
     if not rows:
         out.print(f"no runs of profile '{prof.name}' (gpuops train --script train.py)")
-        raise typer.Exit(0)
+        return
     if out.rich:
         from rich.table import Table
 
@@ -217,7 +296,6 @@ def status(
         for r in rows:
             out.print(f"{r['run_id']:<36} {str(r['script'] or '-')[:20]:<20} {r['state']:<10} {when(r['started']):<19} "
                       f"{fmt_duration(r['elapsed']):>9} {'-' if r['exit_code'] is None else r['exit_code']}")
-    raise typer.Exit(0)
 
 
 # -- stop ----------------------------------------------------------------------------------------------
@@ -228,13 +306,26 @@ def stop(
     grace: float = typer.Option(10.0, "--grace", help="Seconds after SIGINT before SIGTERM, and after SIGTERM "
                                                       "before SIGKILL.", min=0.1),
     json_: bool = JsonOpt,
+    host: Optional[int] = HostOpt,
 ) -> None:
-    """Stop a run: SIGINT to its process group, then SIGTERM, then SIGKILL; records how it ended."""
+    """Stop a run: SIGINT to its process group, then SIGTERM, then SIGKILL; records how it ended. A fleet run is
+    stopped on every host (or --host N)."""
     from .. import lifecycle
 
     out = output(json_)
-    prof = pick_profile(None, profile)
-    meta = lifecycle.resolve(run, prof, Path.cwd())
+    fleet_prof = pick_profile(None, profile)
+    fleet_meta = lifecycle.resolve(run, fleet_prof, Path.cwd())
+    if len(fleet_meta.get("nodes") or []) > 1 and host is None:
+        doc = lifecycle.stop_fleet(fleet_prof, out, Path.cwd(), fleet_meta, grace)
+        if json_:
+            out.emit_json(doc)
+        for h in doc["hosts"]:
+            if h["error"]:
+                out.error(f"host #{h['rank']} ({h['host']}): {h['error']}")
+            elif not json_:
+                out.success(f"host #{h['rank']} ({h['host']}): {h['result']} ({h['state']}, exit {h['exit_code']})")
+        raise typer.Exit(doc["code"])
+    prof, meta = _node(fleet_prof, fleet_meta, host)
     doc = lifecycle.stop(prof, out, Path.cwd(), meta, grace)
     rid, how = doc["run_id"], doc["result"]
     if json_:

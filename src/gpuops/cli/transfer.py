@@ -6,7 +6,7 @@ from typing import List, Optional
 
 import typer
 
-from .app import JsonOpt, ProfileOpt, app, output, pick_profile
+from .app import HostOpt, JsonOpt, ProfileOpt, app, output, pick_profile
 
 
 @app.command()
@@ -22,9 +22,11 @@ def sync(
     gitignore: bool = typer.Option(False, "--gitignore", help="Also honour .gitignore files (off by default: data "
                                                               "folders are often git-ignored)."),
     json_: bool = JsonOpt,
+    host: Optional[int] = HostOpt,
 ) -> None:
     """Copy the current project to the profile's remote_dir (created if missing), skipping the profile's
-    sync.exclude, .gpuopsignore and --exclude patterns. Never deletes remote files unless --delete."""
+    sync.exclude, .gpuopsignore and --exclude patterns. Never deletes remote files unless --delete.
+    A fleet profile is synced to every host in parallel (or --host N)."""
     from .. import profiles
     from ..remote.connection import connect
     from ..remote.rsync import require_local_rsync
@@ -33,9 +35,20 @@ def sync(
     out = output(json_)
     prof = pick_profile(None, profile)
     require_local_rsync()  # before connecting: nothing to do without it
-    with connect(prof, announce=out.info) as remote:
-        summary = sync_project(prof, remote, out, Path.cwd(), delete=delete, dry_run=dry_run,
-                               excludes=exclude or (), gitignore=gitignore)
+
+    def one(node, node_out):
+        with connect(node, announce=node_out.info) as remote:
+            return sync_project(node, remote, node_out, Path.cwd(), delete=delete, dry_run=dry_run,
+                                excludes=exclude or (), gitignore=gitignore)
+
+    if prof.is_fleet and host is None:
+        from ..fleet import for_each_buffered
+
+        code = for_each_buffered(prof, out, one, render_sync, title="sync")
+        if code == 0:
+            profiles.remember(prof)
+        raise typer.Exit(code)
+    summary = one(prof.node(host), out)
     render_sync(out, summary)
     profiles.remember(prof)
 
@@ -54,9 +67,10 @@ def fetch(
     step: Optional[int] = typer.Option(None, "--step", help="Fetch only step N (global_step_N / checkpoint-N).",
                                        show_default=False),
     json_: bool = JsonOpt,
+    host: Optional[int] = HostOpt,
 ) -> None:
     """Pull remote checkpoints or outputs: resumable, verified by size and SHA-256 against the remote, and each
-    file appears under its final name only once everything fetched has verified."""
+    file appears under its final name only once everything fetched has verified. A fleet: from host 0 (--host N)."""
     from .. import profiles
     from ..errors import UsageError
     from ..remote.connection import connect
@@ -69,7 +83,8 @@ def fetch(
         raise UsageError("--latest and --step are mutually exclusive")
     if list_ and (latest or step is not None or dest is not None):
         raise UsageError("--list only lists; drop --latest/--step/--dest")
-    prof = pick_profile(None, profile)
+    fleet_prof = pick_profile(None, profile)
+    prof = fleet_prof.node(host)
     if not list_:
         require_local_rsync()  # before connecting: nothing to do without it
     with connect(prof, announce=out.info) as remote:
@@ -78,4 +93,4 @@ def fetch(
         else:
             summary = do_fetch(prof, remote, out, name, dest=dest, latest=latest, step=step, project_dir=Path.cwd())
             render_fetch(out, summary)
-    profiles.remember(prof)
+    profiles.remember(fleet_prof)

@@ -5,7 +5,7 @@ from typing import Optional
 
 import typer
 
-from .app import JsonOpt, ProfileOpt, app, output, pick_profile
+from .app import HostOpt, JsonOpt, ProfileOpt, app, output, pick_profile
 
 
 @app.command()
@@ -18,12 +18,17 @@ def verify(
     no_save: bool = typer.Option(False, "--no-save", help="Do not save the report under logs/env_checks/."),
     no_cuda: bool = typer.Option(False, "--no-cuda-check", help="Skip the CUDA tensor test (faster on busy GPUs)."),
     fail_on_warn: bool = typer.Option(False, "--fail-on-warn", help="Exit 1 on warnings too (for CI gates)."),
+    host: Optional[int] = HostOpt,
 ) -> None:
-    """Check GPUs, driver, CUDA, Python and packages in one remote execution; report pass/warn/fail with fixes."""
+    """Check GPUs, driver, CUDA, Python and packages in one remote execution; report pass/warn/fail with fixes.
+    A fleet profile (hosts:) is verified on every host in parallel, then as a whole."""
     from .. import verify as core
 
     out = output(json_)
     prof = pick_profile(name, profile)
-    code = core.run_verify(prof, out, playbook=playbook, save=not no_save, cuda_check=not no_cuda,
-                           fail_on_warn=fail_on_warn)
+    opts = dict(playbook=playbook, save=not no_save, cuda_check=not no_cuda, fail_on_warn=fail_on_warn)
+    if prof.is_fleet and host is None:
+        code = core.run_fleet_verify(prof, out, **opts)
+    else:
+        code = core.run_verify(prof.node(host), out, **opts)
     raise typer.Exit(code)

@@ -106,15 +106,20 @@ def preflight(remote, remote_dir: str, script: Optional[str], python: str, packa
 
 
 # -- launch ---------------------------------------------------------------------------------------------
-def launcher_script(*, run_id: str, remote_dir: str, argv: list[str], python: str, env: dict[str, str],
-                    unset: Iterable[str]) -> str:
-    """launch.sh: runs in its own session; the job runs in the foreground so the shell survives SIGINT/SIGTERM
-    (trapped, deferred until the job ends) and records the job's exit status."""
+def argv_command(argv: list[str], python: str) -> str:
+    """A job's argv as one shell command line, the profile's Python (which may start with ~) kept runnable."""
     py = shlex.split(python or "python3") or ["python3"]
-    if argv[:len(py)] == py:  # the profile's Python (may start with ~)
-        cmd = " ".join([shell_command(python)] + [shlex.quote(w) for w in argv[len(py):]])
-    else:
-        cmd = " ".join(shlex.quote(w) for w in argv)
+    if argv[:len(py)] == py:
+        return " ".join([shell_command(python)] + [shlex.quote(w) for w in argv[len(py):]])
+    return " ".join(shlex.quote(w) for w in argv)
+
+
+def launcher_script(*, run_id: str, remote_dir: str, argv: list[str], python: str, env: dict[str, str],
+                    unset: Iterable[str], command: Optional[str] = None, prelude: str = "") -> str:
+    """launch.sh: runs in its own session; the job runs in the foreground so the shell survives SIGINT/SIGTERM
+    (trapped, deferred until the job ends) and records the job's exit status. `command` (shell text, every value
+    in it already quoted) replaces the argv's command line, and `prelude` runs before it: a fleet's launchers."""
+    cmd = command or argv_command(argv, python)
     lines = [
         "#!/bin/sh",
         f"# gpuops launcher for run {run_id} (generated)",
@@ -133,6 +138,7 @@ def launcher_script(*, run_id: str, remote_dir: str, argv: list[str], python: st
     lines += [
         f"GPUOPS_RUN_ID={shlex.quote(run_id)}; export GPUOPS_RUN_ID",
         'GPUOPS_RUN_DIR="$D"; export GPUOPS_RUN_DIR',
+        *([prelude.rstrip("\n")] if prelude else []),
         f"if cd {shell_path(remote_dir)}; then",
         f"  {cmd}",
         "  gpuops_rc=$?",

@@ -221,6 +221,24 @@ def user_check(chk, cwd, timeout):
     return r
 
 
+def reach(host, port, timeout):
+    """One TCP connect (a fleet node to rank 0's rendezvous address): connected, refused (the path works, nothing
+    listens yet) or the error that says the path is blocked."""
+    import socket
+    t0 = time.time()
+    try:
+        s = socket.create_connection((host, int(port)), timeout)
+        s.close()
+        result = "connected"
+    except ConnectionRefusedError:
+        result = "refused"
+    except socket.timeout:
+        result = "timeout"
+    except OSError as exc:
+        result = "error: " + (exc.strerror or str(exc))
+    return {"host": host, "port": int(port), "result": result, "ms": round((time.time() - t0) * 1000, 1)}
+
+
 def main():
     P = PARAMS
     t_all = time.time()
@@ -252,6 +270,9 @@ def main():
     if mods:
         it = lim.get("imports", 60)
         timed("imports", lambda: sub_python(IMPORT_CHECK, mods, it), it + 5, facts)
+    if P.get("reach"):
+        r = P["reach"]
+        timed("reach", lambda: reach(r["host"], r["port"], r.get("timeout", 5)), r.get("timeout", 5) + 2, facts)
     checks = {}
     cwd = os.path.expanduser(P.get("remote_dir") or "~")
     for chk in P.get("user_checks", []):

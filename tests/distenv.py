@@ -1,0 +1,36 @@
+"""A real Python with CPU torch and Ray for the fleet tests, built once per machine and kept between runs.
+
+Where: $GPUOPS_TEST_CACHE (default ~/.cache/gpuops-tests, read before the tests isolate HOME). `.ci/run` builds it
+ahead of the tests (`python tests/distenv.py`), so a CI run on a machine that ran before installs nothing. pip takes
+torch 2.13.0 from the CPU wheel this machine kind keeps on disk (its find-links), Ray from PyPI.
+"""
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+TORCH = "torch==2.13.0"
+RAY = "ray==2.60.0"
+CACHE = Path(os.environ.get("GPUOPS_TEST_CACHE") or Path.home() / ".cache" / "gpuops-tests")
+VENV = CACHE / f"dist-py{sys.version_info[0]}{sys.version_info[1]}-torch2.13.0-ray2.60.0"
+
+
+def python() -> Path:
+    """The venv's python, building the venv if it is not there yet (or was left half-built)."""
+    py = VENV / "bin" / "python"
+    done = VENV / ".complete"
+    if done.exists() and py.exists():
+        return py
+    base = sys._base_executable if hasattr(sys, "_base_executable") else sys.executable
+    subprocess.run([base, "-m", "venv", "--clear", str(VENV)], check=True)
+    subprocess.run([str(py), "-m", "pip", "install", "-q", "--disable-pip-version-check", TORCH, RAY], check=True)
+    subprocess.run([str(py), "-c", "import torch, ray, torch.distributed as d; assert d.is_gloo_available()"],
+                   check=True)
+    done.write_text("ok\n")
+    return py
+
+
+if __name__ == "__main__":
+    print(python())
