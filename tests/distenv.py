@@ -19,17 +19,27 @@ VENV = CACHE / f"dist-py{sys.version_info[0]}{sys.version_info[1]}-torch2.13.0-r
 
 def python() -> Path:
     """The venv's python, building the venv if it is not there yet (or was left half-built)."""
+    import fcntl
+
     py = VENV / "bin" / "python"
     done = VENV / ".complete"
     if done.exists() and py.exists():
         return py
+    CACHE.mkdir(parents=True, exist_ok=True)
+    with open(CACHE / ".lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # another test run may be building it right now
+        if not (done.exists() and py.exists()):
+            _build(py, done)
+    return py
+
+
+def _build(py: Path, done: Path) -> None:
     base = sys._base_executable if hasattr(sys, "_base_executable") else sys.executable
     subprocess.run([base, "-m", "venv", "--clear", str(VENV)], check=True)
     subprocess.run([str(py), "-m", "pip", "install", "-q", "--disable-pip-version-check", TORCH, RAY], check=True)
     subprocess.run([str(py), "-c", "import torch, ray, torch.distributed as d; assert d.is_gloo_available()"],
                    check=True)
     done.write_text("ok\n")
-    return py
 
 
 if __name__ == "__main__":

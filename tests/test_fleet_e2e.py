@@ -1,0 +1,213 @@
+"""Fleets end to end: several hosts in one profile through real sshd, real rsync, real torchrun (gloo on CPU torch)
+and a real Ray cluster.
+
+The hosts are the session's sandbox sshd reached as different hosts: each entry has its own remote folder (and, where
+a test needs it, its own Python), so runs, logs and syncs are separate per host exactly as on separate machines; the
+nodes reach each other on 127.0.0.1."""
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import time
+from pathlib import Path
+
+import pytest
+import yaml
+
+from test_runs_e2e import group_alive, wait_for, write
+
+DDP = """\
+import os, torch, torch.distributed as dist
+dist.init_process_group("gloo")
+t = torch.tensor([float(dist.get_rank() + 1)])
+dist.all_reduce(t)
+print(f"rank {dist.get_rank()} of {dist.get_world_size()} on node {os.environ['GPUOPS_NODE_RANK']} "
+      f"sum {t.item():g} master {os.environ['MASTER_ADDR']}:{os.environ['MASTER_PORT']}", flush=True)
+dist.destroy_process_group()
+"""
+
+RAY_JOB = """\
+import os, time, ray
+ray.init()
+deadline = time.time() + 90
+while len([n for n in ray.nodes() if n["Alive"]]) < int(os.environ["GPUOPS_NUM_NODES"]):
+    assert time.time() < deadline, "workers did not join"
+    time.sleep(0.5)
+from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+@ray.remote(num_cpus=0)
+def node_rank():
+    return os.environ["GPUOPS_NODE_RANK"]
+
+ranks = ray.get([node_rank.options(scheduling_strategy=NodeAffinitySchedulingStrategy(n["NodeID"], soft=False)).remote()
+                 for n in ray.nodes() if n["Alive"]])
+print("ray tasks ran on nodes", sorted(ranks), flush=True)
+"""
+
+SLEEPER = """\
+import os, time
+print("node", os.environ["GPUOPS_NODE_RANK"], "pid", os.getpid(), flush=True)
+open(f"pid-{os.environ['GPUOPS_NODE_RANK']}", "w").write(str(os.getpgid(0)))
+time.sleep(300)
+"""
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def node_dir(sandbox, rank: int) -> Path:
+    return Path(sandbox["dir"]) / "home" / f"{Path.cwd().name}-n{rank}"
+
+
+def fleet_profile(sandbox, n: int = 2, pythons: list | None = None, name: str = "fleet") -> str:
+    base = yaml.safe_load(Path(sandbox["profile"]).read_text())
+    doc = {k: base[k] for k in ("port", "user", "key", "python", "host_key_policy")}
+    doc["expect"] = {"gpu_count": 1}
+    doc["hosts"] = []
+    for i in range(n):
+        h = {"host": "127.0.0.1", "remote_dir": f"~/{Path.cwd().name}-n{i}"}
+        if pythons and pythons[i]:
+            h["python"] = pythons[i]
+        doc["hosts"].append(h)
+    write(Path.cwd() / "profiles" / f"{name}.yaml", yaml.safe_dump(doc))
+    return name
+
+
+@pytest.fixture
+def cleanup(sandbox):
+    yield
+    for d in Path(sandbox["dir"], "home").glob(f"{Path.cwd().name}-n*/.gpuops/runs/*"):
+        try:
+            pid = int((d / "pid").read_text())
+        except (OSError, ValueError):
+            continue
+        if group_alive(pid):
+            try:
+                os.killpg(pid, signal.SIGKILL)
+            except OSError:
+                pass
+
+
+pytestmark = pytest.mark.usefixtures("cleanup")
+
+
+def test_verify_runs_every_host_in_parallel_and_names_differences(sandbox, gpuops, dist_python):
+    p = fleet_profile(sandbox, 2, pythons=[None, dist_python])
+    res = gpuops("verify", p, "--json", "--no-cuda-check")
+    doc = json.loads(res.out)
+    assert [h["rank"] for h in doc["hosts"]] == [0, 1] and all(h["report"] for h in doc["hosts"])
+    checks = {c["id"]: c for c in doc["fleet"]["checks"]}
+    assert checks["fleet.gpu_model"]["status"] == "pass"
+    assert checks["fleet.pkg.torch"]["status"] == "fail"
+    assert "2.13.0+cpu on #1" in checks["fleet.pkg.torch"]["measured"] and "- on #0" in checks["fleet.pkg.torch"]["measured"]
+    assert checks["fleet.reach.1"]["status"] == "pass"  # the path to rank 0's rendezvous port works
+    assert res.code == 1
+    # plain: one section per host, the fleet section and a summary line
+    res = gpuops("verify", p, "--no-cuda-check", "--no-save")
+    assert "=== host #0" in res.out and "=== host #1" in res.out and "=== fleet: 2 hosts ===" in res.out
+    assert "same torch on every host" in res.out and res.code == 1
+    # --host N is one host, as a one-host profile (host 1's CPU-only torch on a GPU host fails on its own)
+    res = gpuops("verify", p, "--host", "0", "--json", "--no-cuda-check", "--no-save")
+    assert json.loads(res.out)["facts"]["packages"]["torch"] is None and res.code == 0, res.all
+    res = gpuops("verify", p, "--host", "1", "--json", "--no-cuda-check", "--no-save")
+    assert json.loads(res.out)["facts"]["packages"]["torch"] == "2.13.0+cpu" and res.code == 1, res.all
+    assert gpuops("verify", p, "--host", "2").code == 2
+
+
+def test_unreachable_host_is_its_own_result_and_exit_3(sandbox, gpuops):
+    p = fleet_profile(sandbox, 2)
+    doc = yaml.safe_load((Path.cwd() / "profiles" / f"{p}.yaml").read_text())
+    doc["hosts"][1]["port"] = free_port()  # nothing listens there
+    doc["connect_timeout"] = 2
+    write(Path.cwd() / "profiles" / f"{p}.yaml", yaml.safe_dump(doc))
+    res = gpuops("verify", p, "--no-cuda-check", "--no-save")
+    assert res.code == 3
+    assert "=== host #0" in res.out and "PASS" in res.out
+    assert "host #1 (127.0.0.1)" in res.err
+
+
+def test_sync_to_every_host(sandbox, gpuops):
+    p = fleet_profile(sandbox, 3)
+    write(Path.cwd() / "train.py", "print('hi')\n")
+    res = gpuops("sync", "-p", p)
+    assert res.code == 0, res.all
+    assert res.out.count("synced to") == 3 and "sync: 3/3 hosts ok" in res.out
+    for i in range(3):
+        assert (node_dir(sandbox, i) / "train.py").read_text() == "print('hi')\n"
+
+
+def test_torchrun_across_two_hosts_all_reduces(sandbox, gpuops, dist_python):
+    p = fleet_profile(sandbox, 2, pythons=[dist_python, dist_python])
+    write(Path.cwd() / "ddp.py", DDP)
+    port = free_port()
+    res = gpuops("train", "-p", p, "--script", "ddp.py", "--launcher", "torchrun", "--master-port", str(port),
+                 "--no-snapshot", "--json")
+    assert res.code == 0, res.all
+    doc = json.loads(res.out)
+    rid = doc["run_id"]
+    assert [n["rank"] for n in doc["nodes"]] == [0, 1] and doc["nproc_per_node"] == 1
+    res = gpuops("logs", "-f", rid, "-p", p)  # rank 0's log, until every host's job has ended
+    assert res.code == 0, res.all
+    assert f"rank 0 of 2 on node 0 sum 3 master 127.0.0.1:{port}" in res.out
+    res = gpuops("logs", "--all", rid, "-p", p)
+    assert "[#0 127.0.0.1] rank 0 of 2 on node 0 sum 3" in res.out
+    assert "[#1 127.0.0.1] rank 1 of 2 on node 1 sum 3" in res.out
+    m = json.loads((node_dir(sandbox, 1) / ".gpuops" / "runs" / rid / "meta.json").read_text())
+    assert m["env"]["NODE_RANK"] == "1" and m["env"]["WORLD_SIZE"] == "2" and m["env"]["GPUOPS_NUM_NODES"] == "2"
+    assert m["command"][:4] == [dist_python, "-m", "torch.distributed.run", "--nnodes"]
+
+
+def test_ray_cluster_across_two_hosts_runs_a_task_on_each(sandbox, gpuops, dist_python):
+    p = fleet_profile(sandbox, 2, pythons=[dist_python, dist_python])
+    write(Path.cwd() / "rayjob.py", RAY_JOB)
+    port = free_port()
+    res = gpuops("train", "-p", p, "--script", "rayjob.py", "--launcher", "ray", "--master-port", str(port),
+                 "--no-snapshot", "--json")
+    assert res.code == 0, res.all
+    rid = json.loads(res.out)["run_id"]
+    res = gpuops("logs", "-f", rid, "-p", p)
+    assert res.code == 0, res.all
+    assert "ray tasks ran on nodes ['0', '1']" in res.out
+    res = gpuops("logs", "--all", rid, "-p", p)
+    assert "[#1 127.0.0.1] gpuops: the Ray head has gone; leaving the cluster" in res.out
+
+
+def test_stop_ends_the_job_on_every_host_and_status_shows_each(sandbox, gpuops):
+    p = fleet_profile(sandbox, 2)
+    write(Path.cwd() / "sleeper.py", SLEEPER)
+    res = gpuops("train", "-p", p, "--script", "sleeper.py", "--no-snapshot", "--json")
+    assert res.code == 0, res.all
+    rid = json.loads(res.out)["run_id"]
+    pgids = [int(wait_for(lambda i=i: (node_dir(sandbox, i) / f"pid-{i}").exists() and
+                          (node_dir(sandbox, i) / f"pid-{i}").read_text(), what=f"node {i}")) for i in range(2)]
+    res = gpuops("status", "-p", p)
+    assert res.out.count("running") >= 2 and "=== host #1" in res.out, res.all
+    res = gpuops("stop", rid, "-p", p, "--grace", "1")
+    assert res.code == 0, res.all
+    assert "host #0" in res.err and "host #1" in res.err
+    for g in pgids:
+        wait_for(lambda g=g: not group_alive(g), what="job ended")
+    res = gpuops("status", "-p", p, "--json")
+    states = [r["state"] for h in json.loads(res.out)["hosts"] for r in h["runs"]]
+    assert states == ["stopped", "stopped"], res.out
+
+
+def test_one_host_failing_to_launch_stops_the_others(sandbox, gpuops):
+    p = fleet_profile(sandbox, 2)
+    write(Path.cwd() / "sleeper.py", SLEEPER)
+    assert gpuops("sync", "-p", p).code == 0
+    (node_dir(sandbox, 1) / ".gpuops").mkdir(exist_ok=True)
+    (node_dir(sandbox, 1) / ".gpuops" / "runs").write_text("not a folder")  # run folders cannot be made on host 1
+    res = gpuops("train", "-p", p, "--script", "sleeper.py", "--no-sync", "--no-snapshot")
+    assert res.code == 1, res.all
+    assert "failed to launch" in res.err and "host #1" in res.err
+    runs = list((node_dir(sandbox, 0) / ".gpuops" / "runs").iterdir())
+    assert len(runs) == 1
+    wait_for(lambda: (runs[0] / "exit_code").exists(), what="host 0's job stopped")
+    assert (runs[0] / "stop.json").exists()
+    assert not (Path.cwd() / "runs").exists() or not any((Path.cwd() / "runs").iterdir())
