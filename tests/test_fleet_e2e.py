@@ -24,7 +24,8 @@ dist.init_process_group("gloo")
 t = torch.tensor([float(dist.get_rank() + 1)])
 dist.all_reduce(t)
 print(f"rank {dist.get_rank()} of {dist.get_world_size()} on node {os.environ['GPUOPS_NODE_RANK']} "
-      f"sum {t.item():g} master {os.environ['MASTER_ADDR']}:{os.environ['MASTER_PORT']}", flush=True)
+      f"sum {t.item():g} master {os.environ['MASTER_ADDR']}:{os.environ['MASTER_PORT']} "
+      f"ifname {os.environ.get('NCCL_SOCKET_IFNAME')}/{os.environ.get('GLOO_SOCKET_IFNAME')}", flush=True)
 dist.destroy_process_group()
 """
 
@@ -153,7 +154,7 @@ def test_torchrun_across_two_hosts_all_reduces(sandbox, gpuops, dist_python):
     assert [n["rank"] for n in doc["nodes"]] == [0, 1] and doc["nproc_per_node"] == 1
     res = gpuops("logs", "-f", rid, "-p", p)  # rank 0's log, until every host's job has ended
     assert res.code == 0, res.all
-    assert f"rank 0 of 2 on node 0 sum 3 master 127.0.0.1:{port}" in res.out
+    assert f"rank 0 of 2 on node 0 sum 3 master 127.0.0.1:{port} ifname lo/lo" in res.out  # the interface of 127.0.0.1
     res = gpuops("logs", "--all", rid, "-p", p)
     assert "[#0 127.0.0.1] rank 0 of 2 on node 0 sum 3" in res.out
     assert "[#1 127.0.0.1] rank 1 of 2 on node 1 sum 3" in res.out
@@ -173,6 +174,8 @@ def test_ray_cluster_across_two_hosts_runs_a_task_on_each(sandbox, gpuops, dist_
     res = gpuops("logs", "-f", rid, "-p", p)
     assert res.code == 0, res.all
     assert "ray tasks ran on nodes ['0', '1']" in res.out
+    m = json.loads((Path.cwd() / "runs" / rid / "meta.json").read_text())
+    assert f"--port={port}" in m["command_shell"] and "--dashboard-host=127.0.0.1" in m["command_shell"]
     res = gpuops("logs", "--all", rid, "-p", p)
     assert "[#1 127.0.0.1] gpuops: the Ray head has gone; leaving the cluster" in res.out
 

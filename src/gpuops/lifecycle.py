@@ -185,7 +185,8 @@ def train_fleet(prof, out, project: Path, *, script: str, launcher: str = "none"
                                                nproc_per_node=per_node)
             elif launcher == "ray":
                 command = launchers.ray_command(job, python=node.python, fleet=fl, rank=node.rank,
-                                                num_gpus=counts[node.rank], temp_dir=f"{ray_tmp}-{node.rank}")
+                                                port=master_port or launchers.RAY_PORT, num_gpus=counts[node.rank],
+                                                temp_dir=f"{ray_tmp}-{node.rank}")
             env_vars = {**plan.exported, **launchers.node_env(fl, node.rank)}
             run_dir = rl.run_dir_of(remote_dir, rid)
             meta = core.build_meta(run_id=rid, script=script_rel, args=args, argv=argv, profile=node, plan=plan,
