@@ -71,6 +71,20 @@ class HostEntry(_Strict):
     def _expand_key(cls, v: Any) -> Any:
         return Path(os.path.expanduser(str(v))) if v not in (None, "") else None
 
+    @field_validator("remote_dir", mode="before")
+    @classmethod
+    def _remote_dir_given(cls, v: Any) -> Any:
+        return _explicit_remote_dir(v)
+
+
+def _explicit_remote_dir(v: Any) -> Any:
+    """Runs only when the key is written: an empty value (YAML reads a lone `~` as empty) is an error, never a silent
+    fall-back to the default folder."""
+    if v is None or (isinstance(v, str) and not v.strip()):
+        raise ValueError("is empty (YAML reads a lone ~ as empty): write the folder, e.g. ~/my-project, or leave "
+                         "the key out for the default ~/<project folder>")
+    return v
+
 
 _NODE_KEYS = ("host", "port", "user", "key", "remote_dir", "python", "private_ip")
 
@@ -168,6 +182,11 @@ class Profile(_Strict):
     def address(self) -> str:
         """The address other nodes use to reach this one."""
         return self.private_ip or self.host
+
+    @field_validator("remote_dir", mode="before")
+    @classmethod
+    def _remote_dir_given(cls, v: Any) -> Any:
+        return _explicit_remote_dir(v)
 
     @field_validator("env", mode="before")
     @classmethod
@@ -270,6 +289,9 @@ def _describe_error(err: dict, model: type[BaseModel]) -> str:
         return f"{key}: required key is missing"
     got = err.get("input")
     shown = repr(got) if not isinstance(got, (dict, list)) else type(got).__name__
+    if err["type"] == "value_error":  # our own validators: their message says it all
+        msg = str(err.get("ctx", {}).get("error") or err["msg"])
+        return f"{key}: {msg}" if key else msg
     return f"{key}: {err['msg'].lower()} (got {shown})"
 
 

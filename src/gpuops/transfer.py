@@ -462,3 +462,46 @@ def human_bytes(n: float) -> str:
             return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
         n /= 1000
     return f"{n:.1f} TB"
+
+
+# -- the --delete guard (pure) -----------------------------------------------------------------------------------
+SYSTEM_DIRS = ("/bin", "/boot", "/dev", "/etc", "/home", "/lib", "/lib32", "/lib64", "/libx32", "/media", "/mnt",
+               "/opt", "/proc", "/root", "/run", "/sbin", "/snap", "/srv", "/sys", "/tmp", "/usr", "/var",
+               "/usr/local", "/usr/bin", "/usr/lib", "/var/lib", "/var/log", "/lambda", "/lambda/nfs", "/data")
+
+
+def _lexical(remote_dir: str, home: str) -> str:
+    """remote_dir as the remote shell means it: ~ and $HOME are the home, a relative path is under the home (an SSH
+    session starts there), `.`/`..` and repeated or trailing slashes folded."""
+    import posixpath
+
+    p = remote_dir.strip()
+    for token in ("${HOME}", "$HOME"):
+        if p == token or p.startswith(token + "/"):
+            p = home + p[len(token):]
+    if p == "~" or p.startswith("~/"):
+        p = home + p[1:]
+    if not p.startswith("/"):
+        p = posixpath.join(home, p)
+    return posixpath.normpath(p).replace("//", "/")
+
+
+def unsafe_delete_target(remote_dir: str, *, home: str, real: str = "") -> str | None:
+    """Why `sync --delete` must not target remote_dir, or None. Judged on both the path as written (normalised) and
+    where it really is on the host (symlinks resolved): `/`, the remote home or one of its ancestors, or a system
+    folder itself (/etc, /usr, /var, /tmp, /home, ...) is refused, however it is spelled."""
+    home = home.rstrip("/") or "/"
+    for label, path in (("as written", _lexical(remote_dir, home)), ("on the host", real.rstrip("/") or ("/" if real
+                                                                                                        else ""))):
+        if not path:
+            continue
+        if path == "/":
+            return f"it is the root folder / ({label})"
+        if path == home:
+            return f"it is your remote home folder {home} ({label}): --delete would remove everything in it that is " \
+                   "not in your project, ~/.ssh/authorized_keys included"
+        if home.startswith(path + "/"):
+            return f"{path} holds your remote home folder ({label})"
+        if path in SYSTEM_DIRS or (path.startswith("/lib") and "/" not in path[1:]):
+            return f"{path} is a system folder ({label})"
+    return None

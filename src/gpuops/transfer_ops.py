@@ -141,13 +141,17 @@ def _sync_precheck(remote, remote_dir: str, *, create: bool) -> dict:
            f"d={d}; " + ('mkdir -p -- "$d" || exit 3; ' if create else "") +
            'p="$d"; while [ ! -d "$p" ]; do case "$p" in */*) p="${p%/*}"; p="${p:-/}";; *) p=.;; esac; done; '
            'df -Pk -- "$p" | tail -n 1')
+    # where it really is on the host (symlinks resolved), and the remote home: for the --delete guard
+    cmd += ('; echo "home=$(cd "$HOME" && pwd -P)"; echo "real=$(cd -- "$d" 2>/dev/null && pwd -P)"; '
+            'echo "parent=$(cd -- "$p" && pwd -P)"')
     res = remote.run(cmd, timeout=60)
     if res.rc == 3:
         raise RemoteError(f"cannot create the remote directory {remote_dir}: {res.stderr.strip()}")
-    info = {"rsync": "", "free": None}
+    info = {"rsync": "", "free": None, "home": "", "real": "", "parent": ""}
     for line in res.stdout.splitlines():
-        if line.startswith("rsync="):
-            info["rsync"] = line[len("rsync="):].strip()
+        key, sep, val = line.partition("=")
+        if sep and key in ("rsync", "home", "real", "parent"):
+            info[key] = val.strip()
         else:
             parts = line.split()
             if len(parts) >= 4 and parts[3].isdigit():
@@ -175,6 +179,12 @@ def sync_project(profile, remote, out, project_dir: Path, *, delete: bool = Fals
     info = _sync_precheck(remote, remote_dir, create=not dry_run)
     if not info["rsync"]:
         raise rs.missing_remote(profile.host)
+    if delete:
+        why = tr.unsafe_delete_target(remote_dir, home=info["home"], real=info["real"])
+        if why:
+            raise UsageError(f"refusing sync --delete into {remote_dir} on {profile.host}: {why}",
+                             hint="set remote_dir: in the profile to the project's own folder (e.g. ~/my-project); "
+                                  "--delete removes whatever there is not in your local project")
     argv = lambda dry: tr.sync_args(ssh_command(profile), project_dir, profile.host, remote_dir, rules,  # noqa: E731
                                     delete=delete, dry_run=dry, gitignore=gitignore)
     free = info["free"]
