@@ -80,3 +80,29 @@ def test_explicitly_empty_remote_dir_is_a_profile_error(sandbox, gpuops, text):
     path.write_text(yaml.safe_dump(data) + text)
     r = gpuops("sync", "-p", "empty", "--delete")
     assert r.code == 2 and "remote_dir: is empty" in r.err and "empty.yaml" in r.err
+
+
+def test_gpuops_own_files_are_never_synced_nor_deleted(sandbox, gpuops, home_with_secrets):
+    """#8.9: a value typed into a profile never lands on the host in a 0644 file; nor do verify's reports."""
+    proj = Path.cwd()
+    (proj / "train.py").write_text("print(1)\n")
+    (proj / "profiles").mkdir()
+    (proj / "profiles" / "lambda.yaml").write_text("host: 1.2.3.4\nenv: {HF_TOKEN: hf_secret_typed_here}\n")
+    (proj / "profiles" / "other.yml").write_text("host: 1.2.3.5\n")
+    (proj / "profiles" / "notes.txt").write_text("my own file\n")
+    (proj / "logs" / "env_checks").mkdir(parents=True)
+    (proj / "logs" / "env_checks" / "report.json").write_text("{}")
+    data = yaml.safe_load(sandbox["profile"].read_text())
+    data["sync"] = {"exclude": []}  # not even the default `logs` exclusion
+    (Path(os.environ["GPUOPS_CONFIG_DIR"]) / "profiles" / "nolog.yaml").write_text(yaml.safe_dump(data))
+    remote = home_with_secrets / proj.name
+    (remote / "profiles").mkdir(parents=True)
+    (remote / "profiles" / "kept.yaml").write_text("remote's own\n")
+    r = gpuops("sync", "-p", "nolog", "--delete")
+    assert r.code == 0, r.all
+    assert (remote / "train.py").exists() and (remote / "profiles" / "notes.txt").exists()
+    assert not (remote / "profiles" / "lambda.yaml").exists() and not (remote / "profiles" / "other.yml").exists()
+    assert not (remote / "logs" / "env_checks").exists()
+    assert (remote / "profiles" / "kept.yaml").read_text() == "remote's own\n"  # not deleted either
+    assert "hf_secret_typed_here" not in "".join(p.read_text(errors="replace") for p in remote.rglob("*")
+                                                 if p.is_file())

@@ -15,9 +15,11 @@ from typing import Iterable, Sequence
 
 IGNORE_FILE = ".gpuopsignore"
 STAGING_DIR = ".gpuops-partial"  # fetch: files land here, are verified, then moved into place
-# Never sent, never deleted: run records (remote <remote_dir>/.gpuops/runs, local ./runs/<id>), and .env files, whose
-# secrets reach a job only through `gpuops train`'s 0600 file, never as plain files in the remote project.
-ALWAYS_EXCLUDED = ("/.gpuops/", "/runs/", ".env")
+# Never sent, never deleted: gpuops' own files. Run records (remote <remote_dir>/.gpuops/runs, local ./runs/<id>);
+# .env files, whose secrets reach a job only through `gpuops train`'s 0600 file, never as plain files in the remote
+# project; the project's profiles (./profiles/*.yaml: hosts, key paths, values typed into env:); verify's reports
+# (./logs/env_checks/).
+ALWAYS_EXCLUDED = ("/.gpuops/", "/runs/", ".env", "/profiles/*.yaml", "/profiles/*.yml", "/logs/env_checks/")
 PARTIAL_DIR = ".gpuops-rsync-partial"  # rsync --partial-dir (relative: rsync also protects it from --delete)
 OUT_PREFIX = "::gpuops:: "
 OUT_FORMAT = OUT_PREFIX + "%i %l %n"
