@@ -129,6 +129,9 @@ def make_policy(profile_name: str, policy: str, announce: Callable[[str], None])
         def missing_host_key(self, client, hostname, key):
             fp = fingerprint(key)
             other = load_known().lookup(hostname)
+            if other is not None and any(k == key for k in other.values()):
+                client.get_host_keys().add(hostname, key.get_name(), key)  # recorded meanwhile (a parallel connection)
+                return
             if other is not None and len(other):
                 # paramiko calls this when no key of THIS type is recorded; a known host offering a key of another
                 # type is a changed key, not a new host (a man in the middle would offer whatever type it has)

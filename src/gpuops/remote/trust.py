@@ -31,9 +31,12 @@ def trust(profile, *, reset: bool = False, expected: str | None = None,
     """Fetch the host's key and record it. With reset, a recorded key is replaced only once the new key is fetched
     and accepted: it matches `expected`, or `confirm(question)` says yes. On any failure (host unreachable, wrong
     fingerprint, not confirmed) the known_hosts file is unchanged."""
-    key = fetch_key(profile.host, profile.port, profile.connect_timeout)
+    from .connection import target
+
+    tg = target(profile)
+    key = fetch_key(tg.host, tg.port, profile.connect_timeout)
     fp = hostkeys.fingerprint(key)
-    hid = hostkeys.host_id(profile.host, profile.port)
+    hid = hostkeys.host_id(tg.host, tg.port)
     if expected and expected.removeprefix("SHA256:") != fp.removeprefix("SHA256:"):
         raise HostKeyError(f"{hid} offers {key.get_name()} {fp}, not the expected {expected}; nothing recorded"
                            + ("; the recorded key is kept" if reset else ""))
@@ -51,7 +54,7 @@ def trust(profile, *, reset: bool = False, expected: str | None = None,
             f"{hostkeys.fingerprint(recorded)})",
             hint=f"if you expected this: gpuops trust {profile.name} --reset --fingerprint {fp}"
                  + (f"; also remove it from ~/.ssh/known_hosts: ssh-keygen -R '{hid}'"
-                    if hostkeys.in_user_file(profile.host, profile.port) else ""),
+                    if hostkeys.in_user_file(tg.host, tg.port) else ""),
         )
     if reset and known is not None and len(known) and not expected:
         question = (f"{hid} now offers {key.get_name()} {fp}; forget the recorded key and trust this one? "
@@ -61,7 +64,7 @@ def trust(profile, *, reset: bool = False, expected: str | None = None,
                                hint=f"if that fingerprint is right: gpuops trust {profile.name} --reset "
                                     f"--fingerprint {fp}  (or --yes)")
     if reset:
-        res["removed"] = hostkeys.replace(profile.host, profile.port, key)
+        res["removed"] = hostkeys.replace(tg.host, tg.port, key)
     else:
-        hostkeys.record(profile.host, profile.port, key)
+        hostkeys.record(tg.host, tg.port, key)
     return res
