@@ -94,7 +94,7 @@ def train(prof, out, project: Path, *, script: str, name: Optional[str] = None, 
         launcher = rl.launcher_script(run_id=rid, remote_dir=remote_dir, argv=argv, python=prof.python,
                                       env=plan.exported, unset=plan.unset)
         pid, abs_dir = rl.launch(remote, run_id=rid, remote_dir=remote_dir, meta=meta, launcher=launcher,
-                                 secrets=plan.secrets, python=prof.python)
+                                 secrets=plan.secrets, python=prof.python, force=force)
         meta["remote_run_path"] = abs_dir
         meta["pid"] = pid
         record = core.save_local(meta, project)
@@ -198,7 +198,7 @@ def train_fleet(prof, out, project: Path, *, script: str, launcher: str = "none"
             text = rl.launcher_script(run_id=rid, remote_dir=remote_dir, argv=argv, python=node.python, env=env_vars,
                                       unset=plan.unset, command=command, prelude=launchers.ifname_prelude(node.address))
             pid, abs_dir = rl.launch(remotes[node.rank], run_id=rid, remote_dir=remote_dir, meta=meta, launcher=text,
-                                     secrets=plan.secrets, python=node.python)
+                                     secrets=plan.secrets, python=node.python, force=force)
             launched.append((node, run_dir))
             return {"rank": node.rank, "host": node.host, "port": node.port, "user": node.user,
                     "remote_dir": remote_dir, "remote_run_dir": run_dir, "remote_run_path": abs_dir, "pid": pid}, meta

@@ -192,7 +192,17 @@ class Profile(_Strict):
     @classmethod
     def _env_text(cls, v: Any) -> Any:
         if isinstance(v, dict):
+            for k in v:
+                check_env_name(str(k), "env")
             return {str(k): str(val) for k, val in v.items()}
+        return v
+
+    @field_validator("secrets", mode="before")
+    @classmethod
+    def _secret_names(cls, v: Any) -> Any:
+        if isinstance(v, list):
+            for k in v:
+                check_env_name(str(k), "secrets")
         return v
 
     # -- derived -----------------------------------------------------------------
@@ -205,6 +215,16 @@ class Profile(_Strict):
     @property
     def destination(self) -> str:
         return f"{self.user}@{self.host}:{self.port}"
+
+
+ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+
+
+def check_env_name(name: str, where: str) -> str:
+    """An environment variable name that can go into a shell script as it is (it is never quoted: `NAME=value`)."""
+    if not ENV_NAME.fullmatch(name):
+        raise ValueError(f"{name!r} is not a variable name (letters, digits and _, not starting with a digit)")
+    return name
 
 
 def shell_path(path: str) -> str:
@@ -302,6 +322,10 @@ def load_profile(path: Path, project_dir: Path | None = None) -> Profile:
         text = path.read_text(encoding="utf-8")
     except OSError as exc:
         raise ProfileError(f"{path}: cannot read profile: {exc.strerror}") from exc
+    except UnicodeDecodeError as exc:
+        line = path.read_bytes()[:exc.start].count(b"\n") + 1
+        raise ProfileError(f"{path}: not UTF-8 text (byte {exc.object[exc.start]:#04x} at line {line})",
+                           hint="save the profile as UTF-8") from None
     try:
         raw = yaml.safe_load(text)
     except yaml.YAMLError as exc:

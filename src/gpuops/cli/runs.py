@@ -292,10 +292,12 @@ def _status_lines(out, prof, doc: dict) -> None:
                       "-" if r["exit_code"] is None else str(r["exit_code"]))
         out.render(t)
     else:
-        out.print(f"{'RUN':<36} {'SCRIPT':<20} {'STATE':<10} {'STARTED':<19} {'ELAPSED':>9} EXIT")
+        width = max([6] + [len(str(r["script"] or "-")) for r in rows])  # the column grows: paths stay whole
+        out.print(f"{'RUN':<36} {'SCRIPT':<{width}} {'STATE':<10} {'STARTED':<19} {'ELAPSED':>9} EXIT")
         for r in rows:
-            out.print(f"{r['run_id']:<36} {str(r['script'] or '-')[:20]:<20} {r['state']:<10} {when(r['started']):<19} "
-                      f"{fmt_duration(r['elapsed']):>9} {'-' if r['exit_code'] is None else r['exit_code']}")
+            out.print(f"{r['run_id']:<36} {str(r['script'] or '-'):<{width}} {r['state']:<10} "
+                      f"{when(r['started']):<19} {fmt_duration(r['elapsed']):>9} "
+                      f"{'-' if r['exit_code'] is None else r['exit_code']}")
 
 
 # -- stop ----------------------------------------------------------------------------------------------
