@@ -136,8 +136,8 @@ def expect_block(values: dict, notes: dict | None = None, *, commented: dict | N
         elif k in commented:
             example, note = commented[k]
             lines.append(f"  # {k}: {example}   # {note}")
-    if len(lines) == 1:
-        lines[0] = "expect: {}"
+    if not values:
+        lines[0] = "expect: {}   # nothing expected yet"
     return lines
 
 

@@ -62,7 +62,7 @@ def show(name: Optional[str] = typer.Argument(None, help="Profile name or path."
 
 @profiles_app.command("new")
 def new(
-    name: str = typer.Argument(..., help="Profile name: a file-safe word (letters, digits, - _ .), e.g. lambda-h100.",
+    name: str = typer.Argument(..., metavar="NAME", help="Profile name: a file-safe word (letters, digits, - _ .), e.g. lambda-h100.",
                                show_default=False),
     host: str = typer.Option(..., "--host", metavar="IP", help="The instance's IP address or DNS name.",
                              show_default=False),
