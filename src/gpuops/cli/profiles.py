@@ -6,6 +6,7 @@ from typing import Optional
 
 import typer
 
+from .completion import profile_names
 from .app import Group, JsonOpt, app, output, pick_profile
 
 profiles_app = typer.Typer(cls=Group, help="List profiles, or show one as gpuops resolves it (secret values masked).",
@@ -41,7 +42,8 @@ def list_profiles(ctx: typer.Context, json_: bool = JsonOpt) -> None:
 
 
 @profiles_app.command("show")
-def show(name: Optional[str] = typer.Argument(None, help="Profile name or path.", show_default=False),
+def show(name: Optional[str] = typer.Argument(None, help="Profile name or path.", show_default=False,
+                                         autocompletion=profile_names),
          json_: bool = JsonOpt) -> None:
     """Print a profile as resolved (defaults filled, ${VAR} expanded, secret-looking values masked)."""
     out = output(json_)
@@ -97,7 +99,7 @@ def new(
 @profiles_app.command("pin")
 def pin(
     name: Optional[str] = typer.Argument(None, help="Profile name or path (default: the one selected here).",
-                                         show_default=False),
+                                         show_default=False, autocompletion=profile_names),
     yes: bool = typer.Option(False, "--yes", "-y", help="Write without asking (not asked either when stdin is not "
                                                         "a terminal)."),
     dry_run: bool = typer.Option(False, "--dry-run", help="Show the change, write nothing."),
