@@ -146,3 +146,12 @@ def test_a_hand_written_profile_with_a_bad_host_is_refused_the_same_way(gpuops):
     Path("profiles/hand.yaml").write_text("host: ubuntu@203.0.113.7\n")
     res = gpuops("profiles", "show", "hand")
     assert res.code == 2 and "user@ belongs in 'user:'" in res.err
+
+
+def test_a_tilde_the_local_shell_expanded_is_written_as_the_remote_home(gpuops):
+    home = Path.home()
+    res = gpuops("profiles", "new", "box", "--host", "203.0.113.7", "--remote-dir", f"{home}/One-Shot-RLVR",
+                 "--python", f"{home}/venv/bin/python")
+    assert res.code == 0 and "under your local home" in res.err
+    prof = load_profile(Path("profiles/box.yaml"))
+    assert prof.remote_dir == "~/One-Shot-RLVR" and prof.python == "~/venv/bin/python"

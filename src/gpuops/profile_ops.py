@@ -82,6 +82,12 @@ def new(out, *, name: str, host: str, key: Path | None, user: str, port: int, in
         raise UsageError(f"{dest} exists; not overwritten", hint=f"add --force to replace it, or `gpuops profiles pin "
                                                                  f"{name}` to record the host's stack in it")
     key = check_key(key)
+    home = str(Path.home()).rstrip("/") + "/"
+    for label, value in (("--remote-dir", remote_dir), ("--python", python)):
+        if value and value.startswith(home):  # the local shell expanded ~: the remote home is meant
+            out.warn(f"{label} {value} is under your local home; writing it as ~/{value[len(home):]} (the remote home)")
+    remote_dir = "~/" + remote_dir[len(home):] if remote_dir and remote_dir.startswith(home) else remote_dir
+    python = "~/" + python[len(home):] if python.startswith(home) else python
     expect = type_expectations(instance_type, project_dir) if instance_type else pt.Expectations()
     how = "gpuops profiles new" + (" --from-host" if from_host else "") + (f" --type {instance_type}" if instance_type else "")
 
