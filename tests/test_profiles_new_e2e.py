@@ -155,3 +155,24 @@ def test_a_tilde_the_local_shell_expanded_is_written_as_the_remote_home(gpuops):
     assert res.code == 0 and "under your local home" in res.err
     prof = load_profile(Path("profiles/box.yaml"))
     assert prof.remote_dir == "~/One-Shot-RLVR" and prof.python == "~/venv/bin/python"
+
+
+def test_pin_at_a_terminal_asks_and_a_no_writes_nothing(sandbox, gpuops):
+    import shutil
+    import subprocess
+    import sys
+
+    assert shutil.which("script"), "util-linux `script` gives the command a terminal"
+    assert gpuops(*args_for(sandbox, "box", "--from-host")).code == 0
+    from gpuops.sandbox import host
+
+    host.up(driver="575.51.03")
+    before = Path("profiles/box.yaml").read_text()
+    cmd = f"{sys.executable} -c 'from gpuops.cli.main import run; run()' profiles pin box"
+    p = subprocess.run(["script", "-qec", cmd, "/dev/null"], input="n\n", capture_output=True, text=True, timeout=120)
+    assert p.returncode == 1, p.stdout + p.stderr
+    assert "write these expectations to" in p.stdout and '+  driver: "575.51.03"' in p.stdout
+    assert Path("profiles/box.yaml").read_text() == before
+    p = subprocess.run(["script", "-qec", cmd, "/dev/null"], input="y\n", capture_output=True, text=True, timeout=120)
+    assert p.returncode == 0, p.stdout
+    assert '"575.51.03"' in Path("profiles/box.yaml").read_text()
