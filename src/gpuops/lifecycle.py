@@ -301,20 +301,19 @@ def follow(prof, out, project: Path, meta: dict, dash, *, lines: int, samples: b
     return {"interrupted": False, "info": fs.info, "code": 1 if fs.info is None else core.exit_for_state(fs.info)}
 
 
-def tail(prof, out, project: Path, meta: dict, lines: int) -> str:
-    """The last N lines of the run's log, as the host has them."""
+def tail(prof, out, project: Path, meta: dict, lines: int, write: Callable[[bytes], None]) -> None:
+    """The last N lines of the run's log, as the host has them (raw bytes, streamed to `write`)."""
     from .remote import launch as rl
 
     rid, run_dir = meta["run_id"], meta["remote_run_dir"]
     remote = connect(prof, out)
     try:
-        info, text = rl.tail(remote, rid, run_dir, lines)
+        info = rl.tail_stream(remote, rid, run_dir, lines, write)
     finally:
         remote.close()
     if not info.exists:
         raise RemoteError(f"run {rid} not found on {prof.name} ({run_dir})")
     _remember(prof, project)
-    return text
 
 
 # -- status, stop ---------------------------------------------------------------------------------------

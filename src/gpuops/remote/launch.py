@@ -12,8 +12,6 @@ and the job's exit code.
 """
 from __future__ import annotations
 
-import base64
-import binascii
 import json
 import secrets as _random
 import shlex
@@ -300,6 +298,56 @@ def query_states(remote, runs: list[tuple[str, str]], *, gpu: bool = False, list
     return {"infos": infos, "metas": metas, "gpu_lines": gpu_lines}
 
 
+def stream_from(remote, run_dir: str, offset: int, size: int, chunk: int = 1 << 16):
+    """The log's bytes [offset, size), exactly, as chunks read from one remote stream (memory stays bounded)."""
+    if size <= offset:
+        return
+    D = shell_path(run_dir)
+    chan = remote.stream(f"[ -r {D}/log ] || exit 1; tail -c +{int(offset) + 1} {D}/log | head -c {int(size - offset)}")
+    got = 0
+    try:
+        while True:
+            data = chan.recv(chunk)
+            if not data:
+                break
+            got += len(data)
+            yield data
+        rc = chan.recv_exit_status()
+    finally:
+        chan.close()
+    if rc != 0 or got != size - offset:
+        raise RemoteError(f"could not read the end of the log in {run_dir} (exit {rc}, {got} of {size - offset} "
+                          "bytes)")
+
+
+def tail_stream(remote, run_id: str, run_dir: str, lines: int, write, chunk: int = 1 << 16) -> RunInfo:
+    """`gpuops logs`: the run's state (first line of stderr), then the last N lines of its log written to `write`
+    as raw bytes while they arrive: byte-exact, and memory stays bounded whatever the log's size."""
+    D = shell_path(run_dir)
+    script = STATE_FN + f"gpuops_state {D} {shlex.quote(run_id)} >&2\n[ -f {D}/log ] && tail -n {int(lines)} {D}/log\n"
+    chan = remote.stream("sh -c " + shlex.quote(script))
+    err = bytearray()
+    try:
+        while True:
+            if chan.recv_ready():
+                data = chan.recv(chunk)
+                if data:
+                    write(data)
+                    continue
+            if chan.recv_stderr_ready():
+                err += chan.recv_stderr(chunk)
+                continue
+            if chan.exit_status_ready() and not chan.recv_ready() and not chan.recv_stderr_ready():
+                break
+            import select
+
+            select.select([chan], [], [], 0.1)
+    finally:
+        chan.close()
+    first = err.decode("utf-8", "replace").splitlines()[:1]
+    return (parse_state_line(first[0]) if first else None) or RunInfo(run_id=run_id, exists=False)
+
+
 def tail(remote, run_id: str, run_dir: str, lines: int) -> tuple[RunInfo, str]:
     D = shell_path(run_dir)
     script = STATE_FN + f"gpuops_state {D} {shlex.quote(run_id)}\n[ -f {D}/log ] && tail -n {int(lines)} {D}/log\n"
@@ -307,24 +355,6 @@ def tail(remote, run_id: str, run_dir: str, lines: int) -> tuple[RunInfo, str]:
     first, _, rest = res.stdout.partition("\n")
     info = parse_state_line(first) or RunInfo(run_id=run_id, exists=False)
     return info, rest
-
-
-def read_from(remote, run_dir: str, offset: int, size: int) -> bytes:
-    """The log's bytes [offset, size), exactly: used to catch up after a stream ended. They travel base64-encoded,
-    because Remote.run decodes its output as text (invalid UTF-8 replaced), which would change bytes and lengths and
-    so the offsets counted from them."""
-    if size <= offset:
-        return b""
-    D = shell_path(run_dir)
-    res = remote.run(f"[ -r {D}/log ] || exit 1; tail -c +{int(offset) + 1} {D}/log | head -c {int(size - offset)} "
-                     "| base64", timeout=60)
-    try:
-        if res.rc == 0:
-            return base64.b64decode("".join(res.stdout.split()), validate=True)
-    except (binascii.Error, ValueError):
-        pass
-    detail = (res.stderr.strip().splitlines() or [f"exit {res.rc}"])[-1]
-    raise RemoteError(f"could not read the end of the log in {run_dir}: {detail}")
 
 
 def stop_script(run_id: str, run_dir: str, grace: float) -> str:
