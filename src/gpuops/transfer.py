@@ -229,12 +229,18 @@ def sync_args(ssh_argv: Sequence[str], local_dir: Path, host: str, remote_dir: s
 
 
 def fetch_args(ssh_argv: Sequence[str], host: str, remote_base: str, staging: Path, *, dest: Path,
-               files_from: Path | None = None, single_file: bool = False) -> list[str]:
+               files_from: Path | None = None, single_file: bool = False, checksum: bool = False) -> list[str]:
     """rsync argv for fetch: no exclusions at all; into the staging dir, reusing what dest already holds.
     single_file: remote_base is one file, copied as staging/<its name>; a symlink (`final.pt -> global_step_9/...`)
-    is copied as the file it points to, which is what the remote hashes."""
+    is copied as the file it points to, which is what the remote hashes. In a folder, symlinks are copied as
+    symlinks, and those pointing outside it are skipped (--safe-links), never followed. checksum: compare contents,
+    not size and time (after a verification failure)."""
     args = base_args(ssh_argv)
     args.append(f"--link-dest={dest.resolve()}")
+    if checksum:
+        args.append("--checksum")
+    if not single_file:
+        args.append("--safe-links")
     if files_from is not None:
         args += ["-r", f"--files-from={files_from}"]
     if single_file:
@@ -455,6 +461,15 @@ def compare(remote: dict[str, Sequence], local: dict[str, Sequence]) -> Verifica
             v.ok.append(rel)
     v.extra = sorted(set(local) - set(remote))
     return v
+
+
+def compare_links(remote: dict[str, str], local: dict[str, str]) -> tuple[list[str], list[str]]:
+    """(verified, wrong or missing) symlinks: each remote link inside the fetched folder must be a local symlink with
+    the same target."""
+    ok, bad = [], []
+    for rel, target in sorted(remote.items()):
+        (ok if local.get(rel) == target else bad).append(rel)
+    return ok, bad
 
 
 def human_bytes(n: float) -> str:
