@@ -247,7 +247,7 @@ def down(
 
     out = output(json_)
     prof = resolve(name)
-    if prof.cloud is not None and not yes and not _ask(f"terminate instance {prof.cloud.instance_id} ({prof.name}, "
+    if prof.cloud is not None and prof.cloud.state == "active" and not yes and not _ask(f"terminate instance {prof.cloud.instance_id} ({prof.name}, "
                                                        f"{prof.instance_type}); its disk is wiped?"):
         raise GpuopsError("not terminated")
     ctx = _context(out)
@@ -255,6 +255,8 @@ def down(
         res = do_down(name, ctx, fetch_first=fetch_first, project_dir=Path.cwd())
     if json_:
         out.emit_json(res)
+    elif res.get("already"):
+        out.info(f"{res['profile']}: instance {res['instance_id']} was already {res['status']}")
     else:
         out.success(f"{res['profile']}: instance {res['instance_id']} is {res['status']}; host key forgotten, "
                     "profile marked gone")

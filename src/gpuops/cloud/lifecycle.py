@@ -484,9 +484,9 @@ def mark_profile_gone(f: Path) -> None:
         return
     if isinstance(doc, dict) and isinstance(doc.get("cloud"), dict):
         doc["cloud"]["state"] = "gone"
-        head = "".join(line + "\n" for line in text.splitlines() if line.startswith("#"))
-        write_atomic(f, head + "# the instance was terminated: this profile is kept for its history.\n"
-                     + yaml.safe_dump(doc, sort_keys=False))
+        note = "# the instance was terminated: this profile is kept for its history.\n"
+        head = "".join(line + "\n" for line in text.splitlines() if line.startswith("#") and line + "\n" != note)
+        write_atomic(f, head + note + yaml.safe_dump(doc, sort_keys=False))
 
 
 # -- guard on the instance ----------------------------------------------------------------------------------------
@@ -585,6 +585,16 @@ def down(name: str, ctx: Context, *, fetch_first: bool = False, project_dir: Pat
         raise UsageError(f"profile '{prof.name}' was not created by `gpuops up`; gpuops will not terminate what it "
                          "did not launch", hint="gpuops ls shows the instances it manages")
     iid = prof.cloud.instance_id
+    if prof.cloud.state == "gone":
+        try:
+            status = ctx.client.instance(iid).status
+        except LambdaError as exc:
+            if not exc.not_found:
+                raise
+            status = "terminated"
+        if status in d.ENDING_STATUSES:
+            return {"profile": prof.name, "instance_id": iid, "status": status, "host_keys_forgotten": 0,
+                    "fetched": [], "already": True}
     fetched = []
     if fetch_first and prof.cloud.state == "active":
         fetched = _fetch_all(prof, ctx.out, project_dir or Path.cwd())
