@@ -16,33 +16,9 @@ app.add_typer(cloud_app, name="cloud")
 
 
 def _context(out, *, with_key: bool = False):
-    """Client + ledger + timing knobs. Against anything but Lambda's own service (the emulator, tests), the knobs
-    GPUOPS_CLOUD_POLL_S, GPUOPS_CLOUD_LAUNCH_INTERVAL_S and GPUOPS_CLOUD_CAPACITY_RECHECK_S may shorten the waits."""
-    import os
+    from ..cloud.lifecycle import make_context
 
-    from ..cloud import decisions as d
-    from ..cloud.api import Client
-    from ..cloud.credentials import base_url, is_production, load_api_key
-    from ..cloud.lifecycle import Context
-
-    key, _source = load_api_key(Path.cwd())
-    url = base_url()
-    client = Client(key, url)
-    client.on_retry = lambda exc, delay: out.step(f"{exc.message}; retrying in {delay:.1f}s")
-    ctx = Context(client=client, out=out, api_key=key if with_key else None)
-    if not is_production(url):
-        env = os.environ
-        if env.get("GPUOPS_CLOUD_POLL_S"):
-            ctx.poll_s = float(env["GPUOPS_CLOUD_POLL_S"])
-        if env.get("GPUOPS_CLOUD_LAUNCH_INTERVAL_S"):
-            ctx.launch_interval_s = float(env["GPUOPS_CLOUD_LAUNCH_INTERVAL_S"])
-        if env.get("GPUOPS_CLOUD_CAPACITY_RECHECK_S"):
-            v = float(env["GPUOPS_CLOUD_CAPACITY_RECHECK_S"])
-            ctx.capacity_recheck_s = (v, v)
-        client.backoff_base = float(env.get("GPUOPS_CLOUD_BACKOFF_S", client.backoff_base))
-    else:
-        ctx.poll_s = max(ctx.poll_s, d.MIN_POLL_S)
-    return ctx
+    return make_context(out, with_key=with_key, project_dir=Path.cwd())
 
 
 def _ask(question: str) -> bool:

@@ -49,6 +49,32 @@ class Context:
     events: dict = field(default_factory=dict)  # timings for benchmarks: launched_at, active_at, ssh_at, verified_at
 
 
+def make_context(out, *, with_key: bool = False, project_dir: Path | None = None) -> Context:
+    """The Context every cloud command uses: the API key (credentials.py), the base URL, the ledger. Against anything but
+    Lambda's own service (the emulator, tests), GPUOPS_CLOUD_POLL_S, GPUOPS_CLOUD_LAUNCH_INTERVAL_S,
+    GPUOPS_CLOUD_CAPACITY_RECHECK_S and GPUOPS_CLOUD_BACKOFF_S may shorten the waits; against Lambda they are ignored.
+    with_key: keep the key in the context (only --guard on-instance sends it anywhere but the API)."""
+    from .credentials import base_url, is_production, load_api_key
+
+    key, _source = load_api_key(project_dir)
+    url = base_url()
+    client = Client(key, url)
+    client.on_retry = lambda exc, delay: out.step(f"{exc.message}; retrying in {delay:.1f}s")
+    ctx = Context(client=client, out=out, api_key=key if with_key else None)
+    if not is_production(url):
+        env = os.environ
+        if env.get("GPUOPS_CLOUD_POLL_S"):
+            ctx.poll_s = float(env["GPUOPS_CLOUD_POLL_S"])
+        if env.get("GPUOPS_CLOUD_LAUNCH_INTERVAL_S"):
+            ctx.launch_interval_s = float(env["GPUOPS_CLOUD_LAUNCH_INTERVAL_S"])
+        if env.get("GPUOPS_CLOUD_CAPACITY_RECHECK_S"):
+            v = float(env["GPUOPS_CLOUD_CAPACITY_RECHECK_S"])
+            ctx.capacity_recheck_s = (v, v)
+        if env.get("GPUOPS_CLOUD_BACKOFF_S"):
+            client.backoff_base = float(env["GPUOPS_CLOUD_BACKOFF_S"])
+    return ctx
+
+
 @dataclass
 class UpSpec:
     name: str
