@@ -46,6 +46,7 @@ class Context:
     launch_interval_s: float = d.LAUNCH_INTERVAL_S
     capacity_recheck_s: tuple = d.CAPACITY_RECHECK_S
     api_key: object = None  # Secret, only for --guard on-instance
+    ssh_user: str = "ubuntu"  # Lambda's images; an emulator may log in as another user
     events: dict = field(default_factory=dict)  # timings for benchmarks: launched_at, active_at, ssh_at, verified_at
 
 
@@ -70,6 +71,8 @@ def make_context(out, *, with_key: bool = False, project_dir: Path | None = None
         if env.get("GPUOPS_CLOUD_CAPACITY_RECHECK_S"):
             v = float(env["GPUOPS_CLOUD_CAPACITY_RECHECK_S"])
             ctx.capacity_recheck_s = (v, v)
+        if env.get("GPUOPS_CLOUD_SSH_USER"):
+            ctx.ssh_user = env["GPUOPS_CLOUD_SSH_USER"]
         if env.get("GPUOPS_CLOUD_BACKOFF_S"):
             client.backoff_base = float(env["GPUOPS_CLOUD_BACKOFF_S"])
     return ctx
@@ -214,18 +217,32 @@ def up(spec: UpSpec, ctx: Context) -> dict:
         pin_host_key(inst.ip, 22, host_pub)
         cloud = {"provider": "lambda", "instance_id": inst.id, "launch_id": launch_id, "launched_at": _iso(launched_at),
                  "ttl_deadline": _iso(ttl_deadline), "idle_limit_s": spec.idle_s, "state": "active"}
-        prof = write_profile(spec.name, inst, spec.key, itype, cloud)
+        prof = write_profile(spec.name, inst, spec.key, itype, cloud, user=ctx.ssh_user)
         out.info(f"instance {inst.id} is active at {inst.ip}; host key pinned ({d.fingerprint(host_pub)}); "
                  f"profile '{spec.name}' written")
         _wait_ssh(spec, ctx, prof, inst.ip, deadline=ctx.clock() + (spec.timeout_s or d.readiness_deadline(itype.gpus)))
         ctx.events["ssh_at"] = ctx.clock()
         if spec.guard_on_instance:
             install_guard(prof, ctx, inst.id, ttl_deadline, spec.idle_s)
-        verified = None
+        verified = verify_report = None
         if spec.verify:
             from ..verify import run_verify
 
-            code = run_verify(prof, out, save=True, retry_802_s=300.0)
+            if out.json_mode:  # one JSON document on stdout: the verify report goes inside ours
+                import io
+                import json
+
+                from ..console import Output
+
+                buf = io.StringIO()
+                code = run_verify(prof, Output(json_mode=True, stdout=buf, stderr=out.stderr), save=True,
+                                  retry_802_s=300.0)
+                try:
+                    verify_report = json.loads(buf.getvalue())
+                except ValueError:
+                    verify_report = None
+            else:
+                code = run_verify(prof, out, save=True, retry_802_s=300.0)
             verified = code == 0
             ctx.events["verified_at"] = ctx.clock()
             if not verified:
@@ -240,11 +257,18 @@ def up(spec: UpSpec, ctx: Context) -> dict:
     return {"profile": spec.name, "profile_file": str(prof.source), "instance_id": inst.id, "launch_id": launch_id,
             "ip": inst.ip, "region": inst.region, "instance_type": itype.name, "price_per_hour": price,
             "ttl_deadline": _iso(ttl_deadline), "idle_limit_s": spec.idle_s, "verified": verified,
-            "host_key": d.fingerprint(host_pub), "api_calls": ctx.client.total_calls}
+            "host_key": d.fingerprint(host_pub), "api_calls": ctx.client.total_calls,
+            **({"verify": verify_report} if verify_report is not None else {})}
 
 
 def _check_name_free(name: str) -> None:
+    from ..profiles import available
+
     f = profile_file(name)
+    other = available(Path.cwd()).get(name)
+    if other is not None and other.resolve() != f.resolve():
+        raise UsageError(f"a profile named '{name}' already exists ({other}); gpuops up writes {f}, which it would "
+                         "shadow", hint="pick another NAME")
     if not f.is_file():
         return
     from ..profiles import load_profile
@@ -385,14 +409,14 @@ def _wait_active(spec: UpSpec, ctx: Context, instance_id: str, gpus: int) -> Ins
         ctx.sleep(ctx.poll_s)
 
 
-def write_profile(name: str, inst: Instance, key: Path, itype, cloud: dict):
+def write_profile(name: str, inst: Instance, key: Path, itype, cloud: dict, *, user: str = "ubuntu"):
     """The profile NAME in the user config folder, validated by the same loader as a hand-written one."""
     import yaml
 
     from ..paths import write_atomic
     from ..profiles import load_profile
 
-    doc = {"host": inst.ip, "user": "ubuntu", "port": 22, "key": str(key.expanduser().resolve()),
+    doc = {"host": inst.ip, "user": user, "port": 22, "key": str(key.expanduser().resolve()),
            "region": inst.region, "instance_type": itype.name, "price_per_hour": itype.price_per_hour,
            "host_key_policy": "strict"}
     if itype.gpus:
