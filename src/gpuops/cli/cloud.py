@@ -260,3 +260,6 @@ def reap(
         out.print(f"terminated {r['id']} ({r['profile']}): {'; '.join(r['reasons'])}")
     for r in res["skipped"]:
         out.print(f"kept {r['id']} ({r['profile']}): {r['why']}")
+    if res["records_closed"]:
+        out.info(f"ledger: closed {len(res['records_closed'])} record(s) the API shows gone: "
+                 + ", ".join(res["records_closed"]))

@@ -785,14 +785,27 @@ def reap(ctx: Context, *, confirm: Optional[Callable[[str], bool]] = None, proje
     return {"terminated": done, "skipped": skipped, "records_closed": closed}
 
 
-def _close_gone_records(ctx: Context, rows: list[dict]) -> list[str]:
-    """Ledger records whose instance the API shows terminated: closed (nothing billing)."""
+def _close_gone_records(ctx: Context, rows: list[dict], *, stale_launch_s: float = 900.0) -> list[str]:
+    """Reconcile the ledger with the API: records whose instance the API shows terminated (or no longer knows) are
+    closed; a `launching` record whose instance appeared (by tag) gets its id; one that never appeared within
+    `stale_launch_s` is closed as failed."""
     closed = []
-    status = {r["id"]: r["status"] for r in rows if r["id"]}
+    listed = {r["id"]: r for r in rows if r["id"] and r["status"] not in ("unseen", "launching?")}
+    by_launch = {r["launch_id"]: r for r in listed.values() if r.get("launch_id")}
     for rec in ctx.ledger.records():
+        if rec.state == LAUNCHING:
+            row = by_launch.get(rec.launch_id)
+            if row is not None:
+                ctx.ledger.update(rec.launch_id, instance_id=row["id"], state=LAUNCHED,
+                                  launched_at=rec.launched_at or rec.created_at)
+            elif ctx.clock() - rec.created_at > stale_launch_s:
+                ctx.ledger.update(rec.launch_id, state=FAILED, ended_at=ctx.clock(),
+                                  note="no instance carries its launch id")
+                closed.append(rec.launch_id)
+            continue
         if rec.state != LAUNCHED or not rec.instance_id:
             continue
-        seen = status.get(rec.instance_id)
+        seen = listed[rec.instance_id]["status"] if rec.instance_id in listed else None
         if seen is None:  # not listed: ask for it by id; only a definite "does not exist" closes the record
             try:
                 seen = ctx.client.instance(rec.instance_id).status
