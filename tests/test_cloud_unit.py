@@ -282,3 +282,31 @@ def test_launch_slot_is_shared_between_processes(tmp_path):
     waits = sorted(q.get() for _ in procs)
     assert waits.count(0.0) == 1 and all(w == 12.0 for w in waits[1:])
     assert Ledger(path).claim_launch_slot(1012.0, 12.0) == 0.0
+
+
+# -- the CLI without a server: errors are one message, the key never shows (even with --debug) ----------------------
+def test_unreachable_api_is_one_message_and_the_key_stays_hidden_under_debug(gpuops, monkeypatch):
+    key = "sk_live_NEVER_SHOW_ME_42"
+    monkeypatch.setenv("LAMBDA_API_KEY", key)
+    monkeypatch.setenv("GPUOPS_LAMBDA_API_URL", f"http://127.0.0.1:1/api/v1?key={key}")  # even a key in the URL
+    monkeypatch.setenv("GPUOPS_CLOUD_BACKOFF_S", "0.01")
+    for args in (["--debug", "cloud", "types"], ["ls", "--json"], ["--debug", "reap", "--yes"]):
+        r = gpuops(*args)
+        assert r.code == 1, r.all
+        assert "cannot reach" in r.err and key not in r.all
+    assert "Traceback" in gpuops("--debug", "ls").err
+
+
+def test_missing_key_exits_3_with_where_to_put_it(gpuops, monkeypatch):
+    monkeypatch.delenv("LAMBDA_API_KEY", raising=False)
+    r = gpuops("ls")
+    assert r.code == 3 and "no Lambda API key" in r.err and "lambda_keys" in r.err
+
+
+def test_up_refuses_bad_durations_and_guards_before_any_request(gpuops, monkeypatch, tmp_path):
+    monkeypatch.setenv("LAMBDA_API_KEY", "k")
+    monkeypatch.setenv("GPUOPS_LAMBDA_API_URL", "http://127.0.0.1:1/api/v1")
+    r = gpuops("up", "x", "--type", "gpu_1x_a10", "--ttl", "soon", "--key", str(tmp_path))
+    assert r.code == 2 and "not a duration: 'soon'" in r.err
+    r = gpuops("up", "x", "--type", "gpu_1x_a10", "--guard", "on-instance", "--key", str(tmp_path))
+    assert r.code == 2 and "needs --ttl or --idle" in r.err
