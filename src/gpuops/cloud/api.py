@@ -307,19 +307,28 @@ class Client:
 
     def request(self, method: str, path: str, body: Any = None, *, template: str | None = None,
                 retry: bool = True) -> Any:
+        """One API call; transient failures retried (tenacity) with jittered exponential backoff, Retry-After
+        honoured, at most `attempts` tries."""
+        from tenacity import Retrying, retry_if_exception, stop_after_attempt
+
         template = template or path
-        attempt = 0
-        while True:
-            try:
+        if not retry:
+            return self._once(method, path, template, body)
+
+        def wait(state) -> float:
+            return backoff_delay(state.attempt_number - 1, getattr(state.outcome.exception(), "retry_after", None),
+                                 self.rng, base=self.backoff_base)
+
+        def announce(state) -> None:
+            if self.on_retry:
+                self.on_retry(state.outcome.exception(), state.next_action.sleep)
+
+        for attempt in Retrying(stop=stop_after_attempt(self.attempts), wait=wait, sleep=self.sleep, reraise=True,
+                                before_sleep=announce,
+                                retry=retry_if_exception(lambda e: isinstance(e, LambdaError) and e.transient)):
+            with attempt:
                 return self._once(method, path, template, body)
-            except LambdaError as exc:
-                attempt += 1
-                if not (retry and exc.transient) or attempt >= self.attempts:
-                    raise
-                delay = backoff_delay(attempt - 1, exc.retry_after, self.rng, base=self.backoff_base)
-                if self.on_retry:
-                    self.on_retry(exc, delay)
-                self.sleep(delay)
+        raise AssertionError("unreachable")  # pragma: no cover
 
     # -- endpoints --------------------------------------------------------------------------------------------------
     def instance_types(self) -> dict[str, TypeAvailability]:
