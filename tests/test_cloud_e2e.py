@@ -21,8 +21,17 @@ API_KEY = "sk_e2e_" + "Zx9" * 8  # a key no output or file may contain
 TYPE = "gpu_1x_h100_pcie"
 
 
+@pytest.fixture(scope="session")
+def cloud_emu(sandbox_base, tmp_path_factory):
+    from cloud_emu import Emulator
+
+    emu = Emulator(tmp_path_factory.mktemp("lambda-emu"), sandbox_base["dir"] / "bin" / "session", api_key=API_KEY)
+    yield emu
+    emu.close()
+
+
 @pytest.fixture
-def cloud(cloud_emu, monkeypatch, tmp_path, isolated):
+def cloud(cloud_emu, sandbox, monkeypatch, tmp_path, isolated):
     """The emulator, this test's API key and fast timing knobs, and an SSH key for `up --key`."""
     monkeypatch.setenv("LAMBDA_API_KEY", API_KEY)
     monkeypatch.setenv("GPUOPS_LAMBDA_API_URL", cloud_emu.url)

@@ -35,13 +35,11 @@ def probe_params(profile, playbook: dict, presets: dict, project_dir: Path, *, c
 def run_verify(profile, out, *, playbook: str | None = None, save: bool = True, cuda_check: bool = True,
                project_dir: Path | None = None, clock: Callable[[], datetime] = datetime.now,
                fail_on_warn: bool = False, retry_802_s: float = 0.0, sleep: Callable[[float], None] = time.sleep) -> int:
-    """retry_802_s: on a fresh cloud instance, CUDA error 802 (system not yet initialized: fabric manager still
-    starting) is transient; gather again every 15 s for up to that long before reporting it."""
     from . import profiles
 
     project_dir = project_dir or Path.cwd()
     report, results = check_host(profile, out, playbook=playbook, cuda_check=cuda_check, project_dir=project_dir,
-                                 clock=clock)
+                                 clock=clock, retry_802_s=retry_802_s, sleep=sleep)
     show(out, report, results)
     if save:
         saved = save_report(report, results, project_dir, clock())
@@ -56,8 +54,11 @@ def exit_code(report: dict, fail_on_warn: bool = False) -> int:
 
 
 def check_host(profile, out, *, playbook: str | None = None, cuda_check: bool = True, project_dir: Path,
-               clock: Callable[[], datetime] = datetime.now, extra_params: dict | None = None):
-    """One host: connect, gather (one execution), judge. Returns (report, results); shows nothing."""
+               clock: Callable[[], datetime] = datetime.now, extra_params: dict | None = None,
+               retry_802_s: float = 0.0, sleep: Callable[[float], None] = time.sleep):
+    """One host: connect, gather (one execution), judge. Returns (report, results); shows nothing.
+    retry_802_s: on a fresh cloud instance, CUDA error 802 (system not yet initialized: fabric manager still
+    starting) is transient; gather again every 15 s for up to that long before reporting it."""
     from .remote.connection import connect
     from .remote.gather import gather
 

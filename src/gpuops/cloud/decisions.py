@@ -196,15 +196,17 @@ def ls_rows(instances: list, records: list, profiles: dict[str, dict], now: floa
         g = guard(now, ttl_deadline=rec.ttl_deadline, idle_limit_s=rec.idle_limit_s, last_active=rec.last_active,
                   launched_at=since) if rec else Guard(None, None)
         live = inst.status not in GONE_STATUSES
+        ending = inst.status in ENDING_STATUSES  # terminate requested: nothing left to warn about
         row = {"id": inst.id, "managed": managed, "profile": profile, "status": inst.status, "ip": inst.ip,
                "type": inst.type_name, "region": inst.region, "price_per_hour": price,
                "uptime_s": (now - since) if since and live else None,
                "cost_so_far": cost_so_far(price, since, now) if live else None,
                "ttl_left_s": g.ttl_left if live else None, "idle_left_s": g.idle_left if live else None,
-               "expired": live and g.expired, "reasons": g.reasons() if live else [], "launch_id": rec.launch_id if rec else tagged}
+               "expired": not ending and live and g.expired, "reasons": g.reasons() if live and not ending else [],
+               "launch_id": rec.launch_id if rec else tagged}
         seen.add(inst.id)
         rows.append(row)
-        if managed and live:
+        if managed and live and not ending:
             if profile and profile not in profiles:
                 alerts.append(f"instance {inst.id} ({inst.type_name}, ${price or 0:.2f}/h) is managed by gpuops but has "
                               f"no profile '{profile}' here: gpuops reap or terminate it")
