@@ -45,7 +45,56 @@ def main() -> None:
 
 
 def up_and_ls(tmp: Path, env: dict) -> None:
-    raise SystemExit("the API figures need the emulator (gpuops sandbox up --cloud)")
+    """One `up` (verify included), one `ls`, one `down` in-process against the emulator, counting API requests."""
+    os.environ.update({k: v for k, v in env.items() if k.startswith(("GPUOPS_", "HOME", "NO_COLOR"))})
+    boot = float(os.environ.get("BENCH_BOOT_S", "10"))
+    os.environ.update({"LAMBDA_API_KEY": "bench-key", "GPUOPS_CLOUD_POLL_S": "5", "GPUOPS_CLOUD_LAUNCH_INTERVAL_S": "12"})
+    from gpuops.sandbox import host
+
+    host.up()
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
+    from cloud_emu import Emulator  # the tests' emulator: OpenAPI formats, instances are sshd hosts on 127.0.0.N:22
+
+    emu = Emulator(tmp / "emu", host.sandbox_dir() / "bin" / "session", api_key="bench-key")
+    os.environ.update({"GPUOPS_LAMBDA_API_URL": emu.url, **emu.env})
+    emu.boot_seconds(boot)
+    key = tmp / "id_ed25519"
+    subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(key)], check=True)
+    proj = tmp / "proj"
+    proj.mkdir()
+    os.chdir(proj)
+    from gpuops.cloud.lifecycle import UpSpec, down, listing, make_context, up
+    from gpuops.console import Output
+    import io
+
+    out = Output(stdout=io.StringIO(), stderr=io.StringIO())
+    try:
+        ctx = make_context(out)
+        t0 = time.perf_counter()
+        with ctx.client:
+            res = up(UpSpec(name="bench", type_name="gpu_1x_h100_pcie", key=key, ttl_s=3600), ctx)
+        wall = time.perf_counter() - t0
+        calls = dict(sorted((f"{m} {p}", n) for (m, p), n in ctx.client.calls.items()))
+        polls = ctx.client.calls[("GET", "/instances/{id}")]
+        print(f"gpuops up: {ctx.client.total_calls} API calls ({calls}); launch requests "
+              f"{ctx.client.calls[('POST', '/instance-operations/launch')]}, readiness polls {polls} for a {boot:g} s boot "
+              f"polled every {ctx.poll_s:g} s; wall {wall:.1f} s; verified: {res['verified']}")
+        ev = ctx.events
+        print(f"  launch -> active {ev['active_at'] - ev['launched_at']:.1f} s; active -> SSH login "
+              f"{ev['ssh_at'] - ev['active_at']:.2f} s; active -> verified {ev['verified_at'] - ev['active_at']:.2f} s")
+        ctx = make_context(out)
+        t0 = time.perf_counter()
+        with ctx.client:
+            doc = listing(ctx)
+        print(f"gpuops ls: {ctx.client.total_calls} API call(s) for {len(doc['instances'])} instance(s), "
+              f"{(time.perf_counter() - t0) * 1000:.0f} ms")
+        ctx = make_context(out)
+        with ctx.client:
+            d = down("bench", ctx)
+        print(f"gpuops down: {ctx.client.total_calls} API calls (terminate + read back), status {d['status']}")
+    finally:
+        emu.close()
+        host.down()
 
 
 if __name__ == "__main__":
