@@ -212,3 +212,27 @@ def test_api_key_is_absent_from_every_output_and_file(cloud, gpuops, tmp_path):
     assert any(f.name == "ledger.json" for f in files) and any(f.name == "secret.yaml" for f in files)
     for f in files:
         assert API_KEY.encode() not in f.read_bytes(), f
+
+
+def test_wait_for_capacity_rereads_until_it_appears(cloud, gpuops):
+    import threading
+
+    cloud.capacity(TYPE, [])
+    threading.Timer(1.0, lambda: cloud.capacity(TYPE, ["us-west-1"])).start()
+    r = _up(gpuops, cloud, "patient", "--no-verify", "--wait-for-capacity", "20s", "--json")
+    assert r.code == 0, r.all
+    assert "waiting for capacity: gpu_1x_h100_pcie in any region" in r.err
+    assert json.loads(r.out)["region"] == "us-west-1"
+
+
+def test_guard_on_instance_terminates_it_at_the_ttl(cloud, gpuops):
+    cloud.capacity(TYPE, ["us-east-1"])
+    r = _up(gpuops, cloud, "guarded", "--no-verify", "--ttl", "3s", "--guard", "on-instance", "--json")
+    assert r.code == 0, r.all
+    assert "guard installed on the instance" in r.err
+    iid = json.loads(r.out)["instance_id"]
+    deadline = time.monotonic() + 20
+    while any(i["id"] == iid for i in _live(cloud)):
+        assert time.monotonic() < deadline, "the on-instance guard did not terminate the instance"
+        time.sleep(0.3)
+    assert API_KEY not in r.all

@@ -310,3 +310,15 @@ def test_up_refuses_bad_durations_and_guards_before_any_request(gpuops, monkeypa
     assert r.code == 2 and "not a duration: 'soon'" in r.err
     r = gpuops("up", "x", "--type", "gpu_1x_a10", "--guard", "on-instance", "--key", str(tmp_path))
     assert r.code == 2 and "needs --ttl or --idle" in r.err
+
+
+def test_cuda_error_802_is_recognised_as_transient():
+    from gpuops.checks import FAIL, PASS, CheckResult
+    from gpuops.verify import cuda_error_802
+
+    e802 = CheckResult("cuda.runtime", "CUDA tensor test", FAIL, "torch.cuda.is_available() is False",
+                       detail="CUDA call failed lazily at initialization with error: CUDA error: system not yet "
+                              "initialized (802)")
+    assert cuda_error_802([e802])
+    assert not cuda_error_802([CheckResult("cuda.runtime", "CUDA tensor test", FAIL, "timed out", detail="hung")])
+    assert not cuda_error_802([CheckResult("cuda.runtime", "CUDA tensor test", PASS, "ok")])
