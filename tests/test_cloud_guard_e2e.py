@@ -63,6 +63,8 @@ def test_a_busy_sample_restarts_the_idle_clock(sandbox, gpuops, isolated):
         assert Ledger().get("launch-idler").last_active >= before  # the running run counted as work
         r = gpuops("status", "-p", "idler")
         assert "idle limit passed" not in r.err and "idle limit in 9m" in r.out
+        r = gpuops("watch", "-p", "idler", "--once")
+        assert "instance inst-idler, cost so far $0.8" in r.err  # 20 min at $2.49/h
     finally:
         gpuops("stop", "-p", "idler", "--grace", "0.1")
 
