@@ -236,3 +236,25 @@ def test_guard_on_instance_terminates_it_at_the_ttl(cloud, gpuops):
         assert time.monotonic() < deadline, "the on-instance guard did not terminate the instance"
         time.sleep(0.3)
     assert API_KEY not in r.all
+
+
+def test_reap_confirms_idleness_on_the_host_before_terminating(cloud, gpuops, isolated):
+    cloud.capacity(TYPE, ["us-east-1"])
+    r = _up(gpuops, cloud, "idle", "--no-verify", "--idle", "1s", "--json")
+    assert r.code == 0, r.all
+    iid = json.loads(r.out)["instance_id"]
+    (isolated / "job.sh").write_text("#!/bin/sh\nsleep 60\n")
+    r = gpuops("train", "-p", "idle", "--script", "job.sh")
+    assert r.code == 0, r.all
+    time.sleep(1.5)
+    r = gpuops("reap", "--yes", "--json")
+    assert r.code == 0, r.all
+    doc = json.loads(r.out)
+    assert not doc["terminated"] and doc["skipped"][0]["id"] == iid  # a run is running: busy, kept
+    assert "idle not confirmed" in doc["skipped"][0]["why"]
+    r = gpuops("stop", "-p", "idle", "--grace", "0.1")
+    assert r.code in (0, 130), r.all
+    time.sleep(1.5)
+    r = gpuops("reap", "--yes", "--json")
+    assert [x["id"] for x in json.loads(r.out)["terminated"]] == [iid], r.all
+    assert not _live(cloud)

@@ -557,7 +557,7 @@ def log(msg):
 def busy():
     for f in glob.glob("/proc/[0-9]*/environ"):
         try:
-            if b"GPUOPS_RUN_ID=" in open(f, "rb").read():
+            if any(v.startswith(b"GPUOPS_RUN_ID=") for v in open(f, "rb").read().split(b"\0")):
                 return True
         except OSError:
             pass
@@ -729,7 +729,7 @@ def idle_confirmed(prof) -> bool:
     from ..remote.connection import connect
 
     cmd = ("nvidia-smi --query-gpu=utilization.gpu --format=csv,noheader,nounits 2>/dev/null; echo ---; "
-           "grep -la GPUOPS_RUN_ID= /proc/[0-9]*/environ 2>/dev/null | head -n 1")
+           "grep -laz '^GPUOPS_RUN_I[D]=' /proc/[0-9]*/environ 2>/dev/null | head -n 1")  # [D]: never matches itself
     try:
         with connect(prof, announce=lambda s: None, attempts=1) as remote:
             res = remote.run(cmd, timeout=30)
