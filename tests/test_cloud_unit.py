@@ -322,3 +322,15 @@ def test_cuda_error_802_is_recognised_as_transient():
     assert cuda_error_802([e802])
     assert not cuda_error_802([CheckResult("cuda.runtime", "CUDA tensor test", FAIL, "timed out", detail="hung")])
     assert not cuda_error_802([CheckResult("cuda.runtime", "CUDA tensor test", PASS, "ok")])
+
+
+@pytest.mark.parametrize("args", [["up", "--help"], ["ls", "--help"], ["cloud", "types", "--help"], ["reap", "--help"]])
+def test_cloud_help_imports_neither_httpx_nor_the_heavy_libraries(args):
+    import sys
+
+    p = subprocess.run([sys.executable, "-X", "importtime", "-m", "gpuops", *args], capture_output=True, text=True,
+                       env={**os.environ, "NO_COLOR": "1"})
+    assert p.returncode == 0, p.stderr[-2000:]
+    imported = {line.split("|")[-1].strip().split(".")[0] for line in p.stderr.splitlines() if line.startswith("import time:")}
+    heavy = {"httpx", "httpcore", "paramiko", "fabric", "pydantic", "rich", "yaml", "cryptography", "tenacity"}
+    assert not imported & heavy, sorted(imported & heavy)
