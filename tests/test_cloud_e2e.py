@@ -258,3 +258,27 @@ def test_reap_confirms_idleness_on_the_host_before_terminating(cloud, gpuops, is
     r = gpuops("reap", "--yes", "--json")
     assert [x["id"] for x in json.loads(r.out)["terminated"]] == [iid], r.all
     assert not _live(cloud)
+
+
+def test_trust_new_accepts_another_key_and_prints_it(cloud, gpuops):
+    cloud.capacity(TYPE, ["us-east-1"])
+    cloud.fault("ignore-user-data-host-key")
+    r = _up(gpuops, cloud, "tofu", "--no-verify", "--trust-new")
+    assert r.code == 0, r.all
+    assert "--trust-new" in r.err and "trusted new host key for 127.0.0." in r.err and "SHA256:" in r.err
+    r = gpuops("status", "-p", "tofu")
+    assert r.code == 0, r.all  # the key it presented is now the recorded one
+
+
+def test_down_fetch_first_pulls_checkpoints_before_terminating(cloud, gpuops, sandbox_base, isolated):
+    cloud.capacity(TYPE, ["us-east-1"])
+    r = _up(gpuops, cloud, "keepdata", "--no-verify")
+    assert r.code == 0, r.all
+    remote = sandbox_base["dir"] / "home" / isolated.name / "checkpoints" / "global_step_7"
+    remote.mkdir(parents=True)
+    (remote / "model.bin").write_bytes(os.urandom(4096))
+    r = gpuops("down", "keepdata", "--fetch-first", "--yes", "--json")
+    assert r.code == 0, r.all
+    assert json.loads(r.out)["fetched"] == ["checkpoints"]
+    assert (isolated / "checkpoints" / "global_step_7" / "model.bin").read_bytes() == (remote / "model.bin").read_bytes()
+    assert not _live(cloud)
