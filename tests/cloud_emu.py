@@ -4,7 +4,7 @@ real sshd hosts on 127.0.0.N:22 (host key from cloud-init user_data, the registe
 emulated nvidia-smi through its session wrapper).
 
 Knobs: capacity(type, regions, failing=[...]) (listed-but-failing regions), fault(name) (drop-launch-response,
-ignore-user-data-host-key), boot_seconds(s), launch_window(s) (429 when launches come faster), launch_requests(),
+ignore-user-data-host-key, quota-exceeded, preempt-while-booting), boot_seconds(s), launch_window(s) (429 when launches come faster), launch_requests(),
 instances(), reset().
 """
 from __future__ import annotations
@@ -37,6 +37,7 @@ ERR = {
              "Check your API key or create a new one, then try again."),
     "missing": (404, "global/object-does-not-exist", "Specified instance does not exist.", None),
     "invalid": (400, "global/invalid-parameters", "Invalid request data.", None),
+    "quota": (400, "global/quota-exceeded", "Quota exceeded.", "Contact Support to increase your quota."),
 }
 
 
@@ -96,6 +97,9 @@ class Emulator:
     # -- instances -----------------------------------------------------------------------------------------------
     def _view(self, inst: dict) -> dict:
         now = time.time()
+        if inst["status"] == "booting" and inst.get("_preempt") is not None and now - inst["_t"] >= inst["_preempt"]:
+            inst["status"] = "preempted"
+            self._stop_host(inst)
         if inst["status"] == "booting" and now - inst["_t"] >= self._boot_of(inst):
             inst["status"] = "active"
             inst["ip"] = inst["_ip"]
@@ -215,6 +219,8 @@ class Emulator:
                         keys = [k for k in emu._keys if k["name"] in (body.get("ssh_key_names") or [])]
                         if t not in TYPES or region not in REGIONS or len(body.get("ssh_key_names") or []) != 1 or not keys:
                             return self._err("invalid")
+                        if "quota-exceeded" in emu._faults:
+                            return self._err("quota")
                         if region not in emu._capacity.get(t, []) or region in emu._failing:
                             return self._err("capacity")
                         iid = uuid.uuid4().hex
@@ -225,7 +231,8 @@ class Emulator:
                                 "tags": body.get("tags") or [], "hostname": f"ip-127-0-0-{emu._next_ip}",
                                 "actions": {a: {"available": True} for a in ("migrate", "rebuild", "restart",
                                                                              "cold_reboot", "terminate")},
-                                "_ip": f"127.0.0.{emu._next_ip}", "_t": now, "_boot": emu._boot}
+                                "_ip": f"127.0.0.{emu._next_ip}", "_t": now, "_boot": emu._boot,
+                                "_preempt": 0.3 if "preempt-while-booting" in emu._faults else None}
                         emu._start_host(inst, body.get("user_data") or "", keys[0]["public_key"])
                         emu._instances[iid] = inst
                         if "drop-launch-response" in emu._faults:

@@ -282,3 +282,22 @@ def test_down_fetch_first_pulls_checkpoints_before_terminating(cloud, gpuops, sa
     assert json.loads(r.out)["fetched"] == ["checkpoints"]
     assert (isolated / "checkpoints" / "global_step_7" / "model.bin").read_bytes() == (remote / "model.bin").read_bytes()
     assert not _live(cloud)
+
+
+def test_quota_exceeded_fails_at_once_with_lambdas_message(cloud, gpuops):
+    cloud.capacity(TYPE, ["us-east-1", "us-west-2"])
+    cloud.fault("quota-exceeded")
+    r = _up(gpuops, cloud, "quota", "--no-verify")
+    assert r.code == 1, r.all
+    assert "global/quota-exceeded: Quota exceeded." in r.err and "hint: Contact Support to increase your quota." in r.err
+    assert cloud.launch_requests() == 1 and [x.state for x in Ledger().records()] == ["failed"]
+
+
+def test_preempted_while_booting_fails_at_once(cloud, gpuops):
+    cloud.capacity(TYPE, ["us-east-1"])
+    cloud.boot_seconds(30)
+    cloud.fault("preempt-while-booting")
+    t = time.monotonic()
+    r = _up(gpuops, cloud, "preempted", "--no-verify")
+    assert r.code == 1 and "became preempted while booting" in r.err, r.all
+    assert time.monotonic() - t < 10
