@@ -300,3 +300,12 @@ def test_preempted_while_booting_fails_at_once(cloud, gpuops):
     r = _up(gpuops, cloud, "preempted", "--no-verify")
     assert r.code == 1 and "became preempted while booting" in r.err, r.all
     assert time.monotonic() - t < 10
+
+
+def test_up_json_is_one_document_with_the_verify_report_inside(cloud, gpuops):
+    cloud.capacity(TYPE, ["us-east-1"])
+    r = _up(gpuops, cloud, "jsonbox", "--json")
+    assert r.code == 0, r.all
+    doc = json.loads(r.out)  # one document, nothing else on stdout
+    assert doc["verified"] is True and doc["verify"]["profile"] == "jsonbox" and doc["verify"]["verdict"] in ("pass", "warn")
+    assert doc["api_calls"] >= 4 and doc["host_key"].startswith("SHA256:")

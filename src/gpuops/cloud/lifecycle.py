@@ -172,27 +172,9 @@ def pin_host_key(ip: str, port: int, public_line: str) -> None:
 def up(spec: UpSpec, ctx: Context) -> dict:
     """Launch, wait for active, pin the host key, write the profile, wait for SSH, verify. Returns a summary dict."""
     out, client = ctx.out, ctx.client
-    if not NAME_RE.match(spec.name):
-        raise UsageError(f"not a usable profile name: {spec.name!r}", hint="letters, digits, '-', '_' and '.'")
-    _check_name_free(spec.name)
-    public_line = public_key_of(spec.key)
-    types = client.instance_types()
-    avail = types.get(spec.type_name)
-    if avail is None:
-        import difflib
-
-        close = difflib.get_close_matches(spec.type_name, list(types), n=3)
-        raise UsageError(f"unknown instance type {spec.type_name!r}" + (f"; did you mean {', '.join(close)}?" if close else ""),
-                         hint="gpuops cloud types lists them")
+    public_line, avail = _preflight(spec, ctx)
     itype = avail.type
     price = itype.price_per_hour
-    where = ", ".join(spec.regions) if spec.regions else "any region"
-    question = f"launch {itype.name} ({itype.description or itype.gpu_description}) in {where} at ${price:.2f}/hour"
-    if spec.ttl_s:
-        question += f", terminated by `gpuops reap` after {d.format_duration(spec.ttl_s)}"
-    out.info(question)
-    if spec.confirm is not None and not spec.confirm(question + "?"):
-        raise GpuopsError("not launched", code=ExitCode.FAILED)
     key_name = ensure_ssh_key(client, public_line, out)
     host_priv, host_pub = make_host_key()
     launch_id = uuid.uuid4().hex[:16]
@@ -225,24 +207,7 @@ def up(spec: UpSpec, ctx: Context) -> dict:
             install_guard(prof, ctx, inst.id, ttl_deadline, spec.idle_s)
         verified = verify_report = None
         if spec.verify:
-            from ..verify import run_verify
-
-            if out.json_mode:  # one JSON document on stdout: the verify report goes inside ours
-                import io
-                import json
-
-                from ..console import Output
-
-                buf = io.StringIO()
-                code = run_verify(prof, Output(json_mode=True, stdout=buf, stderr=out.stderr), save=True,
-                                  retry_802_s=300.0)
-                try:
-                    verify_report = json.loads(buf.getvalue())
-                except ValueError:
-                    verify_report = None
-            else:
-                code = run_verify(prof, out, save=True, retry_802_s=300.0)
-            verified = code == 0
+            verified, verify_report = _verify(prof, out)
             ctx.events["verified_at"] = ctx.clock()
             if not verified:
                 raise BringUpFailed(f"verify failed on the new instance {inst.id}",
@@ -258,6 +223,52 @@ def up(spec: UpSpec, ctx: Context) -> dict:
             "ttl_deadline": _iso(ttl_deadline), "idle_limit_s": spec.idle_s, "verified": verified,
             "host_key": d.fingerprint(host_pub), "api_calls": ctx.client.total_calls,
             **({"verify": verify_report} if verify_report is not None else {})}
+
+
+def _preflight(spec: UpSpec, ctx: Context):
+    """Before anything is recorded or launched: the name, the key, the type, the price (and the user's yes)."""
+    if not NAME_RE.match(spec.name):
+        raise UsageError(f"not a usable profile name: {spec.name!r}", hint="letters, digits, '-', '_' and '.'")
+    _check_name_free(spec.name)
+    public_line = public_key_of(spec.key)
+    types = ctx.client.instance_types()
+    avail = types.get(spec.type_name)
+    if avail is None:
+        import difflib
+
+        close = difflib.get_close_matches(spec.type_name, list(types), n=3)
+        raise UsageError(f"unknown instance type {spec.type_name!r}" + (f"; did you mean {', '.join(close)}?" if close else ""),
+                         hint="gpuops cloud types lists them")
+    itype = avail.type
+    where = ", ".join(spec.regions) if spec.regions else "any region"
+    question = (f"launch {itype.name} ({itype.description or itype.gpu_description}) in {where} at "
+                f"${itype.price_per_hour:.2f}/hour")
+    if spec.ttl_s:
+        question += f", terminated by `gpuops reap` after {d.format_duration(spec.ttl_s)}"
+    ctx.out.info(question)
+    if spec.confirm is not None and not spec.confirm(question + "?"):
+        raise GpuopsError("not launched", code=ExitCode.FAILED)
+    return public_line, avail
+
+
+def _verify(prof, out) -> tuple[bool, Optional[dict]]:
+    """gpuops verify on the new host, CUDA error 802 retried for 5 minutes. Under --json the report goes inside up's
+    document (one JSON document on stdout)."""
+    from ..verify import run_verify
+
+    if not out.json_mode:
+        return run_verify(prof, out, save=True, retry_802_s=300.0) == 0, None
+    import io
+    import json
+
+    from ..console import Output
+
+    buf = io.StringIO()
+    code = run_verify(prof, Output(json_mode=True, stdout=buf, stderr=out.stderr), save=True, retry_802_s=300.0)
+    try:
+        return code == 0, json.loads(buf.getvalue())
+    except ValueError:
+        return code == 0, None
 
 
 def _check_name_free(name: str) -> None:
