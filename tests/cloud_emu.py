@@ -125,16 +125,33 @@ class Emulator:
         else:
             subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(hk)], check=True)
         (d / "authorized_keys").write_text(public_key + "\n")
+        session = self._machine(d / "box")
         (d / "sshd_config").write_text(
             f"Port 22\nListenAddress {inst['_ip']}\nHostKey {hk}\nPidFile {d / 'sshd.pid'}\n"
             f"AuthorizedKeysFile {d / 'authorized_keys'}\nAllowUsers {getpass.getuser()}\nPubkeyAuthentication yes\n"
             "PasswordAuthentication no\nKbdInteractiveAuthentication no\nPermitRootLogin prohibit-password\nUsePAM no\n"
-            f"StrictModes no\nPrintMotd no\nMaxStartups 64:30:128\nForceCommand {self.session}\n"
+            f"StrictModes no\nPrintMotd no\nMaxStartups 64:30:128\nForceCommand {session}\n"
             "Subsystem sftp internal-sftp\n")
         sshd = shutil.which("sshd") or "/usr/sbin/sshd"
         Path("/run/sshd").mkdir(mode=0o755, exist_ok=True) if os.geteuid() == 0 else None
         subprocess.run([sshd, "-f", str(d / "sshd_config"), "-E", str(d / "sshd.log")], check=True)
         inst["_dir"] = d
+
+    def _machine(self, box: Path) -> Path:
+        """The instance's own machine: a home, GPU state and emulated tools, through a copy of the sandbox's session
+        wrapper pointed at them (so one instance's runs and GPU load are not another's)."""
+        sandbox = self.session.parent.parent
+        (box / "bin").mkdir(parents=True)
+        (box / "home").mkdir()
+        shutil.copy2(sandbox / "bin" / "nvidia-smi", box / "bin" / "nvidia-smi")
+        shutil.copy2(sandbox / "gpu.json", box / "gpu.json")
+        session = box / "bin" / "session"
+        session.write_text(self.session.read_text().replace(str(sandbox), str(box)))
+        session.chmod(0o755)
+        return session
+
+    def home(self, instance_id: str) -> Path:
+        return self.base / self._instances[instance_id]["_ip"] / "box" / "home"
 
     def _stop_host(self, inst: dict) -> None:
         d = inst.get("_dir")
@@ -144,6 +161,13 @@ class Emulator:
             os.kill(int((d / "sshd.pid").read_text()), signal.SIGTERM)
         except (OSError, ValueError):
             pass
+        mark = f"GPUOPS_SANDBOX_DIR={d / 'box'}".encode()  # the machine is gone: so are its processes
+        for entry in Path("/proc").iterdir():
+            try:
+                if entry.name.isdigit() and mark in (entry / "environ").read_bytes().split(b"\0"):
+                    os.kill(int(entry.name), signal.SIGKILL)
+            except OSError:
+                pass
         inst["_dir"] = None
 
     # -- HTTP ----------------------------------------------------------------------------------------------------

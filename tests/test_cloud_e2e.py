@@ -269,11 +269,11 @@ def test_trust_new_accepts_another_key_and_prints_it(cloud, gpuops):
     assert r.code == 0, r.all  # the key it presented is now the recorded one
 
 
-def test_down_fetch_first_pulls_checkpoints_before_terminating(cloud, gpuops, sandbox_base, isolated):
+def test_down_fetch_first_pulls_checkpoints_before_terminating(cloud, gpuops, isolated):
     cloud.capacity(TYPE, ["us-east-1"])
-    r = _up(gpuops, cloud, "keepdata", "--no-verify")
+    r = _up(gpuops, cloud, "keepdata", "--no-verify", "--json")
     assert r.code == 0, r.all
-    remote = sandbox_base["dir"] / "home" / isolated.name / "checkpoints" / "global_step_7"
+    remote = cloud.home(json.loads(r.out)["instance_id"]) / isolated.name / "checkpoints" / "global_step_7"
     remote.mkdir(parents=True)
     (remote / "model.bin").write_bytes(os.urandom(4096))
     r = gpuops("down", "keepdata", "--fetch-first", "--yes", "--json")

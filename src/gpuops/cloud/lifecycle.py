@@ -552,7 +552,7 @@ def mark_profile_gone(f: Path) -> None:
 # -- guard on the instance ----------------------------------------------------------------------------------------
 GUARD_SCRIPT = r'''#!/usr/bin/env python3
 """gpuops guard: terminates THIS instance through the Lambda API at its TTL or idle limit (even with the laptop closed).
-Idle = no gpuops run (a process with GPUOPS_RUN_ID) and every GPU under 5 % utilisation for the idle limit."""
+Idle = no gpuops run alive (~/.gpuops/active) and every GPU under 5 % utilisation for the idle limit."""
 import glob, json, os, subprocess, sys, time, urllib.request
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -564,13 +564,23 @@ def log(msg):
     print(time.strftime("%Y-%m-%dT%H:%M:%S") + " " + msg, flush=True)
 
 
-def busy():
-    for f in glob.glob("/proc/[0-9]*/environ"):
+def run_alive():
+    """gpuops' registry of active runs on this host (~/.gpuops/active/<run id> -> run folder)."""
+    for f in glob.glob(os.path.expanduser("~/.gpuops/active/*")):
         try:
-            if any(v.startswith(b"GPUOPS_RUN_ID=") for v in open(f, "rb").read().split(b"\0")):
-                return True
-        except OSError:
+            rd = open(f).read().strip()
+            if os.path.exists(os.path.join(rd, "exit_code")):
+                continue
+            os.kill(int(open(os.path.join(rd, "pid")).read().strip()), 0)
+            return True
+        except (OSError, ValueError):
             pass
+    return False
+
+
+def busy():
+    if run_alive():
+        return True
     try:
         out = subprocess.run(["nvidia-smi", "--query-gpu=utilization.gpu", "--format=csv,noheader,nounits"],
                              capture_output=True, text=True, timeout=30).stdout
@@ -734,15 +744,26 @@ def listing(ctx: Context) -> dict:
     return {"instances": rows, "alerts": alerts, "api_calls": ctx.client.total_calls}
 
 
+def idle_sample_script() -> str:
+    """One remote execution: GPU utilisations, then the ids of gpuops runs alive on this host (its registry of active
+    runs, as `gpuops train` keeps it)."""
+    from ..remote.launch import ACTIVE_DIR, STATE_FN
+
+    return (STATE_FN + "\nnvidia-smi --query-gpu=utilization.gpu --format=csv,noheader,nounits 2>/dev/null\necho ---\n"
+            f"for f in {ACTIVE_DIR}/*; do\n"
+            '  [ -f "$f" ] || continue\n'
+            '  rd=$(cat "$f"); id=$(basename "$f")\n'
+            '  if [ ! -f "$rd/exit_code" ] && gpuops_alive "$rd" "$id"; then echo "$id"; fi\n'
+            "done\n")
+
+
 def idle_confirmed(prof) -> bool:
-    """Sample the instance once: no gpuops run and every GPU under 5 %? (An unreachable host is not judged idle.)"""
+    """Sample the instance once: no gpuops run alive and every GPU under 5 %? (An unreachable host is not judged idle.)"""
     from ..remote.connection import connect
 
-    cmd = ("nvidia-smi --query-gpu=utilization.gpu --format=csv,noheader,nounits 2>/dev/null; echo ---; "
-           "grep -laz '^GPUOPS_RUN_I[D]=' /proc/[0-9]*/environ 2>/dev/null | head -n 1")  # [D]: never matches itself
     try:
         with connect(prof, announce=lambda s: None, attempts=1) as remote:
-            res = remote.run(cmd, timeout=30)
+            res = remote.run(idle_sample_script(), timeout=30)
     except GpuopsError:
         return False
     gpu, _, runs = res.stdout.partition("---")
