@@ -68,10 +68,18 @@ def _keygen(path: Path, comment: str) -> None:
 def _pid(d: Path) -> int | None:
     try:
         pid = int((d / "sshd.pid").read_text().strip())
-        os.kill(pid, 0)
-        return pid
+        return pid if _alive(pid) else None
     except (OSError, ValueError):
         return None
+
+
+def _alive(pid: int) -> bool:
+    """Running, not a zombie (a daemonised sshd's parent may be a pid 1 that never reaps, as in containers)."""
+    try:
+        os.kill(pid, 0)
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
+    except (OSError, IndexError):
+        return False
 
 
 def _listening(port: int, address: str = "127.0.0.1") -> bool:
@@ -338,9 +346,7 @@ def stop(d: Path) -> bool:
     except OSError:
         return False
     for _ in range(100):
-        try:
-            os.kill(pid, 0)
-        except OSError:
+        if not _alive(pid):
             break
         time.sleep(0.02)
     (d / "sshd.pid").unlink(missing_ok=True)
