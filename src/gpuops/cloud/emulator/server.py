@@ -506,11 +506,11 @@ class Emulator:
 
     def _launch_request(self, body) -> tuple[int, object]:
         now = time.monotonic()
+        self._launches += 1  # every launch request, refused ones too
         wait = self._last_launch + self._clock["launch_window"] - now
         if wait > 0:
             raise ApiError("too-many-requests", headers={"Retry-After": str(max(1, int(wait + 0.999)))})
         self._last_launch = now
-        self._launches += 1
         if not isinstance(body, dict):
             raise ApiError("invalid-parameters")
         iid = self._launch(body)
