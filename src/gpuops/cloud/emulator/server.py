@@ -258,6 +258,11 @@ class Emulator:
             return [dict(self._view(i), _dir=i.get("_dir"), _address=i.get("_address"))
                     for i in self._instances.values()]
 
+    def home(self, instance_id: str) -> Path:
+        """The instance's remote $HOME on this machine (what a test plants or inspects on the 'instance' disk)."""
+        with self.lock:
+            return Path(self._get(instance_id)["_dir"]) / "home"
+
     def launch_requests(self) -> int:
         return self._launches
 
@@ -394,6 +399,7 @@ class Emulator:
 
         if inst.get("_dir") and inst.get("_host_up", True):
             host.stop(Path(inst["_dir"]))
+            shutil.rmtree(Path(inst["_dir"]) / "home", ignore_errors=True)  # termination wipes the disk
             inst["_host_up"] = False
 
     def _release(self, inst: dict) -> None:
