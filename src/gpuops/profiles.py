@@ -24,6 +24,41 @@ PROFILE_SUFFIXES = (".yaml", ".yml")
 _VAR = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(?::-([^}]*))?\}")
 
 
+_HOSTNAME = re.compile(r"(?=.{1,253}$)[A-Za-z0-9_][A-Za-z0-9_-]{0,62}(\.[A-Za-z0-9_][A-Za-z0-9_-]{0,62})*\.?")
+NAME_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}")
+
+
+def valid_host(v: Any) -> Any:
+    """An IP address or a DNS name, nothing else (no user@, no spaces, no leading '-' that ssh would read as an
+    option). Shared by Profile.host, hosts: entries and `gpuops profiles new --host`."""
+    import ipaddress
+
+    if not isinstance(v, str):
+        return v
+    text = v.strip()
+    try:
+        ipaddress.ip_address(text)
+        return text
+    except ValueError:
+        pass
+    if not _HOSTNAME.fullmatch(text):
+        why = "user@ belongs in 'user:'" if "@" in text else "port belongs in 'port:'" if ":" in text and \
+            text.count(":") == 1 else "an IP address or a DNS name"
+        raise ValueError(f"{text!r} is not a host ({why})")
+    return text
+
+
+def check_name(name: str) -> str:
+    """A profile name is its file name: a file-safe word (letters, digits, '-', '_', '.'; 64 at most)."""
+    from .errors import UsageError
+
+    if not NAME_RE.fullmatch(name or "") or name.endswith(PROFILE_SUFFIXES) or ".." in name:
+        raise UsageError(f"profile name {name!r} is not a file-safe word",
+                         hint="use letters, digits, '-', '_' and '.', starting with a letter or digit, without "
+                              ".yaml (e.g. lambda-h100)")
+    return name
+
+
 class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", populate_by_name=True)
 
@@ -66,6 +101,8 @@ class HostEntry(_Strict):
     remote_dir: Optional[str] = None
     python: Optional[str] = None
     private_ip: Optional[str] = Field(None, description="address the nodes use to reach this one (default: host)")
+
+    _host = field_validator("host", mode="before")(classmethod(lambda cls, v: valid_host(v)))
 
     @field_validator("key", mode="before")
     @classmethod
@@ -125,6 +162,8 @@ class Profile(_Strict):
     secrets: List[str] = Field(default_factory=list, description="names of environment variables sent as secrets")
     fetch: Dict[str, str] = Field(default_factory=lambda: {"checkpoints": "checkpoints"})
     cloud: Optional[CloudInfo] = None
+
+    _host = field_validator("host", mode="before")(classmethod(lambda cls, v: valid_host(v)))
 
     @field_validator("key", mode="before")
     @classmethod
@@ -330,8 +369,6 @@ def _describe_error(err: dict, model: type[BaseModel]) -> str:
 
 
 def load_profile(path: Path, project_dir: Path | None = None) -> Profile:
-    import yaml
-
     try:
         text = path.read_text(encoding="utf-8")
     except OSError as exc:
@@ -340,6 +377,13 @@ def load_profile(path: Path, project_dir: Path | None = None) -> Profile:
         line = path.read_bytes()[:exc.start].count(b"\n") + 1
         raise ProfileError(f"{path}: not UTF-8 text (byte {exc.object[exc.start]:#04x} at line {line})",
                            hint="save the profile as UTF-8") from None
+    return profile_from_text(text, path, project_dir)
+
+
+def profile_from_text(text: str, path: Path, project_dir: Path | None = None) -> Profile:
+    """The one gate every profile passes, read from a file or about to be written (`profiles new`, `pin`)."""
+    import yaml
+
     try:
         raw = yaml.safe_load(text)
     except yaml.YAMLError as exc:

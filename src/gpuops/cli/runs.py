@@ -8,9 +8,11 @@ from typing import List, Optional
 
 import typer
 
+from .completion import run_ids
 from .app import HostOpt, JsonOpt, ProfileOpt, app, output, pick_profile
 
-RunArg = typer.Argument(None, help="Run id or a unique prefix (default: the profile's latest run).", show_default=False)
+RunArg = typer.Argument(None, help="Run id or a unique prefix (default: the profile's latest run).", show_default=False,
+                        autocompletion=run_ids)
 
 
 # -- train ---------------------------------------------------------------------------------------------

@@ -25,12 +25,21 @@ def up(
                                                           "kmd (R610+: 'KMD Version', 'CUDA UMD Version')."),
     python: Optional[str] = typer.Option(None, "--python", help="Remote Python for the sandbox profile "
                                                                 "(e.g. a venv with torch; default: python3)."),
+    cloud: bool = typer.Option(False, "--cloud", help="Start the local Lambda Cloud API emulator instead: "
+                               "`gpuops up` launches sandbox hosts through it. Prints its URL and API key."),
+    boot_seconds: float = typer.Option(20.0, "--boot-seconds", help="With --cloud: how long instances stay "
+                                       "'booting'."),
+    launch_window: float = typer.Option(12.0, "--launch-window", help="With --cloud: at most one launch per this "
+                                        "many seconds, else 429 (Lambda: 12)."),
     json_: bool = JsonOpt,
 ) -> None:
-    """Start the sandbox host (or change its emulated GPUs) and write the profile 'sandbox'."""
+    """Start the sandbox host (or change its emulated GPUs) and write the profile 'sandbox'.
+    With --cloud: start the Lambda Cloud API emulator (see docs/sandbox.md)."""
+    out = output(json_)
+    if cloud:
+        return _cloud_up(out, json_, port or 0, boot_seconds, launch_window, python)
     from ..sandbox import host
 
-    out = output(json_)
     st = host.up(gpu=gpu, gpus=gpus, port=port, driver=driver, cuda=cuda, fail=fail, header=header, python=python)
     if json_:
         out.emit_json({"running": True, "port": st["port"], "profile": str(host.profile_path()), "gpu": st["gpu"]})
@@ -43,12 +52,43 @@ def up(
     out.info("next: gpuops verify sandbox")
 
 
+def _cloud_up(out, json_: bool, port: int, boot_seconds: float, launch_window: float, python) -> None:
+    from ..cloud.emulator import daemon
+
+    info, started = daemon.start(port=port, boot_seconds=boot_seconds, launch_window=launch_window, python=python)
+    if json_:
+        out.emit_json({"running": True, "url": info["url"], "api_key": info["api_key"], "user": info["user"],
+                       "dir": str(daemon.emulator_dir())})
+        return
+    out.success(f"Lambda API emulator {'started' if started else 'running'} on {info['url']}")
+    out.info(f"instances are sandbox hosts on 127.0.0.N:22; log in as {info['user']} (Lambda's images: ubuntu)")
+    out.print("use it from this shell (the key is the emulator's own, not a Lambda key):")
+    out.print(f"export GPUOPS_LAMBDA_API_URL={info['url']}")
+    out.print(f"export LAMBDA_API_KEY={info['api_key']}")
+    out.print(f"export GPUOPS_CLOUD_SSH_USER={info['user']}")
+    out.info("next: gpuops cloud types; stop it (and every instance) with: gpuops sandbox down --cloud")
+
+
 @sandbox_app.command("down")
-def down(json_: bool = JsonOpt) -> None:
+def down(
+    cloud: bool = typer.Option(False, "--cloud", help="Stop the Lambda API emulator and every instance it runs."),
+    json_: bool = JsonOpt,
+) -> None:
     """Stop the sandbox host and the jobs its sessions left running (keys, profile and its home stay)."""
+    out = output(json_)
+    if cloud:
+        from ..cloud.emulator import daemon
+
+        stopped = daemon.stop()
+        if json_:
+            out.emit_json({"stopped": stopped})
+        elif stopped:
+            out.success("Lambda API emulator stopped; its instances are terminated")
+        else:
+            out.info("Lambda API emulator was not running")
+        return
     from ..sandbox import host
 
-    out = output(json_)
     stopped = host.down()
     if json_:
         out.emit_json({"stopped": stopped})
@@ -59,11 +99,16 @@ def down(json_: bool = JsonOpt) -> None:
 
 
 @sandbox_app.command("status")
-def status(json_: bool = JsonOpt) -> None:
+def status(
+    cloud: bool = typer.Option(False, "--cloud", help="The Lambda API emulator instead: its URL and instances."),
+    json_: bool = JsonOpt,
+) -> None:
     """Is the sandbox host running, where, and with which emulated GPUs. Exit 1 if not running (--json: always 0)."""
+    out = output(json_)
+    if cloud:
+        return _cloud_status(out, json_)
     from ..sandbox import host
 
-    out = output(json_)
     st = host.status()
     if json_:
         out.emit_json(st)
@@ -77,3 +122,32 @@ def status(json_: bool = JsonOpt) -> None:
               f"{', failing: ' + g['fail'] if g.get('fail') else ''}")
     out.print(f"directory: {st['dir']}")
     out.print(f"profile: {st['profile']}")
+
+
+def _cloud_status(out, json_: bool) -> None:
+    import json
+    import urllib.request
+
+    from ..cloud.emulator import daemon
+
+    info = daemon.read_info()
+    if not info:
+        if json_:
+            out.emit_json({"running": False})
+            return
+        out.print("Lambda API emulator: not running (start it with: gpuops sandbox up --cloud)")
+        raise typer.Exit(1)
+    req = urllib.request.Request(info["url"].rsplit("/api/v1", 1)[0] + "/_emulator/state",
+                                 headers={"Authorization": f"Bearer {info['api_key']}"})
+    with urllib.request.urlopen(req, timeout=5) as r:
+        st = json.loads(r.read())["data"]
+    insts = [{k: v for k, v in i.items() if k in ("id", "status", "ip", "name")} | {"type": i["instance_type"]["name"]}
+             for i in st["instances"]]
+    if json_:
+        out.emit_json({"running": True, "url": info["url"], "user": info["user"], "instances": insts})
+        return
+    out.print(f"Lambda API emulator: running on {info['url']} (pid {info['pid']})")
+    for i in insts:
+        out.print(f"  {i['id'][:12]}  {i['status']:<11} {i.get('ip') or '-':<14} {i['type']}  {i.get('name') or ''}")
+    if not insts:
+        out.print("  no instances")

@@ -5,12 +5,13 @@ from typing import Optional
 
 import typer
 
+from .completion import profile_names
 from .app import JsonOpt, ProfileOpt, app, output, pick_profile
 
 
 @app.command()
 def trust(
-    name: Optional[str] = typer.Argument(None, help="Profile name.", show_default=False),
+    name: Optional[str] = typer.Argument(None, help="Profile name.", show_default=False, autocompletion=profile_names),
     profile: Optional[str] = ProfileOpt,
     reset: bool = typer.Option(False, "--reset", help="Replace the recorded key (a recycled cloud IP, a rebuilt "
                                                       "instance): only once the new key is fetched and matches "

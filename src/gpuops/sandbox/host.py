@@ -7,6 +7,11 @@ Layout of the sandbox directory (~/.local/state/gpuops/sandbox):
   authorized_keys    sshd_config            sshd.pid / sshd.log
   gpu.json           emulated GPU state     bin/nvidia-smi, bin/session (ForceCommand wrapper)
   home/              the remote user's $HOME (the session starts there)
+
+`up`/`down`/`status` drive THE sandbox host (that directory, 127.0.0.1, a random port, profile `sandbox`).
+`start(dir, ...)`/`stop(dir)` drive any number of sandbox hosts at once, each with its own directory, listen address
+(`address=AUTO`: a free 127.0.0.N, port 22 as on a cloud instance), host key, authorized keys, emulated GPUs and
+optional profile: the cloud emulator's instances and multi-host fleets are built on them.
 """
 from __future__ import annotations
 
@@ -23,7 +28,7 @@ import time
 from pathlib import Path
 
 from ..errors import GpuopsError, UsageError
-from ..paths import config_dir, state_dir, write_atomic
+from ..paths import config_dir, state_dir, write_atomic, write_private
 
 GPU_MODELS = ("h100-pcie", "h100-sxm", "a100", "rtx6000ada")
 FAIL_MODES = ("none", "driver-not-loaded", "version-mismatch", "no-devices", "gpu-lost", "hang")
@@ -46,9 +51,9 @@ def find_sshd() -> str:
                       hint="sudo apt-get install -y openssh-server   (the daemon is not enabled; gpuops starts its own)")
 
 
-def _free_port() -> int:
+def _free_port(address: str = "127.0.0.1") -> int:
     with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
+        s.bind((address, 0))
         return s.getsockname()[1]
 
 
@@ -63,15 +68,23 @@ def _keygen(path: Path, comment: str) -> None:
 def _pid(d: Path) -> int | None:
     try:
         pid = int((d / "sshd.pid").read_text().strip())
-        os.kill(pid, 0)
-        return pid
+        return pid if _alive(pid) else None
     except (OSError, ValueError):
         return None
 
 
-def _listening(port: int) -> bool:
+def _alive(pid: int) -> bool:
+    """Running, not a zombie (a daemonised sshd's parent may be a pid 1 that never reaps, as in containers)."""
     try:
-        with socket.create_connection(("127.0.0.1", port), timeout=0.5) as s:
+        os.kill(pid, 0)
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
+    except (OSError, IndexError):
+        return False
+
+
+def _listening(port: int, address: str = "127.0.0.1") -> bool:
+    try:
+        with socket.create_connection((address, port), timeout=0.5) as s:
             s.settimeout(1)
             return s.recv(4).startswith(b"SSH-")
     except OSError:
@@ -102,7 +115,24 @@ def up(*, gpu: str = "h100-pcie", gpus: int = 1, port: int | None = None, driver
        cuda: str = "12.8", fail: str = "none", header: str = "legacy", python: str | None = None,
        na_fields: list[str] | None = None, write_profile: bool = True) -> dict:
     """Start (or reconfigure) the sandbox host. Idempotent: a running sshd keeps running; GPU state is rewritten."""
-    d = sandbox_dir()
+    return start(sandbox_dir(), port=port, gpu=gpu, gpus=gpus, driver=driver, cuda=cuda, fail=fail, header=header,
+                 python=python, na_fields=na_fields, profile=PROFILE_NAME if write_profile else None)
+
+
+AUTO = "auto"  # start(address=AUTO): a free 127.0.0.N (N >= 2) for this host
+
+
+def start(d: Path, *, address: str = "127.0.0.1", port: int | None = None, gpu: str = "h100-pcie", gpus: int = 1,
+          driver: str = "570.148.08", cuda: str = "12.8", fail: str = "none", header: str = "legacy",
+          python: str | None = None, na_fields: list[str] | None = None, host_key: str | None = None,
+          authorized_keys: list[str] | None = None, profile: str | None = None) -> dict:
+    """Start (or reconfigure) one sandbox host in directory `d`. Several run at once, each in its own directory.
+
+    address: the listen address; AUTO picks a free 127.0.0.N (then `port` defaults to 22, as on a cloud instance).
+    host_key: an OpenSSH ed25519 private key (text) sshd presents; default: one generated in `d` once.
+    authorized_keys: public key lines allowed to log in; default: a client key generated in `d` (client_ed25519).
+    profile: write a ready profile under this name (user profile directory); None: no profile.
+    Idempotent: a running sshd on the same address/port/keys keeps running; GPU state is rewritten."""
     for sub in ("bin", "home"):
         (d / sub).mkdir(parents=True, exist_ok=True)
     os.chmod(d, 0o700)
@@ -110,22 +140,100 @@ def up(*, gpu: str = "h100-pcie", gpus: int = 1, port: int | None = None, driver
                                 na_fields=na_fields)
     _install_tools(d)
     state = read_state(d)
+    keys_changed = _write_keys(d, host_key, authorized_keys)
     pid = _pid(d)
-    if pid and state.get("port") and (port is None or port == state["port"]) and _listening(state["port"]):
+    same = (state.get("port") and (port is None or port == state["port"])
+            and (address in (AUTO, state.get("address", "127.0.0.1"))))
+    if pid and same and not keys_changed and _listening(state["port"], state.get("address", "127.0.0.1")):
         state.update(gpu=gpu_state, started=False)
     else:
         if pid:
-            down()
-        sshd = find_sshd()
-        _keygen(d / "host_ed25519_key", "gpuops-sandbox-host")
+            stop(d)
+        state = _start_sshd(d, address, port)
+    state.update(gpu=gpu_state, dir=str(d), python=python or "python3")  # every `up` states the whole host
+    state["client_key"] = str(d / "client_ed25519") if authorized_keys is None else None
+    write_atomic(d / "state.json", json.dumps({k: v for k, v in state.items() if k != "started"}, indent=1))
+    if profile:
+        _write_profile(d, state, profile)
+    return state
+
+
+def _write_keys(d: Path, host_key: str | None, authorized_keys: list[str] | None) -> bool:
+    """Host key and authorized_keys for `d`; True when either changed (a running sshd must restart)."""
+    changed = False
+    hk = d / "host_ed25519_key"
+    if host_key is not None:
+        text = host_key if host_key.endswith("\n") else host_key + "\n"
+        if not hk.exists() or hk.read_text() != text:
+            write_private(hk, text)
+            (d / "host_ed25519_key.pub").unlink(missing_ok=True)
+            changed = True
+    else:
+        _keygen(hk, "gpuops-sandbox-host")
+    if authorized_keys is None:
         _keygen(d / "client_ed25519", "gpuops-sandbox-client")
-        shutil.copyfile(d / "client_ed25519.pub", d / "authorized_keys")
-        os.chmod(d / "authorized_keys", 0o600)
-        port = port or _free_port()
-        user = getpass.getuser()
-        config = f"""# written by gpuops sandbox up
+        text = (d / "client_ed25519.pub").read_text()
+    else:
+        text = "".join(k.strip() + "\n" for k in authorized_keys if k.strip())
+    ak = d / "authorized_keys"
+    if not ak.exists() or ak.read_text() != text:
+        write_private(ak, text)  # sshd reads it on every login: no restart needed
+    return changed
+
+
+def _loopback_candidates() -> list[str]:
+    """127.0.0.2 .. 127.0.0.254, starting at a place that depends on this process (parallel test runs spread)."""
+    first = os.getpid() % 253
+    return [f"127.0.0.{2 + (first + i) % 253}" for i in range(253)]
+
+
+def _bindable(address: str, port: int) -> bool:
+    with socket.socket() as s:
+        try:
+            s.bind((address, port))
+            return True
+        except OSError:
+            return False
+
+
+def _start_sshd(d: Path, address: str, port: int | None) -> dict:
+    sshd = find_sshd()
+    user = getpass.getuser()
+    if os.geteuid() == 0:
+        Path("/run/sshd").mkdir(mode=0o755, exist_ok=True)
+    if address == AUTO:
+        port = port or 22
+        tries = [a for a in _loopback_candidates() if _bindable(a, port)]
+        if not tries:
+            raise GpuopsError(f"no free 127.0.0.N address for port {port}")
+    else:
+        tries = [address]
+    last = ""
+    for addr in tries[:20]:  # another run may take an address between our probe and sshd's bind: next one
+        p = port or _free_port(addr)
+        write_atomic(d / "sshd_config", _sshd_config(d, addr, p, user))
+        proc = subprocess.run([sshd, "-f", str(d / "sshd_config"), "-E", str(d / "sshd.log")],
+                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        if proc.returncode != 0:
+            log = (d / "sshd.log").read_text()[-300:] if (d / "sshd.log").exists() else ""
+            last = (proc.stdout.strip() or log.strip() or f"exit {proc.returncode}")
+            if address == AUTO and "Address already in use" in (proc.stdout + log):
+                continue
+            raise GpuopsError(f"sshd did not start: {last}", hint=f"see {d / 'sshd.log'}")
+        deadline = time.monotonic() + 10
+        while not _listening(p, addr):
+            if time.monotonic() > deadline:
+                log = (d / "sshd.log").read_text()[-500:] if (d / "sshd.log").exists() else ""
+                raise GpuopsError(f"sshd did not start listening on {addr}:{p}. {log}")
+            time.sleep(0.02)
+        return {"address": addr, "port": p, "user": user, "started": True}
+    raise GpuopsError(f"sshd did not start on any free 127.0.0.N:{port}: {last}")
+
+
+def _sshd_config(d: Path, address: str, port: int, user: str) -> str:
+    return f"""# written by gpuops sandbox
 Port {port}
-ListenAddress 127.0.0.1
+ListenAddress {address}
 HostKey {d / 'host_ed25519_key'}
 PidFile {d / 'sshd.pid'}
 AuthorizedKeysFile {d / 'authorized_keys'}
@@ -145,26 +253,6 @@ MaxStartups 64:30:128
 ForceCommand {d / 'bin' / 'session'}
 Subsystem sftp internal-sftp
 """
-        write_atomic(d / "sshd_config", config)
-        if os.geteuid() == 0:
-            Path("/run/sshd").mkdir(mode=0o755, exist_ok=True)
-        proc = subprocess.run([sshd, "-f", str(d / "sshd_config"), "-E", str(d / "sshd.log")],
-                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-        if proc.returncode != 0:
-            raise GpuopsError(f"sshd did not start: {proc.stdout.strip() or 'exit ' + str(proc.returncode)}",
-                              hint=f"see {d / 'sshd.log'}")
-        deadline = time.monotonic() + 10
-        while not _listening(port):
-            if time.monotonic() > deadline:
-                log = (d / "sshd.log").read_text()[-500:] if (d / "sshd.log").exists() else ""
-                raise GpuopsError(f"sshd did not start listening on 127.0.0.1:{port}. {log}")
-            time.sleep(0.05)
-        state = {"port": port, "user": user, "started": True}
-    state.update(gpu=gpu_state, dir=str(d), python=python or "python3")  # every `up` states the whole host
-    write_atomic(d / "state.json", json.dumps({k: v for k, v in state.items() if k != "started"}, indent=1))
-    if write_profile:
-        _write_profile(d, state)
-    return state
 
 
 def _install_tools(d: Path) -> None:
@@ -192,17 +280,17 @@ exec /bin/sh -c "$SSH_ORIGINAL_COMMAND"
     os.chmod(d / "bin" / "session", 0o755)
 
 
-def _write_profile(d: Path, state: dict) -> None:
+def _write_profile(d: Path, state: dict, name: str = PROFILE_NAME) -> None:
     g = state["gpu"]
     from .nvidia_smi import CATALOG
 
     spec = CATALOG[g["gpu"]]
     text = f"""# Written by `gpuops sandbox up`: the local sandbox host (real sshd on 127.0.0.1, emulated GPUs).
 # Rehearse a run here before paying for GPU time. Regenerated on every `sandbox up`.
-host: 127.0.0.1
+host: {state.get('address', '127.0.0.1')}
 port: {state['port']}
 user: {state['user']}
-key: {d / 'client_ed25519'}
+key: {state.get('client_key') or d / 'client_ed25519'}
 python: {state.get('python', 'python3')}
 region: local
 instance_type: sandbox_{g['count']}x_{g['gpu'].replace('-', '_')}
@@ -219,7 +307,7 @@ expect:
 env_preset: {'ada' if g['gpu'] == 'rtx6000ada' else 'h100' if g['gpu'].startswith('h100') else None}
 """
     text = text.replace("env_preset: None\n", "")
-    write_atomic(profile_path(), text)
+    write_atomic(config_dir() / "profiles" / f"{name}.yaml", text)
 
 
 def _session_processes(d: Path) -> list[int]:
@@ -238,9 +326,13 @@ def _session_processes(d: Path) -> list[int]:
 
 
 def down() -> bool:
-    """Stop sshd and, as a host going down does, the jobs its sessions left running. The profile and keys stay,
-    so the host key is the same on the next `up`."""
-    d = sandbox_dir()
+    """Stop the sandbox host (see stop)."""
+    return stop(sandbox_dir())
+
+
+def stop(d: Path) -> bool:
+    """Stop sshd of the host in `d` and, as a host going down does, the jobs its sessions left running. The profile
+    and keys stay, so the host key is the same on the next start."""
     for pid in _session_processes(d):
         try:
             os.kill(pid, signal.SIGKILL)
@@ -254,9 +346,7 @@ def down() -> bool:
     except OSError:
         return False
     for _ in range(100):
-        try:
-            os.kill(pid, 0)
-        except OSError:
+        if not _alive(pid):
             break
         time.sleep(0.02)
     (d / "sshd.pid").unlink(missing_ok=True)
@@ -267,7 +357,7 @@ def status() -> dict:
     d = sandbox_dir()
     st = read_state(d)
     pid = _pid(d)
-    st["running"] = bool(pid and st.get("port") and _listening(st["port"]))
+    st["running"] = bool(pid and st.get("port") and _listening(st["port"], st.get("address", "127.0.0.1")))
     st["pid"] = pid
     st["dir"] = str(d)
     st["profile"] = str(profile_path()) if profile_path().exists() else None

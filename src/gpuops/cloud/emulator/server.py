@@ -1,0 +1,689 @@
+"""A local Lambda Cloud API (OpenAPI 1.8.3) on 127.0.0.1: real HTTP, the documented paths, fields, status codes and
+error codes, Bearer auth, and instances that are real sandbox hosts (sshd on their own 127.0.0.N:22).
+
+In-process:   emu = Emulator(state_dir, api_key="..."); emu.start(); emu.url -> "http://127.0.0.1:PORT/api/v1"
+              knobs: capacity(), set_capacity(), fault(), clear_faults(), boot_seconds(), terminate_seconds(),
+              launch_window(), advance(), preempt(), set_status(), instances(), launch_requests(), reset(), close()
+Other processes: the same knobs under POST /_emulator/<knob> with a JSON object of keyword arguments, GET
+              /_emulator/state (Bearer key required, like the API). `gpuops sandbox up --cloud` runs it as a daemon.
+
+State (instances, keys, capacity, faults, clock) is saved to <state_dir>/state.json after every change and read back
+on start, so a restarted daemon knows its instances. Instance hosts live in <state_dir>/hosts/<instance id>/.
+"""
+from __future__ import annotations
+
+import base64
+import binascii
+import getpass
+import json
+import os
+import re
+import secrets
+import shutil
+import signal
+import socket
+import subprocess
+import tempfile
+import threading
+import time
+import uuid
+from datetime import datetime, timezone
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+
+from ...paths import write_private
+from . import catalog
+
+LAUNCH_WINDOW_S = 12.0  # Lambda: one launch request per 12 s
+
+# (HTTP status, code, message, suggestion) as in the OpenAPI file's ApiError* schemas (their defaults)
+ERRORS = {
+    "invalid-api-key": (401, "global/invalid-api-key", "API key was invalid, expired, or deleted.",
+                        "Check your API key or create a new one, then try again."),
+    "account-inactive": (403, "global/account-inactive", "Your account is inactive.",
+                         "Make sure you have verified your email address and have a valid payment method. "
+                         "Contact Support if problems continue."),
+    "instance-not-found": (404, "global/object-does-not-exist", "Specified instance does not exist.", None),
+    "invalid-parameters": (400, "global/invalid-parameters", "Invalid request data.", None),
+    "insufficient-capacity": (400, "instance-operations/launch/insufficient-capacity",
+                              "Not enough capacity to fulfill launch request.", None),
+    "quota-exceeded": (400, "global/quota-exceeded", "Quota exceeded.", "Contact Support to increase your quota."),
+    "launch-resource-not-found": (404, "global/object-does-not-exist", "Specified SSH key does not exist.",
+                                  "Check the name of the SSH key, or add it first."),
+    "filesystem-not-found": (404, "global/object-does-not-exist", "Filesystem was not found.", None),
+    "filesystem-in-use": (400, "filesystems/filesystem-in-use", "Filesystem is in use by an instance.", None),
+    "duplicate": (400, "global/duplicate", "A filesystem with this name already exists.", None),
+    "internal-error": (500, "global/internal-error", "An internal server error occurred.",
+                       "Try again later. Contact Support if the problem persists."),
+    "not-found": (404, "global/object-does-not-exist", "Not found.", None),
+    "too-many-requests": (429, "global/too-many-requests", "Too many requests.", "Wait and try again."),
+}
+
+# faults: name -> what it does (a fault with times=N fires N times, then clears; times=None: until cleared)
+FAULTS = {
+    "5xx": "the next matching request (path= substring, default every API path) answers 500 global/internal-error",
+    "launch-5xx-after-create": "a launch creates the instance, then answers 500 (an ambiguous failure)",
+    "drop-launch-response": "a launch creates the instance, then closes the connection without an answer",
+    "slow-boot": "instances launched while set boot in seconds= (default 60) instead of boot_seconds",
+    "preempt-while-booting": "instances launched while set become `preempted` after seconds= (default 0.3)",
+    "quota-exceeded": "launches answer 400 global/quota-exceeded",
+    "account-inactive": "every API request answers 403 global/account-inactive",
+    "ignore-user-data-host-key": "instance hosts present a generated host key instead of user_data's",
+    "unhealthy": "instances launched while set become `unhealthy` instead of `active`",
+}
+ONCE_BY_DEFAULT = {"5xx", "launch-5xx-after-create", "drop-launch-response"}
+HOSTNAME = re.compile(r"^[a-z0-9][0-9a-z-]{0,62}$")
+TAG_KEY = re.compile(r"^[a-z][a-z0-9-:]+$")
+FS_NAME = re.compile(r"^[a-zA-Z]+[0-9a-zA-Z-]*$")
+ACTIONS = ("migrate", "rebuild", "restart", "cold_reboot", "terminate")
+
+
+class ApiError(Exception):
+    def __init__(self, kind: str, message: str | None = None, headers: dict | None = None):
+        status, code, default, suggestion = ERRORS[kind]
+        self.status = status
+        self.body = {"code": code, "message": message or default}
+        if suggestion:
+            self.body["suggestion"] = suggestion
+        self.headers = headers or {}
+        super().__init__(code)
+
+
+class _Drop(Exception):
+    """Close the connection without an answer."""
+
+
+def _iso(t: float) -> str:
+    return datetime.fromtimestamp(t, timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%f")[:-3] + "Z"
+
+
+def new_api_key() -> str:
+    return f"secret_gpuops-emulator_{secrets.token_hex(16)}.{secrets.token_hex(16)}"
+
+
+class Emulator:
+    def __init__(self, state_dir: Path, *, api_key: str | None = None, port: int = 0, boot_seconds: float = 2.0,
+                 terminate_seconds: float = 1.0, launch_window: float = LAUNCH_WINDOW_S, python: str | None = None):
+        self.dir = Path(state_dir)
+        self.dir.mkdir(parents=True, exist_ok=True)
+        self.api_key = api_key or new_api_key()
+        self.user = getpass.getuser()  # instances log in as this user (Lambda's images: ubuntu)
+        self.python = python
+        self.lock = threading.RLock()
+        self._port = port
+        self.server: ThreadingHTTPServer | None = None
+        self._defaults = {"boot_seconds": boot_seconds, "terminate_seconds": terminate_seconds,
+                          "launch_window": launch_window}
+        self._fresh()
+        self._load()
+
+    # -- lifecycle -----------------------------------------------------------------------------------------------
+    def start(self) -> "Emulator":
+        handler = _handler(self)
+        self.server = _Server(("127.0.0.1", self._port), handler)
+        threading.Thread(target=self.server.serve_forever, name="lambda-emulator", daemon=True).start()
+        return self
+
+    @property
+    def url(self) -> str:
+        assert self.server, "start() first"
+        return f"http://127.0.0.1:{self.server.server_address[1]}/api/v1"
+
+    @property
+    def env(self) -> dict:
+        """Environment for a gpuops process using this emulator."""
+        return {"LAMBDA_API_KEY": self.api_key, "GPUOPS_LAMBDA_API_URL": self.url, "GPUOPS_CLOUD_SSH_USER": self.user}
+
+    def close(self) -> None:
+        """Stop every instance host (their instances end `terminated`: nothing keeps running), then the server."""
+        with self.lock:
+            for inst in self._instances.values():
+                self._stop_host(inst)
+                if inst["status"] not in ("terminated", "preempted"):
+                    inst["status"], inst["_ended"] = "terminated", self.now()
+            self._save()
+        if self.server:
+            self.server.shutdown()
+            self.server.server_close()
+            self.server = None
+
+    def _fresh(self) -> None:
+        self._instances: dict = {}
+        self._keys: list = []
+        self._filesystems: list = []
+        self._firewall_rules: list = [{"protocol": "tcp", "port_range": [22, 22], "source_network": "0.0.0.0/0",
+                                       "description": "Allow SSH from anywhere"}]
+        self._capacity: dict = {t: {r: catalog.DEFAULT_SLOTS for r in catalog.DEFAULT_REGIONS}
+                                for t in catalog.available_types()}
+        self._failing: list = []  # [type, region]: listed as available, the launch fails
+        self._faults: dict = {}
+        self._clock = dict(self._defaults, offset=0.0)
+        self._last_launch = -1e18
+        self._launches = 0
+        self._requests = 0
+
+    def _load(self) -> None:
+        try:
+            doc = json.loads((self.dir / "state.json").read_text())
+        except (OSError, ValueError):
+            return
+        for k in ("instances", "keys", "filesystems", "firewall_rules", "capacity", "failing", "faults", "clock",
+                  "last_launch", "launches"):
+            if k in doc:
+                setattr(self, "_" + k, doc[k])
+
+    def _save(self) -> None:
+        doc = {k: getattr(self, "_" + k) for k in ("instances", "keys", "filesystems", "firewall_rules", "capacity",
+                                                   "failing", "faults", "clock", "last_launch", "launches")}
+        write_private(self.dir / "state.json", json.dumps(doc, indent=1))
+
+    def now(self) -> float:
+        return time.time() + self._clock["offset"]
+
+    # -- knobs (also POST /_emulator/<name>) ---------------------------------------------------------------------
+    def reset(self) -> None:
+        """Terminate every instance (hosts stopped), forget keys, restore default capacity, clock and no faults."""
+        with self.lock:
+            for inst in self._instances.values():
+                self._stop_host(inst)
+            self._fresh()
+            self._save()
+
+    def capacity(self, type_name: str, regions: list, failing: list = (), slots: int = catalog.DEFAULT_SLOTS) -> None:
+        """`type_name` has `slots` free instances in each of `regions` and none elsewhere; `failing` regions are listed
+        as available but their launches answer insufficient-capacity."""
+        with self.lock:
+            self._capacity[type_name] = {r: slots for r in regions}
+            self._failing = [f for f in self._failing if f[0] != type_name] + [[type_name, r] for r in failing]
+            self._save()
+
+    def set_capacity(self, type_name: str, region: str, slots: int, failing: bool = False) -> None:
+        with self.lock:
+            self._capacity.setdefault(type_name, {})[region] = slots
+            self._failing = [f for f in self._failing if f != [type_name, region]]
+            if failing:
+                self._failing.append([type_name, region])
+            self._save()
+
+    def fault(self, name: str, times: int | None = -1, **params) -> None:
+        """Inject a fault (see FAULTS). times: how often it fires (default: once for 5xx and the launch faults,
+        else until clear_faults)."""
+        if name not in FAULTS:
+            raise ValueError(f"unknown fault {name!r}; known: {', '.join(FAULTS)}")
+        with self.lock:
+            self._faults[name] = {"times": (1 if name in ONCE_BY_DEFAULT else None) if times == -1 else times,
+                                  **params}
+            self._save()
+
+    def clear_faults(self) -> None:
+        with self.lock:
+            self._faults = {}
+            self._save()
+
+    def boot_seconds(self, s: float) -> None:
+        self._set_clock(boot_seconds=s)
+
+    def terminate_seconds(self, s: float) -> None:
+        self._set_clock(terminate_seconds=s)
+
+    def launch_window(self, s: float) -> None:
+        self._set_clock(launch_window=s)
+
+    def advance(self, s: float) -> None:
+        """Move the emulator's clock forward (boots and terminations complete sooner)."""
+        with self.lock:
+            self._clock["offset"] += s
+            self._save()
+
+    def _set_clock(self, **kw) -> None:
+        with self.lock:
+            self._clock.update(kw)
+            self._save()
+
+    def preempt(self, instance_id: str) -> None:
+        self.set_status(instance_id, "preempted")
+
+    def set_status(self, instance_id: str, status: str) -> None:
+        with self.lock:
+            inst = self._instances[instance_id]
+            inst["status"] = status
+            if status in ("preempted", "terminated", "terminating"):
+                inst["_ended"] = self.now()
+                self._stop_host(inst)
+            self._save()
+
+    def instances(self) -> list:
+        """Every instance as GET /instances shows it (terminated ones too), plus `_dir` and `_address` (its sandbox host)."""
+        with self.lock:
+            return [dict(self._view(i), _dir=i.get("_dir"), _address=i.get("_address"))
+                    for i in self._instances.values()]
+
+    def home(self, instance_id: str) -> Path:
+        """The instance's remote $HOME on this machine (what a test plants or inspects on the 'instance' disk)."""
+        with self.lock:
+            return Path(self._get(instance_id)["_dir"]) / "home"
+
+    def launch_requests(self) -> int:
+        return self._launches
+
+    def state(self) -> dict:
+        with self.lock:
+            return {"url": self.url if self.server else None, "user": self.user, "clock": self._clock,
+                    "capacity": self._capacity, "failing": self._failing, "faults": self._faults,
+                    "launch_requests": self._launches, "instances": self.instances()}
+
+    KNOBS = ("reset", "capacity", "set_capacity", "fault", "clear_faults", "boot_seconds", "terminate_seconds",
+             "launch_window", "advance", "preempt", "set_status")
+
+    # -- faults --------------------------------------------------------------------------------------------------
+    def _take_fault(self, name: str, path: str = "") -> dict | None:
+        f = self._faults.get(name)
+        if f is None or (f.get("path") and f["path"] not in path):
+            return None
+        if f.get("times") is not None:
+            f["times"] -= 1
+            if f["times"] <= 0:
+                del self._faults[name]
+        return f
+
+    # -- instances -----------------------------------------------------------------------------------------------
+    def _advance(self, inst: dict) -> None:
+        now = self.now()
+        st = inst["status"]
+        if st == "booting" and inst.get("_preempt_at") is not None and now >= inst["_preempt_at"]:
+            inst["status"], inst["_ended"] = "preempted", now
+            self._stop_host(inst)
+        elif st == "booting" and now >= inst["_active_at"]:
+            inst["status"] = "unhealthy" if inst.get("_unhealthy") else "active"
+        elif st == "terminating" and now >= inst["_ended"] + self._clock["terminate_seconds"]:
+            inst["status"] = "terminated"
+
+    def _view(self, inst: dict) -> dict:
+        self._advance(inst)
+        st = inst["status"]
+        v = {k: val for k, val in inst.items() if not k.startswith("_")}
+        if st in ("active", "unhealthy"):
+            v["ip"] = v["private_ip"] = inst["_address"]
+            v["jupyter_token"] = inst["_jupyter_token"]
+            v["jupyter_url"] = f"https://jupyter-{inst['id'][:12]}.lambdaspaces.com/?token={inst['_jupyter_token']}"
+        v["instance_type"] = catalog.instance_type(inst["_type"])
+        if st == "booting":
+            v["actions"] = {a: ({"available": True} if a == "terminate" else
+                                {"available": False, "reason_code": "vm-has-not-launched",
+                                 "reason_description": "The instance has not launched yet."}) for a in ACTIONS}
+        elif st in ("active", "unhealthy"):
+            v["actions"] = {a: {"available": True} for a in ACTIONS}
+        else:
+            v["actions"] = {a: {"available": False, "reason_code": "vm-is-terminating",
+                                "reason_description": "The instance is terminating or terminated."} for a in ACTIONS}
+        return v
+
+    def _get(self, iid: str) -> dict:
+        inst = self._instances.get(iid)
+        if inst is None:
+            raise ApiError("instance-not-found")
+        return inst
+
+    def _launch(self, body: dict) -> str:
+        region, tname, keys = body.get("region_name"), body.get("instance_type_name"), body.get("ssh_key_names")
+        if region not in catalog.REGIONS:
+            raise ApiError("invalid-parameters", f"Invalid region_name: {region!r}." if region else
+                           "region_name is required.")
+        if not isinstance(tname, str) or tname not in catalog.TYPES or tname not in catalog.available_types():
+            raise ApiError("invalid-parameters", f"Invalid instance_type_name: {tname!r}." if tname else
+                           "instance_type_name is required.")
+        if not isinstance(keys, list) or len(keys) != 1 or not isinstance(keys[0], str):
+            raise ApiError("invalid-parameters", "Exactly one SSH key name must be specified in ssh_key_names.")
+        name, hostname, tags = body.get("name"), body.get("hostname"), body.get("tags") or []
+        if name is not None and (not isinstance(name, str) or len(name) > 64):
+            raise ApiError("invalid-parameters", "name must be at most 64 characters.")
+        if hostname is not None and (not isinstance(hostname, str) or not HOSTNAME.match(hostname)):
+            raise ApiError("invalid-parameters", "Invalid hostname.")
+        if not isinstance(tags, list) or any(not isinstance(t, dict) or not TAG_KEY.match(str(t.get("key", "")))
+                                             or len(str(t.get("key"))) > 55 or len(str(t.get("value", ""))) > 128
+                                             for t in tags):
+            raise ApiError("invalid-parameters", "Invalid tags.")
+        user_data = body.get("user_data")
+        if user_data is not None and (not isinstance(user_data, str) or len(user_data.encode()) > 1024 * 1024):
+            raise ApiError("invalid-parameters", "user_data must be text of at most 1 MB.")
+        key = next((k for k in self._keys if k["name"] == keys[0]), None)
+        if key is None:
+            raise ApiError("launch-resource-not-found", f"SSH key {keys[0]!r} does not exist.")
+        fs_names = body.get("file_system_names") or []
+        for fs in fs_names:
+            if not any(f["name"] == fs for f in self._filesystems):
+                raise ApiError("launch-resource-not-found", f"Filesystem {fs!r} does not exist.")
+        if self._take_fault("quota-exceeded"):
+            raise ApiError("quota-exceeded")
+        slots = self._capacity.get(tname, {}).get(region, 0)
+        if slots <= 0 or [tname, region] in self._failing:
+            raise ApiError("insufficient-capacity")
+        now = self.now()
+        iid = uuid.uuid4().hex
+        slow = self._take_fault("slow-boot")
+        preempt = self._take_fault("preempt-while-booting")
+        inst = {"id": iid, "status": "booting", "ssh_key_names": [keys[0]], "file_system_names": list(fs_names),
+                "region": {"name": region, "description": catalog.REGIONS[region]},
+                "_type": tname, "_launched": now, "_jupyter_token": secrets.token_hex(16),
+                "_active_at": now + (float(slow.get("seconds", 60)) if slow else self._clock["boot_seconds"]),
+                "_preempt_at": now + float(preempt.get("seconds", 0.3)) if preempt else None,
+                "_unhealthy": bool(self._take_fault("unhealthy"))}
+        if name is not None:
+            inst["name"] = name
+        if tags:
+            inst["tags"] = [{"key": t["key"], "value": t.get("value", "")} for t in tags]
+        self._start_host(inst, user_data or "", key["public_key"], hostname)
+        self._capacity[tname][region] = slots - 1
+        self._instances[iid] = inst
+        return iid
+
+    def _start_host(self, inst: dict, user_data: str, public_key: str, hostname: str | None) -> None:
+        from ...sandbox import host
+
+        gpu, count = catalog.gpu_of(inst["_type"])
+        host_key = None
+        if user_data and not self._take_fault("ignore-user-data-host-key"):
+            host_key = _user_data_host_key(user_data)
+        d = self.dir / "hosts" / inst["id"]
+        try:
+            st = host.start(d, address=host.AUTO, port=22, gpu=gpu, gpus=count, host_key=host_key,
+                            authorized_keys=[public_key], python=self.python)
+        except Exception as e:  # noqa: BLE001 - the API answers 500, as a provider failing to start a VM would
+            shutil.rmtree(d, ignore_errors=True)
+            raise ApiError("internal-error", f"The instance could not be started: {e}") from None
+        inst["_dir"], inst["_address"] = str(d), st["address"]
+        inst["hostname"] = hostname or "ip-" + st["address"].replace(".", "-")
+
+    def _stop_host(self, inst: dict) -> None:
+        from ...sandbox import host
+
+        if inst.get("_dir") and inst.get("_host_up", True):
+            host.stop(Path(inst["_dir"]))
+            shutil.rmtree(Path(inst["_dir"]) / "home", ignore_errors=True)  # termination wipes the disk
+            inst["_host_up"] = False
+
+    def _release(self, inst: dict) -> None:
+        cap = self._capacity.setdefault(inst["_type"], {})
+        cap[inst["region"]["name"]] = cap.get(inst["region"]["name"], 0) + 1
+
+    def _terminate(self, ids) -> list:
+        if not isinstance(ids, list) or not ids:
+            raise ApiError("instance-not-found", "instance_ids must name at least one instance.")
+        insts = [self._get(i) for i in ids]
+        out = []
+        for inst in insts:
+            self._advance(inst)
+            if inst["status"] not in ("terminating", "terminated", "preempted"):
+                self._stop_host(inst)
+                inst["status"], inst["_ended"] = "terminating", self.now()
+                self._release(inst)
+            out.append(self._view(inst))
+        return out
+
+    def _restart(self, ids) -> list:
+        from ...sandbox import host
+
+        if not isinstance(ids, list) or not ids:
+            raise ApiError("instance-not-found", "instance_ids must name at least one instance.")
+        insts = [self._get(i) for i in ids]
+        for inst in insts:
+            self._advance(inst)
+            if inst["status"] in ("active", "unhealthy"):
+                for pid in host._session_processes(Path(inst["_dir"])):  # a reboot ends every job
+                    try:
+                        os.kill(pid, signal.SIGKILL)
+                    except OSError:
+                        pass
+                inst["status"] = "booting"
+                inst["_active_at"] = self.now() + self._clock["boot_seconds"]
+        return [self._view(i) for i in insts]
+
+    # -- the API -------------------------------------------------------------------------------------------------
+    def handle(self, method: str, path: str, body) -> tuple[int, object]:
+        """One API request -> (status, JSON document). Raises ApiError / _Drop."""
+        path = path.split("?", 1)[0].rstrip("/")
+        if not path.startswith("/api/v1/"):
+            raise ApiError("not-found")
+        p = path[len("/api/v1"):]
+        if self._take_fault("account-inactive"):
+            raise ApiError("account-inactive")
+        if self._take_fault("5xx", p):
+            raise ApiError("internal-error")
+        m = method
+        if m == "GET" and p == "/instance-types":
+            return 200, {"data": {t: {"instance_type": catalog.instance_type(t), "regions_with_capacity_available": [
+                {"name": r, "description": catalog.REGIONS[r]} for r in catalog.REGIONS
+                if self._capacity.get(t, {}).get(r, 0) > 0 or [t, r] in self._failing]}
+                for t in catalog.available_types()}}
+        if m == "GET" and p == "/instances":
+            return 200, {"data": [self._view(i) for i in self._instances.values()]}
+        if p.startswith("/instances/") and p.count("/") == 2:
+            inst = self._get(p.rsplit("/", 1)[1])
+            if m == "GET":
+                return 200, {"data": self._view(inst)}
+            if m == "POST":
+                name = (body or {}).get("name") if isinstance(body, dict) else None
+                if not isinstance(name, str) or len(name) > 64:
+                    raise ApiError("invalid-parameters", "name must be a string of at most 64 characters.")
+                inst["name"] = name
+                return 200, {"data": self._view(inst)}
+        if m == "POST" and p == "/instance-operations/launch":
+            return self._launch_request(body)
+        if m == "POST" and p == "/instance-operations/terminate":
+            return 200, {"data": {"terminated_instances": self._terminate(_field(body, "instance_ids"))}}
+        if m == "POST" and p == "/instance-operations/restart":
+            return 200, {"data": {"restarted_instances": self._restart(_field(body, "instance_ids"))}}
+        if p == "/ssh-keys" and m == "GET":
+            return 200, {"data": self._keys}
+        if p == "/ssh-keys" and m == "POST":
+            return 200, {"data": self._add_key(body)}
+        if p.startswith("/ssh-keys/") and m == "DELETE":
+            kid = p.rsplit("/", 1)[1]
+            if not any(k["id"] == kid for k in self._keys):
+                raise ApiError("invalid-parameters", "The SSH key does not exist.")
+            self._keys = [k for k in self._keys if k["id"] != kid]
+            return 200, {"data": {}}
+        if p == "/images" and m == "GET":
+            return 200, {"data": _images()}
+        if p == "/file-systems" and m == "GET":
+            return 200, {"data": [self._fs_view(f) for f in self._filesystems]}
+        if p == "/filesystems" and m == "POST":
+            return 200, {"data": self._fs_view(self._add_fs(body))}
+        if p.startswith("/filesystems/") and m == "DELETE":
+            fid = p.rsplit("/", 1)[1]
+            fs = next((f for f in self._filesystems if f["id"] == fid), None)
+            if fs is None:
+                raise ApiError("filesystem-not-found")
+            if self._fs_view(fs)["is_in_use"]:
+                raise ApiError("filesystem-in-use")
+            self._filesystems.remove(fs)
+            return 200, {"data": {"deleted_ids": [fid]}}
+        if p == "/firewall-rules" and m == "GET":
+            return 200, {"data": self._firewall_rules}
+        if p == "/firewall-rules" and m == "PUT":
+            rules = _field(body, "data")
+            if not isinstance(rules, list) or any(not isinstance(r, dict) or r.get("protocol") not in
+                                                  ("tcp", "udp", "icmp", "all") or "source_network" not in r
+                                                  for r in rules):
+                raise ApiError("invalid-parameters", "Invalid firewall rules.")
+            self._firewall_rules = rules
+            return 200, {"data": rules}
+        raise ApiError("not-found")
+
+    def _launch_request(self, body) -> tuple[int, object]:
+        now = time.monotonic()
+        self._launches += 1  # every launch request, refused ones too
+        wait = self._last_launch + self._clock["launch_window"] - now
+        if wait > 0:
+            raise ApiError("too-many-requests", headers={"Retry-After": str(max(1, int(wait + 0.999)))})
+        self._last_launch = now
+        if not isinstance(body, dict):
+            raise ApiError("invalid-parameters")
+        iid = self._launch(body)
+        if self._take_fault("drop-launch-response"):
+            raise _Drop()
+        if self._take_fault("launch-5xx-after-create"):
+            raise ApiError("internal-error")
+        return 200, {"data": {"instance_ids": [iid]}}
+
+    def _add_key(self, body) -> dict:
+        if not isinstance(body, dict):
+            raise ApiError("invalid-parameters")
+        name, pub = body.get("name"), body.get("public_key")
+        if not isinstance(name, str) or not 1 <= len(name) <= 64:
+            raise ApiError("invalid-parameters", "name must be 1 to 64 characters.")
+        if any(k["name"] == name for k in self._keys):
+            raise ApiError("invalid-parameters", f"An SSH key named {name!r} already exists.")
+        private = None
+        if pub is None:
+            with tempfile.TemporaryDirectory() as t:
+                subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", name, "-f", f"{t}/k"],
+                               check=True, stdout=subprocess.DEVNULL)
+                private, pub = Path(f"{t}/k").read_text(), Path(f"{t}/k.pub").read_text().strip()
+        if (not isinstance(pub, str) or not 1 <= len(pub) <= 4096 or len(pub.split()) < 2
+                or not pub.split()[0].startswith(("ssh-", "ecdsa-", "sk-"))):
+            raise ApiError("invalid-parameters", "Invalid public key.")
+        try:
+            base64.b64decode(pub.split()[1], validate=True)
+        except (binascii.Error, ValueError):
+            raise ApiError("invalid-parameters", "Invalid public key.") from None
+        key = {"id": uuid.uuid4().hex, "name": name, "public_key": pub.strip()}
+        self._keys.append(key)
+        return dict(key, private_key=private) if private else key
+
+    def _add_fs(self, body) -> dict:
+        if not isinstance(body, dict):
+            raise ApiError("invalid-parameters")
+        name, region = body.get("name"), body.get("region")
+        if not isinstance(name, str) or len(name) > 60 or not FS_NAME.match(name) or region not in catalog.REGIONS:
+            raise ApiError("invalid-parameters", "Invalid filesystem name or region.")
+        if any(f["name"] == name for f in self._filesystems):
+            raise ApiError("duplicate")
+        fs = {"id": uuid.uuid4().hex, "name": name, "region": region, "created": self.now()}
+        self._filesystems.append(fs)
+        return fs
+
+    def _fs_view(self, fs: dict) -> dict:
+        in_use = any(fs["name"] in i["file_system_names"] and self._view(i)["status"] in ("booting", "active")
+                     for i in self._instances.values())
+        return {"id": fs["id"], "name": fs["name"], "mount_point": f"/lambda/nfs/{fs['name']}",
+                "created": _iso(fs["created"]),
+                "created_by": {"id": "0" * 32, "email": "emulator@localhost", "status": "active"},
+                "is_in_use": in_use, "region": {"name": fs["region"], "description": catalog.REGIONS[fs["region"]]},
+                "bytes_used": 0}
+
+    def authorized(self, header: str | None) -> bool:
+        """Bearer KEY (recommended), Basic base64(KEY:), or the raw key, as Lambda accepts."""
+        if not header:
+            return False
+        given = header.strip()
+        if given.lower().startswith("bearer "):
+            given = given[7:].strip()
+        elif given.lower().startswith("basic "):
+            try:
+                given = base64.b64decode(given[6:].strip()).decode().split(":", 1)[0]
+            except (binascii.Error, ValueError):
+                return False
+        return secrets.compare_digest(given.encode(), self.api_key.encode())
+
+
+def _field(body, name):
+    return body.get(name) if isinstance(body, dict) else None
+
+
+def _images() -> list:
+    t = _iso(1730419200)  # 2024-11-01
+    return [{"id": str(uuid.uuid5(uuid.NAMESPACE_URL, f"lambda-image/{n}/{r}")), "created_time": t,
+             "updated_time": t, "name": n, "description": desc, "family": fam, "version": ver, "architecture": arch,
+             "region": {"name": r, "description": catalog.REGIONS[r]}}
+            for n, desc, fam, ver, arch in catalog.IMAGES for r in catalog.DEFAULT_REGIONS]
+
+
+def _user_data_host_key(user_data: str) -> str | None:
+    """cloud-config's `ssh_keys: {ed25519_private: ...}` (what gpuops up sends), or None."""
+    if not user_data.lstrip().startswith("#cloud-config"):
+        return None
+    import yaml
+
+    try:
+        doc = yaml.safe_load(user_data)
+    except yaml.YAMLError:
+        return None
+    keys = (doc or {}).get("ssh_keys") if isinstance(doc, dict) else None
+    key = keys.get("ed25519_private") if isinstance(keys, dict) else None
+    return key if isinstance(key, str) and "PRIVATE KEY" in key else None
+
+
+class _Server(ThreadingHTTPServer):
+    daemon_threads = True
+
+    def handle_error(self, request, client_address):  # a dropped answer's socket errors are expected
+        pass
+
+
+def _handler(emu: Emulator):
+    class Handler(BaseHTTPRequestHandler):
+        protocol_version = "HTTP/1.1"
+        server_version = "gpuops-lambda-emulator"
+
+        def log_message(self, *a):
+            pass
+
+        def _send(self, status: int, doc, headers: dict | None = None) -> None:
+            body = json.dumps(doc).encode()
+            self.send_response(status)
+            for k, v in (headers or {}).items():
+                self.send_header(k, v)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def _body(self):
+            n = int(self.headers.get("Content-Length") or 0)
+            raw = self.rfile.read(n) if n else b""
+            if not raw:
+                return None
+            try:
+                return json.loads(raw)
+            except ValueError:
+                raise ApiError("invalid-parameters", "The request body is not valid JSON.") from None
+
+        def _any(self) -> None:
+            try:
+                if not emu.authorized(self.headers.get("Authorization")):
+                    raise ApiError("invalid-api-key")
+                body = self._body()
+                if self.path.startswith("/_emulator/"):
+                    status, doc = self._admin(body)
+                else:
+                    with emu.lock:
+                        try:
+                            status, doc = emu.handle(self.command, self.path, body)
+                        finally:
+                            emu._save()
+                self._send(status, doc)
+            except ApiError as e:
+                self._send(e.status, {"error": e.body}, e.headers)
+            except _Drop:
+                self.close_connection = True
+                try:
+                    self.connection.shutdown(socket.SHUT_RDWR)
+                except OSError:
+                    pass
+
+        def _admin(self, body) -> tuple[int, object]:
+            name = self.path.split("?", 1)[0][len("/_emulator/"):].strip("/")
+            if self.command == "GET" and name == "state":
+                return 200, {"data": emu.state()}
+            if self.command == "POST" and name in Emulator.KNOBS:
+                try:
+                    getattr(emu, name)(**(body or {}))
+                except (TypeError, ValueError, KeyError) as e:
+                    raise ApiError("invalid-parameters", f"{name}: {e}") from None
+                return 200, {"data": emu.state()}
+            raise ApiError("not-found")
+
+        do_GET = do_POST = do_PUT = do_DELETE = do_PATCH = _any
+
+    return Handler
