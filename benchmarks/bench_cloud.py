@@ -1,4 +1,5 @@
-"""Figures for the Lambda Cloud commands, against the local Lambda API emulator (`gpuops sandbox up --cloud`).
+"""Figures for the Lambda Cloud commands, against the local Lambda API emulator (gpuops.cloud.emulator, the server of
+`gpuops sandbox up --cloud`), readiness polled every 5 s as against Lambda.
 
 Prints: API calls per `gpuops up` (launch + polls, by endpoint) and per `gpuops ls`, the time from `active` to
 verified, and `gpuops --help` start-up with the cloud commands registered. Not a pass/fail test.
@@ -48,16 +49,11 @@ def up_and_ls(tmp: Path, env: dict) -> None:
     """One `up` (verify included), one `ls`, one `down` in-process against the emulator, counting API requests."""
     os.environ.update({k: v for k, v in env.items() if k.startswith(("GPUOPS_", "HOME", "NO_COLOR"))})
     boot = float(os.environ.get("BENCH_BOOT_S", "10"))
-    os.environ.update({"LAMBDA_API_KEY": "bench-key", "GPUOPS_CLOUD_POLL_S": "5", "GPUOPS_CLOUD_LAUNCH_INTERVAL_S": "12"})
-    from gpuops.sandbox import host
+    os.environ.update({"GPUOPS_CLOUD_POLL_S": "5", "GPUOPS_CLOUD_LAUNCH_INTERVAL_S": "12"})
+    from gpuops.cloud.emulator.server import Emulator  # `gpuops sandbox up --cloud`: instances on 127.0.0.N:22
 
-    host.up()
-    sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
-    from cloud_emu import Emulator  # the tests' emulator: OpenAPI formats, instances are sshd hosts on 127.0.0.N:22
-
-    emu = Emulator(tmp / "emu", host.sandbox_dir() / "bin" / "session", api_key="bench-key")
-    os.environ.update({"GPUOPS_LAMBDA_API_URL": emu.url, **emu.env})
-    emu.boot_seconds(boot)
+    emu = Emulator(tmp / "emu", api_key="bench-key", boot_seconds=boot).start()
+    os.environ.update(emu.env)
     key = tmp / "id_ed25519"
     subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(key)], check=True)
     proj = tmp / "proj"
@@ -94,7 +90,6 @@ def up_and_ls(tmp: Path, env: dict) -> None:
         print(f"gpuops down: {ctx.client.total_calls} API calls (terminate + read back), status {d['status']}")
     finally:
         emu.close()
-        host.down()
 
 
 if __name__ == "__main__":

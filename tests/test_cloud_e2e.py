@@ -1,7 +1,8 @@
 """`gpuops up / ls / down / reap` end to end through the local Lambda API emulator: a real HTTP server following the
 OpenAPI file whose instances are real sandbox hosts (sshd on 127.0.0.N:22, emulated nvidia-smi).
 
-The emulator's knobs (capacity, faults, boot time, launch window) are set through `cloud_emu` (tests/cloud_emu.py)."""
+The emulator is gpuops.cloud.emulator (`gpuops sandbox up --cloud`); its knobs set capacity, faults, boot time and the
+launch window."""
 from __future__ import annotations
 
 import json
@@ -21,16 +22,17 @@ TYPE = "gpu_1x_h100_pcie"
 
 
 @pytest.fixture(scope="session")
-def cloud_emu(sandbox_base, tmp_path_factory):
-    from cloud_emu import Emulator
+def cloud_emu(tmp_path_factory):
+    from gpuops.cloud.emulator.server import Emulator
 
-    emu = Emulator(tmp_path_factory.mktemp("lambda-emu"), sandbox_base["dir"] / "bin" / "session", api_key=API_KEY)
+    emu = Emulator(tmp_path_factory.mktemp("lambda-emu"), api_key=API_KEY, boot_seconds=0.5, terminate_seconds=0.2,
+                   launch_window=0).start()
     yield emu
     emu.close()
 
 
 @pytest.fixture
-def cloud(cloud_emu, sandbox, monkeypatch, tmp_path, isolated):
+def cloud(cloud_emu, monkeypatch, tmp_path, isolated):
     """The emulator, this test's API key and fast timing knobs, and an SSH key for `up --key`."""
     monkeypatch.setenv("LAMBDA_API_KEY", API_KEY)
     monkeypatch.setenv("GPUOPS_LAMBDA_API_URL", cloud_emu.url)
@@ -45,7 +47,8 @@ def cloud(cloud_emu, sandbox, monkeypatch, tmp_path, isolated):
     subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", "e2e", "-f", str(key)], check=True)
     cloud_emu.reset()
     cloud_emu.key = key
-    return cloud_emu
+    yield cloud_emu
+    cloud_emu.reset()
 
 
 def _up(gpuops, cloud, name, *extra):
@@ -275,12 +278,13 @@ def test_down_fetch_first_pulls_checkpoints_before_terminating(cloud, gpuops, is
     assert r.code == 0, r.all
     remote = cloud.home(json.loads(r.out)["instance_id"]) / isolated.name / "checkpoints" / "global_step_7"
     remote.mkdir(parents=True)
-    (remote / "model.bin").write_bytes(os.urandom(4096))
+    data = os.urandom(4096)
+    (remote / "model.bin").write_bytes(data)
     r = gpuops("down", "keepdata", "--fetch-first", "--yes", "--json")
     assert r.code == 0, r.all
     assert json.loads(r.out)["fetched"] == ["checkpoints"]
-    assert (isolated / "checkpoints" / "global_step_7" / "model.bin").read_bytes() == (remote / "model.bin").read_bytes()
-    assert not _live(cloud)
+    assert (isolated / "checkpoints" / "global_step_7" / "model.bin").read_bytes() == data
+    assert not _live(cloud) and not remote.exists()  # termination wiped the disk: the fetch came first
 
 
 def test_quota_exceeded_fails_at_once_with_lambdas_message(cloud, gpuops):
