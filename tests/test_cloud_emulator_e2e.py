@@ -407,3 +407,22 @@ def test_sandbox_up_cloud_runs_a_daemon_across_processes(gpuops, monkeypatch, tm
         r = gpuops("sandbox", "down", "--cloud")
     assert r.code == 0 and "stopped" in r.all
     assert gpuops("sandbox", "status", "--cloud").code == 1
+
+
+def test_state_survives_a_restart_of_the_emulator(tmp_path, client_key):
+    """The daemon saves its account after every change: a restarted emulator knows its keys, instances and faults."""
+    from gpuops.cloud.emulator.server import Emulator
+
+    first = Emulator(tmp_path / "emu", api_key=KEY, boot_seconds=0, launch_window=0)
+    first._add_key({"name": "e2e", "public_key": client_key.with_suffix(".pub").read_text()})
+    iid = first._launch({"region_name": "us-east-1", "instance_type_name": TYPE, "ssh_key_names": ["e2e"]})
+    first._save()
+    first.fault("quota-exceeded")
+    second = Emulator(tmp_path / "emu", api_key=KEY)
+    try:
+        assert [k["name"] for k in second._keys] == ["e2e"] and second._faults == {"quota-exceeded": {"times": None}}
+        assert [i["id"] for i in second.instances()] == [iid] and second.instances()[0]["status"] == "active"
+    finally:
+        second.close()
+    third = Emulator(tmp_path / "emu", api_key=KEY)  # close() ended what it ran, and saved so
+    assert third.instances()[0]["status"] == "terminated" and not _sshd_up(third.instances()[0])
