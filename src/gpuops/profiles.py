@@ -10,6 +10,7 @@ import json
 import os
 import re
 import shlex
+from datetime import datetime
 from pathlib import Path
 from typing import Any, Dict, List, Literal, Optional
 
@@ -126,6 +127,18 @@ def _explicit_remote_dir(v: Any) -> Any:
 _NODE_KEYS = ("host", "port", "user", "key", "remote_dir", "python", "private_ip")
 
 
+class CloudInfo(_Strict):
+    """Written by `gpuops up`: the instance behind this profile and its cost guard (docs/cloud.md)."""
+
+    provider: Literal["lambda"] = "lambda"
+    instance_id: str
+    launch_id: str
+    launched_at: Optional[datetime] = None
+    ttl_deadline: Optional[datetime] = None
+    idle_limit_s: Optional[float] = Field(None, gt=0)
+    state: Literal["active", "gone"] = "active"
+
+
 class Profile(_Strict):
     name: str = ""
     source: Optional[Path] = Field(None, exclude=True)
@@ -148,6 +161,7 @@ class Profile(_Strict):
     env: Dict[str, str] = Field(default_factory=dict)
     secrets: List[str] = Field(default_factory=list, description="names of environment variables sent as secrets")
     fetch: Dict[str, str] = Field(default_factory=lambda: {"checkpoints": "checkpoints"})
+    cloud: Optional[CloudInfo] = None
 
     _host = field_validator("host", mode="before")(classmethod(lambda cls, v: valid_host(v)))
 

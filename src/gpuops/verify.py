@@ -34,12 +34,12 @@ def probe_params(profile, playbook: dict, presets: dict, project_dir: Path, *, c
 
 def run_verify(profile, out, *, playbook: str | None = None, save: bool = True, cuda_check: bool = True,
                project_dir: Path | None = None, clock: Callable[[], datetime] = datetime.now,
-               fail_on_warn: bool = False) -> int:
+               fail_on_warn: bool = False, retry_802_s: float = 0.0, sleep: Callable[[float], None] = time.sleep) -> int:
     from . import profiles
 
     project_dir = project_dir or Path.cwd()
     report, results = check_host(profile, out, playbook=playbook, cuda_check=cuda_check, project_dir=project_dir,
-                                 clock=clock)
+                                 clock=clock, retry_802_s=retry_802_s, sleep=sleep)
     show(out, report, results)
     if save:
         saved = save_report(report, results, project_dir, clock())
@@ -54,8 +54,11 @@ def exit_code(report: dict, fail_on_warn: bool = False) -> int:
 
 
 def check_host(profile, out, *, playbook: str | None = None, cuda_check: bool = True, project_dir: Path,
-               clock: Callable[[], datetime] = datetime.now, extra_params: dict | None = None):
-    """One host: connect, gather (one execution), judge. Returns (report, results); shows nothing."""
+               clock: Callable[[], datetime] = datetime.now, extra_params: dict | None = None,
+               retry_802_s: float = 0.0, sleep: Callable[[float], None] = time.sleep):
+    """One host: connect, gather (one execution), judge. Returns (report, results); shows nothing.
+    retry_802_s: on a fresh cloud instance, CUDA error 802 (system not yet initialized: fabric manager still
+    starting) is transient; gather again every 15 s for up to that long before reporting it."""
     from .remote.connection import connect
     from .remote.gather import gather
 
@@ -66,18 +69,30 @@ def check_host(profile, out, *, playbook: str | None = None, cuda_check: bool = 
     started = time.monotonic()
     with out.status(f"connecting to {profile.user}@{profile.host}:{profile.port}"):
         remote = connect(profile, announce=out.info)
+    retry_until = time.monotonic() + retry_802_s
     try:
-        with out.status("gathering facts (one remote execution)"):
-            doc = gather(remote, params, python=profile.python)
+        while True:
+            with out.status("gathering facts (one remote execution)"):
+                doc = gather(remote, params, python=profile.python)
+            facts = from_probe(doc, host=profile.host, failures=knowledge.get("nvidia_smi_failures", []))
+            results = evaluate(facts, profile, pb, knowledge, presets, preset_env)
+            if not (cuda_error_802(results) and time.monotonic() < retry_until):
+                break
+            out.step("CUDA error 802 (system not yet initialized): the GPUs are still starting; trying again in 15 s")
+            sleep(15.0)
         executions = remote.exec_count
     finally:
         remote.close()
-    facts = from_probe(doc, host=profile.host, failures=knowledge.get("nvidia_smi_failures", []))
-    results = evaluate(facts, profile, pb, knowledge, presets, preset_env)
     report = build_report(profile, facts, results, executions, time.monotonic() - started, clock())
     if "reach" in doc:
         report["reach"] = doc["reach"]
     return report, results
+
+
+def cuda_error_802(results) -> bool:
+    """Lambda's transient 'system not yet initialized' on a fresh NVSwitch instance."""
+    return any(r.id == "cuda.runtime" and r.status == FAIL and ("802" in (r.detail or "") or
+               "not yet initialized" in (r.detail or "")) for r in results)
 
 
 def build_report(profile, facts, results, executions: int, seconds: float, when: datetime) -> dict:

@@ -69,7 +69,13 @@ def pick_profile(name: Optional[str], option: Optional[str] = None):
         from ..errors import UsageError
 
         raise UsageError(f"two profiles given: '{name}' and --profile '{option}'")
-    return profiles.resolve(name or option, Path.cwd())
+    prof = profiles.resolve(name or option, Path.cwd())
+    if prof.cloud is not None:  # a gpuops-managed instance: warn when past its TTL or idle limit (no network)
+        from ..cloud.guardrail import warnings
+
+        for w in warnings(prof):
+            output().warn(w)
+    return prof
 
 
 def _show_version(value: bool) -> None:

@@ -97,6 +97,11 @@ def watch(
     fleet_meta = lifecycle.resolve(run, fleet_prof, project)
     prof, meta = _node(fleet_prof, fleet_meta, host)
     dash = w.Dashboard(meta, price_per_hour=prof.price_per_hour, log_lines=min(max(lines, 1), w.DASH_LINES_MAX))
+    cloud = _cloud_summary(prof, True, [])  # watching a run: the instance is in use
+    if cloud and not json_:
+        from ..cloud.guardrail import line
+
+        out.info(line(cloud))
     if once:
         res = lifecycle.watch_once(prof, out, project, meta, dash, lines)
         for ev in res["events"]:
@@ -146,6 +151,16 @@ def _whole_fleet(prof, out, project: Path, meta: dict, res: dict) -> dict:
     if res["interrupted"] or len(meta.get("nodes") or []) < 2:
         return res
     return {**res, "code": max(res["code"], lifecycle.wait_fleet(prof, out, project, meta))}
+
+
+def _cloud_summary(prof, run_running: bool, utils: list) -> Optional[dict]:
+    """A gpuops-managed instance (gpuops up): cost so far and time left; the sample counts as activity for --idle."""
+    if prof.cloud is None:
+        return None
+    from ..cloud import guardrail
+
+    guardrail.note_sample(prof, run_running, [u for u in utils if u is not None])
+    return guardrail.summary(prof)
 
 
 class _Live:
@@ -269,9 +284,15 @@ def status(
                 _status_lines(out, prof, h)
         raise typer.Exit(doc["code"])
     doc = lifecycle.status(prof.node(host), out, Path.cwd())
+    cloud = _cloud_summary(prof, any(r["state"] == "running" for r in doc["runs"]),
+                           [g.get("util") for g in doc["gpus"] or []])
     if json_:
-        out.emit_json(doc)
+        out.emit_json({**doc, "cloud": cloud} if cloud else doc)
         raise typer.Exit(0)
+    if cloud:
+        from ..cloud.guardrail import line
+
+        out.print(line(cloud))
     _status_lines(out, prof, doc)
     raise typer.Exit(0)
 

@@ -1,0 +1,265 @@
+"""Lambda Cloud commands: `gpuops cloud types|keys`, `gpuops up`, `ls`, `down`, `reap` (docs/cloud.md).
+
+typer only at import: httpx, the client and the ledger are imported inside the commands."""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import List, Optional
+
+import typer
+
+from .app import Group, JsonOpt, app, output
+
+cloud_app = typer.Typer(cls=Group, help="Lambda Cloud account: instance types with prices and capacity, SSH keys. "
+                                        "Launch with `gpuops up`, list with `gpuops ls`.", no_args_is_help=True)
+app.add_typer(cloud_app, name="cloud")
+
+
+def _context(out, *, with_key: bool = False):
+    from ..cloud.lifecycle import make_context
+
+    return make_context(out, with_key=with_key, project_dir=Path.cwd())
+
+
+def _ask(question: str) -> bool:
+    import sys
+
+    if not sys.stdin.isatty():
+        return True
+    print(question + " [y/N] ", end="", file=sys.stderr, flush=True)
+    return sys.stdin.readline().strip().lower() in ("y", "yes")
+
+
+def _money(v) -> str:
+    return "-" if v is None else f"${v:,.2f}"
+
+
+# -- cloud types / keys ---------------------------------------------------------------------------------------------
+@cloud_app.command("types")
+def types_(
+    available: bool = typer.Option(False, "--available", help="Only types with capacity in some region now."),
+    gpu: Optional[str] = typer.Option(None, "--gpu", help="Only types whose GPU matches, e.g. H100 (substring).",
+                                      show_default=False),
+    max_price: Optional[float] = typer.Option(None, "--max-price", help="Only types at or under this price per hour "
+                                                                       "(USD).", show_default=False),
+    json_: bool = JsonOpt,
+) -> None:
+    """Instance types with GPUs, memory, price per hour and the regions with capacity now, cheapest first."""
+    out = output(json_)
+    ctx = _context(out)
+    with ctx.client:
+        avail = ctx.client.instance_types()
+    rows = []
+    for a in sorted(avail.values(), key=lambda a: (a.type.price_cents_per_hour, a.type.name)):
+        t = a.type
+        if available and not a.regions:
+            continue
+        if gpu and gpu.lower() not in f"{t.name} {t.gpu_description} {t.description}".lower():
+            continue
+        if max_price is not None and t.price_per_hour > max_price:
+            continue
+        rows.append({**t.to_dict(), "regions_with_capacity": list(a.regions)})
+    if json_:
+        out.emit_json({"instance_types": rows})
+        return
+    if not rows:
+        out.print("no instance type matches")
+        return
+    out.print(f"{'TYPE':<28} {'GPUS':>4} {'GPU':<26} {'VCPU':>4} {'RAM GiB':>7} {'$/HOUR':>8}  CAPACITY NOW")
+    for r in rows:
+        out.print(f"{r['name']:<28} {r['gpus']:>4} {r['gpu_description'][:26]:<26} {r['vcpus']:>4} {r['memory_gib']:>7} "
+                  f"{r['price_per_hour']:>8.2f}  {', '.join(r['regions_with_capacity']) or '-'}")
+
+
+@cloud_app.command("keys")
+def keys(
+    add: Optional[Path] = typer.Option(None, "--add", help="Register this public key (or the .pub of a private key) "
+                                                          "as gpuops-<fingerprint>, unless its content is there.",
+                                       show_default=False),
+    json_: bool = JsonOpt,
+) -> None:
+    """The account's SSH keys (name, type, fingerprint); `gpuops up` registers the profile's key itself when missing."""
+    from ..cloud import decisions as d
+    from ..cloud.lifecycle import ensure_ssh_key, public_key_of
+    from ..errors import UsageError
+
+    out = output(json_)
+    ctx = _context(out)
+    with ctx.client:
+        if add is not None:
+            add = add.expanduser()
+            if not add.is_file():
+                raise UsageError(f"key file not found: {add}")
+            line = add.read_text().strip() if add.suffix == ".pub" else public_key_of(add)
+            name = ensure_ssh_key(ctx.client, line, out)
+            out.info(f"key on the account as {name}")
+        ks = ctx.client.ssh_keys()
+    rows = []
+    for k in ks:
+        try:
+            fp = d.fingerprint(k.public_key)
+        except Exception:
+            fp = "?"
+        rows.append({"id": k.id, "name": k.name, "type": k.public_key.split()[0] if k.public_key else "?",
+                     "fingerprint": fp})
+    if json_:
+        out.emit_json({"ssh_keys": rows})
+        return
+    if not rows:
+        out.print("no SSH keys on the account (gpuops cloud keys --add ~/.ssh/id_ed25519.pub)")
+    for r in rows:
+        out.print(f"{r['name']:<32} {r['type']:<12} {r['fingerprint']}")
+
+
+# -- up / ls / down / reap ---------------------------------------------------------------------------------------
+@app.command("up")
+def up(
+    name: str = typer.Argument(..., help="Profile name to write (user config folder); every command then works on it."),
+    type_: str = typer.Option(..., "--type", "-t", help="Instance type, e.g. gpu_1x_h100_pcie (gpuops cloud types)."),
+    region: List[str] = typer.Option([], "--region", "-r", help="Region to try, in order (repeatable; default: every "
+                                                                "region listing capacity for the type)."),
+    wait_for_capacity: Optional[str] = typer.Option(None, "--wait-for-capacity", metavar="DURATION",
+                                                    help="Keep re-reading capacity every 30-60 s this long "
+                                                         "(default: fail at once).", show_default=False),
+    ttl: Optional[str] = typer.Option(None, "--ttl", metavar="DURATION", help="Time to live, e.g. 8h: after it every "
+                                      "command warns, `gpuops ls` says so loudly and `gpuops reap` terminates.",
+                                      show_default=False),
+    idle: Optional[str] = typer.Option(None, "--idle", metavar="DURATION", help="Idle limit: no gpuops run and GPU "
+                                       "utilisation under 5 % for this long.", show_default=False),
+    fs: List[str] = typer.Option([], "--fs", help="Lambda filesystem to attach (repeatable).", show_default=False),
+    key: Optional[Path] = typer.Option(None, "--key", help="Private SSH key (default: ~/.ssh/id_ed25519); its public "
+                                                          "half is registered on the account when missing.",
+                                       show_default=False),
+    no_verify: bool = typer.Option(False, "--no-verify", help="Skip `gpuops verify` once SSH answers."),
+    keep_on_failure: bool = typer.Option(False, "--keep-on-failure", help="Keep the instance when bring-up or verify "
+                                                                          "fails (default: terminate it)."),
+    timeout: Optional[str] = typer.Option(None, "--timeout", metavar="DURATION", help="Readiness deadline (default: "
+                                          "20m, 35m for 8-GPU types).", show_default=False),
+    trust_new: bool = typer.Option(False, "--trust-new", help="If the instance presents a host key other than the "
+                                                              "pinned one, trust it (fingerprint printed)."),
+    guard: Optional[str] = typer.Option(None, "--guard", metavar="on-instance", help="on-instance: install a watchdog "
+                                        "that terminates the instance at the TTL/idle limit even with your laptop "
+                                        "closed (puts your account-wide API key on the instance).", show_default=False),
+    yes: bool = typer.Option(False, "--yes", "-y", help="Do not ask before launching."),
+    json_: bool = JsonOpt,
+) -> None:
+    """Launch a Lambda instance, wait until it answers SSH (host key pinned before the first connection), write the
+    profile NAME and verify it. Prints the price per hour and asks first (unless --yes or not a terminal)."""
+    from ..cloud import decisions as d
+    from ..cloud.lifecycle import UpSpec, up as do_up
+    from ..errors import UsageError
+
+    out = output(json_)
+    if guard not in (None, "on-instance"):
+        raise UsageError(f"--guard {guard!r}: the only guard is 'on-instance'")
+    if guard and not (ttl or idle):
+        raise UsageError("--guard on-instance needs --ttl or --idle")
+    keyfile = (key or Path("~/.ssh/id_ed25519")).expanduser()
+    if key is None and not keyfile.is_file():
+        raise UsageError("no SSH key given and ~/.ssh/id_ed25519 does not exist",
+                         hint="--key PATH, or create one: ssh-keygen -t ed25519")
+    spec = UpSpec(name=name, type_name=type_, key=keyfile, regions=list(region),
+                  wait_for_capacity_s=d.parse_duration(wait_for_capacity) if wait_for_capacity else 0.0,
+                  ttl_s=d.parse_duration(ttl) if ttl else None, idle_s=d.parse_duration(idle) if idle else None,
+                  file_systems=list(fs), verify=not no_verify, keep_on_failure=keep_on_failure,
+                  timeout_s=d.parse_duration(timeout) if timeout else None, trust_new=trust_new,
+                  guard_on_instance=guard == "on-instance", confirm=None if yes else _ask)
+    ctx = _context(out, with_key=bool(guard))
+    with ctx.client:
+        res = do_up(spec, ctx)
+    if json_:
+        out.emit_json(res)
+        return
+    out.success(f"{name}: instance {res['instance_id']} ({res['instance_type']}, {res['region']}) at {res['ip']}, "
+                f"${res['price_per_hour']:.2f}/h")
+    if res["ttl_deadline"]:
+        out.info(f"TTL: {res['ttl_deadline']} (gpuops reap terminates it after)")
+    out.info(f"next: gpuops sync -p {name}; gpuops train -p {name} --script ...; gpuops down {name} when done")
+
+
+@app.command("ls")
+def ls(json_: bool = JsonOpt) -> None:
+    """Every instance on the Lambda account (gpuops-managed ones marked *), with status, IP, type, region, uptime,
+    cost so far and time left before its TTL; loud lines for managed instances without a profile or past a limit."""
+    from ..cloud import decisions as d
+    from ..cloud.lifecycle import listing
+
+    out = output(json_)
+    ctx = _context(out)
+    with ctx.client:
+        doc = listing(ctx)
+    if json_:
+        out.emit_json(doc)
+    else:
+        rows = doc["instances"]
+        if not rows:
+            out.print("no instances on the account")
+        else:
+            out.print(f"  {'ID':<34} {'PROFILE':<16} {'STATUS':<11} {'IP':<15} {'TYPE':<22} {'REGION':<14} "
+                      f"{'UPTIME':>8} {'COST':>9} {'TTL LEFT':>9}")
+            for r in rows:
+                out.print(f"{'*' if r['managed'] else ' '} {str(r['id'] or '(launching)'):<34} {str(r['profile'] or '-')[:16]:<16} "
+                          f"{r['status']:<11} {str(r['ip'] or '-'):<15} {str(r['type'])[:22]:<22} "
+                          f"{str(r['region'] or '-'):<14} {d.format_duration(r['uptime_s']):>8} "
+                          f"{_money(r['cost_so_far']):>9} {d.format_duration(r['ttl_left_s']):>9}")
+            out.print("* managed by gpuops")
+    for a in doc["alerts"]:
+        out.warn(a)
+
+
+@app.command("down")
+def down(
+    name: str = typer.Argument(..., help="Profile written by `gpuops up`."),
+    fetch_first: bool = typer.Option(False, "--fetch-first", help="Run `gpuops fetch` (verified) for every fetch: "
+                                                                  "entry first: termination wipes the disk."),
+    yes: bool = typer.Option(False, "--yes", "-y", help="Do not ask before terminating."),
+    json_: bool = JsonOpt,
+) -> None:
+    """Terminate the instance behind profile NAME, confirm it by reading it back, forget its host key, mark the
+    profile gone."""
+    from ..cloud.lifecycle import down as do_down
+    from ..errors import GpuopsError
+    from ..profiles import resolve
+
+    out = output(json_)
+    prof = resolve(name)
+    if prof.cloud is not None and prof.cloud.state == "active" and not yes and not _ask(f"terminate instance {prof.cloud.instance_id} ({prof.name}, "
+                                                       f"{prof.instance_type}); its disk is wiped?"):
+        raise GpuopsError("not terminated")
+    ctx = _context(out)
+    with ctx.client:
+        res = do_down(name, ctx, fetch_first=fetch_first, project_dir=Path.cwd())
+    if json_:
+        out.emit_json(res)
+    elif res.get("already"):
+        out.info(f"{res['profile']}: instance {res['instance_id']} was already {res['status']}")
+    else:
+        out.success(f"{res['profile']}: instance {res['instance_id']} is {res['status']}; host key forgotten, "
+                    "profile marked gone")
+
+
+@app.command("reap")
+def reap(
+    yes: bool = typer.Option(False, "--yes", "-y", help="Terminate without asking (for cron)."),
+    json_: bool = JsonOpt,
+) -> None:
+    """Terminate gpuops-managed instances past their TTL or idle limit (idle confirmed by one sample on the host).
+    Safe from cron: `gpuops reap --yes`."""
+    from ..cloud.lifecycle import reap as do_reap
+
+    out = output(json_)
+    ctx = _context(out)
+    with ctx.client:
+        res = do_reap(ctx, confirm=None if yes else _ask, project_dir=Path.cwd())
+    if json_:
+        out.emit_json(res)
+        return
+    if not res["terminated"]:
+        out.print("nothing to reap")
+    for r in res["terminated"]:
+        out.print(f"terminated {r['id']} ({r['profile']}): {'; '.join(r['reasons'])}")
+    for r in res["skipped"]:
+        out.print(f"kept {r['id']} ({r['profile']}): {r['why']}")
+    if res["records_closed"]:
+        out.info(f"ledger: closed {len(res['records_closed'])} record(s) the API shows gone: "
+                 + ", ".join(res["records_closed"]))

@@ -1,0 +1,77 @@
+"""The cost guard as every command sees it, with no network call: a managed profile's cost so far, time left before
+its TTL and idle limit, and the warnings printed by each command that touches it. Light imports only (no httpx)."""
+from __future__ import annotations
+
+import time
+from typing import Iterable, Optional
+
+from . import decisions as d
+
+
+def _epoch(dt) -> Optional[float]:
+    return dt.timestamp() if dt is not None else None
+
+
+def _record(prof):
+    from .ledger import Ledger
+
+    try:
+        return Ledger().by_instance(prof.cloud.instance_id)
+    except Exception:  # an unreadable ledger must not break `status`; `ls` reports it loudly
+        return None
+
+
+def summary(prof, now: float | None = None) -> Optional[dict]:
+    """{instance_id, price_per_hour, uptime_s, cost_so_far, ttl_left_s, idle_left_s, expired, reasons} or None."""
+    c = getattr(prof, "cloud", None)
+    if c is None:
+        return None
+    now = time.time() if now is None else now
+    rec = _record(prof)
+    launched = _epoch(c.launched_at)
+    g = d.guard(now, ttl_deadline=_epoch(c.ttl_deadline), idle_limit_s=c.idle_limit_s,
+                last_active=rec.last_active if rec else None, launched_at=launched)
+    alive = c.state == "active"
+    return {"instance_id": c.instance_id, "state": c.state, "price_per_hour": prof.price_per_hour,
+            "uptime_s": (now - launched) if launched and alive else None,
+            "cost_so_far": d.cost_so_far(prof.price_per_hour, launched, now) if alive else None,
+            "ttl_left_s": g.ttl_left if alive else None, "idle_left_s": g.idle_left if alive else None,
+            "expired": alive and g.expired, "reasons": g.reasons() if alive else []}
+
+
+def line(s: dict) -> str:
+    parts = [f"instance {s['instance_id']}"]
+    if s["cost_so_far"] is not None:
+        parts.append(f"cost so far ${s['cost_so_far']:.2f} (${s['price_per_hour'] or 0:.2f}/h for "
+                     f"{d.format_duration(s['uptime_s'])})")
+    if s["ttl_left_s"] is not None:
+        parts.append(f"TTL left {d.format_duration(s['ttl_left_s'])}")
+    if s["idle_left_s"] is not None:
+        parts.append(f"idle limit in {d.format_duration(s['idle_left_s'])}")
+    return ", ".join(parts)
+
+
+def warnings(prof, now: float | None = None) -> list[str]:
+    s = summary(prof, now)
+    if s is None:
+        return []
+    if s["state"] == "gone":
+        return [f"profile '{prof.name}' is marked gone: its instance {s['instance_id']} was terminated "
+                f"(gpuops up {prof.name} launches a new one)"]
+    if s["expired"]:
+        return [f"profile '{prof.name}': instance {s['instance_id']} is past its limit ({'; '.join(s['reasons'])}) and "
+                f"still billing ${s['price_per_hour'] or 0:.2f}/h: gpuops down {prof.name}, or gpuops reap"]
+    return []
+
+
+def note_sample(prof, run_running: bool, utilisations: Iterable[float], now: float | None = None) -> None:
+    """Record activity seen by a sample gpuops took anyway (status, watch): the idle clock restarts."""
+    c = getattr(prof, "cloud", None)
+    if c is None or not d.busy(run_running, list(utilisations)):
+        return
+    from .ledger import Ledger
+
+    try:
+        Ledger().note_activity(c.instance_id, time.time() if now is None else now)
+    except Exception:
+        pass

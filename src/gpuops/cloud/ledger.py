@@ -1,0 +1,133 @@
+"""The local record of every launch: the source of truth for "what might be billing".
+
+A record is written BEFORE the launch request (state `launching`: a request may be in flight), under an exclusive file
+lock, and the instance id is added after (`launched`). `terminated` closes it; `failed` means the API said no and nothing
+was created. Writes are atomic and private (0600). The lock also carries the time of the last launch request, so that
+several gpuops processes together stay under Lambda's one launch per 12 s.
+"""
+from __future__ import annotations
+
+import json
+import os
+from contextlib import contextmanager
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Iterator, Optional
+
+from ..paths import state_dir, write_private
+
+LAUNCHING, LAUNCHED, TERMINATED, FAILED = "launching", "launched", "terminated", "failed"
+OPEN_STATES = (LAUNCHING, LAUNCHED)
+
+
+@dataclass
+class Record:
+    launch_id: str
+    profile: str
+    instance_type: str
+    region: str
+    price_cents_per_hour: int
+    created_at: float  # epoch seconds, when the record was written (before the request)
+    state: str = LAUNCHING
+    instance_id: Optional[str] = None
+    launched_at: Optional[float] = None  # when the instance id was known
+    ttl_deadline: Optional[float] = None  # epoch seconds
+    idle_limit_s: Optional[float] = None
+    last_active: Optional[float] = None  # last time gpuops saw a run or GPU work on it
+    ended_at: Optional[float] = None
+    regions_tried: list = field(default_factory=list)
+    note: str = ""
+
+    @property
+    def open(self) -> bool:
+        return self.state in OPEN_STATES
+
+    @classmethod
+    def from_dict(cls, d: dict) -> "Record":
+        known = {k: v for k, v in d.items() if k in cls.__dataclass_fields__}
+        return cls(**known)
+
+
+def ledger_path() -> Path:
+    return state_dir() / "cloud" / "ledger.json"
+
+
+class Ledger:
+    def __init__(self, path: Path | None = None):
+        self.path = path or ledger_path()
+        self.lock_path = self.path.with_name(self.path.name + ".lock")
+
+    @contextmanager
+    def transaction(self) -> Iterator[dict]:
+        """Exclusive lock; yields the document {"records": {launch_id: dict}, "last_launch_at": float}; saved on exit."""
+        import fcntl
+
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        fd = os.open(self.lock_path, os.O_RDWR | os.O_CREAT, 0o600)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX)
+            doc = self._read()
+            before = json.dumps(doc, sort_keys=True)
+            yield doc
+            if json.dumps(doc, sort_keys=True) != before:
+                write_private(self.path, json.dumps(doc, indent=1, sort_keys=True) + "\n")
+        finally:
+            fcntl.flock(fd, fcntl.LOCK_UN)
+            os.close(fd)
+
+    def _read(self) -> dict:
+        try:
+            doc = json.loads(self.path.read_text())
+        except FileNotFoundError:
+            doc = {}
+        except (OSError, ValueError) as exc:
+            from ..errors import GpuopsError
+
+            raise GpuopsError(f"the launch ledger {self.path} is unreadable ({exc}); it records what may be billing, "
+                              "so gpuops stops rather than guess", hint="inspect or restore the file, then try again")
+        doc.setdefault("records", {})
+        doc.setdefault("last_launch_at", 0.0)
+        return doc
+
+    # -- reads -------------------------------------------------------------------------------------------------------
+    def records(self) -> list[Record]:
+        with self.transaction() as doc:
+            return [Record.from_dict(r) for r in doc["records"].values()]
+
+    def get(self, launch_id: str) -> Optional[Record]:
+        with self.transaction() as doc:
+            r = doc["records"].get(launch_id)
+            return Record.from_dict(r) if r else None
+
+    def by_instance(self, instance_id: str) -> Optional[Record]:
+        return next((r for r in self.records() if r.instance_id == instance_id), None)
+
+    def open_for_profile(self, profile: str) -> list[Record]:
+        return [r for r in self.records() if r.profile == profile and r.open]
+
+    # -- writes ------------------------------------------------------------------------------------------------------
+    def add(self, rec: Record) -> None:
+        with self.transaction() as doc:
+            doc["records"][rec.launch_id] = asdict(rec)
+
+    def update(self, launch_id: str, **changes) -> Record:
+        with self.transaction() as doc:
+            r = doc["records"][launch_id]
+            r.update(changes)
+            return Record.from_dict(r)
+
+    def claim_launch_slot(self, now: float, interval: float) -> float:
+        """0 and the slot is taken (last_launch_at = now) if `interval` has passed since the last launch request by any
+        gpuops process; else the seconds still to wait (nothing taken)."""
+        with self.transaction() as doc:
+            wait = float(doc.get("last_launch_at") or 0.0) + interval - now
+            if wait > 0:
+                return wait
+            doc["last_launch_at"] = now
+            return 0.0
+
+    def note_activity(self, instance_id: str, when: float) -> None:
+        with self.transaction() as doc:
+            for r in doc["records"].values():
+                if r.get("instance_id") == instance_id and (r.get("last_active") or 0) < when:
+                    r["last_active"] = when
