@@ -318,7 +318,7 @@ def table(state):
         mig = "N/A" if str(g["mig.mode.current"]).startswith("[") else g["mig.mode.current"]
         out.append("|%4d  %-30s%3s  |%19s Off | %20s |" % (g["index"], g["name"][:30], pm, g["pci.bus_id"],
                                                           g["ecc.errors.uncorrected.volatile.total"]))
-        out.append("| N/A   %2dC    %s %24s |%8sMiB / %6sMiB |%7d%%      Default |" % (
+        out.append("| N/A   %2dC    %s%24s |%8sMiB / %6sMiB |%7d%%      Default |" % (
             g["temperature.gpu"], g["pstate"], "%dW / %5s" % (g["power.draw"], "%dW" % g["power.limit"]),
             g["memory.used"], g["memory.total"], g["utilization.gpu"]))
         out.append("|                                         |                        | %20s |" % mig)
