@@ -88,7 +88,7 @@ def judge(bench: dict, facts: Facts, thresholds: dict | None = None) -> Iterable
             yield CheckResult(cid, title, WARN, "bench failed", detail=d["error"][:400],
                               remediation="the GPU errors on a matmul or copy: see the CUDA and health checks")
             continue
-        row = _row_for(d, facts)
+        row = _row_for(d, facts) if bench.get("device", "cuda") == "cuda" else None  # CPU runs: no GPU reference
         tf, tb = d.get("bf16_tflops"), d.get("copy_tbps")
         measured = f"bf16 {tf:g} TFLOP/s, copy {tb:g} TB/s"
         ref_tf, ref_tb = (row.ref("bf16_tflops"), row.ref("copy_tbps")) if row is not None else (None, None)
