@@ -185,8 +185,9 @@ def check_gpu_model(c: Context) -> Iterable[CheckResult]:
         ok = all(text.lower() in g.name.lower() for g in c.f.gpus)
     measured = _describe_host(c, have) if row is not None else ", ".join(names)
     expected = _describe_expected(row, itype, c.e.gpu if c.e.gpu else None) if row is not None else f"*{text}*"
-    if ok:
-        yield CheckResult("gpu.model", "GPU model", PASS, measured, expected)
+    if ok:  # the short form; a mismatch spells out both sides
+        short = (f"{row.name} (" + (f"expect.gpu: {c.e.gpu}" if c.e.gpu else str(itype)) + ")") if row is not None else expected
+        yield CheckResult("gpu.model", "GPU model", PASS, measured, short)
         return
     host_rows = [r for r in have.values() if r is not None]
     fix = ("this host's GPU is not the one the profile expects: "
