@@ -84,6 +84,7 @@ def status(json_: bool = JsonOpt) -> None:
     g = st.get("gpu", {})
     out.print(f"sandbox host: running on 127.0.0.1:{st['port']} (pid {st['pid']})")
     out.print(f"emulated GPUs: {g.get('count')}x {g.get('gpu')}, driver {g.get('driver')}, CUDA {g.get('cuda')}"
-              f"{', failing: ' + g['fail'] if g.get('fail') else ''}")
+              f"{', failing: ' + g['fail'] if g.get('fail') else ''}"
+              f"{', faults: ' + ', '.join(g['faults']) if g.get('faults') else ''}")
     out.print(f"directory: {st['dir']}")
     out.print(f"profile: {st['profile']}")
