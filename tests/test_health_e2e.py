@@ -73,6 +73,8 @@ def test_plain_report_shows_the_fault_and_its_fix(sandbox, gpuops):
     assert "FAIL  Xid errors (kernel log): Xid 79 since boot (1 line(s))" in r.out
     assert "Xid 79 on GPU 0: GPU has fallen off the bus" in r.out
     assert "fix: reset the GPU if you own the host (`sudo nvidia-smi -r -i 0`" in r.out
+    st = gpuops("sandbox", "status")
+    assert st.code == 0 and "faults: xid=79, remap-pending" in st.out
 
 
 def test_old_driver_rejects_new_fields_but_verify_keeps_the_gpu_table(sandbox, gpuops):
