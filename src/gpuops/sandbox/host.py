@@ -101,27 +101,15 @@ def write_gpu_state(d: Path, *, gpu: str, gpus: int, driver: str, cuda: str, fai
         raise UsageError(f"unknown --gpu {gpu!r}; choose one of: {', '.join(GPU_MODELS)}")
     if fail not in FAIL_MODES:
         raise UsageError(f"unknown --fail {fail!r}; choose one of: {', '.join(FAIL_MODES)}")
-    check_faults(faults or [], gpus)
+    from .nvidia_smi import fault_problem
+
+    for text in faults or []:
+        if fault_problem(text, gpus):
+            raise UsageError(fault_problem(text, gpus))
     state = {"gpu": gpu, "count": gpus, "driver": driver, "cuda": cuda, "fail": None if fail == "none" else fail,
              "header": header, "na_fields": na_fields or [], "faults": list(faults or [])}
     write_atomic(d / "gpu.json", json.dumps(state, indent=1))
     return state
-
-
-def check_faults(faults: list[str], gpus: int) -> None:
-    """--fault NAME[=VALUE][@GPU]: names from the emulator's FAULTS table."""
-    from .nvidia_smi import FAULTS, parse_fault
-
-    for text in faults:
-        name, value, idx = parse_fault(text)
-        if name not in FAULTS:
-            raise UsageError(f"unknown --fault {name!r}; choose from: {', '.join(FAULTS)}")
-        if idx >= max(gpus, 1) or ("@" in text and not text.rsplit("@", 1)[1].isdigit()):
-            raise UsageError(f"--fault {text!r}: GPU index must be below --gpus ({gpus})")
-        if value is not None and FAULTS[name].get("default") is None:
-            raise UsageError(f"--fault {name} takes no value")
-        if value is not None and isinstance(FAULTS[name]["default"], int) and not value.isdigit():
-            raise UsageError(f"--fault {name}={value}: the value must be a whole number")
 
 
 def up(*, gpu: str = "h100-pcie", gpus: int = 1, port: int | None = None, driver: str = "570.148.08",

@@ -198,6 +198,21 @@ def parse_fault(text):
     return name, value or None, int(gpu) if gpu.isdigit() else 0
 
 
+def fault_problem(text, count):
+    """Why `--fault TEXT` cannot be injected on a host of `count` GPUs, or None."""
+    name, value, idx = parse_fault(text)
+    if name not in FAULTS:
+        return "unknown --fault %r; choose from: %s" % (name, ", ".join(FAULTS))
+    if idx >= max(count, 1) or ("@" in text and not text.rsplit("@", 1)[1].isdigit()):
+        return "--fault %r: the GPU index must be below --gpus (%d)" % (text, count)
+    default = FAULTS[name].get("default")
+    if value is not None and default is None:
+        return "--fault %s takes no value" % name
+    if value is not None and isinstance(default, int) and not value.isdigit():
+        return "--fault %s=%s: the value must be a whole number" % (name, value)
+    return None
+
+
 def apply_faults(glist, state):
     for text in state.get("faults") or []:
         name, value, idx = parse_fault(text)
