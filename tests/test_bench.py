@@ -134,3 +134,21 @@ def test_bench_snippet_runs_on_the_sandbox_with_cpu_torch(sandbox, dist_python, 
     by = {r.id: r for r in res}
     assert by["bench.gpu0"].status == INFO and by["bench.allreduce"].status == INFO  # CPU: nothing to compare with
     assert json.loads(json.dumps(report, default=str))["bench"]["devices"][1]["index"] == 1
+
+
+def test_probe_bench_fact_failures_reach_the_judgement():
+    """A crashed or timed-out bench (the probe's fact shapes) is a WARN with its reason, never a lost report."""
+    from gpuops.facts import from_probe
+
+    from helpers import fact, probe_doc
+
+    doc = probe_doc(query="0, NVIDIA H100 80GB HBM3, GPU-1, 81559, 0, 0, 37, 73.22, 700.00, 9.0, 580.159.04, "
+                          "00000000:00:06.0\n")
+    doc["bench"] = fact({"rc": 1, "error": "ModuleNotFoundError: No module named 'torch'", "stderr": "Traceback ..."})
+    f = from_probe(doc)
+    r = {x.id: x for x in judge(f.bench, f, {})}
+    assert r["bench.run"].status == WARN and "No module named 'torch'" in r["bench.run"].detail
+    doc["bench"] = fact(ok=False, error="timed out after 185s")
+    f = from_probe(doc)
+    assert f.bench["timeout"] is True
+    assert [x.status for x in judge(f.bench, f, {})] == [WARN]
