@@ -124,13 +124,13 @@ def test_bench_snippet_runs_on_the_sandbox_with_cpu_torch(sandbox, dist_python, 
     report, res = verify.check_host(prof, out, project_dir=isolated, extra_params=params, cuda_check=False)
     assert report["remote_executions"] == 1
     b = report["bench"]
-    assert b["device"] == "cpu" and b["torch"].startswith("2.") and len(b["devices"]) == 2
+    assert b.get("device") == "cpu" and b.get("torch", "").startswith("2.") and len(b.get("devices", [])) == 2, b
     for d in b["devices"]:
-        assert d["bf16_tflops"] > 0 and d["copy_tbps"] > 0 and 0.4 <= d["matmul_seconds"] < 5
+        assert d["bf16_tflops"] > 0 and d["copy_tbps"] > 0 and 0.4 <= d["matmul_seconds"] < 5, d
         smp = d["sample"]  # the emulated nvidia-smi answered the same fields the real one would
-        assert smp["fields"][2] == "clocks_event_reasons.active" and smp["gpus"].count("\n") == 2
+        assert smp.get("fields", [None] * 3)[2] == "clocks_event_reasons.active" and smp["gpus"].count("\n") == 2, smp
     ar = b["allreduce"]
-    assert ar["world"] == 2 and ar["backend"] == "gloo" and ar["busbw_gbps"] > 0 and "error" not in ar
+    assert ar["world"] == 2 and ar.get("backend") == "gloo" and ar.get("busbw_gbps", 0) > 0 and "error" not in ar, ar
     by = {r.id: r for r in res}
     assert by["bench.gpu0"].status == INFO and by["bench.allreduce"].status == INFO  # CPU: nothing to compare with
     assert json.loads(json.dumps(report, default=str))["bench"]["devices"][1]["index"] == 1

@@ -135,9 +135,19 @@ sync = torch.cuda.synchronize if dev == "cuda" else (lambda: None)
 for _ in range(3):
     dist.all_reduce(x)
 sync()
-iters, t0 = 0, time.perf_counter()
-while iters < 5 or time.perf_counter() - t0 < 1.0:
-    dist.all_reduce(x); sync(); iters += 1
+t0 = time.perf_counter()
+for _ in range(3):
+    dist.all_reduce(x)
+sync()
+per = max((time.perf_counter() - t0) / 3, 1e-6)
+# every rank must run the same number of collectives: agree on the smallest estimate for ~1 s
+n = torch.tensor([max(5, min(200, int(1.0 / per)))], dtype=torch.int64, device=x.device)
+dist.all_reduce(n, op=dist.ReduceOp.MIN)
+iters = int(n.item())
+t0 = time.perf_counter()
+for _ in range(iters):
+    dist.all_reduce(x)
+sync()
 el = (time.perf_counter() - t0) / iters
 size = x.numel() * x.element_size()
 if rank == 0:
