@@ -1,7 +1,6 @@
 """GPU identity and passive health, pure: parsers on the real H100 SXM5 / H200 captures, every rule on recorded facts,
 the old-driver retry of the probe against the emulated nvidia-smi, and the emulator's fidelity to the real files."""
 import json
-import os
 import re
 import subprocess
 import sys
@@ -15,7 +14,7 @@ from gpuops.facts import SMI_QUERY_FIELDS, from_probe, parse_health, parse_smi_h
 from gpuops.profiles import Profile
 from gpuops.remote import probe
 
-from helpers import DATA, fact, healthy_cuda, probe_doc, smi
+from helpers import fact, healthy_cuda, probe_doc, smi
 
 KN = knowledge.knowledge()
 PRESETS = knowledge.presets()

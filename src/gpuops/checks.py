@@ -798,8 +798,6 @@ def _persistence(c: Context) -> Iterable[CheckResult]:
 
 
 def _power(c: Context) -> Iterable[CheckResult]:
-    from . import gpus
-
     limits = {h.index: h.get("power.limit") for h in c.f.health if isinstance(h.get("power.limit"), (int, float))}
     if not limits:
         return
