@@ -152,3 +152,12 @@ def test_probe_bench_fact_failures_reach_the_judgement():
     f = from_probe(doc)
     assert f.bench["timeout"] is True
     assert [x.status for x in judge(f.bench, f, {})] == [WARN]
+
+
+def test_the_sample_row_is_found_by_pci_address_when_indices_differ():
+    """CUDA_VISIBLE_DEVICES=3: torch's GPU 0 is nvidia-smi's GPU 3; the cause must come from GPU 3's line."""
+    cool = sample()["gpus"].strip()
+    hot = sample(thermal=True, temp=93)["gpus"].strip().replace("0, " + BUS, "3, 00000000:1B:00.0", 1)
+    s = dict(sample(), gpus=cool + "\n" + hot + "\n")
+    r = results({"pid": 1, "devices": [dev(400, 3.0, sample=s, pci="0000:1b:00")]})["bench.gpu0"]
+    assert r.status == WARN and "hardware thermal slowdown; temperature 93 C" in r.detail

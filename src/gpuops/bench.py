@@ -67,6 +67,11 @@ def _row_for(d: dict, facts: Facts):
     return row
 
 
+def _bus(pci) -> list:
+    """'00000000:18:00.0' and '0000:18:00' -> ['18', '00'] (bus, device; the domain's width varies)."""
+    return str(pci or "").lower().rsplit(".", 1)[0].split(":")[-2:]
+
+
 def _pct(x: float, ref: float) -> str:
     return f"{100 * x / ref:.0f} % of {ref:g}"
 
@@ -109,6 +114,8 @@ def judge(bench: dict, facts: Facts, thresholds: dict | None = None) -> Iterable
             continue
         rows, apps = sample_by_gpu(d.get("sample"))
         h = rows.get(i)
+        if d.get("pci"):  # torch's GPU i is not nvidia-smi's i under CUDA_VISIBLE_DEVICES: match by PCI address
+            h = next((x for x in rows.values() if _bus(x.get("pci.bus_id")) == _bus(d["pci"])), h)
         bus = (h.get("pci.bus_id") or "").lower() if h else ""
         causes = likely_causes(h, apps.get(bus, []), own, row, th)
         why = ("likely cause, seen during the matmul: " + "; ".join(causes)) if causes else \
