@@ -101,7 +101,7 @@ def test_host_without_python(sandbox, gpuops):
     r = gpuops("verify", "nopy", "--no-save")
     assert r.code == 1
     assert "'python9' not found on the host" in r.out
-    assert "GPU model: NVIDIA H100 PCIe" in r.out  # GPU facts still gathered
+    assert "GPU model: H100 (80 GB PCIe) [nvidia-smi: NVIDIA H100 PCIe]" in r.out  # GPU facts still gathered
 
 
 def test_wrong_key_is_refused_with_exit_3(sandbox, gpuops, tmp_path):

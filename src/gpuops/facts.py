@@ -35,6 +35,20 @@ class Gpu:
 
 
 @dataclass
+class GpuHealth:
+    """One GPU's health fields: field -> parsed value (bool for Yes/No, Active/Not Active, Enabled/Disabled; int for
+    counts and hex masks; float for W/MHz; str otherwise). Fields the GPU or driver did not answer sit in `unknown`
+    with the reason ("N/A", "Not Supported", "not supported by this driver")."""
+    index: int
+    values: dict[str, Any] = field(default_factory=dict)
+    unknown: dict[str, str] = field(default_factory=dict)
+
+    def get(self, name: str, default: Any = None) -> Any:
+        v = self.values.get(name)
+        return default if v is None else v
+
+
+@dataclass
 class SmiStatus:
     state: str  # ok | missing | failed | timeout | error
     failure: str | None = None  # knowledge id, e.g. driver-not-loaded
@@ -69,6 +83,11 @@ class Facts:
     user_checks: dict[str, dict] = field(default_factory=dict)
     errors: dict[str, str] = field(default_factory=dict)  # fact name -> why it could not be gathered
     probe_seconds: float | None = None
+    health: list[GpuHealth] | None = None  # None: not gathered (see errors["gpu_health"])
+    health_unsupported: list[str] = field(default_factory=list)  # fields this driver does not know
+    kernel_log: dict | None = None  # {"readable", "source", "error"}; None: not gathered
+    xids: list[dict] = field(default_factory=list)
+    bench: dict | None = None  # verify --bench: the remote snippet's result
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -237,4 +256,85 @@ def from_probe(doc: dict, *, host: str = "", failures: list[dict] | None = None)
     f.env = fact_value(doc, "env") or {}
     f.user_checks = {k: v for k, v in (fact_value(doc, "user_checks") or {}).items()}
     f.probe_seconds = doc.get("seconds")
+    _health_from_probe(doc, f)
     return f
+
+
+# -- GPU health (issue #15) ----------------------------------------------------------------------------------
+_BOOL_WORDS = {"yes": True, "no": False, "active": True, "not active": False, "enabled": True, "disabled": False}
+_XID = re.compile(r"NVRM: Xid \(PCI:([0-9A-Fa-f:.]+)\): (\d+),\s*(.*)")
+
+
+def parse_health_value(raw: str) -> tuple[Any, str | None]:
+    """(value, why-unknown) of one health field as nvidia-smi prints it (with or without units)."""
+    raw = raw.strip()
+    if raw in NA_VALUES:
+        return None, NA_VALUES[raw]
+    low = raw.lower()
+    if low in _BOOL_WORDS:
+        return _BOOL_WORDS[low], None
+    if re.fullmatch(r"0x[0-9a-fA-F]+", raw):
+        return int(raw, 16), None
+    num = re.fullmatch(r"(-?\d+(?:\.\d+)?)\s*(?:W|MHz|MiB|%|C|x)?", raw)
+    if num:
+        return (float(num.group(1)) if "." in num.group(1) else int(num.group(1))), None
+    return raw, None
+
+
+def parse_health(stdout: str, fields: list[str], unsupported: list[str] | None = None) -> list[GpuHealth]:
+    """`nvidia-smi --query-gpu=<fields> --format=csv,noheader[,nounits]` -> one GpuHealth per GPU line."""
+    out: list[GpuHealth] = []
+    for line in stdout.splitlines():
+        if not line.strip() or "," not in line:
+            continue
+        parts = [p.strip() for p in line.split(",")]
+        h = GpuHealth(index=len(out))
+        for name, raw in zip(fields, parts):
+            value, why = parse_health_value(raw)
+            if name == "index" and isinstance(value, int):
+                h.index = value
+                continue
+            h.values[name] = value
+            if why:
+                h.unknown[name] = why
+        for name in unsupported or []:
+            h.values[name] = None
+            h.unknown[name] = "not supported by this driver"
+        out.append(h)
+    return out
+
+
+def parse_xids(lines: list[str]) -> list[dict]:
+    """Xid events from kernel log lines (dmesg or journalctl format): code, PCI address, the driver's text."""
+    found = []
+    for line in lines or []:
+        m = _XID.search(line)
+        if m:
+            found.append({"code": int(m.group(2)), "pci": m.group(1), "text": m.group(3).strip()[:300],
+                          "line": line.strip()[:400]})
+    return found
+
+
+def _health_from_probe(doc: dict, f: Facts) -> None:
+    h = fact_value(doc, "gpu_health")
+    if h is not None:
+        if h.get("found") and h.get("rc") == 0:
+            f.health = parse_health(h.get("stdout") or "", h.get("fields") or [], h.get("unsupported"))
+            f.health_unsupported = list(h.get("unsupported") or [])
+        elif h.get("found"):
+            text = ((h.get("stdout") or "") + (h.get("stderr") or "")).strip()
+            f.errors["gpu_health"] = "nvidia-smi health query " + (
+                "timed out" if h.get("timeout") else f"failed (exit {h.get('rc')}): {_first_line(text)}")
+    k = fact_value(doc, "kernel_log")
+    if k is not None:
+        f.kernel_log = {key: k.get(key) for key in ("readable", "source", "error", "total_lines")}
+        f.xids = parse_xids(k.get("lines") or []) if k.get("readable") else []
+    b = fact_value(doc, "bench")
+    if b is not None:
+        if "result" in b:
+            f.bench = b["result"]
+        else:
+            f.bench = {"error": b.get("error") or "the bench printed nothing", "timeout": bool(b.get("timeout")),
+                       "stderr": (b.get("stderr") or "")[-1000:]}
+    elif "bench" in f.errors:
+        f.bench = {"error": f.errors["bench"], "timeout": "timed out" in f.errors["bench"]}

@@ -74,6 +74,7 @@ class Expect(_Strict):
     imports: List[str] = Field(default_factory=list, description="modules that must import")
     min_disk_gb: Optional[float] = Field(None, ge=0)
     min_memory_gib: Optional[float] = Field(None, ge=0)
+    mig: Optional[bool] = Field(None, description="MIG mode expected on (true) or off (false); unset: off, warned when on")
 
     @field_validator("driver", "cuda", "python", mode="before")
     @classmethod

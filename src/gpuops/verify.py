@@ -15,7 +15,12 @@ from .facts import from_probe
 BASE_PACKAGES = ["torch", "torchvision", "torchaudio", "vllm", "flash-attn", "transformers", "numpy"]
 
 
-def probe_params(profile, playbook: dict, presets: dict, project_dir: Path, *, cuda_check: bool = True) -> dict:
+BENCH_PARAMS = {"seconds": 1.0, "matmul_n": 8192, "copy_mib": 1024, "allreduce": True, "allreduce_mib": 256}
+
+
+def probe_params(profile, playbook: dict, presets: dict, project_dir: Path, *, cuda_check: bool = True,
+                 bench: bool = False) -> dict:
+    checks = playbook.get("checks") or []
     env_names = {"CUDA_VISIBLE_DEVICES", "PYTORCH_CUDA_ALLOC_CONF"}
     for c in presets.get("conflicts", []) or []:
         env_names.update((c.get("when", {}).get("env") or {}).keys())
@@ -29,17 +34,21 @@ def probe_params(profile, playbook: dict, presets: dict, project_dir: Path, *, c
         "timeouts": playbook.get("timeouts") or {},
         "user_checks": [{"name": u["name"], "command": u["command"], "timeout": u.get("timeout", 30)}
                         for u in playbook.get("user_checks") or []],
+        "health": not checks or "gpu.health_fields" in checks,
+        "kernel_log": not checks or "gpu.kernel_log" in checks,
+        **({"bench": dict(BENCH_PARAMS)} if bench else {}),
     }
 
 
 def run_verify(profile, out, *, playbook: str | None = None, save: bool = True, cuda_check: bool = True,
                project_dir: Path | None = None, clock: Callable[[], datetime] = datetime.now,
-               fail_on_warn: bool = False, retry_802_s: float = 0.0, sleep: Callable[[float], None] = time.sleep) -> int:
+               fail_on_warn: bool = False, retry_802_s: float = 0.0, sleep: Callable[[float], None] = time.sleep,
+               bench: bool = False) -> int:
     from . import profiles
 
     project_dir = project_dir or Path.cwd()
     report, results = check_host(profile, out, playbook=playbook, cuda_check=cuda_check, project_dir=project_dir,
-                                 clock=clock, retry_802_s=retry_802_s, sleep=sleep)
+                                 clock=clock, retry_802_s=retry_802_s, sleep=sleep, bench=bench)
     show(out, report, results)
     if save:
         saved = save_report(report, results, project_dir, clock())
@@ -55,7 +64,7 @@ def exit_code(report: dict, fail_on_warn: bool = False) -> int:
 
 def check_host(profile, out, *, playbook: str | None = None, cuda_check: bool = True, project_dir: Path,
                clock: Callable[[], datetime] = datetime.now, extra_params: dict | None = None,
-               retry_802_s: float = 0.0, sleep: Callable[[float], None] = time.sleep):
+               retry_802_s: float = 0.0, sleep: Callable[[float], None] = time.sleep, bench: bool = False):
     """One host: connect, gather (one execution), judge. Returns (report, results); shows nothing.
     retry_802_s: on a fresh cloud instance, CUDA error 802 (system not yet initialized: fabric manager still
     starting) is transient; gather again every 15 s for up to that long before reporting it."""
@@ -65,14 +74,16 @@ def check_host(profile, out, *, playbook: str | None = None, cuda_check: bool = 
     pb = kb.load_playbook("verify", project_dir, path=playbook)
     knowledge, presets = kb.knowledge(project_dir), kb.presets(project_dir)
     preset_env = kb.preset_env(profile.env_preset, project_dir)
-    params = {**probe_params(profile, pb, presets, project_dir, cuda_check=cuda_check), **(extra_params or {})}
+    params = {**probe_params(profile, pb, presets, project_dir, cuda_check=cuda_check, bench=bench),
+              **(extra_params or {})}
     started = time.monotonic()
     with out.status(f"connecting to {profile.user}@{profile.host}:{profile.port}"):
         remote = connect(profile, announce=out.info)
     retry_until = time.monotonic() + retry_802_s
     try:
         while True:
-            with out.status("gathering facts (one remote execution)"):
+            with out.status("gathering facts (one remote execution)" + (", with the GPU bench" if params.get("bench")
+                                                                         else "")):
                 doc = gather(remote, params, python=profile.python)
             facts = from_probe(doc, host=profile.host, failures=knowledge.get("nvidia_smi_failures", []))
             results = evaluate(facts, profile, pb, knowledge, presets, preset_env)
@@ -86,6 +97,8 @@ def check_host(profile, out, *, playbook: str | None = None, cuda_check: bool = 
     report = build_report(profile, facts, results, executions, time.monotonic() - started, clock())
     if "reach" in doc:
         report["reach"] = doc["reach"]
+    if facts.bench is not None:
+        report["bench"] = facts.bench
     return report, results
 
 
@@ -134,7 +147,7 @@ def save_report(report: dict, results, project_dir: Path, when: datetime) -> tup
 
 def run_fleet_verify(profile, out, *, playbook: str | None = None, save: bool = True, cuda_check: bool = True,
                      project_dir: Path | None = None, clock: Callable[[], datetime] = datetime.now,
-                     fail_on_warn: bool = False, parallel: int = 8) -> int:
+                     fail_on_warn: bool = False, parallel: int = 8, bench: bool = False) -> int:
     """Every host of a fleet profile in parallel (one connection and one probe execution each), a section per host
     in rank order, then the fleet as a whole: the same stack everywhere, and every node reaching rank 0's
     rendezvous address. Exit: the worst host's, or 1 when the fleet checks fail."""
@@ -151,7 +164,7 @@ def run_fleet_verify(profile, out, *, playbook: str | None = None, save: bool = 
         buf = fleet.Buffered(json_mode=out.json_mode, debug=out.debug)
         extra = {"reach": {"host": master, "port": MASTER_PORT, "timeout": 5}} if node.rank else None
         rep, results = check_host(node, buf.output, playbook=playbook, cuda_check=cuda_check, project_dir=project_dir,
-                                  clock=clock, extra_params=extra)
+                                  clock=clock, extra_params=extra, bench=bench)
         rep["node"] = node.rank
         return rep, results, buf
 

@@ -1,7 +1,7 @@
 """`gpuops sandbox up|down|status`: the local sandbox host (the embedded default)."""
 from __future__ import annotations
 
-from typing import Optional
+from typing import List, Optional
 
 import typer
 
@@ -14,7 +14,8 @@ app.add_typer(sandbox_app, name="sandbox")
 
 @sandbox_app.command("up")
 def up(
-    gpu: str = typer.Option("h100-pcie", "--gpu", help="GPU model: h100-pcie, h100-sxm, a100, rtx6000ada."),
+    gpu: str = typer.Option("h100-pcie", "--gpu", help="GPU model: h100-pcie, h100-sxm5 (alias h100-sxm), h200, a100, "
+                                                      "rtx6000ada, b200, rtxpro6000, gh200."),
     gpus: int = typer.Option(1, "--gpus", min=0, max=16, help="Number of emulated GPUs."),
     port: Optional[int] = typer.Option(None, "--port", help="Port for sshd (default: a free one, kept across restarts)."),
     driver: str = typer.Option("570.148.08", "--driver", help="Driver version the emulated nvidia-smi reports."),
@@ -31,6 +32,10 @@ def up(
                                        "'booting'."),
     launch_window: float = typer.Option(12.0, "--launch-window", help="With --cloud: at most one launch per this "
                                         "many seconds, else 429 (Lambda: 12)."),
+    fault: Optional[List[str]] = typer.Option(None, "--fault", metavar="NAME[=VALUE][@GPU]", help=(
+        "Inject a GPU fault (repeatable; on GPU 0 unless @GPU): ecc[=N] uncorrectable ECC errors, correctable-ecc[=N], "
+        "remap-pending, remap-failure, recovery-action[=Reset], thermal, power-brake, pcie-x8[=WIDTH], "
+        "persistence-off, mig, xid[=CODE] (a kernel-log line, default 79), kernel-log-unreadable.")),
     json_: bool = JsonOpt,
 ) -> None:
     """Start the sandbox host (or change its emulated GPUs) and write the profile 'sandbox'.
@@ -40,7 +45,8 @@ def up(
         return _cloud_up(out, json_, port or 0, boot_seconds, launch_window, python)
     from ..sandbox import host
 
-    st = host.up(gpu=gpu, gpus=gpus, port=port, driver=driver, cuda=cuda, fail=fail, header=header, python=python)
+    st = host.up(gpu=gpu, gpus=gpus, port=port, driver=driver, cuda=cuda, fail=fail, header=header, python=python,
+                 faults=fault or [])
     if json_:
         out.emit_json({"running": True, "port": st["port"], "profile": str(host.profile_path()), "gpu": st["gpu"]})
         return
@@ -50,7 +56,8 @@ def up(
                  "(profile 'sandbox' updated)")
     what = "started" if st.get("started") else "running"
     out.success(f"sandbox host {what} on 127.0.0.1:{st['port']} ({g['count']}x {g['gpu']} emulated"
-                f"{', failing: ' + g['fail'] if g.get('fail') else ''})")
+                f"{', failing: ' + g['fail'] if g.get('fail') else ''}"
+                f"{', faults: ' + ', '.join(g['faults']) if g.get('faults') else ''})")
     out.info(f"profile 'sandbox' written to {host.profile_path()}")
     out.info("next: gpuops verify sandbox")
 
@@ -122,7 +129,8 @@ def status(
     g = st.get("gpu", {})
     out.print(f"sandbox host: running on 127.0.0.1:{st['port']} (pid {st['pid']})")
     out.print(f"emulated GPUs: {g.get('count')}x {g.get('gpu')}, driver {g.get('driver')}, CUDA {g.get('cuda')}"
-              f"{', failing: ' + g['fail'] if g.get('fail') else ''}")
+              f"{', failing: ' + g['fail'] if g.get('fail') else ''}"
+              f"{', faults: ' + ', '.join(g['faults']) if g.get('faults') else ''}")
     out.print(f"directory: {st['dir']}")
     out.print(f"profile: {st['profile']}")
 

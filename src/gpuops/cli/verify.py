@@ -20,15 +20,18 @@ def verify(
     no_save: bool = typer.Option(False, "--no-save", help="Do not save the report under logs/env_checks/."),
     no_cuda: bool = typer.Option(False, "--no-cuda-check", help="Skip the CUDA tensor test (faster on busy GPUs)."),
     fail_on_warn: bool = typer.Option(False, "--fail-on-warn", help="Exit 1 on warnings too (for CI gates)."),
+    bench: bool = typer.Option(False, "--bench", help="Also measure each GPU (bf16 matmul, device copy, ~1-2 s each; "
+                                                      "NCCL all-reduce on several GPUs) against its reference speed."),
     host: Optional[int] = HostOpt,
 ) -> None:
-    """Check GPUs, driver, CUDA, Python and packages in one remote execution; report pass/warn/fail with fixes.
+    """Check GPUs (identity and health: ECC, row remapping, throttling, PCIe link, Xid), driver, CUDA, Python and
+    packages in one remote execution; report pass/warn/fail with fixes. --bench also measures each GPU's speed.
     A fleet profile (hosts:) is verified on every host in parallel, then as a whole."""
     from .. import verify as core
 
     out = output(json_)
     prof = pick_profile(name, profile)
-    opts = dict(playbook=playbook, save=not no_save, cuda_check=not no_cuda, fail_on_warn=fail_on_warn)
+    opts = dict(playbook=playbook, save=not no_save, cuda_check=not no_cuda, fail_on_warn=fail_on_warn, bench=bench)
     if prof.is_fleet and host is None:
         code = core.run_fleet_verify(prof, out, **opts)
     else:

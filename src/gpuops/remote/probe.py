@@ -79,6 +79,177 @@ print(json.dumps(res))
 '''
 
 
+# `verify --bench` (issue #15): per GPU a bf16 matmul and a device-to-device copy for ~`seconds` each, sampling
+# nvidia-smi half-way through the matmul (what slows the GPU at that moment), then an all-reduce across the GPUs
+# (one process per GPU, torch.distributed NCCL). The figures are judged locally (gpuops/bench.py).
+# device "cpu" runs the same code on CPU torch with gloo (the tests' path; no GPU on a test machine).
+BENCH_CHECK = r"""
+import json, os, socket, subprocess, sys, threading, time
+P = json.loads(sys.argv[1])
+out = {"devices": [], "seconds": float(P.get("seconds", 1.0)), "device": P.get("device", "cuda"), "pid": os.getpid()}
+T0 = time.time()
+SAMPLE = ("index,pci.bus_id,{r}.active,{r}.hw_slowdown,{r}.hw_thermal_slowdown,{r}.sw_thermal_slowdown,"
+          "{r}.hw_power_brake_slowdown,{r}.sw_power_cap,temperature.gpu,power.draw,power.limit,clocks.sm,clocks.max.sm,"
+          "utilization.gpu")
+
+def smi(args):
+    r = subprocess.run(["nvidia-smi"] + args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, timeout=10)
+    return r.returncode, r.stdout.decode("utf-8", "replace")
+
+def sample():
+    s = {"t": round(time.time() - T0, 3)}
+    try:
+        for r in ("clocks_event_reasons", "clocks_throttle_reasons"):
+            fields = SAMPLE.format(r=r)
+            rc, text = smi(["--query-gpu=" + fields, "--format=csv,noheader,nounits"])
+            if rc == 0:
+                s["fields"] = fields.replace("clocks_throttle_reasons", "clocks_event_reasons").split(",")
+                s["gpus"] = text
+                break
+        rc, text = smi(["--query-compute-apps=pid,gpu_bus_id,used_memory", "--format=csv,noheader,nounits"])
+        s["apps"] = text if rc == 0 else ""
+    except Exception as e:
+        s["error"] = "%s: %s" % (type(e).__name__, e)
+    return s
+
+def timed_loop(fn, secs, sync):
+    fn(); sync()
+    t0 = time.perf_counter(); it = 0
+    while True:
+        for _ in range(4):
+            fn()
+        sync(); it += 4
+        el = time.perf_counter() - t0
+        if el >= secs:
+            return it, el
+
+ALLREDUCE = '''
+import json, sys, time, torch, torch.distributed as dist
+rank, world, port, mib, dev = int(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4]), sys.argv[5]
+if dev == "cuda":
+    torch.cuda.set_device(rank)
+dist.init_process_group("nccl" if dev == "cuda" else "gloo", init_method="tcp://127.0.0.1:%d" % port, rank=rank,
+                        world_size=world)
+x = torch.ones(mib * 2**20 // 4, dtype=torch.float32, device="cpu" if dev == "cpu" else "cuda:%d" % rank)
+sync = torch.cuda.synchronize if dev == "cuda" else (lambda: None)
+for _ in range(3):
+    dist.all_reduce(x)
+sync()
+t0 = time.perf_counter()
+for _ in range(3):
+    dist.all_reduce(x)
+sync()
+per = max((time.perf_counter() - t0) / 3, 1e-6)
+# every rank must run the same number of collectives: agree on the smallest estimate for ~1 s
+n = torch.tensor([max(5, min(200, int(1.0 / per)))], dtype=torch.int64, device=x.device)
+dist.all_reduce(n, op=dist.ReduceOp.MIN)
+iters = int(n.item())
+t0 = time.perf_counter()
+for _ in range(iters):
+    dist.all_reduce(x)
+sync()
+el = (time.perf_counter() - t0) / iters
+size = x.numel() * x.element_size()
+if rank == 0:
+    print(json.dumps({"world": world, "bytes": size, "iters": iters, "seconds_per_op": el, "backend": dist.get_backend(),
+                      "algbw_gbps": size / el / 1e9, "busbw_gbps": size / el / 1e9 * 2 * (world - 1) / world}))
+dist.destroy_process_group()
+'''
+
+def allreduce(n, dev, mib, timeout):
+    with socket.socket() as so:
+        so.bind(("127.0.0.1", 0)); port = so.getsockname()[1]
+    procs = [subprocess.Popen([sys.executable, "-c", ALLREDUCE, str(r), str(n), str(port), str(mib), dev],
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE) for r in range(n)]
+    res = {"world": n}
+    deadline = time.time() + timeout
+    for r, p in enumerate(procs):
+        try:
+            o, e = p.communicate(timeout=max(1, deadline - time.time()))
+        except subprocess.TimeoutExpired:
+            for q in procs:
+                q.kill()
+            return {"world": n, "error": "timed out after %ss" % timeout}
+        if p.returncode != 0:
+            res["error"] = "rank %d exit %s: %s" % (r, p.returncode, (e.decode("utf-8", "replace").strip().splitlines() or [""])[-1][:300])
+        elif r == 0:
+            res.update(json.loads(o.decode().strip().splitlines()[-1]))
+    return res
+
+try:
+    import torch
+    out["torch"] = torch.__version__
+    dev = out["device"]
+    if dev == "cuda" and not torch.cuda.is_available():
+        out["error"] = "CUDA not available"
+    else:
+        n = torch.cuda.device_count() if dev == "cuda" else int(P.get("cpu_devices", 1))
+        secs = out["seconds"]
+        N = int(P.get("matmul_n", 8192))
+        nbytes = int(P.get("copy_mib", 1024)) * 2**20
+        for i in range(n):
+            d = {"index": i}
+            try:
+                if dev == "cuda":
+                    device = torch.device("cuda", i)
+                    torch.cuda.set_device(device)
+                    d["name"] = torch.cuda.get_device_name(i)
+                    props = torch.cuda.get_device_properties(i)
+                    if hasattr(props, "pci_bus_id"):
+                        d["pci"] = "%04x:%02x:%02x" % (getattr(props, "pci_domain_id", 0), props.pci_bus_id, props.pci_device_id)
+                    sync = lambda: torch.cuda.synchronize(device)
+                else:
+                    device = torch.device("cpu")
+                    d["name"] = "cpu"
+                    sync = lambda: None
+                a = torch.randn(N, N, device=device, dtype=torch.bfloat16)
+                b = torch.randn(N, N, device=device, dtype=torch.bfloat16)
+                c = torch.empty_like(a)
+                box = {}
+                timer = threading.Timer(secs / 2, lambda: box.update(s=sample()))
+                timer.start()
+                it, el = timed_loop(lambda: torch.matmul(a, b, out=c), secs, sync)
+                timer.join()
+                d.update(bf16_tflops=round(2.0 * N ** 3 * it / el / 1e12, 3), matmul_seconds=round(el, 3),
+                         matmul_n=N, sample=box.get("s"))
+                del a, b, c
+                x = torch.empty(nbytes, dtype=torch.uint8, device=device)
+                y = torch.empty_like(x)
+                it, el = timed_loop(lambda: y.copy_(x), secs / 2, sync)
+                d.update(copy_tbps=round(2.0 * nbytes * it / el / 1e12, 4), copy_seconds=round(el, 3))
+                del x, y
+                if dev == "cuda":
+                    torch.cuda.empty_cache()
+            except Exception as e:
+                d["error"] = "%s: %s" % (type(e).__name__, str(e)[:500])
+            out["devices"].append(d)
+        if n > 1 and P.get("allreduce", True):
+            t1 = time.time()
+            out["allreduce"] = allreduce(n, dev, int(P.get("allreduce_mib", 256)), float(P.get("allreduce_timeout", 60)))
+            out["allreduce"]["wall_seconds"] = round(time.time() - t1, 3)
+except Exception as e:
+    out["error"] = "%s: %s" % (type(e).__name__, e)
+out["wall_seconds"] = round(time.time() - T0, 3)
+print(json.dumps(out))
+"""
+
+
+def bench(params, timeout):
+    """Run BENCH_CHECK with the profile's Python; CUDA_DEVICE_ORDER=PCI_BUS_ID so torch's GPU i is nvidia-smi's i."""
+    env = dict(os.environ, CUDA_DEVICE_ORDER="PCI_BUS_ID")
+    try:
+        p = subprocess.run([sys.executable, "-c", BENCH_CHECK, json.dumps(params)], stdout=subprocess.PIPE,
+                           stderr=subprocess.PIPE, timeout=timeout, env=env)
+    except subprocess.TimeoutExpired:
+        return {"timeout": True, "error": "timed out after %ss" % timeout}
+    text = p.stdout.decode("utf-8", "replace").strip().splitlines()
+    try:
+        return {"rc": p.returncode, "result": json.loads(text[-1]), "stderr": p.stderr.decode("utf-8", "replace")[-2000:]}
+    except Exception:
+        err = p.stderr.decode("utf-8", "replace").strip().splitlines() or ["no output"]
+        return {"rc": p.returncode, "error": err[-1][:2000], "stderr": "\n".join(err)[-2000:]}
+
+
 def timed(name, fn, timeout, facts):
     """Run fn in a thread with a time limit; record {"ok", "value"|"error", "seconds"}."""
     box = {}
@@ -239,6 +410,80 @@ def reach(host, port, timeout):
     return {"host": host, "port": int(port), "result": result, "ms": round((time.time() - t0) * 1000, 1)}
 
 
+# -- GPU health (issue #15): one more nvidia-smi query and the kernel log, each its own fact ----------------
+HEALTH_FIELDS = (
+    "index", "ecc.errors.uncorrected.volatile.total", "ecc.errors.corrected.volatile.total",
+    "remapped_rows.pending", "remapped_rows.failure", "retired_pages.pending", "gpu_recovery_action",
+    "clocks_event_reasons.active", "clocks_event_reasons.hw_slowdown", "clocks_event_reasons.hw_thermal_slowdown",
+    "clocks_event_reasons.hw_power_brake_slowdown", "clocks_event_reasons.sw_thermal_slowdown",
+    "clocks_event_reasons.sw_power_cap", "pcie.link.gen.gpucurrent", "pcie.link.gen.max",
+    "pcie.link.width.current", "pcie.link.width.max", "persistence_mode", "mig.mode.current", "power.limit",
+    "clocks.sm", "clocks.max.sm")
+OLD_FIELD_NAMES = {"clocks_event_reasons.": "clocks_throttle_reasons."}  # the name before driver R535
+
+
+def _invalid_field(text):
+    """nvidia-smi's answer to a field it does not know: 'Field "X" is not a valid field to query.' (exit 2)."""
+    i = text.find('Field "')
+    if i < 0 or "is not a valid field" not in text:
+        return None
+    return text[i + 7:text.find('"', i + 7)]
+
+
+def gpu_health(fields, timeout):
+    """nvidia-smi --query-gpu with the health fields. An older driver fails the whole query on one unknown field:
+    retry under the field's older name, else without it; those fields are reported as unsupported."""
+    fields = list(fields)
+    unsupported, renamed, tries = [], {}, 0
+    while fields and tries <= len(HEALTH_FIELDS):
+        tries += 1
+        r = tool("nvidia-smi", ["--query-gpu=" + ",".join(fields), "--format=csv,noheader,nounits"], timeout)
+        if not r.get("found") or r.get("timeout") or r.get("rc") == 0:
+            break
+        bad = _invalid_field(r.get("stdout", "") + r.get("stderr", ""))
+        if bad is None or bad not in fields:
+            break
+        prefix = next((new for new in OLD_FIELD_NAMES if bad.startswith(new)), None)
+        if prefix:  # every field of that family at once: one retry, not one per field
+            for i, f in enumerate(fields):
+                if f.startswith(prefix):
+                    fields[i] = OLD_FIELD_NAMES[prefix] + f[len(prefix):]
+                    renamed[fields[i]] = f
+        else:
+            fields.remove(bad)
+            unsupported.append(renamed.pop(bad, bad))
+    r.update(fields=[renamed.get(f, f) for f in fields], unsupported=unsupported, renamed=renamed, tries=tries)
+    return r
+
+
+def kernel_log(timeout, limit=200):
+    """NVRM lines of the kernel log (dmesg, else journalctl -k). Unreadable is a normal answer, not an error."""
+    errors = []
+    for name, args in (("dmesg", []), ("journalctl", ["-k", "-b", "--no-pager"])):
+        r = tool(name, args, timeout)
+        if not r.get("found"):
+            errors.append("%s: not installed" % name)
+            continue
+        lines = [ln for ln in r.get("stdout", "").splitlines()
+                 if ln.strip() and not ln.startswith("-- ") and not ln.startswith("Hint:")]
+        if r.get("rc") == 0 and lines:
+            nv = [ln for ln in lines if "NVRM" in ln or "Xid" in ln]
+            return {"readable": True, "source": name, "lines": nv[-limit:], "total_lines": len(lines)}
+        why = (r.get("stderr", "").strip().splitlines() or ["no kernel messages visible (exit %s)" % r.get("rc")])[0]
+        errors.append("%s: %s" % (name, why[:200]))
+    return {"readable": False, "error": "; ".join(errors)}
+
+
+def health_facts(P, lim, facts):
+    q = (facts.get("nvidia_smi_query") or {}).get("value") or {}
+    if P.get("health") and q.get("found") and q.get("rc") == 0:  # not when nvidia-smi itself failed or hung
+        t = lim.get("gpu_health", 15)
+        timed("gpu_health", lambda: gpu_health(HEALTH_FIELDS, t), t * 3 + 2, facts)
+    if P.get("kernel_log") and q.get("found"):  # an Xid explains a failing nvidia-smi too
+        k = lim.get("kernel_log", 10)
+        timed("kernel_log", lambda: kernel_log(k), k * 2 + 2, facts)
+
+
 def main():
     P = PARAMS
     t_all = time.time()
@@ -252,6 +497,7 @@ def main():
     timed("nvidia_smi_query", lambda: tool("nvidia-smi", ["--query-gpu=" + SMI_FIELDS, "--format=csv,noheader,nounits"],
                                            lim.get("nvidia_smi", 20)), lim.get("nvidia_smi", 20) + 2, facts)
     timed("nvidia_smi", lambda: tool("nvidia-smi", [], lim.get("nvidia_smi", 20)), lim.get("nvidia_smi", 20) + 2, facts)
+    health_facts(P, lim, facts)
     timed("nvcc", lambda: tool("nvcc", ["--version"], 10), 12, facts)
     timed("packages", lambda: packages(sorted(set(P.get("packages", [])) | set(P.get("auto_imports") or {}))), 20, facts)
     if P.get("freeze"):
@@ -267,6 +513,9 @@ def main():
     for pkg, mod in (P.get("auto_imports") or {}).items():
         if installed.get(pkg) and mod not in mods:
             mods.append(mod)
+    if P.get("bench"):
+        bt = lim.get("bench", 180)
+        timed("bench", lambda: bench(P["bench"], bt), bt + 5, facts)
     if mods:
         it = lim.get("imports", 60)
         timed("imports", lambda: sub_python(IMPORT_CHECK, mods, it), it + 5, facts)

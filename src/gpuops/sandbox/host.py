@@ -30,7 +30,7 @@ from pathlib import Path
 from ..errors import GpuopsError, UsageError
 from ..paths import config_dir, state_dir, write_atomic, write_private
 
-GPU_MODELS = ("h100-pcie", "h100-sxm", "a100", "rtx6000ada")
+GPU_MODELS = ("h100-pcie", "h100-sxm", "h100-sxm5", "h200", "a100", "rtx6000ada", "b200", "rtxpro6000", "gh200")
 FAIL_MODES = ("none", "driver-not-loaded", "version-mismatch", "no-devices", "gpu-lost", "hang")
 PROFILE_NAME = "sandbox"
 
@@ -109,20 +109,25 @@ def read_state(d: Path | None = None) -> dict:
 
 
 def write_gpu_state(d: Path, *, gpu: str, gpus: int, driver: str, cuda: str, fail: str, header: str,
-                    na_fields: list[str] | None = None) -> dict:
+                    na_fields: list[str] | None = None, faults: list[str] | None = None) -> dict:
     if gpu not in GPU_MODELS:
         raise UsageError(f"unknown --gpu {gpu!r}; choose one of: {', '.join(GPU_MODELS)}")
     if fail not in FAIL_MODES:
         raise UsageError(f"unknown --fail {fail!r}; choose one of: {', '.join(FAIL_MODES)}")
+    from .nvidia_smi import fault_problem
+
+    for text in faults or []:
+        if fault_problem(text, gpus):
+            raise UsageError(fault_problem(text, gpus))
     state = {"gpu": gpu, "count": gpus, "driver": driver, "cuda": cuda, "fail": None if fail == "none" else fail,
-             "header": header, "na_fields": na_fields or []}
+             "header": header, "na_fields": na_fields or [], "faults": list(faults or [])}
     write_atomic(d / "gpu.json", json.dumps(state, indent=1))
     return state
 
 
 def up(*, gpu: str = "h100-pcie", gpus: int = 1, port: int | None = None, driver: str = "570.148.08",
        cuda: str = "12.8", fail: str = "none", header: str = "legacy", python: str | None = None,
-       na_fields: list[str] | None = None, write_profile: bool = True) -> dict:
+       na_fields: list[str] | None = None, write_profile: bool = True, faults: list[str] | None = None) -> dict:
     """Start (or reconfigure) the sandbox host. Idempotent: a running sshd keeps running; GPU state is rewritten."""
     return start(sandbox_dir(), port=port, gpu=gpu, gpus=gpus, driver=driver, cuda=cuda, fail=fail, header=header,
                  python=python, na_fields=na_fields, profile=PROFILE_NAME if write_profile else None)
@@ -146,7 +151,7 @@ def start(d: Path, *, address: str = "127.0.0.1", port: int | None = None, gpu: 
         (d / sub).mkdir(parents=True, exist_ok=True)
     os.chmod(d, 0o700)
     gpu_state = write_gpu_state(d, gpu=gpu, gpus=gpus, driver=driver, cuda=cuda, fail=fail, header=header,
-                                na_fields=na_fields)
+                                na_fields=na_fields, faults=faults)
     _install_tools(d)
     state = read_state(d)
     keys_changed = _write_keys(d, host_key, authorized_keys)
@@ -273,10 +278,10 @@ Subsystem sftp internal-sftp
 
 
 def _install_tools(d: Path) -> None:
-    smi = d / "bin" / "nvidia-smi"
-    src = (Path(__file__).parent / "nvidia_smi.py").read_text()
-    write_atomic(smi, f"#!{sys.executable}\n" + src.split("\n", 1)[1])
-    os.chmod(smi, 0o755)
+    for tool, module in (("nvidia-smi", "nvidia_smi.py"), ("dmesg", "kernel_log.py"), ("journalctl", "kernel_log.py")):
+        src = (Path(__file__).parent / module).read_text()
+        write_atomic(d / "bin" / tool, f"#!{sys.executable}\n" + src.split("\n", 1)[1])
+        os.chmod(d / "bin" / tool, 0o755)
     # the remote PATH: the emulated tools first, then the caller's PATH without gpuops' own virtualenv
     venv_bin = str(Path(sys.prefix) / "bin") if sys.prefix != sys.base_prefix else None
     inherited = [p for p in os.environ.get("PATH", "/usr/local/bin:/usr/bin:/bin").split(os.pathsep) if p and p != venv_bin]
@@ -321,10 +326,17 @@ expect:
   cuda: "{g['cuda']}"
   python: ">=3.8"
   min_disk_gb: 1
-env_preset: {'ada' if g['gpu'] == 'rtx6000ada' else 'h100' if g['gpu'].startswith('h100') else None}
+env_preset: {_preset(spec['name'])}
 """
     text = text.replace("env_preset: None\n", "")
     write_atomic(config_dir() / "profiles" / f"{name}.yaml", text)
+
+
+def _preset(smi_name: str) -> str | None:
+    from .. import gpus
+
+    row = gpus.match(smi_name)
+    return row.preset if row else None
 
 
 def _session_processes(d: Path) -> list[int]:

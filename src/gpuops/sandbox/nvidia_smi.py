@@ -18,10 +18,56 @@ import sys
 import time
 
 CATALOG = {
-    "h100-pcie": {"name": "NVIDIA H100 PCIe", "memory": 81559, "cc": "9.0", "power_limit": 350.0, "bus": "00000000:08:00.0"},
-    "h100-sxm": {"name": "NVIDIA H100 80GB HBM3", "memory": 81559, "cc": "9.0", "power_limit": 700.0, "bus": "00000000:18:00.0"},
-    "a100": {"name": "NVIDIA A100-SXM4-80GB", "memory": 81920, "cc": "8.0", "power_limit": 400.0, "bus": "00000000:07:00.0"},
-    "rtx6000ada": {"name": "NVIDIA RTX 6000 Ada Generation", "memory": 49140, "cc": "8.9", "power_limit": 300.0, "bus": "00000000:01:00.0"},
+    "h100-pcie": {"name": "NVIDIA H100 PCIe", "memory": 81559, "cc": "9.0", "power_limit": 350.0, "bus": "00000000:08:00.0",
+                  "max_sm": 1755, "pcie_gen": 5},
+    "h100-sxm": {"name": "NVIDIA H100 80GB HBM3", "memory": 81559, "cc": "9.0", "power_limit": 700.0, "bus": "00000000:18:00.0",
+                 "max_sm": 1980, "pcie_gen": 5},
+    "h100-sxm5": {"name": "NVIDIA H100 80GB HBM3", "memory": 81559, "cc": "9.0", "power_limit": 700.0,
+                  "bus": "00000000:18:00.0", "max_sm": 1980, "pcie_gen": 5},
+    "h200": {"name": "NVIDIA H200", "memory": 143771, "cc": "9.0", "power_limit": 700.0, "bus": "00000000:19:00.0",
+             "max_sm": 1980, "pcie_gen": 5},
+    "a100": {"name": "NVIDIA A100-SXM4-80GB", "memory": 81920, "cc": "8.0", "power_limit": 400.0, "bus": "00000000:07:00.0",
+             "max_sm": 1410, "pcie_gen": 4},
+    "rtx6000ada": {"name": "NVIDIA RTX 6000 Ada Generation", "memory": 49140, "cc": "8.9", "power_limit": 300.0,
+                   "bus": "00000000:01:00.0", "max_sm": 2505, "pcie_gen": 4, "no_mig": True},
+    "b200": {"name": "NVIDIA B200", "memory": 183359, "cc": "10.0", "power_limit": 1000.0, "bus": "00000000:1B:00.0",
+             "max_sm": 1965, "pcie_gen": 5},
+    "rtxpro6000": {"name": "NVIDIA RTX PRO 6000 Blackwell Server Edition", "memory": 97887, "cc": "12.0",
+                   "power_limit": 600.0, "bus": "00000000:01:00.0", "max_sm": 2617, "pcie_gen": 5},
+    "gh200": {"name": "NVIDIA GH200 480GB", "memory": 97871, "cc": "9.0", "power_limit": 900.0, "bus": "00000009:01:00.0",
+              "max_sm": 1980, "pcie_gen": 5, "arch": "aarch64"},
+}
+
+# Fields a driver older than this major version does not know (it fails the whole query on them, exit 2).
+# clocks_event_reasons.* was called clocks_throttle_reasons.* before R535 (newer drivers accept both names);
+# gpu_recovery_action is recent (the emulator's cut-off, R550, is an approximation).
+FIELD_SINCE = {"clocks_event_reasons.": 535, "gpu_recovery_action": 550}
+OLD_NAMES = {"clocks_throttle_reasons.": "clocks_event_reasons."}
+
+# Injectable faults (`gpuops sandbox up --fault NAME[=VALUE][@GPU]`): data, applied to one GPU's fields or to the
+# kernel log. "{value}" takes the given VALUE, else "default".
+FAULTS = {
+    "ecc": {"help": "uncorrectable ECC errors since boot", "default": 2,
+            "fields": {"ecc.errors.uncorrected.volatile.total": "{value}", "ecc.errors.uncorrected.aggregate.total": "{value}"}},
+    "correctable-ecc": {"help": "correctable ECC errors (INFO only)", "default": 12,
+                        "fields": {"ecc.errors.corrected.volatile.total": "{value}"}},
+    "remap-pending": {"help": "rows waiting for remapping (reset needed)", "fields": {"remapped_rows.pending": "Yes"}},
+    "remap-failure": {"help": "a row remapping failed", "fields": {"remapped_rows.failure": "Yes"}},
+    "recovery-action": {"help": "gpu_recovery_action other than None", "default": "Reset",
+                        "fields": {"gpu_recovery_action": "{value}"}},
+    "thermal": {"help": "thermal slowdown active, 92 C", "fields": {
+        "clocks_event_reasons.active": "0x0000000000000060", "clocks_event_reasons.gpu_idle": "Not Active",
+        "clocks_event_reasons.hw_thermal_slowdown": "Active", "clocks_event_reasons.sw_thermal_slowdown": "Active",
+        "temperature.gpu": 92, "clocks.sm": 1095}},
+    "power-brake": {"help": "hardware power brake slowdown active", "fields": {
+        "clocks_event_reasons.active": "0x0000000000000088", "clocks_event_reasons.gpu_idle": "Not Active",
+        "clocks_event_reasons.hw_slowdown": "Active", "clocks_event_reasons.hw_power_brake_slowdown": "Active"}},
+    "pcie-x8": {"help": "PCIe link trained narrower than its maximum", "default": 8,
+                "fields": {"pcie.link.width.current": "{value}"}},
+    "persistence-off": {"help": "persistence mode disabled", "fields": {"persistence_mode": "Disabled"}},
+    "mig": {"help": "MIG mode enabled", "fields": {"mig.mode.current": "Enabled"}},
+    "xid": {"help": "an Xid line in the kernel log (VALUE: the code)", "default": 79, "kernel": "xid"},
+    "kernel-log-unreadable": {"help": "dmesg not permitted, journalctl shows no kernel messages", "kernel": "unreadable"},
 }
 
 FAILURES = {
@@ -39,20 +85,30 @@ GPU_FIELDS = [
     "temperature.gpu", "temperature.memory", "power.draw", "power.limit", "power.max_limit", "fan.speed",
     "pstate", "clocks.sm", "clocks.max.sm", "persistence_mode", "ecc.errors.uncorrected.volatile.total",
     "vbios_version", "name", "gpu_name", "gpu_uuid", "gpu_bus_id",
+    # health fields, as the real H100 SXM5 / H200 answer them (../shared/reference/*/health-fields.txt)
+    "ecc.errors.uncorrected.aggregate.total", "ecc.errors.corrected.volatile.total", "remapped_rows.pending",
+    "remapped_rows.failure", "remapped_rows.uncorrectable", "retired_pages.pending", "clocks_event_reasons.active",
+    "clocks_event_reasons.gpu_idle", "clocks_event_reasons.hw_slowdown", "clocks_event_reasons.hw_thermal_slowdown",
+    "clocks_event_reasons.hw_power_brake_slowdown", "clocks_event_reasons.sw_thermal_slowdown",
+    "clocks_event_reasons.sw_power_cap", "clocks_event_reasons.applications_clocks_setting",
+    "clocks_event_reasons.sync_boost", "pcie.link.gen.gpucurrent", "pcie.link.gen.max", "pcie.link.width.current",
+    "pcie.link.width.max", "mig.mode.current", "gpu_recovery_action", "fabric.state", "fabric.status", "compute_mode",
 ]
 UNITS = {"memory.total": " MiB", "memory.used": " MiB", "memory.free": " MiB", "memory.reserved": " MiB",
          "utilization.gpu": " %", "utilization.memory": " %", "power.draw": " W", "power.limit": " W",
          "power.max_limit": " W", "fan.speed": " %", "clocks.sm": " MHz", "clocks.max.sm": " MHz"}
 HEADERS = {"memory.total": "memory.total [MiB]", "memory.used": "memory.used [MiB]", "memory.free": "memory.free [MiB]",
            "utilization.gpu": "utilization.gpu [%]", "utilization.memory": "utilization.memory [%]",
-           "power.draw": "power.draw [W]", "power.limit": "power.limit [W]", "fan.speed": "fan.speed [%]"}
+           "power.draw": "power.draw [W]", "power.limit": "power.limit [W]", "fan.speed": "fan.speed [%]",
+           "power.max_limit": "power.max_limit [W]", "clocks.sm": "clocks.current.sm [MHz]",
+           "clocks.max.sm": "clocks.max.sm [MHz]", "memory.reserved": "memory.reserved [MiB]"}
 APP_FIELDS = ["pid", "process_name", "used_memory", "used_gpu_memory", "gpu_uuid", "gpu_bus_id", "gpu_name"]
 
 
 def load_state():
     d = os.environ.get("GPUOPS_SANDBOX_DIR")
     state = {"gpu": "h100-pcie", "count": 1, "driver": "570.148.08", "cuda": "12.8", "fail": None,
-             "header": "legacy", "na_fields": [], "unsupported_fields": []}
+             "header": "legacy", "na_fields": [], "unsupported_fields": [], "faults": []}
     if d:
         try:
             with open(os.path.join(d, "gpu.json")) as fh:
@@ -110,7 +166,85 @@ def gpus(state, procs):
             "ecc.errors.uncorrected.volatile.total": 0, "vbios_version": "96.00.99.00.01",
             "procs": mine,
         })
+        out[-1].update(health_fields(spec, busy))
+        if busy:
+            out[-1]["clocks.sm"] = spec.get("max_sm", 1755)
+    apply_faults(out, state)
     return out
+
+
+def health_fields(spec, busy):
+    """A healthy GPU's health fields, in the forms the real H100 SXM5 printed (idle: clocks event reason gpu_idle)."""
+    gen = spec.get("pcie_gen", 5)
+    d = {"ecc.errors.uncorrected.aggregate.total": 0, "ecc.errors.corrected.volatile.total": 0,
+         "remapped_rows.pending": "No", "remapped_rows.failure": "No", "remapped_rows.uncorrectable": 0,
+         "retired_pages.pending": "[N/A]",
+         "clocks_event_reasons.active": "0x0000000000000000" if busy else "0x0000000000000001",
+         "clocks_event_reasons.gpu_idle": "Not Active" if busy else "Active",
+         "pcie.link.gen.gpucurrent": gen, "pcie.link.gen.max": gen, "pcie.link.width.current": 16,
+         "pcie.link.width.max": 16, "mig.mode.current": "[N/A]" if spec.get("no_mig") else "Disabled",
+         "gpu_recovery_action": "None", "fabric.state": "N/A", "fabric.status": "N/A", "compute_mode": "Default",
+         "clocks.max.sm": spec.get("max_sm", 1755)}
+    for r in ("hw_slowdown", "hw_thermal_slowdown", "hw_power_brake_slowdown", "sw_thermal_slowdown", "sw_power_cap",
+              "applications_clocks_setting", "sync_boost"):
+        d["clocks_event_reasons." + r] = "Not Active"
+    return d
+
+
+def parse_fault(text):
+    """'xid=48@1' -> ('xid', '48', 1)."""
+    text, _, gpu = text.partition("@")
+    name, _, value = text.partition("=")
+    return name, value or None, int(gpu) if gpu.isdigit() else 0
+
+
+def fault_problem(text, count):
+    """Why `--fault TEXT` cannot be injected on a host of `count` GPUs, or None."""
+    name, value, idx = parse_fault(text)
+    if name not in FAULTS:
+        return "unknown --fault %r; choose from: %s" % (name, ", ".join(FAULTS))
+    if idx >= max(count, 1) or ("@" in text and not text.rsplit("@", 1)[1].isdigit()):
+        return "--fault %r: the GPU index must be below --gpus (%d)" % (text, count)
+    default = FAULTS[name].get("default")
+    if value is not None and default is None:
+        return "--fault %s takes no value" % name
+    if value is not None and isinstance(default, int) and not value.isdigit():
+        return "--fault %s=%s: the value must be a whole number" % (name, value)
+    return None
+
+
+def apply_faults(glist, state):
+    for text in state.get("faults") or []:
+        name, value, idx = parse_fault(text)
+        fault = FAULTS.get(name)
+        if not fault or idx >= len(glist):
+            continue
+        val = value if value is not None else fault.get("default")
+        for field, v in (fault.get("fields") or {}).items():
+            v = val if v == "{value}" else v
+            glist[idx][field] = int(v) if isinstance(v, str) and v.isdigit() else v
+
+
+def field_known(field, state):
+    """Whether this emulated driver knows the field (older drivers fail the whole query on an unknown one)."""
+    base = field
+    for old, new in OLD_NAMES.items():
+        if field.startswith(old):
+            base = new + field[len(old):]
+    if base not in GPU_FIELDS or field in state.get("unknown_fields", []):
+        return False
+    try:
+        major = int(str(state.get("driver", "0")).split(".")[0])
+    except ValueError:
+        return True
+    return not any(field.startswith(prefix) and major < since for prefix, since in FIELD_SINCE.items())
+
+
+def field_value(g, field):
+    for old, new in OLD_NAMES.items():
+        if field.startswith(old):
+            field = new + field[len(old):]
+    return g[{"gpu_name": "name", "gpu_uuid": "uuid", "gpu_bus_id": "pci.bus_id"}.get(field, field)]
 
 
 def fmt_value(field, value, nounits, state):
@@ -128,7 +262,7 @@ def fmt_value(field, value, nounits, state):
 
 def query_gpu(fields, fmt, state):
     for f in fields:
-        if f not in GPU_FIELDS:
+        if not field_known(f, state):
             sys.stdout.write('Field "%s" is not a valid field to query.\n\n' % f)
             return 2
     nounits = "nounits" in fmt
@@ -139,13 +273,12 @@ def query_gpu(fields, fmt, state):
     for g in glist:
         row = []
         for f in fields:
-            f2 = {"gpu_name": "name", "gpu_uuid": "uuid", "gpu_bus_id": "pci.bus_id"}.get(f, f)
             if f == "timestamp":
                 row.append(time.strftime("%Y/%m/%d %H:%M:%S.000"))
             elif f == "count":
                 row.append(str(len(glist)))
             else:
-                row.append(fmt_value(f, g[f2], nounits, state))
+                row.append(fmt_value(f, field_value(g, f), nounits, state))
         lines.append(", ".join(row))
     sys.stdout.write("\n".join(lines) + "\n")
     return 0
@@ -178,30 +311,39 @@ def query_apps(fields, fmt, state):
 
 
 def table(state):
+    """The summary table, laid out as driver 580 prints it (../shared/reference/nvidia-smi-h100-sxm5/nvidia-smi.txt),
+    plus one line that says the GPUs are emulated."""
     glist = gpus(state, gpu_processes())
     w = 91
-    out = [time.strftime("%a %b %d %H:%M:%S %Y"), "+" + "-" * (w - 2) + "+"]
+    sep = "+-----------------------------------------+------------------------+----------------------+"
+    out = [time.strftime("%a %b %d %H:%M:%S %Y") + "       ", "+" + "-" * (w - 2) + "+"]
     if state.get("header") == "kmd":
         head = " NVIDIA-SMI %-22s KMD Version: %-14s CUDA UMD Version: %s" % (state["driver"], state["driver"], state["cuda"])
     else:
         head = " NVIDIA-SMI %-22s Driver Version: %-14s CUDA Version: %s" % (state["driver"], state["driver"], state["cuda"])
     out.append("|" + head.ljust(w - 2) + "|")
     out.append("| gpuops sandbox: these GPUs are EMULATED (no real GPU on this host)".ljust(w - 1) + "|")
-    out.append("+-----------------------------------------+------------------------+----------------------+")
+    out.append(sep)
     out.append("| GPU  Name                 Persistence-M | Bus-Id          Disp.A | Volatile Uncorr. ECC |")
     out.append("| Fan  Temp   Perf          Pwr:Usage/Cap |           Memory-Usage | GPU-Util  Compute M. |")
+    out.append("|                                         |                        |               MIG M. |")
     out.append("|=========================================+========================+======================|")
     for g in glist:
-        out.append("| %3d  %-29s  On  | %-18s Off |                    0 |" % (g["index"], g["name"][:29], g["pci.bus_id"]))
-        out.append("| N/A   %2dC    P0  %22s | %7sMiB / %6sMiB | %6s%%      Default |" % (
-            g["temperature.gpu"], "%dW / %dW" % (g["power.draw"], g["power.limit"]), g["memory.used"],
-            g["memory.total"], g["utilization.gpu"]))
-        out.append("+-----------------------------------------+------------------------+----------------------+")
+        pm = "On" if g["persistence_mode"] == "Enabled" else "Off"
+        mig = "N/A" if str(g["mig.mode.current"]).startswith("[") else g["mig.mode.current"]
+        out.append("|%4d  %-30s%3s  |%19s Off | %20s |" % (g["index"], g["name"][:30], pm, g["pci.bus_id"],
+                                                          g["ecc.errors.uncorrected.volatile.total"]))
+        out.append("| N/A   %2dC    %s%24s |%8sMiB / %6sMiB |%7d%%      Default |" % (
+            g["temperature.gpu"], g["pstate"], "%dW / %5s" % (g["power.draw"], "%dW" % g["power.limit"]),
+            g["memory.used"], g["memory.total"], g["utilization.gpu"]))
+        out.append("|                                         |                        | %20s |" % mig)
+        out.append(sep)
     out.append("")
     out.append("+" + "-" * (w - 2) + "+")
     out.append("| Processes:".ljust(w - 1) + "|")
     out.append("|  GPU   GI   CI              PID   Type   Process name                        GPU Memory |")
-    out.append("|=" + "=" * (w - 4) + "=|")
+    out.append("|        ID   ID                                                               Usage      |")
+    out.append("|" + "=" * (w - 2) + "|")
     procs = [(g, p) for g in glist for p in g["procs"]]
     if not procs:
         out.append("|  No running processes found".ljust(w - 1) + "|")
