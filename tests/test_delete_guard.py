@@ -106,3 +106,57 @@ def test_gpuops_own_files_are_never_synced_nor_deleted(sandbox, gpuops, home_wit
     assert (remote / "profiles" / "kept.yaml").read_text() == "remote's own\n"  # not deleted either
     assert "hf_secret_typed_here" not in "".join(p.read_text(errors="replace") for p in remote.rglob("*")
                                                  if p.is_file())
+
+
+# -- a ~name or a wildcard: rsync hands them to the remote shell unquoted (found after #8.3's first guard) ------------
+@pytest.mark.parametrize("path, want", [
+    ("~/x", "x"), ("~", "."), ("~/", "."), ("/srv/a*b", "/srv/a\\*b"), ("~root/x", "\\~root/x"), ("x[1]", "x\\[1]"),
+    ("~/~a", "\\~a"), ("a\\b", "a\\\\b"), ("/opt/p?", "/opt/p\\?"), ("/data/run1", "/data/run1"),
+])
+def test_rsync_remote_path_escapes_what_the_remote_shell_would_expand(path, want):
+    from gpuops.transfer import rsync_remote_path
+
+    assert rsync_remote_path(path) == want
+
+
+@pytest.mark.parametrize("path, bad", [
+    ("~ubuntu", True), ("~ubuntu/proj", True), ("~+", True), ("~-/x", True), ("/hom?/ubunt*", True),
+    ("~/../hom[e]", True), ("~/proj", False), ("~", False), ("/data/run-1", False), ("proj", False),
+])
+def test_remote_dir_spelling(path, bad):
+    from gpuops.transfer import remote_dir_spelling_problem
+
+    assert bool(remote_dir_spelling_problem(path)) is bad
+
+
+@pytest.mark.parametrize("remote_dir", ["~/../hom[e]", "~/../hom?", "~/../h*", "~ubuntu", "~+"])
+def test_remote_dir_the_remote_shell_would_expand_is_a_profile_error(sandbox, gpuops, home_with_secrets, remote_dir):
+    """`~/../hom[e]` is the home once the remote shell globs it, though no check saw it so: before, a dry run planned
+    the home's deletions (authorized_keys included) and the real run made them."""
+    (Path.cwd() / "train.py").write_text("print(1)\n")
+    _profile(sandbox, "glob", remote_dir)
+    for extra in (["--dry-run"], []):
+        r = gpuops("sync", "-p", "glob", "--delete", *extra)
+        assert r.code == 2, r.all
+        assert "remote_dir:" in r.err and "glob.yaml" in r.err and "Traceback" not in r.err
+    assert not (home_with_secrets / "train.py").exists()
+
+
+def test_default_remote_dir_with_a_wildcard_reaches_that_very_folder(sandbox, gpuops, home_with_secrets, monkeypatch):
+    """A project folder named `p[A]` syncs into ~/p[A] itself, never into ~/pA, which the remote shell's glob of an
+    unescaped `p[A]` is (--delete emptied it before)."""
+    proj = Path.cwd() / "p[A]"
+    proj.mkdir()
+    (proj / "train.py").write_text("print(1)\n")
+    monkeypatch.chdir(proj)
+    other = home_with_secrets / "pA"
+    other.mkdir()
+    (other / "precious.txt").write_text("keep\n")
+    _profile(sandbox, "wild", None)
+    data = yaml.safe_load((Path(os.environ["GPUOPS_CONFIG_DIR"]) / "profiles" / "wild.yaml").read_text())
+    data.pop("remote_dir")
+    (Path(os.environ["GPUOPS_CONFIG_DIR"]) / "profiles" / "wild.yaml").write_text(yaml.safe_dump(data))
+    r = gpuops("sync", "-p", "wild", "--delete")
+    assert r.code == 0, r.all
+    assert (other / "precious.txt").read_text() == "keep\n" and not (other / "train.py").exists()
+    assert (home_with_secrets / "p[A]" / "train.py").exists()

@@ -34,11 +34,14 @@ def _verify_and_sync(gpuops, name: str) -> None:
     assert r.code == 0, r.all
     r = gpuops("sync", "-p", name)
     assert r.code == 0, r.all
+    sandbox_home = Path(os.environ["GPUOPS_TEST_SANDBOX_HOME"])
+    assert (sandbox_home / Path.cwd().name / "train.py").read_text() == "print(1)\n"  # rsync's ssh got there too
 
 
 @pytest.fixture(autouse=True)
-def no_agent(monkeypatch):
+def no_agent(monkeypatch, sandbox):
     monkeypatch.delenv("SSH_AUTH_SOCK", raising=False)
+    monkeypatch.setenv("GPUOPS_TEST_SANDBOX_HOME", str(sandbox["dir"] / "home"))
 
 
 def test_default_key_in_home_ssh(sandbox, gpuops):
@@ -90,8 +93,40 @@ def test_loose_default_key_is_not_offered_and_loose_identityfile_refused(sandbox
     os.chmod(k, 0o644)
     _profile(sandbox, "loose")
     r = gpuops("verify", "loose")
-    assert r.code == 3 and "no SSH key" in r.err
+    assert r.code == 3 and "readable by others" in r.err and "chmod 600" in r.err and str(k) in r.err, r.all
     cfg = Path.home() / ".ssh" / "config"
     cfg.write_text(f"Host 127.0.0.1\n  IdentityFile {k}\n")
     r = gpuops("verify", "loose")
     assert r.code == 3 and "readable by others" in r.err and "chmod 600" in r.err
+
+
+def test_profile_values_win_over_ssh_config(sandbox, gpuops):
+    """port:, user: and key: written in the profile beat ~/.ssh/config's Port, User and IdentityFile for that host."""
+    cfg = Path.home() / ".ssh" / "config"
+    cfg.parent.mkdir(exist_ok=True)
+    cfg.write_text("Host 127.0.0.1\n  Port 1\n  User nobody-here\n  IdentityFile ~/.ssh/does-not-exist\n")
+    _profile(sandbox, "explicit", drop=())  # the sandbox profile names host, port, user and key
+    _verify_and_sync(gpuops, "explicit")
+
+
+def test_loose_default_key_is_skipped_when_the_agent_has_the_key(sandbox, gpuops, tmp_path, monkeypatch):
+    loose = _private_copy(sandbox["dir"] / "client_ed25519", Path.home() / ".ssh" / "id_ed25519")
+    os.chmod(loose, 0o644)
+    sock = tmp_path / "agent.sock"
+    agent = subprocess.Popen(["ssh-agent", "-D", "-a", str(sock)], stdout=subprocess.DEVNULL)
+    try:
+        import time
+
+        for _ in range(100):
+            if sock.exists():
+                break
+            time.sleep(0.05)
+        key = _private_copy(sandbox["dir"] / "client_ed25519", tmp_path / "agent-only.key")
+        monkeypatch.setenv("SSH_AUTH_SOCK", str(sock))
+        subprocess.run(["ssh-add", "-q", str(key)], check=True, capture_output=True)
+        key.unlink()
+        _profile(sandbox, "agent2")
+        _verify_and_sync(gpuops, "agent2")
+    finally:
+        agent.send_signal(signal.SIGTERM)
+        agent.wait(5)

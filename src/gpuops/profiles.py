@@ -122,7 +122,14 @@ def _explicit_remote_dir(v: Any) -> Any:
     if v is None or (isinstance(v, str) and not v.strip()):
         raise ValueError("is empty (YAML reads a lone ~ as empty): write the folder, e.g. ~/my-project, or leave "
                          "the key out for the default ~/<project folder>")
+    if isinstance(v, str):
+        from .transfer import remote_dir_spelling_problem
+
+        why = remote_dir_spelling_problem(v)
+        if why:
+            raise ValueError(why)
     return v
+
 
 
 _NODE_KEYS = ("host", "port", "user", "key", "remote_dir", "python", "private_ip")

@@ -175,12 +175,16 @@ def estimate_upload_bytes(root: Path, patterns: Iterable[str]) -> int:
 
 # -- remote paths -------------------------------------------------------------------------------
 def rsync_remote_path(path: str) -> str:
-    """A remote path as rsync's `host:PATH` wants it: `~/x` becomes `x` (relative to the login directory)."""
+    """A remote path as rsync's `host:PATH` wants it: `~/x` becomes `x` (relative to the login directory). rsync
+    (3.2.4+) quotes the rest for the remote shell but a leading ~ and the wildcards * ? [ (and a backslash), which
+    the remote shell would expand: those are escaped here, so rsync reaches the very folder every other gpuops step
+    (quoted with shlex) and the --delete guard checked, never `~name`'s home or a wildcard's match."""
     if path in ("~", "~/"):
         return "."
     if path.startswith("~/"):
-        return path[2:] or "."
-    return path
+        path = path[2:] or "."
+    path = re.sub(r"([\\*?\[])", r"\\\1", path)
+    return "\\" + path if path.startswith("~") else path
 
 
 def join_remote(base: str, sub: str) -> str:
@@ -503,10 +507,26 @@ def _lexical(remote_dir: str, home: str) -> str:
     return posixpath.normpath(p).replace("//", "/")
 
 
+def remote_dir_spelling_problem(path: str) -> str | None:
+    """Why a remote folder spelling cannot be used, or None. rsync hands a leading ~name and the wildcards * ? [ to the
+    remote shell unquoted, which expands them (`~ubuntu`, `~+`, `/hom?/ubunt*` are the home), while every other gpuops
+    step quotes them. Refused where a profile writes remote_dir (rsync_remote_path escapes them anyway). Pure."""
+    p = path.strip()
+    if p.startswith("~") and not (p == "~" or p.startswith("~/")):
+        return (f"{path!r}: only ~ and ~/... mean the remote home here (the remote shell would expand "
+                f"{p.split('/', 1)[0]} otherwise): write ~/folder or the absolute path")
+    bad = sorted({c for c in p if c in "*?["})
+    if bad:
+        return (f"{path!r} holds {' '.join(bad)}, which the remote shell would expand as a wildcard: "
+                "write the folder's plain path")
+    return None
+
+
 def unsafe_delete_target(remote_dir: str, *, home: str, real: str = "") -> str | None:
     """Why `sync --delete` must not target remote_dir, or None. Judged on both the path as written (normalised) and
     where it really is on the host (symlinks resolved): `/`, the remote home or one of its ancestors, or a system
     folder itself (/etc, /usr, /var, /tmp, /home, ...) is refused, however it is spelled."""
+    # a leading ~name and wildcards are literal here: rsync_remote_path escapes them, so rsync reaches this very folder
     home = home.rstrip("/") or "/"
     for label, path in (("as written", _lexical(remote_dir, home)), ("on the host", real.rstrip("/") or ("/" if real
                                                                                                         else ""))):

@@ -164,7 +164,8 @@ def _sync_precheck(remote, remote_dir: str, *, create: bool) -> dict:
     """One remote execution: is rsync there (nothing else happens when it is not), create the directory (not for a
     dry run), and the free disk of the directory, or of its nearest existing parent when it does not exist yet."""
     d = shell_path(remote_dir)
-    cmd = ('r=$(command -v rsync) || { echo rsync=; exit 0; }; echo "rsync=$r"; '
+    cmd = ('unset CDPATH; '  # a relative remote_dir is under the login folder, as for rsync, never a CDPATH entry
+           'r=$(command -v rsync) || { echo rsync=; exit 0; }; echo "rsync=$r"; '
            f"d={d}; " + ('mkdir -p -- "$d" || exit 3; ' if create else "") +
            'p="$d"; while [ ! -d "$p" ]; do case "$p" in */*) p="${p%/*}"; p="${p:-/}";; *) p=.;; esac; done; '
            'df -Pk -- "$p" | tail -n 1')

@@ -112,6 +112,12 @@ def target(profile) -> Target:
     return Target(host, port, user, keys, agent=True, explicit_key=False)
 
 
+def _loose_default_keys() -> list[Path]:
+    """~/.ssh/id_* files that exist but are readable by others: never offered (OpenSSH skips them too)."""
+    ssh_dir = Path.home() / ".ssh"
+    return [ssh_dir / n for n in DEFAULT_KEYS if (ssh_dir / n).is_file() and not _private(ssh_dir / n)]
+
+
 def _private(key: Path) -> bool:
     try:
         return not stat.S_IMODE(key.stat().st_mode) & 0o077 and os.access(key, os.R_OK)
@@ -248,6 +254,8 @@ def connect(profile, *, announce=print, attempts: int = 3) -> Remote:
         for k in tg.keys:
             check_key_file(k)
     elif not tg.keys and not os.environ.get("SSH_AUTH_SOCK"):
+        for k in _loose_default_keys():
+            check_key_file(k)  # refused as OpenSSH does: readable by others, with the chmod that fixes it
         raise AuthError(f"no SSH key for {profile.host}: the profile names none, ~/.ssh/config has no IdentityFile "
                         "for it, no ~/.ssh/id_ed25519, id_ecdsa or id_rsa exists and no SSH agent runs",
                         hint="set 'key:' in the profile to your private key's path")
@@ -260,6 +268,8 @@ def connect(profile, *, announce=print, attempts: int = 3) -> Remote:
     if tg.keys:
         kwargs["key_filename"] = [str(k) for k in tg.keys]
     offered = ", ".join(str(k) for k in tg.keys) + (" and the SSH agent's keys" if tg.agent else "")
+    if not tg.explicit_key and _loose_default_keys():
+        offered += " (not " + ", ".join(f"{k}: readable by others, chmod 600 it" for k in _loose_default_keys()) + ")"
 
     def attempt() -> Remote:
         conn = Connection(

@@ -88,6 +88,15 @@ def record(host: str, port: int, key) -> Path:
         from ..paths import write_private
 
         lines = f.read_text() if f.is_file() else ""
+        name = host_id(host, port)
+        recorded = [ln.split() for ln in lines.splitlines() if name in _names(ln)]
+        if any(len(r) >= 3 and r[1:3] == [key.get_name(), key.get_base64()] for r in recorded):
+            return f  # recorded meanwhile by another gpuops (a fleet's parallel connections): nothing to add
+        if recorded:  # checked and recorded under one lock: a key that appeared meanwhile is never joined by another
+            raise HostKeyError(f"host key for {name} has CHANGED while connecting (now {key.get_name()} "
+                               f"{fingerprint(key)}, just recorded by another gpuops: {recorded[0][1]}); refusing",
+                               hint="run the command again; if it persists: gpuops trust <profile> --reset "
+                                    f"--fingerprint {fingerprint(key)}")
         if lines and not lines.endswith("\n"):
             lines += "\n"
         write_private(f, lines + f"{host_id(host, port)} {key.get_name()} {key.get_base64()}\n")
