@@ -325,3 +325,28 @@ def test_rsync_missing_on_the_remote(sandbox, gpuops, tmp_path, monkeypatch):
 def test_unknown_profile_is_usage_error(sandbox, gpuops):
     r = gpuops("sync", "-p", "nope")
     assert r.code == 2
+
+
+def test_remote_dir_with_shell_characters_reaches_rsync_literally(sandbox, gpuops, monkeypatch):
+    """rsync's remote path passes through the host's shell unless rsync protects it: with an rsync older than 3.2.4
+    (or RSYNC_OLD_ARGS=1, which newer ones honour) a `$(...)` in remote_dir ran on the host and a space split the
+    path. gpuops passes --protect-args, so the folder is created literally and nothing runs."""
+    import yaml
+
+    monkeypatch.setenv("RSYNC_OLD_ARGS", "1")
+    home = Path(sandbox["dir"]) / "home"
+    marker = home / "pwned"
+    marker.unlink(missing_ok=True)
+    odd = "proj $(touch ~/pwned) x"
+    data = yaml.safe_load(sandbox["profile"].read_text())
+    data["remote_dir"] = f"~/{odd}"
+    sandbox["profile"].write_text(yaml.safe_dump(data))
+    write(Path.cwd() / "train.py", "print(1)\n")
+    try:
+        r = gpuops("sync", "-p", "sandbox")
+        assert r.code == 0, r.all
+        assert not marker.exists(), "a $(...) in remote_dir ran on the host"
+        assert (home / odd / "train.py").read_text() == "print(1)\n"
+    finally:
+        marker.unlink(missing_ok=True)
+        shutil.rmtree(home / odd, ignore_errors=True)

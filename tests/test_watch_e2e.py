@@ -208,3 +208,32 @@ def test_watch_offsets_count_raw_bytes_through_invalid_utf8_long_lines_and_recon
                            timeout=60, env={**os.environ, "NO_COLOR": "1"})
         assert p.returncode == 0, p.stderr
         assert p.stdout == log
+
+
+ESCAPES = """\
+import sys
+out = sys.stdout.buffer
+out.write(b"before \\x1b]0;pwned title\\x07 \\x1b[2J\\x1b[H\\x1b[10;10Hmoved \\xc2\\x9b31m after\\n")
+out.write(b"plain line\\n")
+out.flush()
+"""
+
+
+def test_watch_neutralises_escape_sequences_and_logs_stays_byte_exact(sandbox, gpuops):
+    """A job's output cannot retitle the terminal, clear the screen or move the cursor in watch's plain mode (the
+    dashboard keeps the same safe text); raw `logs` keeps the bytes as the job wrote them, as tail does."""
+    put(sandbox, "esc.py", ESCAPES)
+    rid = run_id_of(gpuops("train", "--script", "esc.py", "--no-sync", "--no-snapshot"))
+    res = gpuops("watch", rid, "--interval", "0.5")
+    assert res.code == 0, res.all
+    assert "\x1b" not in res.out and "\x07" not in res.out and "\x9b" not in res.out, repr(res.out)
+    logged = [ln.split(" log | ", 1)[1] for ln in res.out.splitlines() if " log | " in ln]
+    assert logged == ["before \\x1b]0;pwned title\\x07 \\x1b[2J\\x1b[H\\x1b[10;10Hmoved \\x9b31m after", "plain line"]
+    log = (run_dir(sandbox, rid) / "log").read_bytes()
+    assert b"\x1b]0;pwned title\x07" in log
+    import subprocess
+    import sys
+    import os
+    r = subprocess.run([sys.executable, "-m", "gpuops", "logs", rid, "-p", "sandbox"], capture_output=True,
+                       env={**os.environ, "NO_COLOR": "1"}, timeout=60)
+    assert r.returncode == 0 and r.stdout == log, (r.stdout[:200], r.stderr)

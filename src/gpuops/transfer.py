@@ -209,6 +209,8 @@ def remote_arg(host: str, path: str, *, contents: bool = True) -> str:
 def base_args(ssh_argv: Sequence[str], *, dry_run: bool = False) -> list[str]:
     args = [
         "rsync", "-a",
+        # the remote path never passes through the host's shell (rsync < 3.2.4 and RSYNC_OLD_ARGS=1 let it)
+        "--protect-args",
         f"--partial-dir={PARTIAL_DIR}",
         "--info=progress2", "--stats", "--no-inc-recursive",
         f"--out-format={OUT_FORMAT}",
