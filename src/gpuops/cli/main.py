@@ -16,6 +16,7 @@ from . import profiles as _profiles  # noqa: E402,F401
 from . import transfer as _transfer  # noqa: E402,F401  (sync, fetch)
 from . import runs as _runs  # noqa: E402,F401  (train, watch, logs, status, stop)
 from . import snapshot as _snapshot  # noqa: E402,F401  (snapshot, diff, matrix)
+from . import setup as _setup  # noqa: E402,F401  (setup)
 
 
 def run(argv: list[str] | None = None) -> int:
