@@ -83,3 +83,107 @@ def test_python_outside_a_venv_is_a_profile_error(sandbox, gpuops):
     set_profile(sandbox, python="python3")
     r = gpuops("setup", "sandbox", "--dry-run")
     assert r.code == 2 and "inside a virtual environment" in r.err, r.all
+
+
+def make_wheel(folder: Path, name: str, version: str, code: str) -> Path:
+    """A real, minimal pure-Python wheel (RECORD with hashes), built by hand."""
+    import base64
+    import hashlib
+    import zipfile
+
+    mod = name.replace("-", "_")
+    dist = f"{mod}-{version}.dist-info"
+    files = {f"{mod}/__init__.py": code,
+             f"{dist}/METADATA": f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n",
+             f"{dist}/WHEEL": "Wheel-Version: 1.0\nGenerator: gpuops-tests\nRoot-Is-Purelib: true\nTag: py3-none-any\n"}
+    record = []
+    for path, text in files.items():
+        digest = base64.urlsafe_b64encode(hashlib.sha256(text.encode()).digest()).rstrip(b"=").decode()
+        record.append(f"{path},sha256={digest},{len(text.encode())}")
+    record.append(f"{dist}/RECORD,,")
+    whl = folder / f"{mod}-{version}-py3-none-any.whl"
+    with zipfile.ZipFile(whl, "w") as z:
+        for path, text in files.items():
+            z.writestr(path, text)
+        z.writestr(f"{dist}/RECORD", "\n".join(record) + "\n")
+    return whl
+
+
+class SlowIndex:
+    """A PEP 503 index on 127.0.0.1 whose wheel downloads take `delay` seconds: a long install step."""
+
+    def __init__(self, folder: Path, delay: float):
+        import http.server
+        import socketserver
+
+        self.folder, self.delay = folder, delay
+        index = self
+
+        class Handler(http.server.SimpleHTTPRequestHandler):
+            def __init__(self, *a, **kw):
+                super().__init__(*a, directory=str(index.folder), **kw)
+
+            def do_GET(self):
+                if self.path.endswith(".whl"):
+                    time.sleep(index.delay)
+                super().do_GET()
+
+            def log_message(self, *a):
+                pass
+
+        self.server = socketserver.ThreadingTCPServer(("127.0.0.1", 0), Handler)
+        self.server.daemon_threads = True
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}/simple/"
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+    def add(self, whl: Path, project: str) -> None:
+        d = self.folder / "simple" / project
+        d.mkdir(parents=True, exist_ok=True)
+        (self.folder / "files").mkdir(exist_ok=True)
+        shutil.copy(whl, self.folder / "files" / whl.name)
+        (d / "index.html").write_text(f'<html><body><a href="../../files/{whl.name}">{whl.name}</a></body></html>\n')
+
+    def close(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+
+
+def test_dropped_connection_during_a_long_step_is_reattached(sandbox, gpuops, tmp_path):
+    index = SlowIndex(tmp_path / "index", delay=6)
+    proxy = Proxy(sandbox["port"])
+    try:
+        index.add(make_wheel(tmp_path, "gpuops-slowpkg", "1.0", "VALUE = 42\n"), "gpuops-slowpkg")
+        py = fresh_env(sandbox, "senv-slow")
+        data = set_profile(sandbox, python=py, expect={"packages": {"gpuops-slowpkg": "1.0"}},
+                           setup={"index_url": index.url, "install_uv": False})
+        Path(sandbox["profile"]).with_name("viaproxy.yaml").write_text(yaml.safe_dump(dict(data, port=proxy.port)))
+        Path("requirements.txt").write_text("gpuops-slowpkg==1.0\n")
+        assert gpuops("sync", "-p", "sandbox").code == 0
+        log = remote_project(sandbox) / ".gpuops" / "setup" / "log"
+
+        def cut_when_installing():
+            deadline = time.monotonic() + 30
+            while time.monotonic() < deadline:
+                if log.exists() and "deps install requirements.txt" in log.read_text():
+                    time.sleep(1.0)
+                    proxy.cut_all()
+                    return
+                time.sleep(0.1)
+
+        cutter = threading.Thread(target=cut_when_installing)
+        cutter.start()
+        r = gpuops("setup", "-p", "viaproxy")
+        cutter.join()
+        assert r.code == 3, r.all
+        assert "setup goes on running on the host" in r.err and "run `gpuops setup` again to re-attach" in r.err
+        assert "@@done" not in log.read_text()  # the step was still running when the connection dropped
+
+        r = gpuops("setup", "-p", "sandbox")
+        assert r.code == 0, r.all
+        assert "a setup is already running on sandbox: re-attaching" in r.err
+        assert "every step done" in r.err and "PASS  gpuops-slowpkg: 1.0" in r.out
+        assert "@@done" in log.read_text()
+        assert gpuops("setup", "-p", "sandbox", "--json").code == 0  # and now it matches
+    finally:
+        proxy.close()
+        index.close()
