@@ -122,11 +122,14 @@ def preflight_script(remote_dir: str, script: Optional[str], python: str, packag
                "try:\n    import importlib.metadata as m\nexcept Exception:\n    sys.exit(0)\n"
                "for n in sys.argv[1:]:\n    try:\n        print(n + \"=\" + m.version(n))\n"
                "    except Exception:\n        print(n + \"=\")\n' " + pkgs + " 2>/dev/null\n")
+    gpu = ('echo @gpu\n$T nvidia-smi --query-gpu=index,name,memory.total --format=csv,noheader 2>&1\n'
+           'echo "@gpu_rc $?"')
+    if probe_params is not None:  # the probe's nvidia-smi facts stand for these lines (one nvidia-smi run less)
+        first = shell_path((shlex.split(python) or ["python3"])[0])
+        gpu = f"if ! command -v {first} >/dev/null 2>&1; then\n{gpu}\nfi"
     return STATE_FN + f"""
 T=; command -v timeout >/dev/null 2>&1 && T="timeout 20"
-echo @gpu
-$T nvidia-smi --query-gpu=index,name,memory.total --format=csv,noheader 2>&1
-echo "@gpu_rc $?"
+{gpu}
 echo @df
 d={P}; [ -d "$d" ] || d="$HOME"
 df -Pk "$d" 2>/dev/null | tail -n 1
@@ -145,6 +148,15 @@ def preflight(remote, remote_dir: str, script: Optional[str], python: str, packa
     res = remote.run("sh -s", stdin=preflight_script(remote_dir, script, python, packages, probe_params),
                      timeout=180 if probe_params is not None else 60)
     pf = parse_preflight(res.stdout)
+    if pf.facts is not None and "@gpu_rc" not in res.stdout:
+        from ..facts import from_probe
+        from ..knowledge import knowledge
+
+        f = from_probe(pf.facts, failures=knowledge().get("nvidia_smi_failures", []))
+        if f.smi.state == "ok" and f.gpus:
+            pf.gpus, pf.gpu_error = [f"{g.index}, {g.name}, {g.memory_total_mib}" for g in f.gpus], None
+        else:
+            pf.gpus, pf.gpu_error = [], (f.smi.message or f.smi.title or "nvidia-smi listed no GPU")
     script_found = "@script 1" in res.stdout if script else True
     return pf, script_found
 
