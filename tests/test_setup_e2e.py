@@ -187,3 +187,71 @@ def test_dropped_connection_during_a_long_step_is_reattached(sandbox, gpuops, tm
     finally:
         proxy.close()
         index.close()
+
+
+FAKE_TORCH = '''"""A tiny real package named torch: a CPU-only build as far as gpuops can tell."""
+__version__ = "2.13.0+cpu"
+
+
+class version:
+    cuda = None
+
+
+class cuda:
+    @staticmethod
+    def is_available():
+        return False
+
+    @staticmethod
+    def device_count():
+        return 0
+
+    @staticmethod
+    def init():
+        raise RuntimeError("Torch not compiled with CUDA enabled")
+
+    @staticmethod
+    def is_bf16_supported():
+        return False
+
+
+class backends:
+    class cudnn:
+        @staticmethod
+        def version():
+            return None
+'''
+
+
+def test_torch_pinned_from_the_profiles_cpu_index_and_verify_names_the_cpu_build(sandbox, gpuops, tmp_path):
+    """setup.torch_index (a file:// CPU index) is where torch comes from, pinned by expect.packages; verify then
+    fails honestly: a CPU-only torch on a host whose nvidia-smi lists a GPU; train refuses it, --force launches."""
+    idx = tmp_path / "cpu"
+    for version in ("2.12.0+cpu", "2.13.0+cpu"):
+        whl = make_wheel(tmp_path, "torch", version, FAKE_TORCH.replace("2.13.0+cpu", version))
+        d = idx / "simple" / "torch"
+        d.mkdir(parents=True, exist_ok=True)
+        (idx / "files").mkdir(exist_ok=True)
+        shutil.copy(whl, idx / "files" / whl.name)
+    (idx / "simple" / "torch" / "index.html").write_text("".join(
+        f'<a href="../../files/{p.name}">{p.name}</a>\n' for p in sorted((idx / "files").iterdir())))
+    py = fresh_env(sandbox, "senv-torch")
+    set_profile(sandbox, python=py, expect={"packages": {"torch": "2.12.0"}},
+                setup={"torch_index": f"file://{idx}/simple", "install_uv": False})
+    r = gpuops("setup", "sandbox", "--dry-run", "--json")
+    plan = json.loads(r.out)["plan"]
+    assert [s["id"] for s in plan["steps"]] == ["environment", "torch"]
+    assert plan["torch_index"] == f"file://{idx}/simple" and "torch==2.12.0" in plan["steps"][1]["command"]
+
+    r = gpuops("setup", "sandbox")
+    assert r.code == 1, r.all  # the steps ran; verify fails
+    assert "every step done" in r.err
+    assert "FAIL  torch CUDA build: torch 2.12.0+cpu is a CPU-only build" in r.out
+    assert "PASS  torch: 2.12.0+cpu" in r.out  # the pinned version, not the newest on the index (2.13.0+cpu)
+    assert gpuops("setup", "sandbox", "--json").code == 0  # a CPU index is what the profile asked for: nothing to do
+
+    Path("t.py").write_text("import torch\nprint('torch', torch.__version__)\n")
+    r = gpuops("train", "--script", "t.py", "--no-snapshot")
+    assert r.code == 1 and "torch CUDA build: torch 2.12.0+cpu is a CPU-only build" in r.err, r.all
+    r = gpuops("train", "--script", "t.py", "--no-snapshot", "--force")
+    assert r.code == 0, r.all
