@@ -35,6 +35,9 @@ def gpuops(*args: str, cwd: Path, **kw) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-m", "gpuops", *args], cwd=cwd, capture_output=True, text=True, **kw)
 
 
+TEST_CACHE = os.environ.get("GPUOPS_TEST_CACHE") or str(Path.home() / ".cache" / "gpuops-tests")
+
+
 def preflight_figures(remote_proj: Path, project: Path) -> None:
     """The one preflight execution of `train`, timed on one connection: as before the launch gate, with it, and with
     it on a real CPU torch (the cached test venv of tests/distenv.py, when it exists: importing torch dominates)."""
@@ -43,6 +46,7 @@ def preflight_figures(remote_proj: Path, project: Path) -> None:
     from gpuops.remote.connection import connect
 
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
+    os.environ.setdefault("GPUOPS_TEST_CACHE", TEST_CACHE)  # read before main() moved HOME
     import distenv
 
     prof = profiles.resolve("sandbox", project)
