@@ -35,6 +35,44 @@ def gpuops(*args: str, cwd: Path, **kw) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-m", "gpuops", *args], cwd=cwd, capture_output=True, text=True, **kw)
 
 
+TEST_CACHE = os.environ.get("GPUOPS_TEST_CACHE") or str(Path.home() / ".cache" / "gpuops-tests")
+
+
+def preflight_figures(remote_proj: Path, project: Path) -> None:
+    """The one preflight execution of `train`, timed on one connection: as before the launch gate, with it, and with
+    it on a real CPU torch (the cached test venv of tests/distenv.py, when it exists: importing torch dominates)."""
+    from gpuops import profiles, runs as core
+    from gpuops.remote import launch as rl
+    from gpuops.remote.connection import connect
+
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
+    os.environ.setdefault("GPUOPS_TEST_CACHE", TEST_CACHE)  # read before main() moved HOME
+    import distenv
+
+    prof = profiles.resolve("sandbox", project)
+    pythons = [("system python3 (no torch)", prof.python)]
+    if (distenv.VENV / ".complete").exists():
+        pythons.append(("CPU torch 2.13 venv", str(distenv.VENV / "bin" / "python")))
+    remote = connect(prof, announce=lambda *_: None)
+    try:
+        for label, py in pythons:
+            node = prof.model_copy(update={"python": py})
+            rows = []
+            for gate in (False, True):
+                ts = []
+                for _ in range(5):
+                    t0 = time.perf_counter()
+                    pf, _ = rl.preflight(remote, "~/proj", "job.py", py, ["vllm"],
+                                         core.gate_params(node, "~/proj") if gate else None)
+                    ts.append(time.perf_counter() - t0)
+                rows.append(statistics.median(ts))
+            print(f"train preflight round trip, {label}: median {rows[0] * 1000:.0f} ms without the launch gate, "
+                  f"{rows[1] * 1000:.0f} ms with it (torch/CUDA/GPU count/flash-attn facts + py_compile), "
+                  f"one remote execution either way (n=5)")
+    finally:
+        remote.close()
+
+
 def main() -> None:
     tmp = Path(tempfile.mkdtemp(prefix="gpuops-bench-runs-"))
     os.environ.update(GPUOPS_STATE_DIR=str(tmp / "state"), GPUOPS_CONFIG_DIR=str(tmp / "config"),
@@ -67,6 +105,9 @@ def main() -> None:
         def wait_end(rid: str) -> None:
             while not (remote / ".gpuops" / "runs" / rid / "exit_code").exists():
                 time.sleep(0.02)
+
+        # 0. train's preflight round trip, with and without the launch gate (stack facts + script compile)
+        preflight_figures(remote, project)
 
         # 1. train -> running
         launch("--no-snapshot")  # first contact: trust the host key

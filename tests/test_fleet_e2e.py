@@ -147,7 +147,7 @@ def test_torchrun_across_two_hosts_all_reduces(sandbox, gpuops, dist_python):
     write(Path.cwd() / "ddp.py", DDP)
     port = free_port()
     res = gpuops("train", "-p", p, "--script", "ddp.py", "--launcher", "torchrun", "--master-port", str(port),
-                 "--no-snapshot", "--json")
+                 "--no-snapshot", "--json", "--force")  # CPU torch on emulated GPUs: the launch gate's refusal
     assert res.code == 0, res.all
     doc = json.loads(res.out)
     rid = doc["run_id"]
@@ -168,7 +168,7 @@ def test_ray_cluster_across_two_hosts_runs_a_task_on_each(sandbox, gpuops, dist_
     write(Path.cwd() / "rayjob.py", RAY_JOB)
     port = free_port()
     res = gpuops("train", "-p", p, "--script", "rayjob.py", "--launcher", "ray", "--master-port", str(port),
-                 "--no-snapshot", "--json")
+                 "--no-snapshot", "--json", "--force")  # CPU torch on emulated GPUs: the launch gate's refusal
     assert res.code == 0, res.all
     rid = json.loads(res.out)["run_id"]
     res = gpuops("logs", "-f", rid, "-p", p)

@@ -36,6 +36,13 @@ def resolve(run: Optional[str], prof, project: Path) -> dict:
                 "price_per_hour": prof.price_per_hour}
 
 
+def _gate(pf, prof, project: Path) -> list:
+    """The launch gate's failed checks (runs.gate_results) on the facts the preflight gathered."""
+    from . import knowledge as kb
+
+    return core.gate_results(pf.facts, prof, kb.knowledge(project))
+
+
 def _remember(prof, project: Path) -> None:
     from . import profiles
 
@@ -72,10 +79,12 @@ def train(prof, out, project: Path, *, script: str, name: Optional[str] = None, 
 
             out.step(f"syncing {project.name}/ to {prof.name}:{remote_dir}")
             sync_project(prof, remote, out, project)
-        out.step("preflight: GPUs, free disk, other runs")
-        pf, found = rl.preflight(remote, remote_dir, script_rel, prof.python, core.conflict_packages(presets_doc))
+        out.step("preflight: GPUs, free disk, other runs, the stack (torch, CUDA, flash-attn), the script")
+        pf, found = rl.preflight(remote, remote_dir, script_rel, prof.python, core.conflict_packages(presets_doc),
+                                 core.gate_params(prof, remote_dir))
         verdict = core.judge_preflight(pf, script_found=found, script=script_rel, remote_dir=remote_dir,
-                                       min_disk_gb=prof.expect.min_disk_gb, force=force, synced=sync)
+                                       min_disk_gb=prof.expect.min_disk_gb, force=force, synced=sync,
+                                       stack=_gate(pf, prof, project))
         for w in verdict.warnings:
             out.warn(w)
         if verdict.error:
@@ -91,6 +100,8 @@ def train(prof, out, project: Path, *, script: str, name: Optional[str] = None, 
         meta = core.build_meta(run_id=rid, script=script_rel, args=args, argv=argv, profile=prof, plan=plan,
                                remote_dir=remote_dir, remote_run_dir=run_dir, git=core.git_info(project), seed=seed,
                                started=started, name=name)
+        if verdict.forced:
+            meta["forced"] = verdict.forced
         launcher = rl.launcher_script(run_id=rid, remote_dir=remote_dir, argv=argv, python=prof.python,
                                       env=plan.exported, unset=plan.unset)
         pid, abs_dir = rl.launch(remote, run_id=rid, remote_dir=remote_dir, meta=meta, launcher=launcher,
@@ -133,6 +144,7 @@ def train_fleet(prof, out, project: Path, *, script: str, launcher: str = "none"
     for w in plan.warnings:
         out.warn(w)
     remotes: dict[int, object] = {}
+    forced: dict[int, list] = {}
     quiet = type(out)(json_mode=True, stdout=out.stderr, stderr=out.stderr, quiet=True)
 
     def prepare(node):
@@ -142,11 +154,14 @@ def train_fleet(prof, out, project: Path, *, script: str, launcher: str = "none"
             from .transfer_ops import sync_project
 
             sync_project(node, remote, quiet, project)
-        pf, found = rl.preflight(remote, remote_dir, script_rel, node.python, core.conflict_packages(presets_doc))
+        pf, found = rl.preflight(remote, remote_dir, script_rel, node.python, core.conflict_packages(presets_doc),
+                                 core.gate_params(node, remote_dir))
         verdict = core.judge_preflight(pf, script_found=found, script=script_rel, remote_dir=remote_dir,
-                                       min_disk_gb=prof.expect.min_disk_gb, force=force, synced=sync)
+                                       min_disk_gb=prof.expect.min_disk_gb, force=force, synced=sync,
+                                       stack=_gate(pf, node, project))
         if verdict.error:
             raise verdict.error
+        forced[node.rank] = verdict.forced
         return pf, verdict.warnings
 
     launched: list = []
@@ -193,6 +208,8 @@ def train_fleet(prof, out, project: Path, *, script: str, launcher: str = "none"
                                    remote_dir=remote_dir, remote_run_dir=run_dir, git=git, seed=seed,
                                    started=started, name=name)
             meta.update(env=env_vars, node_rank=node.rank, num_nodes=len(nodes), launcher=launcher)
+            if forced.get(node.rank):
+                meta["forced"] = forced[node.rank]
             if command:
                 meta["command_shell"] = command
             text = rl.launcher_script(run_id=rid, remote_dir=remote_dir, argv=argv, python=node.python, env=env_vars,

@@ -93,6 +93,21 @@ class SyncSettings(_Strict):
     exclude: List[str] = Field(default_factory=lambda: list(DEFAULT_EXCLUDES))
 
 
+class SetupSettings(_Strict):
+    """`setup:`: how `gpuops setup` brings the host to this profile (docs/setup.md)."""
+    torch_index: Optional[str] = Field(None, description="index for torch/torchvision/torchaudio (a mirror, a CPU "
+                                                         "index); default: the PyTorch index of the driver's CUDA")
+    index_url: Optional[str] = Field(None, description="index for the project's own dependencies (a mirror); "
+                                                       "default: the installer's own (PyPI)")
+    extras: List[str] = Field(default_factory=list, description="optional dependency groups of the project to install")
+    sudo: bool = Field(False, description="may setup use sudo (it installs nothing system-wide either way)")
+    cache_dir: Optional[str] = Field(None, description="uv/pip download cache on the host (default: a folder on the "
+                                                       "largest free disk when the home disk is short)")
+    install_uv: bool = Field(True, description="install uv with `pip install --user uv` when the host has none")
+    flash_attn_wheel: Optional[str] = Field(None, description="URL or path of a prebuilt flash-attn wheel")
+    max_jobs: int = Field(4, ge=1, description="MAX_JOBS for a flash-attn build (each job can take 5+ GB of RAM)")
+
+
 class HostEntry(_Strict):
     """One host of a fleet profile (`hosts:`); unset keys take the profile's shared value."""
     host: str
@@ -170,6 +185,7 @@ class Profile(_Strict):
     secrets: List[str] = Field(default_factory=list, description="names of environment variables sent as secrets")
     fetch: Dict[str, str] = Field(default_factory=lambda: {"checkpoints": "checkpoints"})
     cloud: Optional[CloudInfo] = None
+    setup: SetupSettings = Field(default_factory=SetupSettings)
 
     _host = field_validator("host", mode="before")(classmethod(lambda cls, v: valid_host(v)))
 

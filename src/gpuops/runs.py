@@ -413,6 +413,8 @@ class Preflight:
     active: list[str] = field(default_factory=list)  # ids of gpuops runs still running on the host
     packages: Optional[dict[str, Optional[str]]] = None
     has_setsid_fork: bool = True
+    compile_error: Optional[str] = None  # the launch gate: the script does not compile (.py) or is unreadable
+    facts: Optional[dict] = None  # the launch gate: the verify probe's document (stack facts), when gathered
 
 
 def parse_preflight(text: str) -> Preflight:
@@ -427,6 +429,16 @@ def parse_preflight(text: str) -> Preflight:
                 gpu_rc = int(head[1]) if len(head) > 1 and head[1].lstrip("-").isdigit() else 1
             elif section == "setsid":
                 pf.has_setsid_fork = len(head) > 1 and head[1] == "1"
+            elif section == "compile":
+                msg = line[len("@compile"):].strip()
+                pf.compile_error = None if msg == "ok" else (msg or "the script could not be compiled")
+            continue
+        if section == "facts":
+            if line.startswith("{"):
+                try:
+                    pf.facts = json.loads(line)
+                except ValueError:
+                    pass
             continue
         if section == "gpu":
             if line.strip():
@@ -455,14 +467,80 @@ def parse_preflight(text: str) -> Preflight:
 class PreflightVerdict:
     warnings: list[str] = field(default_factory=list)  # shown in this order, before the error if there is one
     error: Optional[GpuopsError] = None  # the launch is refused with this
+    forced: list[str] = field(default_factory=list)  # problems --force launched past (recorded in meta.json)
+
+
+# -- the launch gate: a stack that makes the run worthless ------------------------------------------
+GATE_PACKAGES = ("torch", "torchvision", "torchaudio", "flash-attn")
+GATE_SKIP = ("os", "cpus", "memory", "disk", "nvcc")  # facts the gate does not judge
+
+
+def flash_attn_expected(profile) -> bool:
+    e = profile.expect
+    return "flash-attn" in e.packages or "flash_attn" in e.packages or "flash_attn" in e.imports
+
+
+def gate_params(profile, remote_dir: str) -> dict:
+    """The verify probe's parameters for the launch gate: only the facts it judges (it runs inside the preflight)."""
+    return {"remote_dir": remote_dir, "packages": sorted(set(GATE_PACKAGES) | set(profile.expect.packages)),
+            "imports": ["flash_attn"] if flash_attn_expected(profile) else [], "cuda_check": True,
+            "skip": list(GATE_SKIP), "timeouts": {"cuda_check": 60, "imports": 60}}
+
+
+def gate_results(facts_doc: Optional[dict], profile, knowledge: dict) -> list:
+    """The failed checks that make a run worthless, as verify words them (title, measured, fix): a CPU-only torch
+    on a GPU host, torch.cuda.is_available() False, fewer GPUs than expected (nvidia-smi or torch), flash-attn not
+    importing when expected, torch or flash-attn expected and not installed. Pure."""
+    from . import checks as ck
+    from .facts import from_probe
+
+    if not facts_doc:
+        return []
+    facts = from_probe(facts_doc, host=profile.host, failures=knowledge.get("nvidia_smi_failures", []))
+    c = ck.Context(facts, profile, {}, knowledge, {}, {})
+    out: list = []
+    for r in ck.check_packages(c):
+        if r.status == ck.FAIL and r.id.split(".", 1)[1] in ("torch", "flash-attn", "flash_attn") \
+                and not c.installed(r.title):
+            out.append(r)
+    if facts.python_ok:
+        out += [r for r in ck.check_torch_cuda_build(c) if r.status == ck.FAIL]
+        if c.installed("torch"):
+            out += [r for r in ck.check_cuda_runtime(c) if r.status == ck.FAIL and r.id == "cuda.runtime"]
+        out += [r for r in ck.check_imports(c) if r.status == ck.FAIL and r.id == "packages.flash_attn"]
+    out += [r for r in ck.check_gpu_count(c) if r.status == ck.FAIL]
+    rt = facts.cuda_runtime or {}
+    want = profile.expect.gpu_count
+    if want and rt.get("available") and (rt.get("device_count") or 0) < want and c.gpu_host \
+            and len(facts.gpus) >= want:
+        out.append(ck.CheckResult("cuda.device_count", "GPUs visible to torch", ck.FAIL,
+                                  f"torch sees {rt.get('device_count')} GPU(s)", str(want),
+                                  remediation="CUDA_VISIBLE_DEVICES hides some GPUs (check the profile's env: and "
+                                              "--env), or a GPU is unusable"))
+    return out
+
+
+def gate_line(r) -> str:
+    """One gate problem as verify prints it: `title: measured (expected X)`; the fix goes in the hint."""
+    text = f"{r.title}: {r.measured or '-'}"
+    return text + (f" (expected {r.expected})" if r.expected else "")
 
 
 def judge_preflight(pf: Preflight, *, script_found: bool, script: str, remote_dir: str, min_disk_gb: Optional[float],
-                    force: bool, synced: bool) -> PreflightVerdict:
-    """Launch or not: no GPU, less disk than the profile expects and another run still running are problems
-    (--force turns them into warnings); a missing script is a usage error; under 1 GB free is a warning."""
+                    force: bool, synced: bool, stack: Iterable = ()) -> PreflightVerdict:
+    """Launch or not: no GPU, less disk than the profile expects, another run still running, a broken stack
+    (`stack`: gate_results) and a script that does not compile are problems (--force turns them into warnings,
+    recorded in verdict.forced); a missing script is a usage error; under 1 GB free is a warning."""
     verdict = PreflightVerdict()
     problems = []
+    fixes = []
+    for r in stack:
+        problems.append(gate_line(r))
+        if r.remediation:
+            fixes.append(f"fix ({r.title}): {r.remediation}")
+    if script_found and pf.compile_error:
+        problems.append(f"script {script} does not compile: {pf.compile_error}")
+        fixes.append(f"fix: correct {script} (python -m py_compile {script} shows the error locally)")
     if pf.gpu_error:
         problems.append(f"no GPU visible: {pf.gpu_error}")
     if pf.free_gb is not None and min_disk_gb is not None and pf.free_gb < min_disk_gb:
@@ -477,10 +555,11 @@ def judge_preflight(pf: Preflight, *, script_found: bool, script: str, remote_di
                                    "sync first (drop --no-sync) or check the path")
     elif problems and not force:
         verdict.error = ChecksFailed("; ".join(problems) + "; not launching",
-                                     hint=(f"stop it first (gpuops stop {pf.active[0]}) or " if pf.active else "")
-                                     + "add --force to launch anyway")
+                                     hint="\n".join(fixes + [(f"stop it first (gpuops stop {pf.active[0]}) or "
+                                                              if pf.active else "") + "add --force to launch anyway"]))
     elif problems:
         verdict.warnings += [p + " (--force: launching anyway)" for p in problems]
+        verdict.forced = list(problems)
     return verdict
 
 

@@ -17,6 +17,7 @@ from . import transfer as _transfer  # noqa: E402,F401  (sync, fetch)
 from . import runs as _runs  # noqa: E402,F401  (train, watch, logs, status, stop)
 from . import snapshot as _snapshot  # noqa: E402,F401  (snapshot, diff, matrix)
 from . import cloud as _cloud  # noqa: E402,F401  (cloud types|keys, up, ls, down, reap)
+from . import setup as _setup  # noqa: E402,F401  (setup)
 
 
 def run(argv: list[str] | None = None) -> int:

@@ -26,7 +26,9 @@ def train(
                                                           "preset and the profile). NAME= unsets NAME."),
     no_sync: bool = typer.Option(False, "--no-sync", help="Do not sync the project first."),
     force: bool = typer.Option(False, "--force", help="Launch even if preflight finds another gpuops run, no "
-                                                      "GPU or too little disk."),
+                                                      "GPU, too little disk, or a broken stack (CPU-only torch, CUDA "
+                                                      "unavailable, GPUs missing, flash-attn not importing) or a "
+                                                      "script that does not compile; recorded in meta.json."),
     seed: Optional[int] = typer.Option(None, "--seed", help="Export GPUOPS_SEED and PYTHONHASHSEED; recorded."),
     no_snapshot: bool = typer.Option(False, "--no-snapshot", help="Skip the environment snapshot taken at launch."),
     launcher: str = typer.Option("none", "--launcher", metavar="none|torchrun|ray",

@@ -65,12 +65,56 @@ def _heredoc(path_expr: str, content: str, *, append: bool = False) -> str:
 
 
 # -- preflight ------------------------------------------------------------------------------------
-def preflight_script(remote_dir: str, script: Optional[str], python: str, packages: Iterable[str]) -> str:
+# `python -m py_compile` without writing a .pyc into the project: compile() is what py_compile runs
+COMPILE_CHECK = ("import sys\ntry:\n    compile(open(sys.argv[1], 'rb').read(), sys.argv[1], 'exec')\n"
+                 "except SyntaxError as e:\n    print('%s: %s (line %s)' % (type(e).__name__, e.msg, e.lineno))\n"
+                 "except Exception as e:\n    print('%s: %s' % (type(e).__name__, e))\nelse:\n    print('ok')\n")
+
+
+def gate_lines(remote_dir: str, script: Optional[str], python: str, probe_params: Optional[dict]) -> str:
+    """The launch gate's part of the preflight (same execution): the script compiles (.py) or is readable, and the
+    verify probe's stack facts (torch build, CUDA, GPU count, flash-attn import) under `@facts`."""
+    P = shell_path(remote_dir)
+    first = shell_path((shlex.split(python) or ["python3"])[0])
+    out = ""
+    if script:
+        f = f"{P}/{shlex.quote(script)}"
+        if script.endswith(".py"):
+            out += (f'if [ -e {f} ]; then echo "@compile $(cd {P} && {shell_command(python)} -c '
+                    f'{shlex.quote(COMPILE_CHECK)} {shlex.quote(script)} 2>&1 | tail -n 1)"; fi\n')
+        else:
+            out += f'if [ -e {f} ] && [ ! -r {f} ]; then echo "@compile not readable by $(id -un)"; fi\n'
+    if probe_params is not None:
+        from .gather import probe_source
+
+        tag = "GPUOPS_PROBE_" + _random.token_hex(8)
+        out += (f"if command -v {first} >/dev/null 2>&1; then echo @facts; {shell_command(python)} - <<'{tag}'\n"
+                f"{probe_source(probe_params)}\n{tag}\nfi\n")
+    return out
+
+
+def venv_lines(python: str) -> list[str]:
+    """launch.sh lines: when the profile's Python lives in a virtual environment (its bin/ holds pyvenv.cfg one level
+    up), that bin/ goes first on PATH and VIRTUAL_ENV is set, so `python`/`pip` in a .sh job are the profile's."""
+    first = (shlex.split(python) or ["python3"])[0]
+    if "/" not in first:
+        return []
+    return [f"gpuops_py={shell_path(first)}",
+            'gpuops_bin=$(dirname "$gpuops_py")',
+            'if [ -f "$gpuops_bin/../pyvenv.cfg" ]; then',
+            '  VIRTUAL_ENV=$(cd "$gpuops_bin/.." && pwd); export VIRTUAL_ENV',
+            '  PATH="$VIRTUAL_ENV/bin:$PATH"; export PATH; unset PYTHONHOME',
+            "fi"]
+
+
+def preflight_script(remote_dir: str, script: Optional[str], python: str, packages: Iterable[str],
+                     probe_params: Optional[dict] = None) -> str:
     P = shell_path(remote_dir)
     pkgs = " ".join(shlex.quote(p) for p in packages)
     check_script = ""
     if script:
         check_script = f'echo "@script $( [ -e {P}/{shlex.quote(script)} ] && echo 1 || echo 0 )"\n'
+    check_script += gate_lines(remote_dir, script, python, probe_params)
     pkg = ""
     if pkgs:
         pkg = ("echo @pkg\n"
@@ -78,11 +122,14 @@ def preflight_script(remote_dir: str, script: Optional[str], python: str, packag
                "try:\n    import importlib.metadata as m\nexcept Exception:\n    sys.exit(0)\n"
                "for n in sys.argv[1:]:\n    try:\n        print(n + \"=\" + m.version(n))\n"
                "    except Exception:\n        print(n + \"=\")\n' " + pkgs + " 2>/dev/null\n")
+    gpu = ('echo @gpu\n$T nvidia-smi --query-gpu=index,name,memory.total --format=csv,noheader 2>&1\n'
+           'echo "@gpu_rc $?"')
+    if probe_params is not None:  # the probe's nvidia-smi facts stand for these lines (one nvidia-smi run less)
+        first = shell_path((shlex.split(python) or ["python3"])[0])
+        gpu = f"if ! command -v {first} >/dev/null 2>&1; then\n{gpu}\nfi"
     return STATE_FN + f"""
 T=; command -v timeout >/dev/null 2>&1 && T="timeout 20"
-echo @gpu
-$T nvidia-smi --query-gpu=index,name,memory.total --format=csv,noheader 2>&1
-echo "@gpu_rc $?"
+{gpu}
 echo @df
 d={P}; [ -d "$d" ] || d="$HOME"
 df -Pk "$d" 2>/dev/null | tail -n 1
@@ -96,9 +143,20 @@ done
 """
 
 
-def preflight(remote, remote_dir: str, script: Optional[str], python: str, packages: Iterable[str] = ()) -> tuple[Preflight, bool]:
-    res = remote.run("sh -s", stdin=preflight_script(remote_dir, script, python, packages), timeout=60)
+def preflight(remote, remote_dir: str, script: Optional[str], python: str, packages: Iterable[str] = (),
+              probe_params: Optional[dict] = None) -> tuple[Preflight, bool]:
+    res = remote.run("sh -s", stdin=preflight_script(remote_dir, script, python, packages, probe_params),
+                     timeout=180 if probe_params is not None else 60)
     pf = parse_preflight(res.stdout)
+    if pf.facts is not None and "@gpu_rc" not in res.stdout:
+        from ..facts import from_probe
+        from ..knowledge import knowledge
+
+        f = from_probe(pf.facts, failures=knowledge().get("nvidia_smi_failures", []))
+        if f.smi.state == "ok" and f.gpus:
+            pf.gpus, pf.gpu_error = [f"{g.index}, {g.name}, {g.memory_total_mib}" for g in f.gpus], None
+        else:
+            pf.gpus, pf.gpu_error = [], (f.smi.message or f.smi.title or "nvidia-smi listed no GPU")
     script_found = "@script 1" in res.stdout if script else True
     return pf, script_found
 
@@ -133,6 +191,7 @@ def launcher_script(*, run_id: str, remote_dir: str, argv: list[str], python: st
         "trap 'gpuops_signal=TERM' TERM",
         "trap 'gpuops_signal=HUP' HUP",
         'if [ -f "$D/secrets.env" ]; then . "$D/secrets.env"; rm -f "$D/secrets.env"; fi',
+        *venv_lines(python),
     ]
     for k in unset:
         lines.append(f"unset {k}")

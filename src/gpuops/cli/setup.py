@@ -1,0 +1,76 @@
+"""`gpuops setup [NAME]`: bring the host to the profile's stack (plan, detached steps, re-attach, verify)."""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Optional
+
+import typer
+
+from .app import HostOpt, JsonOpt, ProfileOpt, app, output, pick_profile
+
+
+def plan_lines(plan) -> list[str]:
+    """The plan as plain lines: each step with its reason, the indexes, the disk it needs."""
+    if plan.nothing_to_do:
+        return [f"nothing to do: the environment {plan.env_dir} matches the profile"]
+    lines = [f"plan for {plan.python} ({len(plan.steps)} step(s)):"]
+    for i, s in enumerate(plan.steps, 1):
+        lines.append(f"  {i}. {s.title}{'  [long]' if s.long else ''}")
+        lines.append(f"     why: {s.reason}")
+    if plan.torch_index:
+        lines.append(f"  torch index: {plan.torch_index}")
+    if plan.index_url:
+        lines.append(f"  project index: {plan.index_url}")
+    free = f", {plan.free_mb / 1024:.1f} GB free in home" if plan.free_mb is not None else ""
+    lines.append(f"  disk: about {plan.disk_mb / 1024:.1f} GB{free}")
+    if plan.cache_dir:
+        lines.append(f"  cache: {plan.cache_dir}")
+    return lines
+
+
+@app.command()
+def setup(
+    name: Optional[str] = typer.Argument(None, help="Profile name.", show_default=False),
+    profile: Optional[str] = ProfileOpt,
+    dry_run: bool = typer.Option(False, "--dry-run", help="Show the plan (steps, reasons, indexes, disk) and stop."),
+    no_verify: bool = typer.Option(False, "--no-verify", help="Do not run verify after the steps."),
+    json_: bool = JsonOpt,
+    host: Optional[int] = HostOpt,
+) -> None:
+    """Make the host match the profile: create the python: environment (uv, else pip --user uv, else venv), install
+    the synced project's dependencies, torch pinned by expect.packages from the index of the driver's CUDA, and
+    flash-attn; long steps run detached (run setup again to re-attach); ends with verify. Idempotent."""
+    from .. import setup_ops
+    from ..verify import exit_code, show
+
+    out = output(json_)
+    prof = pick_profile(name, profile).node(host)
+    notes_shown = []
+
+    def on_plan(plan) -> None:
+        for line in plan_lines(plan):
+            out.print(line)
+        for n in plan.notes:
+            out.warn(n)
+        notes_shown.append(plan)
+
+    doc = setup_ops.setup(prof, out, Path.cwd(), dry_run=dry_run, verify=not no_verify, on_plan=on_plan)
+    results = doc.pop("verify_results", None)
+    code = 0
+    if doc["verify"] is not None:
+        if not json_:
+            show(out, doc["verify"], results)
+        code = exit_code(doc["verify"])
+    if json_:
+        out.emit_json(doc)
+    elif doc["plan"] and doc["plan"]["nothing_to_do"]:
+        out.success(f"{prof.name} already matches the profile: nothing installed "
+                    f"({doc['executions']} remote execution)")
+    elif dry_run:
+        out.info("dry run: nothing was changed on the host")
+    elif code == 0:
+        out.success(f"{prof.name} is set up" + ("" if no_verify else " and verify passes"))
+    from .. import profiles
+
+    profiles.remember(prof, Path.cwd())
+    raise typer.Exit(code)

@@ -1,0 +1,257 @@
+"""gpuops setup end to end through the sandbox: from no environment to a passing verify, idempotence, re-attach."""
+from __future__ import annotations
+
+import json
+import shutil
+import threading
+import time
+from pathlib import Path
+
+import yaml
+
+from proxy import Proxy
+
+LOCAL_INDEX = "file:///opt/pypi/simple"  # this machine kind's local package index (pip config: extra-index-url)
+
+
+def home(sandbox) -> Path:
+    return Path(sandbox["dir"]) / "home"
+
+
+def remote_project(sandbox) -> Path:
+    return home(sandbox) / Path.cwd().name
+
+
+def set_profile(sandbox, **changes) -> dict:
+    data = yaml.safe_load(sandbox["profile"].read_text())
+    for k, v in changes.items():
+        if isinstance(v, dict) and isinstance(data.get(k), dict):
+            data[k].update(v)
+        else:
+            data[k] = v
+    sandbox["profile"].write_text(yaml.safe_dump(data))
+    return data
+
+
+def fresh_env(sandbox, name: str) -> str:
+    shutil.rmtree(home(sandbox) / name, ignore_errors=True)
+    return f"~/{name}/bin/python"
+
+
+def test_setup_from_nothing_to_verify_then_nothing_to_do(sandbox, gpuops):
+    py = fresh_env(sandbox, "senv-req")
+    set_profile(sandbox, python=py, expect={"packages": {"six": "1.17.0"}},
+                setup={"index_url": LOCAL_INDEX, "install_uv": False})
+    Path("requirements.txt").write_text("six==1.17.0\n")
+    Path("train.py").write_text("import six\nprint('six', six.__version__)\n")
+    assert gpuops("sync", "-p", "sandbox").code == 0
+
+    r = gpuops("setup", "sandbox", "--dry-run")
+    assert r.code == 0, r.all
+    assert "1. create the environment ~/senv-req" in r.out and "2. install requirements.txt" in r.out
+    assert ("does not exist (uv venv)" in r.out) or ("does not exist (python3 -m venv)" in r.out)
+    assert "project index: file:///opt/pypi/simple" in r.out and "disk: about" in r.out
+    assert not (home(sandbox) / "senv-req").exists()  # a dry run changes nothing
+
+    r = gpuops("setup", "sandbox")
+    assert r.code == 0, r.all
+    assert "create the environment" in r.err and "every step done" in r.err
+    assert "PASS  six: 1.17.0" in r.out  # verify ran after the steps
+    assert (home(sandbox) / "senv-req" / "bin" / "python").exists()
+    assert (remote_project(sandbox) / ".gpuops" / "setup" / "done.json").is_file()
+
+    r = gpuops("setup", "sandbox", "--json")
+    assert r.code == 0, r.all
+    doc = json.loads(r.out)
+    assert doc["plan"]["nothing_to_do"] and doc["executions"] == 1 and not doc["ran"]
+    r = gpuops("setup", "sandbox")
+    assert "already matches the profile: nothing installed (1 remote execution)" in r.err
+
+    # the project's requirements change: only that step runs again
+    Path("requirements.txt").write_text("six==1.17.0\nidna\n")
+    assert gpuops("sync", "-p", "sandbox").code == 0
+    r = gpuops("setup", "sandbox", "--dry-run", "--json")
+    steps = [s["id"] for s in json.loads(r.out)["plan"]["steps"]]
+    assert steps == ["deps"], steps
+
+    # the job's python is the environment's
+    r = gpuops("train", "--script", "train.py", "--no-sync", "--no-snapshot")
+    assert r.code == 0, r.all
+
+
+def test_python_outside_a_venv_is_a_profile_error(sandbox, gpuops):
+    set_profile(sandbox, python="python3")
+    r = gpuops("setup", "sandbox", "--dry-run")
+    assert r.code == 2 and "inside a virtual environment" in r.err, r.all
+
+
+def make_wheel(folder: Path, name: str, version: str, code: str) -> Path:
+    """A real, minimal pure-Python wheel (RECORD with hashes), built by hand."""
+    import base64
+    import hashlib
+    import zipfile
+
+    mod = name.replace("-", "_")
+    dist = f"{mod}-{version}.dist-info"
+    files = {f"{mod}/__init__.py": code,
+             f"{dist}/METADATA": f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n",
+             f"{dist}/WHEEL": "Wheel-Version: 1.0\nGenerator: gpuops-tests\nRoot-Is-Purelib: true\nTag: py3-none-any\n"}
+    record = []
+    for path, text in files.items():
+        digest = base64.urlsafe_b64encode(hashlib.sha256(text.encode()).digest()).rstrip(b"=").decode()
+        record.append(f"{path},sha256={digest},{len(text.encode())}")
+    record.append(f"{dist}/RECORD,,")
+    whl = folder / f"{mod}-{version}-py3-none-any.whl"
+    with zipfile.ZipFile(whl, "w") as z:
+        for path, text in files.items():
+            z.writestr(path, text)
+        z.writestr(f"{dist}/RECORD", "\n".join(record) + "\n")
+    return whl
+
+
+class SlowIndex:
+    """A PEP 503 index on 127.0.0.1 whose wheel downloads take `delay` seconds: a long install step."""
+
+    def __init__(self, folder: Path, delay: float):
+        import http.server
+        import socketserver
+
+        self.folder, self.delay = folder, delay
+        index = self
+
+        class Handler(http.server.SimpleHTTPRequestHandler):
+            def __init__(self, *a, **kw):
+                super().__init__(*a, directory=str(index.folder), **kw)
+
+            def do_GET(self):
+                if self.path.endswith(".whl"):
+                    time.sleep(index.delay)
+                super().do_GET()
+
+            def log_message(self, *a):
+                pass
+
+        self.server = socketserver.ThreadingTCPServer(("127.0.0.1", 0), Handler)
+        self.server.daemon_threads = True
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}/simple/"
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+    def add(self, whl: Path, project: str) -> None:
+        d = self.folder / "simple" / project
+        d.mkdir(parents=True, exist_ok=True)
+        (self.folder / "files").mkdir(exist_ok=True)
+        shutil.copy(whl, self.folder / "files" / whl.name)
+        (d / "index.html").write_text(f'<html><body><a href="../../files/{whl.name}">{whl.name}</a></body></html>\n')
+
+    def close(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+
+
+def test_dropped_connection_during_a_long_step_is_reattached(sandbox, gpuops, tmp_path):
+    index = SlowIndex(tmp_path / "index", delay=6)
+    proxy = Proxy(sandbox["port"])
+    try:
+        index.add(make_wheel(tmp_path, "gpuops-slowpkg", "1.0", "VALUE = 42\n"), "gpuops-slowpkg")
+        py = fresh_env(sandbox, "senv-slow")
+        data = set_profile(sandbox, python=py, expect={"packages": {"gpuops-slowpkg": "1.0"}},
+                           setup={"index_url": index.url, "install_uv": False})
+        Path(sandbox["profile"]).with_name("viaproxy.yaml").write_text(yaml.safe_dump(dict(data, port=proxy.port)))
+        Path("requirements.txt").write_text("gpuops-slowpkg==1.0\n")
+        assert gpuops("sync", "-p", "sandbox").code == 0
+        log = remote_project(sandbox) / ".gpuops" / "setup" / "log"
+
+        def cut_when_installing():
+            deadline = time.monotonic() + 30
+            while time.monotonic() < deadline:
+                if log.exists() and "deps install requirements.txt" in log.read_text():
+                    time.sleep(1.0)
+                    proxy.cut_all()
+                    return
+                time.sleep(0.1)
+
+        cutter = threading.Thread(target=cut_when_installing)
+        cutter.start()
+        r = gpuops("setup", "-p", "viaproxy")
+        cutter.join()
+        assert r.code == 3, r.all
+        assert "setup goes on running on the host" in r.err and "run `gpuops setup` again to re-attach" in r.err
+        assert "@@done" not in log.read_text()  # the step was still running when the connection dropped
+
+        r = gpuops("setup", "-p", "sandbox")
+        assert r.code == 0, r.all
+        assert "a setup is already running on sandbox: re-attaching" in r.err
+        assert "every step done" in r.err and "PASS  gpuops-slowpkg: 1.0" in r.out
+        assert "@@done" in log.read_text()
+        assert gpuops("setup", "-p", "sandbox", "--json").code == 0  # and now it matches
+    finally:
+        proxy.close()
+        index.close()
+
+
+FAKE_TORCH = '''"""A tiny real package named torch: a CPU-only build as far as gpuops can tell."""
+__version__ = "2.13.0+cpu"
+
+
+class version:
+    cuda = None
+
+
+class cuda:
+    @staticmethod
+    def is_available():
+        return False
+
+    @staticmethod
+    def device_count():
+        return 0
+
+    @staticmethod
+    def init():
+        raise RuntimeError("Torch not compiled with CUDA enabled")
+
+    @staticmethod
+    def is_bf16_supported():
+        return False
+
+
+class backends:
+    class cudnn:
+        @staticmethod
+        def version():
+            return None
+'''
+
+
+def test_torch_pinned_from_the_profiles_cpu_index_and_verify_names_the_cpu_build(sandbox, gpuops, tmp_path):
+    """setup.torch_index (a file:// CPU index) is where torch comes from, pinned by expect.packages; verify then
+    fails honestly: a CPU-only torch on a host whose nvidia-smi lists a GPU; train refuses it, --force launches."""
+    idx = tmp_path / "cpu"
+    for version in ("2.12.0+cpu", "2.13.0+cpu"):
+        whl = make_wheel(tmp_path, "torch", version, FAKE_TORCH.replace("2.13.0+cpu", version))
+        d = idx / "simple" / "torch"
+        d.mkdir(parents=True, exist_ok=True)
+        (idx / "files").mkdir(exist_ok=True)
+        shutil.copy(whl, idx / "files" / whl.name)
+    (idx / "simple" / "torch" / "index.html").write_text("".join(
+        f'<a href="../../files/{p.name}">{p.name}</a>\n' for p in sorted((idx / "files").iterdir())))
+    py = fresh_env(sandbox, "senv-torch")
+    set_profile(sandbox, python=py, expect={"packages": {"torch": "2.12.0"}},
+                setup={"torch_index": f"file://{idx}/simple", "install_uv": False})
+    r = gpuops("setup", "sandbox", "--dry-run", "--json")
+    plan = json.loads(r.out)["plan"]
+    assert [s["id"] for s in plan["steps"]] == ["environment", "torch"]
+    assert plan["torch_index"] == f"file://{idx}/simple" and "torch==2.12.0" in plan["steps"][1]["command"]
+
+    r = gpuops("setup", "sandbox")
+    assert r.code == 1, r.all  # the steps ran; verify fails
+    assert "every step done" in r.err
+    assert "FAIL  torch CUDA build: torch 2.12.0+cpu is a CPU-only build" in r.out
+    assert "PASS  torch: 2.12.0+cpu" in r.out  # the pinned version, not the newest on the index (2.13.0+cpu)
+    assert gpuops("setup", "sandbox", "--json").code == 0  # a CPU index is what the profile asked for: nothing to do
+
+    Path("t.py").write_text("import torch\nprint('torch', torch.__version__)\n")
+    r = gpuops("train", "--script", "t.py", "--no-snapshot")
+    assert r.code == 1 and "torch CUDA build: torch 2.12.0+cpu is a CPU-only build" in r.err, r.all
+    r = gpuops("train", "--script", "t.py", "--no-snapshot", "--force")
+    assert r.code == 0, r.all
