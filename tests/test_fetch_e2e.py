@@ -110,6 +110,30 @@ def test_corrupted_remote_file_is_detected(sandbox, gpuops):
     assert r.code == 1, r.all
     assert "verification failed" in r.err and "run/global_step_10/actor/model.pt" in r.err
     assert local.read_bytes() == good  # the verified copy was not replaced
+    # the hint says "run the fetch again": and it works (that run compares checksums, so the stale copy is not reused)
+    r = gpuops("fetch", "-p", "sandbox", "--latest")
+    assert r.code == 0, r.all
+    assert local.read_bytes() == bytes(data)
+    assert not (Path.cwd() / "checkpoints" / ".gpuops-partial.recheck").exists()
+
+
+def test_symlinks_inside_are_copied_as_symlinks_outside_never_followed(sandbox, gpuops):
+    ck = make_checkpoints(sandbox)
+    secret = write(remote_project(sandbox) / "secret.txt", "not for you")
+    os.symlink("run/global_step_10", ck / "latest")
+    os.symlink("global_step_10/actor/model.pt", ck / "run" / "final.pt")
+    os.symlink(str(secret), ck / "abs-out")
+    os.symlink("../secret.txt", ck / "rel-out")
+    r = gpuops("fetch", "-p", "sandbox", "--json")
+    assert r.code == 0, r.all
+    doc = json.loads(r.out)
+    assert doc["links"] == 2 and sorted(doc["links_outside_skipped"]) == ["abs-out", "rel-out"]
+    local = Path.cwd() / "checkpoints"
+    assert os.readlink(local / "latest") == "run/global_step_10"
+    assert os.readlink(local / "run" / "final.pt") == "global_step_10/actor/model.pt"
+    assert (local / "run" / "final.pt").read_bytes() == (ck / "run/global_step_10/actor/model.pt").read_bytes()
+    assert not os.path.lexists(local / "abs-out") and not os.path.lexists(local / "rel-out")
+    assert "2 symlink(s) pointing outside" in r.err
 
 
 def _cut_profile(sandbox, port: int) -> str:

@@ -101,7 +101,7 @@ def test_verify_runs_every_host_in_parallel_and_names_differences(sandbox, gpuop
     p = fleet_profile(sandbox, 2, pythons=[None, dist_python])
     res = gpuops("verify", p, "--json", "--no-cuda-check")
     doc = json.loads(res.out)
-    assert [h["rank"] for h in doc["hosts"]] == [0, 1] and all(h["report"] for h in doc["hosts"])
+    assert [h["rank"] for h in doc["hosts"]] == [0, 1] and all(h["report"] for h in doc["hosts"]), doc["hosts"]
     checks = {c["id"]: c for c in doc["fleet"]["checks"]}
     assert checks["fleet.gpu_model"]["status"] == "pass"
     assert checks["fleet.pkg.torch"]["status"] == "fail"

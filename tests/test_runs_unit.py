@@ -342,9 +342,27 @@ def test_invalid_utf8_counts_raw_bytes_in_the_stream_and_in_the_rest_fetched_aft
     ev = m.tag_bytes(b"H 1700000000\nRUN id=r exists=1 pid=1 alive=0 rc=0 started=1 ended=2 size=33 stop=-\nEND\n")
     assert [e["type"] for e in ev] == ["state", "end"] and m.ended and fs.info.log_size == 33
     # after END the bytes from fs.offset are fetched again: the incomplete line the stream held is replaced
+    m.restart_log()
     rest = m.rest_of_log(b"part\xff\n\xfflast \xe2\x82 no newline")
     assert [(e["line"], e["offset"]) for e in rest] == [("part\ufffd", 21), ("\ufffdlast \ufffd no newline", 40)]
     assert fs.offset == 40 == 15 + len(b"part\xff\n\xfflast \xe2\x82 no newline")
+
+
+def test_line_splitter_bounds_a_line_without_newlines():
+    s = w.LineSplitter(max_line=4)
+    assert s.feed_pieces(b"abcdefghij") == [(b"abcd", False), (b"efgh", False)] and s.pending == b"ij"
+    assert s.feed_pieces(b"k\nxy\n") == [(b"ijk", True), (b"xy", True)] and s.pending == b""
+    m = w.StreamModel(w.FollowState(offset=0))
+    m.log = w.LineSplitter(max_line=4)
+    ev = m.log_bytes(b"123456\n")
+    assert [(e["raw"], e["nl"], e["offset"]) for e in ev] == [(b"1234", False, 4), (b"56", True, 7)]
+
+
+def test_safe_text_neutralises_terminal_control_sequences():
+    assert w.safe_text("step 1 \x1b[2J\x1b]0;pwned\x07loss 0.5") == "step 1 \\x1b[2J\\x1b]0;pwned\\x07loss 0.5"
+    assert w.safe_text("10%|#  |\r50%|##  |\r") == "50%|##  |"
+    assert w.safe_text("tab\tkept \u00e9") == "tab\tkept \u00e9"
+    assert w.safe_text("\x9b31m c1 CSI") == "\\x9b31m c1 CSI"
 
 
 def test_line_splitter_keeps_an_incomplete_line_until_its_newline():
@@ -364,14 +382,19 @@ class LocalRemote:
         return Result(p.returncode, p.stdout.decode("utf-8", "replace"), p.stderr.decode("utf-8", "replace"), 0.0)
 
 
-def test_read_from_returns_the_log_bytes_exactly(tmp_path):
-    data = b"one\nbad \xff\xfe line\n" + bytes(range(256)) + b"\nlast \xc3 without newline"
+def test_stream_from_returns_the_log_bytes_exactly_in_chunks(tmp_path, sandbox):
+    from gpuops import profiles
+    from gpuops.remote.connection import connect
+
+    data = b"one\nbad \xff\xfe line\n" + bytes(range(256)) * 600 + b"\nlast \xc3 without newline"
     (tmp_path / "log").write_bytes(data)
-    assert rl.read_from(LocalRemote(), str(tmp_path), 4, len(data)) == data[4:]
-    assert rl.read_from(LocalRemote(), str(tmp_path), 0, 10) == data[:10]
-    assert rl.read_from(LocalRemote(), str(tmp_path), 10, 10) == b""
-    with pytest.raises(Exception, match="could not read the end of the log"):
-        rl.read_from(LocalRemote(), str(tmp_path / "missing"), 0, 10)
+    with connect(profiles.resolve("sandbox"), announce=lambda m: None) as remote:
+        chunks = list(rl.stream_from(remote, str(tmp_path), 4, len(data), chunk=4096))
+        assert b"".join(chunks) == data[4:] and len(chunks) > 1 and max(map(len, chunks)) <= 4096
+        assert b"".join(rl.stream_from(remote, str(tmp_path), 0, 10)) == data[:10]
+        assert list(rl.stream_from(remote, str(tmp_path), 10, 10)) == []
+        with pytest.raises(Exception, match="could not read the end of the log"):
+            list(rl.stream_from(remote, str(tmp_path / "missing"), 0, 10))
 
 
 def test_start_offset_is_counted_in_raw_bytes(tmp_path):

@@ -136,9 +136,57 @@ def test_changed_host_key_is_refused_then_reset(sandbox, gpuops):
     r = gpuops("verify", "sandbox")
     assert r.code == 3 and "host key" in r.err and "CHANGED" in r.err
     assert "gpuops trust sandbox --reset" in r.err
+    before = kh.read_bytes()
+    # not confirmed (no terminal, no --fingerprint, no --yes): nothing forgotten
     r = gpuops("trust", "sandbox", "--reset")
-    assert r.code == 0 and "forgot 1" in r.err
+    assert r.code == 3 and "not confirmed" in r.err and "recorded key is kept" in r.err
+    assert kh.read_bytes() == before
+    # a wrong fingerprint: nothing forgotten
+    r = gpuops("trust", "sandbox", "--reset", "--fingerprint", "SHA256:AAAAwrongAAAA")
+    assert r.code == 3 and "not the expected" in r.err
+    assert kh.read_bytes() == before
+    assert gpuops("verify", "sandbox").code == 3  # still refused: the old key was not forgotten
+    # the right fingerprint replaces it in one step
+    fp = subprocess.run(["ssh-keygen", "-lf", str(sandbox["dir"] / "host_ed25519_key.pub")], capture_output=True,
+                        text=True).stdout.split()[1]
+    r = gpuops("trust", "sandbox", "--reset", "--fingerprint", fp)
+    assert r.code == 0 and "forgot 1" in r.err, r.all
+    assert kh.read_text().count(f"[127.0.0.1]:{sandbox['port']}") == 1 and pub[1] not in kh.read_text()
     assert gpuops("verify", "sandbox", "--no-save").code == 0
+
+
+def test_trust_reset_with_the_host_unreachable_keeps_the_recorded_key(sandbox, gpuops):
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    profile_from_sandbox(sandbox, "gone", port=port)
+    kh = Path(os.environ["GPUOPS_CONFIG_DIR"]) / "known_hosts"
+    kh.parent.mkdir(parents=True, exist_ok=True)
+    line = f"[127.0.0.1]:{port} ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIOMqqnkVzrm0SdG6UOoqKLsabgH5C9okWi0dh2l9GKJl\n"
+    kh.write_text(line)
+    r = gpuops("trust", "gone", "--reset", "--yes")
+    assert r.code == 3 and "cannot connect" in r.err
+    assert kh.read_text() == line  # an attacker who makes the host unreachable gains nothing
+
+
+def test_known_host_offering_another_key_type_is_a_changed_key(sandbox, gpuops):
+    kh = Path(os.environ["GPUOPS_CONFIG_DIR"]) / "known_hosts"
+    kh.parent.mkdir(parents=True, exist_ok=True)
+    other = Path(os.environ["HOME"]) / "ecdsa_host_key"
+    subprocess.run(["ssh-keygen", "-q", "-t", "ecdsa", "-N", "", "-f", str(other)], check=True)
+    pub = other.with_suffix(".pub").read_text().split()
+    kh.write_text(f"[127.0.0.1]:{sandbox['port']} {pub[0]} {pub[1]}\n")
+    before = kh.read_bytes()
+    r = gpuops("verify", "sandbox")  # the sandbox offers ed25519 only
+    assert r.code == 3 and "CHANGED" in r.err, r.all
+    assert kh.read_bytes() == before  # not added beside the recorded key
+    r = gpuops("trust", "sandbox")
+    assert r.code == 3 and "CHANGED" in r.err
+    assert kh.read_bytes() == before
+    assert gpuops("trust", "sandbox", "--reset", "--yes").code == 0
+    assert "ecdsa" not in kh.read_text() and gpuops("verify", "sandbox", "--no-save").code == 0
 
 
 def test_strict_policy_requires_trust(sandbox, gpuops):

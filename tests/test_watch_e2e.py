@@ -190,6 +190,21 @@ def test_watch_offsets_count_raw_bytes_through_invalid_utf8_long_lines_and_recon
         assert all(d["util"] is not None for d in docs if d["type"] == "sample")
     finally:
         proxy.close()
-    # logs -f prints the same lines (invalid bytes replaced), and nothing else on stdout
-    res = gpuops("logs", rid, "-f", "-n", "1000")
-    assert res.code == 0 and res.out.splitlines() == [line for line, _ in raw_lines(log)]
+    # logs and logs -f print the log's bytes exactly (invalid UTF-8 and all), and nothing else on stdout
+    import os
+    import subprocess
+    import sys
+
+    import yaml
+
+    from gpuops.paths import config_dir
+
+    name = _proxy_profile(sandbox, proxy)
+    pf = config_dir() / "profiles" / f"{name}.yaml"
+    pf.write_text(yaml.safe_dump({**yaml.safe_load(pf.read_text()), "port": sandbox["port"]}))  # the proxy is gone
+    for args in (["-f"], []):
+        p = subprocess.run([sys.executable, "-m", "gpuops", "logs", rid, "-p", name, "-n", "1000", *args],
+                           capture_output=True,
+                           timeout=60, env={**os.environ, "NO_COLOR": "1"})
+        assert p.returncode == 0, p.stderr
+        assert p.stdout == log

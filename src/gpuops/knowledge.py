@@ -31,7 +31,19 @@ def _load(path: str, _mtime: float) -> dict:
         raise UsageError(f"{path}: not valid YAML: {exc}") from None
     if not isinstance(doc, dict):
         raise UsageError(f"{path}: expected a mapping at the top level")
+    _check_preset_names(doc, path)
     return doc
+
+
+def _check_preset_names(doc: dict, path: str) -> None:
+    """Preset variables go into launch.sh as `NAME=value`: their names must be variable names (exit 2 otherwise)."""
+    import re
+
+    for pname, preset in ((doc.get("presets") or {}) if isinstance(doc.get("presets"), dict) else {}).items():
+        for k in ((preset or {}).get("env") or {}) if isinstance(preset, dict) else {}:
+            if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", str(k)):
+                raise UsageError(f"{path}: presets.{pname}.env: {str(k)!r} is not a variable name "
+                                 "(letters, digits and _, not starting with a digit)")
 
 
 def load_playbook(name: str, project_dir: Path | None = None, path: str | None = None) -> dict:

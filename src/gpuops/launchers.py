@@ -105,7 +105,9 @@ def ifname_prelude(address: str) -> str:
     """Export NCCL_SOCKET_IFNAME and GLOO_SOCKET_IFNAME as the interface that carries this node's address (found on
     the host when the job starts), unless the user set them."""
     a = shlex.quote(address)
-    return (f"gpuops_if=$(ip -o -4 addr show 2>/dev/null | awk -v a={a} '{{split($4, x, \"/\"); "
+    return ("gpuops_ip=$(command -v ip || { [ -x /usr/sbin/ip ] && echo /usr/sbin/ip; } || "
+            "{ [ -x /sbin/ip ] && echo /sbin/ip; })\n"
+            f"gpuops_if=$(\"${{gpuops_ip:-ip}}\" -o -4 addr show 2>/dev/null | awk -v a={a} '{{split($4, x, \"/\"); "
             "if (x[1] == a) {print $2; exit}}')\n"
             'if [ -n "$gpuops_if" ]; then\n'
             '  [ -n "${NCCL_SOCKET_IFNAME:-}" ] || { NCCL_SOCKET_IFNAME=$gpuops_if; export NCCL_SOCKET_IFNAME; }\n'

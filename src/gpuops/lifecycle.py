@@ -94,7 +94,7 @@ def train(prof, out, project: Path, *, script: str, name: Optional[str] = None, 
         launcher = rl.launcher_script(run_id=rid, remote_dir=remote_dir, argv=argv, python=prof.python,
                                       env=plan.exported, unset=plan.unset)
         pid, abs_dir = rl.launch(remote, run_id=rid, remote_dir=remote_dir, meta=meta, launcher=launcher,
-                                 secrets=plan.secrets, python=prof.python)
+                                 secrets=plan.secrets, python=prof.python, force=force)
         meta["remote_run_path"] = abs_dir
         meta["pid"] = pid
         record = core.save_local(meta, project)
@@ -198,7 +198,7 @@ def train_fleet(prof, out, project: Path, *, script: str, launcher: str = "none"
             text = rl.launcher_script(run_id=rid, remote_dir=remote_dir, argv=argv, python=node.python, env=env_vars,
                                       unset=plan.unset, command=command, prelude=launchers.ifname_prelude(node.address))
             pid, abs_dir = rl.launch(remotes[node.rank], run_id=rid, remote_dir=remote_dir, meta=meta, launcher=text,
-                                     secrets=plan.secrets, python=node.python)
+                                     secrets=plan.secrets, python=node.python, force=force)
             launched.append((node, run_dir))
             return {"rank": node.rank, "host": node.host, "port": node.port, "user": node.user,
                     "remote_dir": remote_dir, "remote_run_dir": run_dir, "remote_run_path": abs_dir, "pid": pid}, meta
@@ -301,20 +301,19 @@ def follow(prof, out, project: Path, meta: dict, dash, *, lines: int, samples: b
     return {"interrupted": False, "info": fs.info, "code": 1 if fs.info is None else core.exit_for_state(fs.info)}
 
 
-def tail(prof, out, project: Path, meta: dict, lines: int) -> str:
-    """The last N lines of the run's log, as the host has them."""
+def tail(prof, out, project: Path, meta: dict, lines: int, write: Callable[[bytes], None]) -> None:
+    """The last N lines of the run's log, as the host has them (raw bytes, streamed to `write`)."""
     from .remote import launch as rl
 
     rid, run_dir = meta["run_id"], meta["remote_run_dir"]
     remote = connect(prof, out)
     try:
-        info, text = rl.tail(remote, rid, run_dir, lines)
+        info = rl.tail_stream(remote, rid, run_dir, lines, write)
     finally:
         remote.close()
     if not info.exists:
         raise RemoteError(f"run {rid} not found on {prof.name} ({run_dir})")
     _remember(prof, project)
-    return text
 
 
 # -- status, stop ---------------------------------------------------------------------------------------

@@ -39,10 +39,17 @@ def data_dir(name: str) -> Path:
     return PACKAGE_DIR.parent.parent / name
 
 
+def _tmp_name(path: Path) -> Path:
+    """A temporary name beside `path`, unique per process and thread (a fleet writes from several threads)."""
+    import threading
+
+    return path.with_name(f".{path.name}.tmp{os.getpid()}-{threading.get_ident()}")
+
+
 def write_private(path: Path, data: str | bytes) -> None:
     """Write a file readable by its owner only: created 0600 before any byte is written, renamed into place."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.tmp{os.getpid()}")
+    tmp = _tmp_name(path)
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
     try:
         with os.fdopen(fd, "wb") as fh:
@@ -56,7 +63,7 @@ def write_private(path: Path, data: str | bytes) -> None:
 def write_atomic(path: Path, data: str | bytes) -> None:
     """Write a file so it appears under its final name only when complete."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.tmp{os.getpid()}")
+    tmp = _tmp_name(path)
     try:
         tmp.write_bytes(data.encode() if isinstance(data, str) else data)
         os.replace(tmp, path)

@@ -23,6 +23,41 @@ PROFILE_SUFFIXES = (".yaml", ".yml")
 _VAR = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(?::-([^}]*))?\}")
 
 
+_HOSTNAME = re.compile(r"(?=.{1,253}$)[A-Za-z0-9_][A-Za-z0-9_-]{0,62}(\.[A-Za-z0-9_][A-Za-z0-9_-]{0,62})*\.?")
+NAME_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}")
+
+
+def valid_host(v: Any) -> Any:
+    """An IP address or a DNS name, nothing else (no user@, no spaces, no leading '-' that ssh would read as an
+    option). Shared by Profile.host, hosts: entries and `gpuops profiles new --host`."""
+    import ipaddress
+
+    if not isinstance(v, str):
+        return v
+    text = v.strip()
+    try:
+        ipaddress.ip_address(text)
+        return text
+    except ValueError:
+        pass
+    if not _HOSTNAME.fullmatch(text):
+        why = "user@ belongs in 'user:'" if "@" in text else "port belongs in 'port:'" if ":" in text and \
+            text.count(":") == 1 else "an IP address or a DNS name"
+        raise ValueError(f"{text!r} is not a host ({why})")
+    return text
+
+
+def check_name(name: str) -> str:
+    """A profile name is its file name: a file-safe word (letters, digits, '-', '_', '.'; 64 at most)."""
+    from .errors import UsageError
+
+    if not NAME_RE.fullmatch(name or "") or name.endswith(PROFILE_SUFFIXES) or ".." in name:
+        raise UsageError(f"profile name {name!r} is not a file-safe word",
+                         hint="use letters, digits, '-', '_' and '.', starting with a letter or digit, without "
+                              ".yaml (e.g. lambda-h100)")
+    return name
+
+
 class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", populate_by_name=True)
 
@@ -66,10 +101,26 @@ class HostEntry(_Strict):
     python: Optional[str] = None
     private_ip: Optional[str] = Field(None, description="address the nodes use to reach this one (default: host)")
 
+    _host = field_validator("host", mode="before")(classmethod(lambda cls, v: valid_host(v)))
+
     @field_validator("key", mode="before")
     @classmethod
     def _expand_key(cls, v: Any) -> Any:
         return Path(os.path.expanduser(str(v))) if v not in (None, "") else None
+
+    @field_validator("remote_dir", mode="before")
+    @classmethod
+    def _remote_dir_given(cls, v: Any) -> Any:
+        return _explicit_remote_dir(v)
+
+
+def _explicit_remote_dir(v: Any) -> Any:
+    """Runs only when the key is written: an empty value (YAML reads a lone `~` as empty) is an error, never a silent
+    fall-back to the default folder."""
+    if v is None or (isinstance(v, str) and not v.strip()):
+        raise ValueError("is empty (YAML reads a lone ~ as empty): write the folder, e.g. ~/my-project, or leave "
+                         "the key out for the default ~/<project folder>")
+    return v
 
 
 _NODE_KEYS = ("host", "port", "user", "key", "remote_dir", "python", "private_ip")
@@ -97,6 +148,8 @@ class Profile(_Strict):
     env: Dict[str, str] = Field(default_factory=dict)
     secrets: List[str] = Field(default_factory=list, description="names of environment variables sent as secrets")
     fetch: Dict[str, str] = Field(default_factory=lambda: {"checkpoints": "checkpoints"})
+
+    _host = field_validator("host", mode="before")(classmethod(lambda cls, v: valid_host(v)))
 
     @field_validator("key", mode="before")
     @classmethod
@@ -169,11 +222,26 @@ class Profile(_Strict):
         """The address other nodes use to reach this one."""
         return self.private_ip or self.host
 
+    @field_validator("remote_dir", mode="before")
+    @classmethod
+    def _remote_dir_given(cls, v: Any) -> Any:
+        return _explicit_remote_dir(v)
+
     @field_validator("env", mode="before")
     @classmethod
     def _env_text(cls, v: Any) -> Any:
         if isinstance(v, dict):
+            for k in v:
+                check_env_name(str(k), "env")
             return {str(k): str(val) for k, val in v.items()}
+        return v
+
+    @field_validator("secrets", mode="before")
+    @classmethod
+    def _secret_names(cls, v: Any) -> Any:
+        if isinstance(v, list):
+            for k in v:
+                check_env_name(str(k), "secrets")
         return v
 
     # -- derived -----------------------------------------------------------------
@@ -186,6 +254,16 @@ class Profile(_Strict):
     @property
     def destination(self) -> str:
         return f"{self.user}@{self.host}:{self.port}"
+
+
+ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+
+
+def check_env_name(name: str, where: str) -> str:
+    """An environment variable name that can go into a shell script as it is (it is never quoted: `NAME=value`)."""
+    if not ENV_NAME.fullmatch(name):
+        raise ValueError(f"{name!r} is not a variable name (letters, digits and _, not starting with a digit)")
+    return name
 
 
 def shell_path(path: str) -> str:
@@ -270,16 +348,28 @@ def _describe_error(err: dict, model: type[BaseModel]) -> str:
         return f"{key}: required key is missing"
     got = err.get("input")
     shown = repr(got) if not isinstance(got, (dict, list)) else type(got).__name__
+    if err["type"] == "value_error":  # our own validators: their message says it all
+        msg = str(err.get("ctx", {}).get("error") or err["msg"])
+        return f"{key}: {msg}" if key else msg
     return f"{key}: {err['msg'].lower()} (got {shown})"
 
 
 def load_profile(path: Path, project_dir: Path | None = None) -> Profile:
-    import yaml
-
     try:
         text = path.read_text(encoding="utf-8")
     except OSError as exc:
         raise ProfileError(f"{path}: cannot read profile: {exc.strerror}") from exc
+    except UnicodeDecodeError as exc:
+        line = path.read_bytes()[:exc.start].count(b"\n") + 1
+        raise ProfileError(f"{path}: not UTF-8 text (byte {exc.object[exc.start]:#04x} at line {line})",
+                           hint="save the profile as UTF-8") from None
+    return profile_from_text(text, path, project_dir)
+
+
+def profile_from_text(text: str, path: Path, project_dir: Path | None = None) -> Profile:
+    """The one gate every profile passes, read from a file or about to be written (`profiles new`, `pin`)."""
+    import yaml
+
     try:
         raw = yaml.safe_load(text)
     except yaml.YAMLError as exc:

@@ -644,7 +644,7 @@ def snapshot_for_run(remote, profile, *, run_id: str, remote_run_dir: str, local
             out.step(f"W&B: artifact {info['artifact']} (type environment), run {info['run_name']} "
                      f"({info['mode']})")
         except GpuopsError as exc:
-            out.warn(f"W&B logging failed: {exc.message}")
+            out.warn(exc.message if exc.message.startswith("W&B logging failed") else f"W&B logging failed: {exc.message}")
             result["error"] = exc.message
     return result
 

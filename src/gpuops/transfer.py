@@ -15,9 +15,11 @@ from typing import Iterable, Sequence
 
 IGNORE_FILE = ".gpuopsignore"
 STAGING_DIR = ".gpuops-partial"  # fetch: files land here, are verified, then moved into place
-# Never sent, never deleted: run records (remote <remote_dir>/.gpuops/runs, local ./runs/<id>), and .env files, whose
-# secrets reach a job only through `gpuops train`'s 0600 file, never as plain files in the remote project.
-ALWAYS_EXCLUDED = ("/.gpuops/", "/runs/", ".env")
+# Never sent, never deleted: gpuops' own files. Run records (remote <remote_dir>/.gpuops/runs, local ./runs/<id>);
+# .env files, whose secrets reach a job only through `gpuops train`'s 0600 file, never as plain files in the remote
+# project; the project's profiles (./profiles/*.yaml: hosts, key paths, values typed into env:); verify's reports
+# (./logs/env_checks/).
+ALWAYS_EXCLUDED = ("/.gpuops/", "/runs/", ".env", "/profiles/*.yaml", "/profiles/*.yml", "/logs/env_checks/")
 PARTIAL_DIR = ".gpuops-rsync-partial"  # rsync --partial-dir (relative: rsync also protects it from --delete)
 OUT_PREFIX = "::gpuops:: "
 OUT_FORMAT = OUT_PREFIX + "%i %l %n"
@@ -227,12 +229,18 @@ def sync_args(ssh_argv: Sequence[str], local_dir: Path, host: str, remote_dir: s
 
 
 def fetch_args(ssh_argv: Sequence[str], host: str, remote_base: str, staging: Path, *, dest: Path,
-               files_from: Path | None = None, single_file: bool = False) -> list[str]:
+               files_from: Path | None = None, single_file: bool = False, checksum: bool = False) -> list[str]:
     """rsync argv for fetch: no exclusions at all; into the staging dir, reusing what dest already holds.
     single_file: remote_base is one file, copied as staging/<its name>; a symlink (`final.pt -> global_step_9/...`)
-    is copied as the file it points to, which is what the remote hashes."""
+    is copied as the file it points to, which is what the remote hashes. In a folder, symlinks are copied as
+    symlinks, and those pointing outside it are skipped (--safe-links), never followed. checksum: compare contents,
+    not size and time (after a verification failure)."""
     args = base_args(ssh_argv)
     args.append(f"--link-dest={dest.resolve()}")
+    if checksum:
+        args.append("--checksum")
+    if not single_file:
+        args.append("--safe-links")
     if files_from is not None:
         args += ["-r", f"--files-from={files_from}"]
     if single_file:
@@ -455,6 +463,15 @@ def compare(remote: dict[str, Sequence], local: dict[str, Sequence]) -> Verifica
     return v
 
 
+def compare_links(remote: dict[str, str], local: dict[str, str]) -> tuple[list[str], list[str]]:
+    """(verified, wrong or missing) symlinks: each remote link inside the fetched folder must be a local symlink with
+    the same target."""
+    ok, bad = [], []
+    for rel, target in sorted(remote.items()):
+        (ok if local.get(rel) == target else bad).append(rel)
+    return ok, bad
+
+
 def human_bytes(n: float) -> str:
     n = float(n)
     for unit in ("B", "KB", "MB", "GB", "TB"):
@@ -462,3 +479,46 @@ def human_bytes(n: float) -> str:
             return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
         n /= 1000
     return f"{n:.1f} TB"
+
+
+# -- the --delete guard (pure) -----------------------------------------------------------------------------------
+SYSTEM_DIRS = ("/bin", "/boot", "/dev", "/etc", "/home", "/lib", "/lib32", "/lib64", "/libx32", "/media", "/mnt",
+               "/opt", "/proc", "/root", "/run", "/sbin", "/snap", "/srv", "/sys", "/tmp", "/usr", "/var",
+               "/usr/local", "/usr/bin", "/usr/lib", "/var/lib", "/var/log", "/lambda", "/lambda/nfs", "/data")
+
+
+def _lexical(remote_dir: str, home: str) -> str:
+    """remote_dir as the remote shell means it: ~ and $HOME are the home, a relative path is under the home (an SSH
+    session starts there), `.`/`..` and repeated or trailing slashes folded."""
+    import posixpath
+
+    p = remote_dir.strip()
+    for token in ("${HOME}", "$HOME"):
+        if p == token or p.startswith(token + "/"):
+            p = home + p[len(token):]
+    if p == "~" or p.startswith("~/"):
+        p = home + p[1:]
+    if not p.startswith("/"):
+        p = posixpath.join(home, p)
+    return posixpath.normpath(p).replace("//", "/")
+
+
+def unsafe_delete_target(remote_dir: str, *, home: str, real: str = "") -> str | None:
+    """Why `sync --delete` must not target remote_dir, or None. Judged on both the path as written (normalised) and
+    where it really is on the host (symlinks resolved): `/`, the remote home or one of its ancestors, or a system
+    folder itself (/etc, /usr, /var, /tmp, /home, ...) is refused, however it is spelled."""
+    home = home.rstrip("/") or "/"
+    for label, path in (("as written", _lexical(remote_dir, home)), ("on the host", real.rstrip("/") or ("/" if real
+                                                                                                        else ""))):
+        if not path:
+            continue
+        if path == "/":
+            return f"it is the root folder / ({label})"
+        if path == home:
+            return f"it is your remote home folder {home} ({label}): --delete would remove everything in it that is " \
+                   "not in your project, ~/.ssh/authorized_keys included"
+        if home.startswith(path + "/"):
+            return f"{path} holds your remote home folder ({label})"
+        if path in SYSTEM_DIRS or (path.startswith("/lib") and "/" not in path[1:]):
+            return f"{path} is a system folder ({label})"
+    return None

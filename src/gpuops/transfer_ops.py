@@ -47,6 +47,24 @@ def walk(root):
             if stat.S_ISREG(st.st_mode):
                 rows.append([os.path.relpath(p, root).replace(os.sep, "/"), st.st_size, st.st_mtime])
     return rows
+def links(root):
+    """Symlinks under root: {rel: target} for those pointing inside it, [rel] for those pointing outside."""
+    inside, outside = {}, []
+    if not os.path.isdir(root):
+        return inside, outside
+    for cur, dirs, files in os.walk(root):
+        for f in sorted(dirs + files):
+            p = os.path.join(cur, f)
+            if not os.path.islink(p):
+                continue
+            rel = os.path.relpath(p, root).replace(os.sep, "/")
+            target = os.readlink(p)
+            where = os.path.normpath(os.path.join(os.path.dirname(rel), target))
+            if os.path.isabs(target) or where == ".." or where.startswith("../"):
+                outside.append(rel)
+            else:
+                inside[rel] = target
+    return inside, outside
 def sha(p):
     h = hashlib.sha256()
     with open(p, "rb") as fh:
@@ -85,6 +103,15 @@ if "hash" in spec:
                 errors[relp] = str(exc)
     out["hashes"] = hashes
     out["errors"] = errors
+    inside, outside = {}, []
+    for sub in spec["hash"]["subs"]:
+        top = os.path.join(base, sub) if sub else base
+        i, o = links(top)
+        pre = (sub.rstrip("/") + "/") if sub else ""
+        inside.update({pre + k: v for k, v in i.items()})
+        outside += [pre + k for k in o]
+    out["links"] = inside
+    out["outside_links"] = outside
 print(json.dumps(out))
 '''
 
@@ -141,13 +168,17 @@ def _sync_precheck(remote, remote_dir: str, *, create: bool) -> dict:
            f"d={d}; " + ('mkdir -p -- "$d" || exit 3; ' if create else "") +
            'p="$d"; while [ ! -d "$p" ]; do case "$p" in */*) p="${p%/*}"; p="${p:-/}";; *) p=.;; esac; done; '
            'df -Pk -- "$p" | tail -n 1')
+    # where it really is on the host (symlinks resolved), and the remote home: for the --delete guard
+    cmd += ('; echo "home=$(cd "$HOME" && pwd -P)"; echo "real=$(cd -- "$d" 2>/dev/null && pwd -P)"; '
+            'echo "parent=$(cd -- "$p" && pwd -P)"')
     res = remote.run(cmd, timeout=60)
     if res.rc == 3:
         raise RemoteError(f"cannot create the remote directory {remote_dir}: {res.stderr.strip()}")
-    info = {"rsync": "", "free": None}
+    info = {"rsync": "", "free": None, "home": "", "real": "", "parent": ""}
     for line in res.stdout.splitlines():
-        if line.startswith("rsync="):
-            info["rsync"] = line[len("rsync="):].strip()
+        key, sep, val = line.partition("=")
+        if sep and key in ("rsync", "home", "real", "parent"):
+            info[key] = val.strip()
         else:
             parts = line.split()
             if len(parts) >= 4 and parts[3].isdigit():
@@ -175,6 +206,12 @@ def sync_project(profile, remote, out, project_dir: Path, *, delete: bool = Fals
     info = _sync_precheck(remote, remote_dir, create=not dry_run)
     if not info["rsync"]:
         raise rs.missing_remote(profile.host)
+    if delete:
+        why = tr.unsafe_delete_target(remote_dir, home=info["home"], real=info["real"])
+        if why:
+            raise UsageError(f"refusing sync --delete into {remote_dir} on {profile.host}: {why}",
+                             hint="set remote_dir: in the profile to the project's own folder (e.g. ~/my-project); "
+                                  "--delete removes whatever there is not in your local project")
     argv = lambda dry: tr.sync_args(ssh_command(profile), project_dir, profile.host, remote_dir, rules,  # noqa: E731
                                     delete=delete, dry_run=dry, gitignore=gitignore)
     free = info["free"]
@@ -366,6 +403,17 @@ def _local_files(root: Path) -> list[str]:
     return rels
 
 
+def _local_links(root: Path) -> dict[str, str]:
+    found = {}
+    for cur, dirs, files in os.walk(root):
+        dirs[:] = [d for d in dirs if d != tr.PARTIAL_DIR]
+        for f in dirs + files:
+            p = os.path.join(cur, f)
+            if os.path.islink(p):
+                found[os.path.relpath(p, root).replace(os.sep, "/")] = os.readlink(p)
+    return found
+
+
 def _free_bytes(path: Path) -> int:
     p = path.resolve()
     while not p.exists():
@@ -431,6 +479,9 @@ def fetch(profile, remote, out, name: str = "checkpoints", *, dest: Path | None 
                           f"at {dest}", hint="free space, or fetch one step: --latest / --step N")
 
     staging.mkdir(parents=True, exist_ok=True)
+    # files that failed verification last time: a remote file rewritten in place with the same size and mtime looks
+    # unchanged to rsync's quick check, which would link the stale local copy again; this run compares checksums
+    recheck = dest / (tr.STAGING_DIR + ".recheck")
     spec = {"hash": {"base": src, "subs": subs or [""]}}
     # Verification overlaps the transfer: the remote hashes its files (one execution) while rsync runs, and this
     # machine hashes each file as soon as rsync reports it complete. Overlapping never weakens the check: any
@@ -458,7 +509,7 @@ def fetch(profile, remote, out, name: str = "checkpoints", *, dest: Path | None 
                 fh.write("".join(s + "\n" for s in subs))
             list_file = Path(tmp)
         argv = tr.fetch_args(ssh_command(profile), profile.host, src, staging, dest=dest, files_from=list_file,
-                             single_file=single)
+                             single_file=single, checksum=recheck.is_file())
         view = ProgressView(out, f"fetch {name}")
         with view:
             res = rs.run(argv, host=profile.host, on_progress=view.update, on_item=on_item, on_retry=view.retry)
@@ -483,16 +534,26 @@ def fetch(profile, remote, out, name: str = "checkpoints", *, dest: Path | None 
     for rel in hdoc.get("errors", {}):
         if rel not in v.mismatched and rel not in v.missing:
             v.missing.append(rel)
+    link_ok, link_bad = tr.compare_links(hdoc.get("links", {}), _local_links(staging))
+    v.mismatched += link_bad
     if not v.passed:
-        for rel in v.mismatched:  # drop them so the next run downloads them again
+        for rel in v.mismatched:  # drop them so the next run downloads them again, comparing checksums
             (staging / rel).unlink(missing_ok=True)
+        from .paths import write_atomic
+
+        write_atomic(recheck, "".join(r + "\n" for r in v.mismatched))
         bad = v.problems()
         shown = "; ".join(bad[:10]) + (f"; and {len(bad) - 10} more" if len(bad) > 10 else "")
         raise GpuopsError(f"verification failed for {len(bad)} of {len(remote_hashes)} files: {shown}",
                           hint=f"nothing was moved into {dest}; run the fetch again (verified files are kept in "
                                f"{staging})")
-    _promote(staging, dest, v.ok)
+    _promote(staging, dest, v.ok + link_ok)
     shutil.rmtree(staging, ignore_errors=True)
+    recheck.unlink(missing_ok=True)
+    outside = hdoc.get("outside_links", [])
+    if outside:
+        out.warn(f"{len(outside)} symlink(s) pointing outside {src} not fetched (never followed): "
+                 + ", ".join(outside[:5]) + (" ..." if len(outside) > 5 else ""))
     return {
         "profile": profile.name,
         "name": name,
@@ -503,6 +564,8 @@ def fetch(profile, remote, out, name: str = "checkpoints", *, dest: Path | None 
         "file": files[0][0] if single and files else None,
         "files": res.stats.get("files_transferred", 0),
         "verified": len(v.ok),
+        "links": len(link_ok),
+        "links_outside_skipped": outside,
         "bytes_received": res.stats.get("bytes_received", 0),
         "total_bytes": sum(s for s, _ in remote_hashes.values()),
         "seconds": round(time.monotonic() - started, 3),

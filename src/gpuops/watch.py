@@ -25,6 +25,7 @@ from .runs import RUNNING, RunInfo, cost, fmt_duration, parse_state_line
 GPU_QUERY = "index,name,utilization.gpu,memory.used,memory.total,temperature.gpu,power.draw"
 HEARTBEAT_TICKS = 10  # heartbeat every 10 ticks (5 s at the default tick)
 SPARK = "▁▂▃▄▅▆▇█"
+DASH_LINES_MAX = 500  # the dashboard keeps at most this many log lines (--lines replays more, to stdout only)
 
 
 # -- the remote stream ---------------------------------------------------------------------------------
@@ -198,22 +199,39 @@ class FollowState:
     bytes_in: int = 0
 
 
-class LineSplitter:
-    """Complete lines (without the newline, as raw bytes) of one byte stream, however it is chunked."""
+MAX_LINE = 1 << 20  # a "line" longer than this (a job printing without newlines) is delivered in pieces
 
-    def __init__(self) -> None:
+
+class LineSplitter:
+    """Complete lines (without the newline, as raw bytes) of one byte stream, however it is chunked. Memory stays
+    bounded: a line longer than max_line is delivered in pieces of max_line bytes (returned as (bytes, False))."""
+
+    def __init__(self, max_line: int = MAX_LINE) -> None:
         self.pending = bytearray()  # an incomplete line
         self._scanned = 0  # bytes of pending already searched for a newline (a long line is not rescanned)
+        self.max_line = max_line
 
-    def feed(self, data: bytes) -> list[bytes]:
+    def feed_pieces(self, data: bytes) -> list[tuple[bytes, bool]]:
+        """(bytes, ends_with_newline) pieces."""
         self.pending += data
         lines, start = [], 0
-        while (nl := self.pending.find(b"\n", max(start, self._scanned))) >= 0:
-            lines.append(bytes(self.pending[start:nl]))
-            start = nl + 1
+        while True:
+            nl = self.pending.find(b"\n", max(start, self._scanned))
+            if nl >= 0 and nl - start <= self.max_line:
+                lines.append((bytes(self.pending[start:nl]), True))
+                start = nl + 1
+            elif (nl >= 0 or len(self.pending) - start > self.max_line):
+                lines.append((bytes(self.pending[start:start + self.max_line]), False))
+                start += self.max_line
+            else:
+                break
+            self._scanned = start
         del self.pending[:start]
         self._scanned = len(self.pending)
         return lines
+
+    def feed(self, data: bytes) -> list[bytes]:
+        return [raw for raw, _ in self.feed_pieces(data)]
 
 
 class StreamModel:
@@ -228,12 +246,14 @@ class StreamModel:
         self.tags = LineSplitter()
         self.ended = False
 
-    def _log_event(self, raw: bytes, size: int) -> dict:
-        self.fs.offset += size
-        return {"type": "log", "line": raw.decode("utf-8", "replace"), "offset": self.fs.offset}
+    def _log_event(self, raw: bytes, nl: bool) -> dict:
+        """`raw`: the log's bytes exactly (for logs -f); `line`: decoded for display (invalid UTF-8 replaced);
+        `nl`: whether a newline followed in the log."""
+        self.fs.offset += len(raw) + (1 if nl else 0)
+        return {"type": "log", "line": raw.decode("utf-8", "replace"), "raw": raw, "nl": nl, "offset": self.fs.offset}
 
     def log_bytes(self, data: bytes) -> list[dict]:
-        return [self._log_event(raw, len(raw) + 1) for raw in self.log.feed(data)]
+        return [self._log_event(raw, nl) for raw, nl in self.log.feed_pieces(data)]
 
     def tag_bytes(self, data: bytes) -> list[dict]:
         events = []
@@ -248,13 +268,16 @@ class StreamModel:
             events.append(ev)
         return events
 
-    def rest_of_log(self, data: bytes) -> list[dict]:
-        """The log's bytes from fs.offset to its end, fetched after the run ended: they replace the incomplete line
-        the stream held; a last line without a newline is delivered too."""
+    def restart_log(self) -> None:
+        """The log's bytes from fs.offset are read again after the run ended (rest_of_log): they replace the
+        incomplete line the stream held."""
         self.log = LineSplitter()
+
+    def rest_of_log(self, data: bytes, *, last: bool = True) -> list[dict]:
+        """A chunk of the log's rest; with last, a final line without a newline is delivered too."""
         events = self.log_bytes(data)
-        if self.log.pending:
-            events.append(self._log_event(bytes(self.log.pending), len(self.log.pending)))
+        if last and self.log.pending:
+            events.append(self._log_event(bytes(self.log.pending), False))
             self.log = LineSplitter()
         return events
 
@@ -299,12 +322,16 @@ def stream_once(remote, run_id: str, run_dir: str, fs: FollowState, *, interval:
         if remote.transport.is_active() and chan.exit_status_ready():
             raise RemoteError(f"the watch stream ended unexpectedly on the host (exit {chan.recv_exit_status()})")
         raise ConnectError(f"connection to {remote.profile.host} was lost")
-    # the run ended: deliver the rest of the log (bytes tail had not sent yet, and a last line without newline)
-    from .remote.launch import read_from
+    # the run ended: deliver the rest of the log (bytes tail had not sent yet, and a last line without newline),
+    # streamed in chunks so memory stays bounded however much is left
+    from .remote.launch import stream_from
 
     size = fs.info.log_size if fs.info else 0
     if size > fs.offset:
-        yield from model.rest_of_log(read_from(remote, run_dir, fs.offset, size))
+        model.restart_log()
+        for chunk in stream_from(remote, run_dir, fs.offset, size):
+            yield from model.rest_of_log(chunk, last=False)
+        yield from model.rest_of_log(b"", last=True)
 
 
 def follow(connect: Callable[[], object], run_id: str, run_dir: str, fs: FollowState, *, interval: float = 2.0,
@@ -406,7 +433,7 @@ class Dashboard:
             kind = classify(ev["line"])
             if kind == "error":
                 self.errors += 1
-            self.log.append((ev["line"], kind))
+            self.log.append((safe_text(ev["line"]), kind))
         elif t == "reconnecting":
             self.link = f"reconnecting (attempt {ev['attempt']}, next in {ev['delay']:g}s): {ev['error']}"
         elif t == "connected":
@@ -455,6 +482,19 @@ def event_doc(ev: dict, ts: float) -> Optional[dict]:
     return doc
 
 
+_CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")
+
+
+def safe_text(line: str) -> str:
+    """A job's log line made harmless for a terminal: what a carriage return would leave visible (progress bars),
+    and every other control character (ESC starts cursor moves, title changes, screen clears) shown as \\xNN
+    instead of interpreted. Raw `gpuops logs` keeps the bytes as they are, as `tail` does."""
+    if "\r" in line:
+        parts = [p for p in line.split("\r") if p]
+        line = parts[-1] if parts else ""
+    return _CONTROL.sub(lambda m: f"\\x{ord(m.group()):02x}", line)
+
+
 def event_text(ev: dict, dash: "Dashboard", stamp: str) -> Optional[str]:
     """An event as a plain timestamped line (not a terminal, or NO_COLOR); None for events that are not shown."""
     t = ev["type"]
@@ -469,7 +509,7 @@ def event_text(ev: dict, dash: "Dashboard", stamp: str) -> Optional[str]:
         return f"{stamp} state {dash.state_text()}"
     if t == "log":
         mark = {"error": "!", "warning": "~"}.get(classify(ev["line"]) or "", "|")
-        return f"{stamp} log {mark} {ev['line']}"
+        return f"{stamp} log {mark} {safe_text(ev['line'])}"
     if t == "reconnecting":
         return f"{stamp} reconnecting (attempt {ev['attempt']}, in {ev['delay']:g}s): {ev['error']}"
     if t == "connected":

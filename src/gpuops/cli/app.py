@@ -7,6 +7,8 @@ from typing import Optional
 import typer
 import typer.core
 
+from .completion import profile_names
+
 class Group(typer.core.TyperGroup):
     """typer's group, minus one cost: typer coerces an absent --help flag (None) through a pydantic adapter, which
     imports pydantic on every `gpuops CMD --help` (~150 ms). An absent flag is simply False."""
@@ -19,6 +21,17 @@ class Group(typer.core.TyperGroup):
             opt._gpuops_plain = True
         return opt
 
+    def get_params(self, ctx):
+        """The same cost for typer's --install-completion/--show-completion (absent: None, coerced through pydantic
+        before any subcommand runs): an absent completion flag is passed through as it is, unconverted."""
+        params = super().get_params(ctx)
+        for p in params:
+            if p.name in ("install_completion", "show_completion") and not getattr(p, "_gpuops_plain", False):
+                full = p.process_value
+                p.process_value = lambda c, value, full=full: None if value is None else full(c, value)
+                p._gpuops_plain = True
+        return params
+
 
 app = typer.Typer(
     name="gpuops",
@@ -27,13 +40,13 @@ app = typer.Typer(
          "Exit codes: 0 ok, 1 checks or job failed, 2 usage/profile error, 3 connection/authentication/host key, "
          "130 interrupted. Add --debug to any command for a traceback.",
     no_args_is_help=True,
-    add_completion=False,
+    add_completion=True,
     rich_markup_mode=None,
     pretty_exceptions_enable=False,
     context_settings={"help_option_names": ["-h", "--help"]},
 )
 
-ProfileOpt = typer.Option(None, "--profile", "-p", metavar="NAME", help="Profile name or YAML path (default: $GPUOPS_PROFILE, "
+ProfileOpt = typer.Option(None, "--profile", "-p", metavar="NAME", autocompletion=profile_names, help="Profile name or YAML path (default: $GPUOPS_PROFILE, "
                                                         "the last used here, or the only one).", show_default=False)
 JsonOpt = typer.Option(False, "--json", help="Print one JSON document on stdout.")
 HostOpt = typer.Option(None, "--host", metavar="N", min=0, help="Only host N of a fleet profile (hosts:, 0 = rank 0).",

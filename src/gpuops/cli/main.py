@@ -60,15 +60,23 @@ def _report(message: str, hint: str | None, exc: BaseException | None) -> None:
 
 
 def _click_or_internal(exc: Exception) -> int:
-    from typer._click import exceptions as cx
+    """Usage errors (typer's vendored click), typer's Abort/Exit, and the last resort for anything unexpected: one
+    line and exit 1, a traceback only with --debug. Nothing in here may raise (it is the fallback)."""
+    try:
+        import typer
+        from typer._click import exceptions as cx
 
-    if isinstance(exc, cx.ClickException):
-        exc.show()
-        return exc.exit_code
-    if isinstance(exc, cx.Abort):
-        print("interrupted", file=sys.stderr)
-        return 130
-    if isinstance(exc, cx.Exit):
-        return exc.exit_code
-    _report(f"internal error: {type(exc).__name__}: {exc}", None if DEBUG else "run again with --debug for a traceback", exc)
+        if isinstance(exc, cx.ClickException):
+            exc.show()
+            return exc.exit_code
+        if isinstance(exc, typer.Abort):
+            print("interrupted", file=sys.stderr)
+            return 130
+        if isinstance(exc, typer.Exit):
+            return int(getattr(exc, "exit_code", 0) or 0)
+    except Exception:  # noqa: BLE001 - the fallback must not fail itself
+        pass
+    text = str(exc).splitlines()[0] if str(exc) else ""
+    _report(f"internal error: {type(exc).__name__}: {text}", None if DEBUG else "run again with --debug for a traceback",
+            exc)
     return 1

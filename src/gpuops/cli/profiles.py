@@ -6,6 +6,7 @@ from typing import Optional
 
 import typer
 
+from .completion import profile_names
 from .app import Group, JsonOpt, app, output, pick_profile
 
 profiles_app = typer.Typer(cls=Group, help="List profiles, or show one as gpuops resolves it (secret values masked).",
@@ -41,7 +42,8 @@ def list_profiles(ctx: typer.Context, json_: bool = JsonOpt) -> None:
 
 
 @profiles_app.command("show")
-def show(name: Optional[str] = typer.Argument(None, help="Profile name or path.", show_default=False),
+def show(name: Optional[str] = typer.Argument(None, help="Profile name or path.", show_default=False,
+                                         autocompletion=profile_names),
          json_: bool = JsonOpt) -> None:
     """Print a profile as resolved (defaults filled, ${VAR} expanded, secret-looking values masked)."""
     out = output(json_)
@@ -58,3 +60,61 @@ def show(name: Optional[str] = typer.Argument(None, help="Profile name or path."
 
     out.print(f"# {prof.source}")
     out.print(yaml.safe_dump(data, sort_keys=False).rstrip())
+
+
+@profiles_app.command("new")
+def new(
+    name: str = typer.Argument(..., metavar="NAME", help="Profile name: a file-safe word (letters, digits, - _ .), e.g. lambda-h100.",
+                               show_default=False),
+    host: str = typer.Option(..., "--host", metavar="IP", help="The instance's IP address or DNS name.",
+                             show_default=False),
+    key: Optional[Path] = typer.Option(None, "--key", metavar="PATH", help="Private key (must be chmod 600; default: "
+                                       "ssh-agent and ~/.ssh/id_*).", show_default=False),
+    user: str = typer.Option("ubuntu", "--user", help="SSH user (Lambda: ubuntu)."),
+    port: int = typer.Option(22, "--port", min=1, max=65535, help="SSH port."),
+    instance_type: Optional[str] = typer.Option(None, "--type", metavar="TYPE", help="Instance type (e.g. "
+                                                "gpu_1x_h100_sxm5): expect its GPU, count and memory, and its preset.",
+                                                show_default=False),
+    remote_dir: Optional[str] = typer.Option(None, "--remote-dir", metavar="DIR", help="Project folder on the host "
+                                             "(default: ~/<this folder's name>).", show_default=False),
+    python: str = typer.Option("python3", "--python", metavar="PATH", help="Remote interpreter you train with."),
+    from_host: bool = typer.Option(False, "--from-host", help="Connect once and expect what the host has now (GPU, "
+                                   "driver, CUDA, Python, torch/vision/audio, vLLM, flash-attn)."),
+    project: bool = typer.Option(True, "--project/--user-config", help="Write to ./profiles/ (default) or to the "
+                                 "user config folder (~/.config/gpuops/profiles/)."),
+    force: bool = typer.Option(False, "--force", help="Overwrite an existing profile of that name."),
+) -> None:
+    """Write a commented, validated profile from an IP and a key (never overwrites without --force)."""
+    from .. import profile_ops
+
+    out = output(False)
+    dest = profile_ops.new(out, name=name, host=host, key=key, user=user, port=port, instance_type=instance_type,
+                           remote_dir=remote_dir, python=python, user_config=not project, force=force,
+                           from_host=from_host, project_dir=Path.cwd())
+    out.success(f"wrote profile '{name}': {dest}")
+    out.info(f"next: gpuops verify {name}" + ("" if from_host else
+                                            f"   (or record the host's stack first: gpuops profiles pin {name})"))
+
+
+@profiles_app.command("pin")
+def pin(
+    name: Optional[str] = typer.Argument(None, help="Profile name or path (default: the one selected here).",
+                                         show_default=False, autocompletion=profile_names),
+    yes: bool = typer.Option(False, "--yes", "-y", help="Write without asking (not asked either when stdin is not "
+                                                        "a terminal)."),
+    dry_run: bool = typer.Option(False, "--dry-run", help="Show the change, write nothing."),
+    json_: bool = JsonOpt,
+) -> None:
+    """Connect once and record what the host has now (GPU, driver, CUDA, Python, packages) in the profile's
+    expect: block; shows the change as a diff first. Comments outside expect: are kept."""
+    import sys
+
+    from .. import profile_ops
+
+    out = output(json_)
+    prof = pick_profile(name)
+
+    def confirm(question: str) -> bool:
+        return typer.confirm(question, default=False, err=True) if sys.stdin.isatty() else True
+
+    raise typer.Exit(profile_ops.pin(out, prof, project_dir=Path.cwd(), yes=yes, dry_run=dry_run, confirm=confirm))

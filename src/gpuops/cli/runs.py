@@ -8,9 +8,11 @@ from typing import List, Optional
 
 import typer
 
+from .completion import run_ids
 from .app import HostOpt, JsonOpt, ProfileOpt, app, output, pick_profile
 
-RunArg = typer.Argument(None, help="Run id or a unique prefix (default: the profile's latest run).", show_default=False)
+RunArg = typer.Argument(None, help="Run id or a unique prefix (default: the profile's latest run).", show_default=False,
+                        autocompletion=run_ids)
 
 
 # -- train ---------------------------------------------------------------------------------------------
@@ -94,7 +96,7 @@ def watch(
     project = Path.cwd()
     fleet_meta = lifecycle.resolve(run, fleet_prof, project)
     prof, meta = _node(fleet_prof, fleet_meta, host)
-    dash = w.Dashboard(meta, price_per_hour=prof.price_per_hour, log_lines=max(lines, 1))
+    dash = w.Dashboard(meta, price_per_hour=prof.price_per_hour, log_lines=min(max(lines, 1), w.DASH_LINES_MAX))
     if once:
         res = lifecycle.watch_once(prof, out, project, meta, dash, lines)
         for ev in res["events"]:
@@ -112,6 +114,22 @@ def watch(
         if live:
             live.close()
     _ended(out, meta, dash, _whole_fleet(fleet_prof, out, project, fleet_meta, res))
+
+
+def _raw_stdout(out):
+    """A writer of raw bytes to stdout (byte-exact logs); text streams without a buffer get UTF-8 with escapes."""
+    buf = getattr(out.stdout, "buffer", None)
+
+    def write(data: bytes) -> None:
+        if buf is not None:
+            out.stdout.flush()
+            buf.write(data)
+            buf.flush()
+        else:
+            out.stdout.write(data.decode("utf-8", "surrogateescape"))
+            out.stdout.flush()
+
+    return write
 
 
 def _node(prof, meta: dict, host: Optional[int]):
@@ -207,17 +225,14 @@ def logs(
         out.stdout.flush()
         raise typer.Exit(0)
     prof, meta = _node(fleet_prof, fleet_meta, host)
+    raw = _raw_stdout(out)
     if not follow:
-        text = lifecycle.tail(prof, out, project, meta, lines)
-        if lines:
-            out.stdout.write(text)
-            out.stdout.flush()
+        lifecycle.tail(prof, out, project, meta, lines, raw)
         raise typer.Exit(0)
 
-    def show(ev: dict) -> None:  # the log as it is on stdout; connection news on stderr
+    def show(ev: dict) -> None:  # the log's bytes as they are on stdout; connection news on stderr
         if ev["type"] == "log":
-            out.stdout.write(ev["line"] + "\n")
-            out.stdout.flush()
+            raw(ev["raw"] + (b"\n" if ev.get("nl", True) else b""))
         elif ev["type"] == "reconnecting":
             out.info(f"connection lost ({ev['error']}); reconnecting in {ev['delay']:g}s")
         elif ev["type"] == "connected":
@@ -292,10 +307,12 @@ def _status_lines(out, prof, doc: dict) -> None:
                       "-" if r["exit_code"] is None else str(r["exit_code"]))
         out.render(t)
     else:
-        out.print(f"{'RUN':<36} {'SCRIPT':<20} {'STATE':<10} {'STARTED':<19} {'ELAPSED':>9} EXIT")
+        width = max([6] + [len(str(r["script"] or "-")) for r in rows])  # the column grows: paths stay whole
+        out.print(f"{'RUN':<36} {'SCRIPT':<{width}} {'STATE':<10} {'STARTED':<19} {'ELAPSED':>9} EXIT")
         for r in rows:
-            out.print(f"{r['run_id']:<36} {str(r['script'] or '-')[:20]:<20} {r['state']:<10} {when(r['started']):<19} "
-                      f"{fmt_duration(r['elapsed']):>9} {'-' if r['exit_code'] is None else r['exit_code']}")
+            out.print(f"{r['run_id']:<36} {str(r['script'] or '-'):<{width}} {r['state']:<10} "
+                      f"{when(r['started']):<19} {fmt_duration(r['elapsed']):>9} "
+                      f"{'-' if r['exit_code'] is None else r['exit_code']}")
 
 
 # -- stop ----------------------------------------------------------------------------------------------

@@ -36,6 +36,9 @@ def up(
         out.emit_json({"running": True, "port": st["port"], "profile": str(host.profile_path()), "gpu": st["gpu"]})
         return
     g = st["gpu"]
+    if st.get("port_moved_from"):
+        out.warn(f"port {st['port_moved_from']} is taken by another program; the sandbox now listens on {st['port']} "
+                 "(profile 'sandbox' updated)")
     what = "started" if st.get("started") else "running"
     out.success(f"sandbox host {what} on 127.0.0.1:{st['port']} ({g['count']}x {g['gpu']} emulated"
                 f"{', failing: ' + g['fail'] if g.get('fail') else ''})")

@@ -6,6 +6,7 @@ from typing import List, Optional
 
 import typer
 
+from .completion import profile_names
 from .app import JsonOpt, ProfileOpt, app, output, pick_profile
 
 DEFAULT_OUT = "environment"
@@ -57,7 +58,8 @@ def _check_writable(out_dir: Path) -> None:
 
 @app.command()
 def snapshot(
-    name: Optional[str] = typer.Argument(None, help="Profile name (e.g. lambda-h100, sandbox).", show_default=False),
+    name: Optional[str] = typer.Argument(None, help="Profile name (e.g. lambda-h100, sandbox).", show_default=False,
+                                          autocompletion=profile_names),
     profile: Optional[str] = ProfileOpt,
     out_dir: Path = typer.Option(Path(DEFAULT_OUT), "--out", "-o", help="Folder for requirements.txt, "
                                  "environment.json and REPRODUCE.md (replaced if present)."),

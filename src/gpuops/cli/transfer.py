@@ -6,6 +6,7 @@ from typing import List, Optional
 
 import typer
 
+from .completion import fetch_names
 from .app import HostOpt, JsonOpt, ProfileOpt, app, output, pick_profile
 
 
@@ -55,7 +56,8 @@ def sync(
 
 @app.command()
 def fetch(
-    name: str = typer.Argument("checkpoints", help="A name from the profile's fetch: map (default: checkpoints)."),
+    name: str = typer.Argument("checkpoints", help="A name from the profile's fetch: map (default: checkpoints).",
+                                autocompletion=fetch_names),
     profile: Optional[str] = ProfileOpt,
     dest: Optional[Path] = typer.Option(None, "--dest", "-d",
                                         help="Local directory to fetch into (default: ./NAME); a single-file entry "

@@ -5,12 +5,14 @@ from typing import Optional
 
 import typer
 
+from .completion import profile_names
 from .app import HostOpt, JsonOpt, ProfileOpt, app, output, pick_profile
 
 
 @app.command()
 def verify(
-    name: Optional[str] = typer.Argument(None, help="Profile name (e.g. lambda-h100, sandbox).", show_default=False),
+    name: Optional[str] = typer.Argument(None, help="Profile name (e.g. lambda-h100, sandbox).", show_default=False,
+                                          autocompletion=profile_names),
     profile: Optional[str] = ProfileOpt,
     playbook: Optional[str] = typer.Option(None, "--playbook", help="Playbook YAML (default: ./playbooks/verify.yaml, "
                                                                     "else the built-in one)."),

@@ -56,6 +56,69 @@ def check_key_file(key: Path | None) -> None:
         raise AuthError(f"key file {key} is not readable by you")
 
 
+DEFAULT_KEYS = ("id_ed25519", "id_ecdsa", "id_rsa")  # tried, in this order, when neither the profile nor
+# ~/.ssh/config names a key (as `ssh` does, with the SSH agent first)
+
+
+@dataclass
+class Target:
+    """Where and as whom to connect, as `ssh` would: the profile's own values first, then ~/.ssh/config's for the
+    profile's host (HostName, User, Port, IdentityFile), then the defaults (user ubuntu, port 22; the SSH agent and
+    ~/.ssh/id_ed25519, id_ecdsa, id_rsa)."""
+    host: str
+    port: int
+    user: str
+    keys: list  # private key files to offer, in order
+    agent: bool  # also offer the SSH agent's keys
+    explicit_key: bool  # the key came from the profile or ~/.ssh/config: it must exist and be private
+
+
+def _ssh_config(host: str) -> dict:
+    f = Path.home() / ".ssh" / "config"
+    if not f.is_file():
+        return {}
+    import paramiko
+
+    try:
+        cfg = paramiko.SSHConfig.from_path(str(f))
+        found = cfg.lookup(host)
+    except Exception as exc:  # a broken ~/.ssh/config is one clear message, as ssh gives
+        from ..errors import ProfileError
+
+        raise ProfileError(f"{f}: cannot read it for host {host}: {exc}") from exc
+    return found
+
+
+def target(profile) -> Target:
+    given = getattr(profile, "model_fields_set", set())
+    cfg = _ssh_config(profile.host)
+    host = cfg.get("hostname") or profile.host
+    user = profile.user if "user" in given or "user" not in cfg else cfg["user"]
+    port = profile.port
+    if "port" not in given and cfg.get("port"):
+        try:
+            port = int(cfg["port"])
+        except ValueError:
+            pass
+    if profile.key:
+        return Target(host, port, user, [Path(profile.key)], agent=False, explicit_key=True)
+    named = [Path(os.path.expanduser(k)) for k in cfg.get("identityfile") or []]
+    named = [k for k in named if k.exists()] or named[:1]
+    if named:
+        return Target(host, port, user, named, agent=cfg.get("identitiesonly", "no").lower() != "yes",
+                      explicit_key=True)
+    ssh_dir = Path.home() / ".ssh"
+    keys = [ssh_dir / n for n in DEFAULT_KEYS if (ssh_dir / n).is_file() and _private(ssh_dir / n)]
+    return Target(host, port, user, keys, agent=True, explicit_key=False)
+
+
+def _private(key: Path) -> bool:
+    try:
+        return not stat.S_IMODE(key.stat().st_mode) & 0o077 and os.access(key, os.R_OK)
+    except OSError:
+        return False
+
+
 class Remote:
     """A live connection: run commands (each with a time limit) and open streams."""
 
@@ -180,25 +243,32 @@ def _transient(exc: BaseException) -> bool:
 
 def connect(profile, *, announce=print, attempts: int = 3) -> Remote:
     """Open the profile's connection, checking key file and host key; retries transient failures."""
-    check_key_file(profile.key)
+    tg = target(profile)
+    if tg.explicit_key:
+        for k in tg.keys:
+            check_key_file(k)
+    elif not tg.keys and not os.environ.get("SSH_AUTH_SOCK"):
+        raise AuthError(f"no SSH key for {profile.host}: the profile names none, ~/.ssh/config has no IdentityFile "
+                        "for it, no ~/.ssh/id_ed25519, id_ecdsa or id_rsa exists and no SSH agent runs",
+                        hint="set 'key:' in the profile to your private key's path")
     import paramiko
     from fabric import Config, Connection
     from tenacity import RetryError, Retrying, retry_if_exception, stop_after_attempt, wait_exponential
 
+    kwargs = {"look_for_keys": False, "allow_agent": tg.agent, "banner_timeout": profile.connect_timeout,
+              "auth_timeout": profile.connect_timeout}
+    if tg.keys:
+        kwargs["key_filename"] = [str(k) for k in tg.keys]
+    offered = ", ".join(str(k) for k in tg.keys) + (" and the SSH agent's keys" if tg.agent else "")
+
     def attempt() -> Remote:
         conn = Connection(
-            host=profile.host,
-            user=profile.user,
-            port=profile.port,
+            host=tg.host,
+            user=tg.user,
+            port=tg.port,
             connect_timeout=int(max(1, profile.connect_timeout)),
-            config=Config(ssh_config=paramiko.SSHConfig()),  # the profile is the whole truth
-            connect_kwargs={
-                "key_filename": str(profile.key) if profile.key else None,
-                "look_for_keys": profile.key is None,
-                "allow_agent": profile.key is None,
-                "banner_timeout": profile.connect_timeout,
-                "auth_timeout": profile.connect_timeout,
-            },
+            config=Config(ssh_config=paramiko.SSHConfig()),  # resolved above (target), as ssh would
+            connect_kwargs=dict(kwargs),
         )
         client = conn.client
         client._system_host_keys = hostkeys.load_known()  # checked first by paramiko; merged, gpuops' file wins
@@ -207,11 +277,11 @@ def connect(profile, *, announce=print, attempts: int = 3) -> Remote:
             conn.open()
         except paramiko.BadHostKeyException as exc:
             conn.close()
-            raise hostkeys.changed_key_error(profile.name, profile.host, profile.port, exc) from exc
+            raise hostkeys.changed_key_error(profile.name, tg.host, tg.port, exc) from exc
         except paramiko.AuthenticationException as exc:
             conn.close()
             raise AuthError(
-                f"{profile.user}@{profile.host} refused authentication with key {profile.key}: {exc}",
+                f"{tg.user}@{tg.host} refused authentication with {offered or 'no key'}: {exc}",
                 hint="check 'user:' and 'key:' in the profile (Lambda instances use user 'ubuntu')",
             ) from exc
         except (HostKeyError, AuthError):
@@ -219,7 +289,7 @@ def connect(profile, *, announce=print, attempts: int = 3) -> Remote:
             raise
         except paramiko.PasswordRequiredException as exc:
             conn.close()
-            raise AuthError(f"key file {profile.key} is encrypted; gpuops needs a key without passphrase or ssh-agent") from exc
+            raise AuthError(f"key file {offered} is encrypted; gpuops needs a key without passphrase or ssh-agent") from exc
         except Exception:
             conn.close()
             raise
@@ -240,7 +310,7 @@ def connect(profile, *, announce=print, attempts: int = 3) -> Remote:
     except RetryError as exc:  # pragma: no cover - reraise=True makes this rare
         raise ConnectError(f"cannot connect to {profile.host}:{profile.port}") from exc
     except Exception as exc:
-        raise ConnectError(f"cannot connect to {profile.user}@{profile.host}:{profile.port}: {_describe(exc)}",
+        raise ConnectError(f"cannot connect to {tg.user}@{tg.host}:{tg.port}: {_describe(exc)}",
                            hint="is the instance running and the address right? (`gpuops verify` retried "
                                 f"{attempts} times)") from exc
     raise ConnectError(f"cannot connect to {profile.host}:{profile.port}")
@@ -259,12 +329,16 @@ def _describe(exc: BaseException) -> str:
 
 def ssh_command(profile) -> list[str]:
     """The OpenSSH client command for the profile, for rsync -e: same key, gpuops' known_hosts, strict checking."""
+    tg = target(profile)
     files = [str(known_hosts_file())]
     if user_known_hosts_file().is_file():
         files.append(str(user_known_hosts_file()))
     argv = [
         "ssh",
-        "-p", str(profile.port),
+        "-F", "none",  # no config file: resolved by target() exactly as for gpuops' own connection (ssh would read the
+        # passwd entry's ~/.ssh/config, not $HOME's)
+        "-o", f"HostName={tg.host}",
+        "-p", str(tg.port),
         "-o", "BatchMode=yes",
         "-o", "StrictHostKeyChecking=yes",
         "-o", "UserKnownHostsFile=" + " ".join(files),
@@ -274,8 +348,9 @@ def ssh_command(profile) -> list[str]:
         # OpenSSH's default order with AES-GCM first: AES-NI makes it ~2x cheaper per byte than chacha20-poly1305,
         # which matters for bulk checkpoint transfers (see benchmarks/bench_transfer.py)
         "-o", "Ciphers=" + ",".join(BULK_CIPHERS),
-        "-l", profile.user,
+        "-l", tg.user,
     ]
-    if profile.key:
-        argv += ["-i", str(profile.key), "-o", "IdentitiesOnly=yes"]
+    for k in tg.keys:
+        argv += ["-i", str(k)]
+    argv += ["-o", "IdentitiesOnly=" + ("no" if tg.agent else "yes")]
     return argv

@@ -6,6 +6,7 @@ gpuops records keys in its own known_hosts (~/.config/gpuops/known_hosts, OpenSS
 from __future__ import annotations
 
 import base64
+import contextlib
 import hashlib
 import os
 from pathlib import Path
@@ -44,35 +45,65 @@ def load_known():
     return ours
 
 
-def record(host: str, port: int, key) -> Path:
-    """Append a host key to gpuops' known_hosts (created private)."""
+@contextlib.contextmanager
+def _locked():
+    """gpuops' known_hosts is changed under an exclusive lock (several gpuops processes, or a fleet's parallel
+    connections, may record keys at once) and rewritten atomically: a crash never leaves half a file."""
+    import fcntl
+
     f = known_hosts_file()
     f.parent.mkdir(parents=True, exist_ok=True)
-    line = f"{host_id(host, port)} {key.get_name()} {key.get_base64()}\n"
-    fd = os.open(f, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
-    with os.fdopen(fd, "a") as fh:
-        fh.write(line)
+    fd = os.open(f.with_name(f.name + ".lock"), os.O_WRONLY | os.O_CREAT, 0o600)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield f
+    finally:
+        os.close(fd)
+
+
+def _names(line: str) -> list[str]:
+    return line.split(" ", 1)[0].split(",") if line.strip() and not line.startswith("#") else []
+
+
+def _rewrite(f: Path, host: str, port: int, key=None) -> int:
+    """Drop every entry for host:port and (if key) add key, in one atomic write; returns the entries dropped."""
+    from ..paths import write_private
+
+    name = host_id(host, port)
+    lines = f.read_text().splitlines(keepends=True) if f.is_file() else []
+    kept = [ln for ln in lines if name not in _names(ln)]
+    removed = len(lines) - len(kept)
+    if key is not None:
+        if kept and not kept[-1].endswith("\n"):
+            kept[-1] += "\n"
+        kept.append(f"{name} {key.get_name()} {key.get_base64()}\n")
+    if removed or key is not None:
+        write_private(f, "".join(kept))
+    return removed
+
+
+def record(host: str, port: int, key) -> Path:
+    """Add a host key to gpuops' known_hosts (created private; other hosts' entries kept)."""
+    with _locked() as f:
+        from ..paths import write_private
+
+        lines = f.read_text() if f.is_file() else ""
+        if lines and not lines.endswith("\n"):
+            lines += "\n"
+        write_private(f, lines + f"{host_id(host, port)} {key.get_name()} {key.get_base64()}\n")
     return f
+
+
+def replace(host: str, port: int, key) -> int:
+    """Forget host:port's recorded keys and record `key`, as one step; returns how many entries went."""
+    with _locked() as f:
+        return _rewrite(f, host, port, key)
 
 
 def forget(host: str, port: int) -> int:
     """Remove every entry for host:port from gpuops' known_hosts; returns how many lines went."""
-    f = known_hosts_file()
-    if not f.is_file():
-        return 0
-    name = host_id(host, port)
-    kept, removed = [], 0
-    for line in f.read_text().splitlines(keepends=True):
-        names = line.split(" ", 1)[0].split(",") if line.strip() and not line.startswith("#") else []
-        if name in names:
-            removed += 1
-        else:
-            kept.append(line)
-    if removed:
-        from ..paths import write_private
-
-        write_private(f, "".join(kept))
-    return removed
+    with _locked() as f:
+        return _rewrite(f, host, port) if f.is_file() else 0
 
 
 def in_user_file(host: str, port: int) -> bool:
@@ -97,6 +128,18 @@ def make_policy(profile_name: str, policy: str, announce: Callable[[str], None])
     class _Policy(paramiko.MissingHostKeyPolicy):
         def missing_host_key(self, client, hostname, key):
             fp = fingerprint(key)
+            other = load_known().lookup(hostname)
+            if other is not None and any(k == key for k in other.values()):
+                client.get_host_keys().add(hostname, key.get_name(), key)  # recorded meanwhile (a parallel connection)
+                return
+            if other is not None and len(other):
+                # paramiko calls this when no key of THIS type is recorded; a known host offering a key of another
+                # type is a changed key, not a new host (a man in the middle would offer whatever type it has)
+                old = next(iter(other.values()))
+                raise HostKeyError(
+                    f"host key for {hostname} has CHANGED (now {key.get_name()} {fp}, recorded {old.get_name()} "
+                    f"{fingerprint(old)}); refusing to connect",
+                    hint=f"if you expected this: gpuops trust {profile_name} --reset --fingerprint {fp}")
             if policy == "strict":
                 raise HostKeyError(
                     f"host key for {hostname} is not known and profile '{profile_name}' uses host_key_policy: strict "
@@ -114,7 +157,7 @@ def make_policy(profile_name: str, policy: str, announce: Callable[[str], None])
 def changed_key_error(profile_name: str, host: str, port: int, exc) -> HostKeyError:
     got = fingerprint(exc.key)
     expected = fingerprint(exc.expected_key)
-    hint = f"if you expected this (a new instance on a recycled IP): gpuops trust {profile_name} --reset"
+    hint = f"if you expected this (a new instance on a recycled IP): gpuops trust {profile_name} --reset --fingerprint {got}"
     if in_user_file(host, port):
         hint += f"; the old key is also in ~/.ssh/known_hosts: ssh-keygen -R '{host_id(host, port)}'"
     return HostKeyError(

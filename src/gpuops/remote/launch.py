@@ -12,14 +12,12 @@ and the job's exit code.
 """
 from __future__ import annotations
 
-import base64
-import binascii
 import json
 import secrets as _random
 import shlex
 from typing import Iterable, Optional
 
-from ..errors import RemoteError
+from ..errors import RemoteError, UsageError
 from ..profiles import shell_command, shell_path
 from ..runs import Preflight, RunInfo, parse_preflight, parse_state_line
 
@@ -120,6 +118,11 @@ def launcher_script(*, run_id: str, remote_dir: str, argv: list[str], python: st
     (trapped, deferred until the job ends) and records the job's exit status. `command` (shell text, every value
     in it already quoted) replaces the argv's command line, and `prelude` runs before it: a fleet's launchers."""
     cmd = command or argv_command(argv, python)
+    from ..profiles import ENV_NAME
+
+    bad = [k for k in [*env, *unset] if not ENV_NAME.fullmatch(k)]
+    if bad:  # validated when profiles and presets load; never let a name run as a command
+        raise UsageError(f"not a variable name: {bad[0]!r}")
     lines = [
         "#!/bin/sh",
         f"# gpuops launcher for run {run_id} (generated)",
@@ -140,10 +143,11 @@ def launcher_script(*, run_id: str, remote_dir: str, argv: list[str], python: st
         'GPUOPS_RUN_DIR="$D"; export GPUOPS_RUN_DIR',
         *([prelude.rstrip("\n")] if prelude else []),
         f"if cd {shell_path(remote_dir)}; then",
+        '  echo $$ > "$D/job.tmp" && mv "$D/job.tmp" "$D/job"',  # the launch is reported only from here on
         f"  {cmd}",
         "  gpuops_rc=$?",
         "else",
-        f"  echo \"gpuops: cannot enter the project folder {remote_dir}\" >&2",
+        f"  echo {shlex.quote('gpuops: cannot enter the project folder ' + remote_dir)} >&2",
         "  gpuops_rc=127",
         "fi",
         'date +%s > "$D/ended"',
@@ -154,14 +158,34 @@ def launcher_script(*, run_id: str, remote_dir: str, argv: list[str], python: st
     return "\n".join(lines) + "\n"
 
 
+LAUNCH_LOCK = '"$HOME"/.gpuops/launch.lock'
+
+
 def launch_bundle(*, run_id: str, remote_dir: str, meta: dict, launcher: str, secrets: dict[str, str],
-                  python: str) -> str:
-    """The script sent on stdin to `sh -s`: create the run folder, write files, start the job detached."""
+                  python: str, force: bool = False) -> str:
+    """The script sent on stdin to `sh -s`: under the host's launch lock, check that no other gpuops run is running
+    (unless force), create the run folder, write files, start the job detached, and release the lock only once the
+    job has started: the check and the launch are one step, so two `train`s at the same moment cannot both launch."""
     D = shell_path(run_dir_of(remote_dir, run_id))
     secret_text = "".join(f"{k}={shlex.quote(v)}; export {k}\n" for k, v in secrets.items())
+    busy = "" if force else (
+        f"for f in {ACTIVE_DIR}/*; do\n"
+        '  [ -f "$f" ] || continue\n'
+        '  rd=$(cat "$f"); id=$(basename "$f")\n'
+        f'  [ "$id" = {shlex.quote(run_id)} ] && continue\n'  # the same fleet run's other node on a shared host
+        '  if [ ! -f "$rd/exit_code" ] && gpuops_alive "$rd" "$id"; then echo "@busy $id"; exit 0; fi\n'
+        "done")
     parts = [
+        STATE_FN,
         "set -e",
         "umask 077",
+        'mkdir -p "$HOME/.gpuops"',
+        f"L={LAUNCH_LOCK}; gpuops_i=0",
+        # mkdir is atomic everywhere (flock(1) is not on every image); a lock older than 20 s is a crashed launch's
+        'until mkdir "$L" 2>/dev/null; do gpuops_i=$((gpuops_i+1)); if [ $gpuops_i -gt 400 ]; then rmdir "$L" '
+        '2>/dev/null || true; gpuops_i=0; fi; sleep 0.05; done',
+        "trap 'rmdir \"$L\" 2>/dev/null' EXIT",
+        busy,
         f"D={D}",
         'mkdir -p "$(dirname "$D")"',
         'mkdir "$D"',
@@ -176,6 +200,10 @@ def launch_bundle(*, run_id: str, remote_dir: str, meta: dict, launcher: str, se
             _heredoc('"$D/secrets.env"', secret_text, append=True),
         ]
     parts += [
+        "set +e",
+        'if ! sh -n "$D/launch.sh" 2>"$D/launch.err"; then rm -f "$D/secrets.env"; '
+        'echo "@launcherror $(head -c 300 "$D/launch.err")"; exit 0; fi',
+        "set -e",
         f"mkdir -p {ACTIVE_DIR}",
         f"printf '%s\\n' \"$D\" > {ACTIVE_DIR}/{shlex.quote(run_id)}",
         ': > "$D/log"',
@@ -188,19 +216,36 @@ def launch_bundle(*, run_id: str, remote_dir: str, meta: dict, launcher: str, se
         "for s in (signal.SIGINT, signal.SIGQUIT):\n    signal.signal(s, signal.SIG_DFL)\n"
         "os.setsid()\nos.execvp(sys.argv[1], sys.argv[1:])' nohup sh \"$D/launch.sh\" </dev/null >>\"$D/log\" 2>&1 &",
         "fi",
-        'i=0; while [ ! -s "$D/pid" ] && [ $i -lt 200 ]; do sleep 0.05; i=$((i+1)); done',
+        # launched = the launcher reached the job (it wrote `job`); a launcher that ended before it has failed
+        'i=0; while [ ! -s "$D/job" ] && [ ! -f "$D/exit_code" ] && [ $i -lt 400 ]; do sleep 0.05; i=$((i+1)); done',
+        'if [ ! -s "$D/job" ]; then echo "@notstarted $(cat "$D/exit_code" 2>/dev/null)"; tail -c 400 "$D/log"; exit 0; fi',
         'echo "@launched $(cat "$D/pid" 2>/dev/null) $D"',
     ]
     return "\n".join(parts) + "\n"
 
 
 def launch(remote, *, run_id: str, remote_dir: str, meta: dict, launcher: str, secrets: dict[str, str],
-           python: str) -> tuple[int, str]:
+           python: str, force: bool = False) -> tuple[int, str]:
     """Start the job; returns (pid, absolute remote run folder)."""
     bundle = launch_bundle(run_id=run_id, remote_dir=remote_dir, meta=meta, launcher=launcher, secrets=secrets,
-                           python=python)
+                           python=python, force=force)
     res = remote.run("sh -s", stdin=bundle, timeout=60)
-    for line in res.stdout.splitlines():
+    lines = res.stdout.splitlines()
+    for i, line in enumerate(lines):
+        if line.startswith("@busy "):
+            from ..errors import ChecksFailed
+
+            other = line.split(" ", 1)[1].strip()
+            raise ChecksFailed(f"another gpuops run is still running on the host: {other}; not launching",
+                               hint=f"stop it first (gpuops stop {other}) or add --force to launch anyway")
+        if line.startswith("@launcherror"):
+            raise RemoteError(f"run {run_id} not launched: its launcher does not parse on the host: "
+                              f"{line[len('@launcherror'):].strip()}")
+        if line.startswith("@notstarted"):
+            rc = line[len("@notstarted"):].strip() or "none"
+            tail = " | ".join(x for x in lines[i + 1:] if x.strip())[-300:]
+            raise RemoteError(f"run {run_id} did not start (launcher exit {rc}): {tail or 'no output'}",
+                              hint=f"see {run_dir_of(remote_dir, run_id)}/log on the host")
         if line.startswith("@launched "):
             parts = line.split(" ", 2)
             if len(parts) == 3 and parts[1].isdigit():
@@ -253,6 +298,56 @@ def query_states(remote, runs: list[tuple[str, str]], *, gpu: bool = False, list
     return {"infos": infos, "metas": metas, "gpu_lines": gpu_lines}
 
 
+def stream_from(remote, run_dir: str, offset: int, size: int, chunk: int = 1 << 16):
+    """The log's bytes [offset, size), exactly, as chunks read from one remote stream (memory stays bounded)."""
+    if size <= offset:
+        return
+    D = shell_path(run_dir)
+    chan = remote.stream(f"[ -r {D}/log ] || exit 1; tail -c +{int(offset) + 1} {D}/log | head -c {int(size - offset)}")
+    got = 0
+    try:
+        while True:
+            data = chan.recv(chunk)
+            if not data:
+                break
+            got += len(data)
+            yield data
+        rc = chan.recv_exit_status()
+    finally:
+        chan.close()
+    if rc != 0 or got != size - offset:
+        raise RemoteError(f"could not read the end of the log in {run_dir} (exit {rc}, {got} of {size - offset} "
+                          "bytes)")
+
+
+def tail_stream(remote, run_id: str, run_dir: str, lines: int, write, chunk: int = 1 << 16) -> RunInfo:
+    """`gpuops logs`: the run's state (first line of stderr), then the last N lines of its log written to `write`
+    as raw bytes while they arrive: byte-exact, and memory stays bounded whatever the log's size."""
+    D = shell_path(run_dir)
+    script = STATE_FN + f"gpuops_state {D} {shlex.quote(run_id)} >&2\n[ -f {D}/log ] && tail -n {int(lines)} {D}/log\n"
+    chan = remote.stream("sh -c " + shlex.quote(script))
+    err = bytearray()
+    try:
+        while True:
+            if chan.recv_ready():
+                data = chan.recv(chunk)
+                if data:
+                    write(data)
+                    continue
+            if chan.recv_stderr_ready():
+                err += chan.recv_stderr(chunk)
+                continue
+            if chan.exit_status_ready() and not chan.recv_ready() and not chan.recv_stderr_ready():
+                break
+            import select
+
+            select.select([chan], [], [], 0.1)
+    finally:
+        chan.close()
+    first = err.decode("utf-8", "replace").splitlines()[:1]
+    return (parse_state_line(first[0]) if first else None) or RunInfo(run_id=run_id, exists=False)
+
+
 def tail(remote, run_id: str, run_dir: str, lines: int) -> tuple[RunInfo, str]:
     D = shell_path(run_dir)
     script = STATE_FN + f"gpuops_state {D} {shlex.quote(run_id)}\n[ -f {D}/log ] && tail -n {int(lines)} {D}/log\n"
@@ -260,24 +355,6 @@ def tail(remote, run_id: str, run_dir: str, lines: int) -> tuple[RunInfo, str]:
     first, _, rest = res.stdout.partition("\n")
     info = parse_state_line(first) or RunInfo(run_id=run_id, exists=False)
     return info, rest
-
-
-def read_from(remote, run_dir: str, offset: int, size: int) -> bytes:
-    """The log's bytes [offset, size), exactly: used to catch up after a stream ended. They travel base64-encoded,
-    because Remote.run decodes its output as text (invalid UTF-8 replaced), which would change bytes and lengths and
-    so the offsets counted from them."""
-    if size <= offset:
-        return b""
-    D = shell_path(run_dir)
-    res = remote.run(f"[ -r {D}/log ] || exit 1; tail -c +{int(offset) + 1} {D}/log | head -c {int(size - offset)} "
-                     "| base64", timeout=60)
-    try:
-        if res.rc == 0:
-            return base64.b64decode("".join(res.stdout.split()), validate=True)
-    except (binascii.Error, ValueError):
-        pass
-    detail = (res.stderr.strip().splitlines() or [f"exit {res.rc}"])[-1]
-    raise RemoteError(f"could not read the end of the log in {run_dir}: {detail}")
 
 
 def stop_script(run_id: str, run_dir: str, grace: float) -> str:

@@ -26,25 +26,45 @@ def fetch_key(host: str, port: int, timeout: float):
         t.close()
 
 
-def trust(profile, *, reset: bool = False, expected: str | None = None) -> dict:
-    removed = hostkeys.forget(profile.host, profile.port) if reset else 0
-    key = fetch_key(profile.host, profile.port, profile.connect_timeout)
+def trust(profile, *, reset: bool = False, expected: str | None = None,
+          confirm=None) -> dict:
+    """Fetch the host's key and record it. With reset, a recorded key is replaced only once the new key is fetched
+    and accepted: it matches `expected`, or `confirm(question)` says yes. On any failure (host unreachable, wrong
+    fingerprint, not confirmed) the known_hosts file is unchanged."""
+    from .connection import target
+
+    tg = target(profile)
+    key = fetch_key(tg.host, tg.port, profile.connect_timeout)
     fp = hostkeys.fingerprint(key)
-    hid = hostkeys.host_id(profile.host, profile.port)
+    hid = hostkeys.host_id(tg.host, tg.port)
     if expected and expected.removeprefix("SHA256:") != fp.removeprefix("SHA256:"):
-        raise HostKeyError(f"{hid} offers {key.get_name()} {fp}, not the expected {expected}; nothing recorded")
+        raise HostKeyError(f"{hid} offers {key.get_name()} {fp}, not the expected {expected}; nothing recorded"
+                           + ("; the recorded key is kept" if reset else ""))
     known = hostkeys.load_known().lookup(hid)
-    res = {"host": hid, "type": key.get_name(), "fingerprint": fp, "removed": removed, "file": str(known_hosts_file()),
+    res = {"host": hid, "type": key.get_name(), "fingerprint": fp, "removed": 0, "file": str(known_hosts_file()),
            "already": False}
-    if known is not None and key.get_name() in known:
-        if known[key.get_name()] == key:
-            res["already"] = True
-            return res
+    if known is not None and key.get_name() in known and known[key.get_name()] == key:
+        res["already"] = True
+        return res
+    if known is not None and len(known) and not reset:
+        # a known host offering another key, of the same type or another one: refused, never added beside it
+        recorded = known[key.get_name()] if key.get_name() in known else next(iter(known.values()))
         raise HostKeyError(
-            f"host key for {hid} has CHANGED (now {fp}, recorded {hostkeys.fingerprint(known[key.get_name()])})",
-            hint=f"if you expected this: gpuops trust {profile.name} --reset"
+            f"host key for {hid} has CHANGED (now {key.get_name()} {fp}, recorded {recorded.get_name()} "
+            f"{hostkeys.fingerprint(recorded)})",
+            hint=f"if you expected this: gpuops trust {profile.name} --reset --fingerprint {fp}"
                  + (f"; also remove it from ~/.ssh/known_hosts: ssh-keygen -R '{hid}'"
-                    if hostkeys.in_user_file(profile.host, profile.port) else ""),
+                    if hostkeys.in_user_file(tg.host, tg.port) else ""),
         )
-    hostkeys.record(profile.host, profile.port, key)
+    if reset and known is not None and len(known) and not expected:
+        question = (f"{hid} now offers {key.get_name()} {fp}; forget the recorded key and trust this one? "
+                    "Check the fingerprint with your provider first.")
+        if confirm is None or not confirm(question):
+            raise HostKeyError(f"{hid} offers {key.get_name()} {fp}: not confirmed, the recorded key is kept",
+                               hint=f"if that fingerprint is right: gpuops trust {profile.name} --reset "
+                                    f"--fingerprint {fp}  (or --yes)")
+    if reset:
+        res["removed"] = hostkeys.replace(tg.host, tg.port, key)
+    else:
+        hostkeys.record(tg.host, tg.port, key)
     return res

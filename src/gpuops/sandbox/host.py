@@ -52,6 +52,15 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
+def _port_free(port: int) -> bool:
+    with socket.socket() as s:
+        try:
+            s.bind(("127.0.0.1", port))
+        except OSError:
+            return False
+    return True
+
+
 def _keygen(path: Path, comment: str) -> None:
     if path.exists():
         return
@@ -121,6 +130,12 @@ def up(*, gpu: str = "h100-pcie", gpus: int = 1, port: int | None = None, driver
         _keygen(d / "client_ed25519", "gpuops-sandbox-client")
         shutil.copyfile(d / "client_ed25519.pub", d / "authorized_keys")
         os.chmod(d / "authorized_keys", 0o600)
+        moved_from = None
+        if port is None and state.get("port"):  # kept across restarts, so known_hosts and profiles stay valid
+            if _port_free(state["port"]):
+                port = state["port"]
+            else:
+                moved_from = state["port"]
         port = port or _free_port()
         user = getpass.getuser()
         config = f"""# written by gpuops sandbox up
@@ -159,9 +174,10 @@ Subsystem sftp internal-sftp
                 log = (d / "sshd.log").read_text()[-500:] if (d / "sshd.log").exists() else ""
                 raise GpuopsError(f"sshd did not start listening on 127.0.0.1:{port}. {log}")
             time.sleep(0.05)
-        state = {"port": port, "user": user, "started": True}
+        state = {"port": port, "user": user, "started": True, "port_moved_from": moved_from}
     state.update(gpu=gpu_state, dir=str(d), python=python or "python3")  # every `up` states the whole host
-    write_atomic(d / "state.json", json.dumps({k: v for k, v in state.items() if k != "started"}, indent=1))
+    write_atomic(d / "state.json", json.dumps({k: v for k, v in state.items() if k not in ("started", "port_moved_from")},
+                                              indent=1))
     if write_profile:
         _write_profile(d, state)
     return state
