@@ -286,8 +286,13 @@ class Runner:
 
         rec = self.rec
         self._begin("fetch")
-        prof = self._profile()
+        prof = self._fetch_profile()
         failed = []
+        if rec.run_id:
+            try:
+                self.fetched["log"] = self._save_log(prof)
+            except GpuopsError as exc:
+                failed.append(f"the job's log: {exc.message}")
         for name in rec.fetch:
             last = None
             for attempt in range(1, FETCH_ATTEMPTS + 1):
@@ -312,6 +317,29 @@ class Runner:
                            f"(gpuops ls shows it; gpuops reap ends it at its TTL)")
             return
         self._end("fetch", ok=True, detail=", ".join(f"{k} -> {v}" for k, v in self.fetched.items()) or "nothing named")
+
+    def _fetch_profile(self):
+        """The profile, with each --fetch name that its fetch: map lacks meaning the folder of that name under the
+        remote project (checkpoints, outputs)."""
+        prof = self._profile()
+        extra = {n: n for n in self.rec.fetch if n not in prof.fetch}
+        return prof.model_copy(update={"fetch": {**prof.fetch, **extra}}) if extra else prof
+
+    def _save_log(self, prof) -> str:
+        """The job's whole log (raw bytes, streamed) as runs/<run id>/log, written under a temporary name first."""
+        import os
+
+        from . import lifecycle
+        from . import runs as core
+
+        meta = lifecycle.resolve(self.rec.run_id, prof, self.project)
+        final = core.registry_dir(self.project) / self.rec.run_id / "log"
+        final.parent.mkdir(parents=True, exist_ok=True)
+        tmp = final.with_name(".log.partial")
+        with open(tmp, "wb") as fh:
+            lifecycle.tail(prof, self.out, self.project, meta, 10 ** 9, fh.write)
+        os.replace(tmp, final)
+        return str(final.relative_to(self.project))
 
     def stage_down(self) -> None:
         from .cloud.lifecycle import down
