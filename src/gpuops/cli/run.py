@@ -1,0 +1,81 @@
+"""`gpuops run`: one command from nothing to fetched checkpoints, paying only for the minutes that train.
+Typer only at module level (`gpuops --help` stays fast)."""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import List, Optional
+
+import typer
+
+from .app import app, output
+
+
+@app.command()
+def run(
+    type_: Optional[str] = typer.Option(None, "--type", "-t", help="Instance type, e.g. gpu_1x_h100_pcie "
+                                                                  "(gpuops cloud types)."),
+    script: Optional[str] = typer.Option(None, "--script", "-s", help="Training script, relative to the project."),
+    region: List[str] = typer.Option([], "--region", "-r", help="Region to try, in order (repeatable; default: "
+                                                                "every region with capacity)."),
+    fetch: Optional[str] = typer.Option(None, "--fetch", metavar="NAME[,NAME...]",
+                                        help="What to pull back, verified, before terminating: names of the "
+                                             "profile's fetch: map, or folders under the project (checkpoints,"
+                                             "outputs). The job's log is always kept in runs/<run id>/log."),
+    keep: bool = typer.Option(False, "--keep", help="Do not terminate at the end (gpuops down NAME later)."),
+    ttl: Optional[str] = typer.Option(None, "--ttl", metavar="DURATION", help="Time to live of the instance "
+                                      "(`gpuops reap` ends it after), e.g. 8h.", show_default=False),
+    max_cost: Optional[float] = typer.Option(None, "--max-cost", metavar="DOLLARS", min=0.01,
+                                             help="Stop the job (and fetch what exists) when the run has spent this.",
+                                             show_default=False),
+    key: Optional[Path] = typer.Option(None, "--key", help="Private SSH key (default: ~/.ssh/id_ed25519).",
+                                       show_default=False),
+    name: Optional[str] = typer.Option(None, "--name", help="Run name (default: the script's stem)."),
+    nodes: int = typer.Option(1, "--nodes", min=1, max=1, help="Instances (only 1 today)."),
+    resume: Optional[str] = typer.Option(None, "--resume", metavar="RUN", flag_value="", is_flag=False,
+                                         help="Continue a run whose local process ended (crash, laptop closed): the "
+                                              "newest unfinished one, or RUN.", show_default=False),
+    yes: bool = typer.Option(False, "--yes", "-y", help="Do not ask before launching."),
+    json_: bool = typer.Option(False, "--json", help="Print the closing summary as one JSON document."),
+    args: Optional[List[str]] = typer.Argument(None, help="Arguments for the script, after --.", show_default=False),
+) -> None:
+    """up -> setup -> sync -> train -> watch -> fetch (verified) -> down, with the running cost on screen. The
+    instance is terminated when the job ends, fails or its launch is refused, and on a second Ctrl-C (the first one
+    detaches); never before everything named in --fetch is here and verified."""
+    import sys
+    import time
+
+    from .. import pipeline as pl
+    from .. import run_ops
+    from ..cloud import decisions as d
+    from ..cloud.lifecycle import make_context
+    from ..errors import UsageError
+
+    out = output(json_)
+    project = Path.cwd()
+    if resume is not None:
+        rec = pl.find(project, resume or None)
+        if rec is None:
+            raise UsageError("no unfinished run to resume here" + (f" named {resume!r}" if resume else ""),
+                             hint=f"records are in {pl.records_dir(project)}")
+        out.info(f"resuming run {rec.id} at stage '{pl.next_stage(rec) or 'summary'}'")
+        rec.outcome = pl.RUNNING
+    else:
+        if not type_ or not script:
+            raise UsageError("--type and --script are needed (or --resume)")
+        from ..runs import script_path
+
+        script = script_path(script, project, must_exist=True)
+        rec = run_ops.new_record(type_name=type_, script=script, args=args or [], regions=region, nodes=nodes,
+                                 fetch=[f.strip() for f in (fetch or "").split(",") if f.strip()], keep=keep,
+                                 ttl_s=d.parse_duration(ttl) if ttl else None, max_cost=max_cost,
+                                 key=(key or Path("~/.ssh/id_ed25519")).expanduser(), name=name)
+
+    def confirm(question: str) -> bool:
+        if yes or not sys.stdin.isatty():
+            return True
+        return typer.confirm(question, default=False, err=True)
+
+    runner = run_ops.Runner(rec, out, project, lambda: make_context(out, project_dir=project), confirm=confirm)
+    code = runner.run()
+    run_ops.render_summary(out, runner.rec, runner.fetched, time.time())
+    raise typer.Exit(code)

@@ -1,0 +1,194 @@
+"""`gpuops run`, the pure half: the stages in order, the local record that makes a run resumable, what was spent per
+stage, and when a budget is reached. No I/O but the record file; the talking half is run_ops.py.
+
+The record is the source of truth for "where did this run get to": it is written (atomically) before each stage
+starts and after it ends, so a crash of the local process leaves a record `gpuops run --resume` continues from.
+"""
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Optional
+
+STAGES = ("up", "setup", "sync", "train", "watch", "fetch", "down")
+LABELS = {"up": "waiting for capacity, booting", "setup": "setup", "sync": "sync", "train": "launch",
+          "watch": "training", "fetch": "fetch", "down": "termination"}
+# outcomes of a whole run
+RUNNING, SUCCEEDED, FAILED, KEPT, DETACHED = "running", "succeeded", "failed", "kept", "detached"
+
+
+@dataclass
+class Stage:
+    started: Optional[float] = None
+    ended: Optional[float] = None
+    ok: Optional[bool] = None
+    detail: Optional[str] = None
+
+
+@dataclass
+class Record:
+    id: str
+    profile: str
+    instance_type: str
+    script: str
+    args: list = field(default_factory=list)
+    regions: list = field(default_factory=list)
+    nodes: int = 1
+    fetch: list = field(default_factory=list)
+    keep: bool = False
+    ttl_s: Optional[float] = None
+    max_cost: Optional[float] = None
+    key: Optional[str] = None
+    created: float = 0.0
+    price_per_hour: Optional[float] = None  # per node, known once `up` has read the type
+    run_id: Optional[str] = None  # the training run's id, once launched
+    job_state: Optional[str] = None  # succeeded / failed / stopped, once the job ended
+    stop_reason: Optional[str] = None  # max-cost, interrupted, ...
+    outcome: str = RUNNING
+    stages: dict = field(default_factory=dict)  # name -> Stage
+
+    def stage(self, name: str) -> Stage:
+        st = self.stages.get(name)
+        if st is None:
+            st = self.stages[name] = Stage()
+        return st
+
+    def to_json(self) -> dict:
+        d = asdict(self)
+        d["stages"] = {k: asdict(v) for k, v in self.stages.items()}
+        return d
+
+    @classmethod
+    def from_json(cls, doc: dict) -> "Record":
+        doc = dict(doc)
+        stages = {k: Stage(**v) for k, v in (doc.pop("stages", None) or {}).items()}
+        known = {f for f in cls.__dataclass_fields__}
+        rec = cls(**{k: v for k, v in doc.items() if k in known})
+        rec.stages = stages
+        return rec
+
+
+# -- deciding -------------------------------------------------------------------------------------------------------
+def next_stage(rec: Record) -> Optional[str]:
+    """Where a run goes on (after a crash too), or None when it is over:
+    - stages run in order; one that started and did not end is run again (each is safe to repeat: `up` adopts its
+      launch, setup and sync are idempotent, train finds its recorded run, watch re-attaches, fetch resumes);
+    - a launch refused or failed (`train` not ok): nothing to watch or fetch; straight to `down`;
+    - a job that failed (`watch` ended, job not succeeded): its logs are still fetched, then `down`;
+    - a fetch that failed: the instance is kept (the data is only there), nothing more;
+    - `--keep`: no `down`."""
+    st = rec.stages
+    if st.get("down") is not None and st["down"].ok:
+        return None
+    for name in STAGES:
+        s = st.get(name)
+        if s is None or s.ended is None:
+            if name == "down" and rec.keep:
+                return None
+            if name in ("watch", "fetch") and st.get("train") is not None and st["train"].ok is False:
+                continue
+            return name
+        if s.ok:
+            continue
+        if name in ("train", "watch"):
+            continue  # a failed launch or job: go on to what is left (fetch the logs, then down)
+        if name == "fetch":
+            return None  # kept: the checkpoints are only on the instance
+        return name if name == "down" else ("down" if name in ("setup", "sync") and not rec.keep else None)
+    return None
+
+
+def billed_since(rec: Record) -> Optional[float]:
+    """Billing starts with the launch request (Lambda bills from the moment the instance exists)."""
+    return rec.stage("up").started if "up" in rec.stages else None
+
+
+def spend(rec: Record, now: float) -> float:
+    """Dollars spent so far on every node (0 before `up` or without a price)."""
+    start = billed_since(rec)
+    if start is None or not rec.price_per_hour:
+        return 0.0
+    down = rec.stages.get("down")
+    end = down.ended if down is not None and down.ended is not None and down.ok else now
+    return max(0.0, end - start) / 3600.0 * rec.price_per_hour * max(1, rec.nodes)
+
+
+def over_budget(rec: Record, now: float) -> bool:
+    return rec.max_cost is not None and spend(rec, now) >= rec.max_cost
+
+
+def summary(rec: Record, now: float) -> list[dict]:
+    """Time and money per stage, in order: what `run` prints at the end."""
+    rows = []
+    per_s = (rec.price_per_hour or 0.0) * max(1, rec.nodes) / 3600.0
+    for name in STAGES:
+        st = rec.stages.get(name)
+        if st is None or st.started is None:
+            continue
+        end = st.ended if st.ended is not None else now
+        secs = max(0.0, end - st.started)
+        rows.append({"stage": name, "label": LABELS[name], "seconds": round(secs, 1), "cost": round(secs * per_s, 4),
+                     "ok": st.ok, "detail": st.detail})
+    return rows
+
+
+def overhead(rec: Record) -> dict:
+    """Billed seconds gpuops itself adds around the job, boot aside: from `active` (the end of `up`) to the job's
+    start (setup + sync + launch), and from the job's end to the termination request."""
+    st = rec.stages
+    before = after = None
+    if "up" in st and st["up"].ended and "watch" in st and st["watch"].started:
+        before = st["watch"].started - st["up"].ended
+    if "watch" in st and st["watch"].ended and "down" in st and st["down"].started:
+        after = st["down"].started - st["watch"].ended
+    return {"before_job_s": before, "after_job_s": after}
+
+
+# -- the record on disk ---------------------------------------------------------------------------------------------
+def records_dir(project: Path) -> Path:
+    return project / "runs" / "pipelines"
+
+
+def save(rec: Record, project: Path) -> Path:
+    from .paths import write_atomic
+
+    path = records_dir(project) / f"{rec.id}.json"
+    write_atomic(path, json.dumps(rec.to_json(), indent=1) + "\n")
+    return path
+
+
+def load_all(project: Path) -> list[Record]:
+    out = []
+    d = records_dir(project)
+    if not d.is_dir():
+        return out
+    for f in d.glob("*.json"):
+        try:
+            out.append(Record.from_json(json.loads(f.read_text())))
+        except (OSError, ValueError, TypeError):
+            continue
+    out.sort(key=lambda r: r.created, reverse=True)
+    return out
+
+
+def find(project: Path, run: Optional[str]) -> Optional[Record]:
+    """The run to resume: the id given (or a unique prefix), else the newest one not finished."""
+    recs = load_all(project)
+    if run:
+        exact = [r for r in recs if r.id == run] or [r for r in recs if r.id.startswith(run)]
+        return exact[0] if len(exact) == 1 else None
+    return next((r for r in recs if r.outcome in (RUNNING, DETACHED)), None)
+
+
+def begin(rec: Record, name: str, project: Path, clock=time.time) -> None:
+    st = rec.stage(name)
+    st.started, st.ended, st.ok, st.detail = clock(), None, None, None
+    save(rec, project)
+
+
+def end(rec: Record, name: str, project: Path, *, ok: bool, detail: Optional[str] = None, clock=time.time) -> None:
+    st = rec.stage(name)
+    st.ended, st.ok, st.detail = clock(), ok, detail
+    save(rec, project)

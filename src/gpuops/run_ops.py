@@ -1,0 +1,380 @@
+"""`gpuops run`, the talking half: up -> setup -> sync -> train -> watch -> fetch -> down, each stage recorded before
+it starts and after it ends (pipeline.py decides what comes next, also after a crash), the running cost on screen.
+
+Money rules: the instance is terminated when the job ends, fails, or its launch is refused, and when the user presses
+Ctrl-C twice; never before everything named in --fetch is on the local disk and verified (a fetch that fails after
+retries keeps the instance and says so, leaving it to `gpuops ls` and `gpuops reap`). --max-cost stops the job and
+fetches what exists. The cloud TTL set by `up` stays in force whatever happens to this process.
+"""
+from __future__ import annotations
+
+import time
+import uuid
+from dataclasses import dataclass, field
+from datetime import datetime
+from pathlib import Path
+from typing import Callable, Optional
+
+from . import pipeline as pl
+from .errors import ExitCode, GpuopsError, UsageError
+
+FETCH_ATTEMPTS = 3
+SECOND_CTRL_C_S = 10.0
+
+
+class BudgetReached(Exception):
+    """Raised from watch's event callback when --max-cost is reached."""
+
+
+@dataclass
+class Seams:
+    clock: Callable[[], float] = time.time
+    sleep: Callable[[float], None] = time.sleep
+    second_press_s: float = SECOND_CTRL_C_S
+    poll_s: float = 2.0
+    extra: dict = field(default_factory=dict)
+
+
+def new_record(*, type_name: str, script: str, args: list, regions: list, nodes: int, fetch: list, keep: bool,
+               ttl_s: Optional[float], max_cost: Optional[float], key: Optional[Path], name: Optional[str],
+               clock: Callable[[], float] = time.time) -> pl.Record:
+    stamp = datetime.fromtimestamp(clock()).strftime("%Y%m%d-%H%M%S")
+    rid = f"{name or Path(script).stem}-{stamp}-{uuid.uuid4().hex[:4]}"
+    profile = f"run-{rid}"
+    return pl.Record(id=rid, profile=profile, instance_type=type_name, script=script, args=list(args),
+                     regions=list(regions), nodes=nodes, fetch=list(fetch), keep=keep, ttl_s=ttl_s,
+                     max_cost=max_cost, key=str(key) if key else None, created=clock())
+
+
+class Runner:
+    """One `gpuops run`: drives the stages of a record, saving it as it goes."""
+
+    def __init__(self, rec: pl.Record, out, project: Path, ctx_factory, seams: Optional[Seams] = None,
+                 confirm: Optional[Callable[[str], bool]] = None):
+        self.rec, self.out, self.project = rec, out, project
+        self.ctx_factory = ctx_factory  # () -> cloud lifecycle Context (client, ledger, out)
+        self.seams = seams or Seams()
+        self.confirm = confirm
+        self.fetched: dict[str, str] = {}
+
+    # -- helpers -------------------------------------------------------------------------------------------------
+    def _cost(self) -> str:
+        return f"${pl.spend(self.rec, self.seams.clock()):.2f} so far"
+
+    def _progress(self, name: str) -> None:
+        i = pl.STAGES.index(name) + 1
+        self.out.step(f"[{i}/{len(pl.STAGES)}] {pl.LABELS[name]} ({self._cost()})")
+
+    def _profile(self):
+        from . import profiles
+
+        return profiles.resolve(self.rec.profile, self.project)
+
+    def _begin(self, name: str) -> None:
+        pl.begin(self.rec, name, self.project, clock=self.seams.clock)
+        self._progress(name)
+
+    def _end(self, name: str, ok: bool, detail: Optional[str] = None) -> None:
+        pl.end(self.rec, name, self.project, ok=ok, detail=detail, clock=self.seams.clock)
+
+    # -- the loop ------------------------------------------------------------------------------------------------
+    def run(self) -> int:
+        pl.save(self.rec, self.project)
+        self.out.info(f"run {self.rec.id}: record {pl.records_dir(self.project) / (self.rec.id + '.json')} "
+                      f"(gpuops run --resume {self.rec.id} continues it)")
+        while True:
+            name = pl.next_stage(self.rec)
+            if name is None:
+                break
+            try:
+                getattr(self, f"stage_{name}")()
+            except KeyboardInterrupt:
+                if not self._second_press(name):
+                    return self._detached()
+                self.rec.stop_reason = "interrupted twice"
+                self._end(name, ok=False, detail="interrupted")
+                self._stop_job()
+                self._finish_after_stop()
+                continue
+        return self._final()
+
+    def _second_press(self, stage: str) -> bool:
+        """First Ctrl-C: detach (everything keeps running). A second one within a few seconds: end it now."""
+        rec = self.rec
+        self.out.warn(f"detached: the run keeps going on {rec.profile} ({self._cost()}). "
+                      f"Re-attach: gpuops watch -p {rec.profile}; resume this run: gpuops run --resume {rec.id}; "
+                      f"end it: gpuops down {rec.profile}")
+        if stage == "up" or not self._instance_known():
+            return False
+        self.out.warn(f"press Ctrl-C again within {self.seams.second_press_s:g}s to stop the job, fetch what exists "
+                      "and terminate the instance now")
+        try:
+            self.seams.sleep(self.seams.second_press_s)
+        except KeyboardInterrupt:
+            return True
+        return False
+
+    def _instance_known(self) -> bool:
+        st = self.rec.stages.get("up")
+        return bool(st and st.ok)
+
+    def _detached(self) -> int:
+        self.rec.outcome = pl.DETACHED
+        pl.save(self.rec, self.project)
+        return int(ExitCode.INTERRUPTED)
+
+    def _finish_after_stop(self) -> None:
+        """After a stop (budget, second Ctrl-C): the job is over; fetch what exists, then down (unless --keep)."""
+        rec = self.rec
+        for name in ("train", "watch"):
+            st = rec.stage(name)
+            if st.ended is None:
+                st.started = st.started or self.seams.clock()
+                st.ended, st.ok, st.detail = self.seams.clock(), False, rec.stop_reason
+        pl.save(rec, self.project)
+
+    def _final(self) -> int:
+        rec = self.rec
+        fetch = rec.stages.get("fetch")
+        down = rec.stages.get("down")
+        if fetch is not None and fetch.ended is not None and not fetch.ok:
+            rec.outcome = pl.KEPT
+        elif rec.keep and (down is None):
+            rec.outcome = pl.KEPT
+        elif down is not None and down.ok and rec.job_state == "succeeded" and not rec.stop_reason:
+            rec.outcome = pl.SUCCEEDED
+        else:
+            rec.outcome = pl.FAILED
+        pl.save(rec, self.project)
+        return 0 if rec.outcome in (pl.SUCCEEDED,) or (rec.outcome == pl.KEPT and rec.keep and
+                                                       rec.job_state == "succeeded") else 1
+
+    # -- the stages ----------------------------------------------------------------------------------------------
+    def stage_up(self) -> None:
+        from .cloud.lifecycle import UpSpec, up
+
+        rec = self.rec
+        existing = self._managed_profile()
+        self._begin("up")
+        if existing is not None:  # resumed after `up` had written the profile
+            rec.price_per_hour = existing.price_per_hour
+            self._end("up", ok=True, detail=f"instance {existing.cloud.instance_id} (resumed)")
+            return
+        ctx = self.ctx_factory()
+        spec = UpSpec(name=rec.profile, type_name=rec.instance_type, key=Path(rec.key).expanduser() if rec.key else
+                      Path("~/.ssh/id_ed25519").expanduser(), regions=list(rec.regions), ttl_s=rec.ttl_s,
+                      verify=False, confirm=self.confirm)
+        try:
+            with ctx.client:
+                res = up(spec, ctx)
+        except GpuopsError as exc:
+            self._end("up", ok=False, detail=exc.message)
+            raise
+        rec.price_per_hour = res["price_per_hour"]
+        self._end("up", ok=True, detail=f"instance {res['instance_id']} at {res['ip']}, {res['region']}")
+
+    def _managed_profile(self):
+        from . import profiles
+
+        try:
+            prof = profiles.resolve(self.rec.profile, self.project)
+        except GpuopsError:
+            return None
+        return prof if getattr(prof, "cloud", None) is not None and prof.cloud.state != "gone" else None
+
+    def stage_setup(self) -> None:
+        from .setup_ops import run_setup
+
+        self._begin("setup")
+        try:
+            code = run_setup(self._profile(), self.out, self.project)
+        except GpuopsError as exc:
+            self._end("setup", ok=False, detail=exc.message)
+            self.out.error(f"setup failed: {exc.message}", exc.hint)
+            return
+        self._end("setup", ok=code == 0, detail=None if code == 0 else "the host does not match the profile")
+
+    def stage_sync(self) -> None:
+        from .remote.connection import connect
+        from .transfer_ops import sync_project
+
+        self._begin("sync")
+        prof = self._profile()
+        try:
+            with connect(prof, announce=self.out.info) as remote:
+                s = sync_project(prof, remote, self.out, self.project)
+        except GpuopsError as exc:
+            self._end("sync", ok=False, detail=exc.message)
+            self.out.error(f"sync failed: {exc.message}", exc.hint)
+            return
+        self._end("sync", ok=True, detail=f"{s['files']} files, {s['bytes_sent']} bytes sent")
+
+    def stage_train(self) -> None:
+        from . import lifecycle
+        from . import runs as core
+
+        rec = self.rec
+        self._begin("train")
+        prof = self._profile()
+        if rec.run_id and any(m["run_id"] == rec.run_id for m in core.local_runs(prof.name, self.project)):
+            self._end("train", ok=True, detail=f"run {rec.run_id} (resumed)")
+            return
+        try:
+            res = lifecycle.train(prof, self.out, self.project, script=rec.script, args=rec.args, sync=False)
+        except GpuopsError as exc:  # the launch gate refused a broken stack, or the launch failed
+            self.out.error(f"not launched: {exc.message}", exc.hint)
+            self._end("train", ok=False, detail=exc.message)
+            return
+        rec.run_id = res["run_id"]
+        self._end("train", ok=True, detail=f"run {res['run_id']}")
+
+    def stage_watch(self) -> None:
+        from . import lifecycle
+        from . import runs as core
+        from . import watch as w
+
+        rec = self.rec
+        self._begin("watch")
+        prof = self._profile()
+        meta = lifecycle.resolve(rec.run_id, prof, self.project)
+        dash = w.Dashboard(meta, price_per_hour=prof.price_per_hour, log_lines=15)
+        budget_said = [False]
+
+        def on_event(ev: dict) -> None:
+            if ev.get("type") == "log" and not self.out.json_mode:
+                self.out.print(ev["line"])
+            if pl.over_budget(rec, self.seams.clock()) and not budget_said[0]:
+                budget_said[0] = True
+                raise BudgetReached()
+
+        try:
+            res = lifecycle.follow(prof, self.out, self.project, meta, dash, lines=5, samples=True,
+                                   interval=self.seams.poll_s, on_event=on_event)
+        except BudgetReached:
+            rec.stop_reason = f"--max-cost ${rec.max_cost:.2f} reached"
+            self.out.warn(f"{rec.stop_reason} ({self._cost()}): stopping the job, then fetching what exists")
+            self._stop_job()
+            self._end("watch", ok=False, detail=rec.stop_reason)
+            return
+        if res["interrupted"]:
+            raise KeyboardInterrupt
+        info = res["info"]
+        rec.job_state = info.state if info is not None else "lost"
+        ok = info is not None and info.state == core.SUCCEEDED
+        self.out.info(f"job {rec.run_id}: {rec.job_state}" + (f" (exit {info.exit_code})" if info and
+                                                              info.exit_code is not None else ""))
+        self._end("watch", ok=ok, detail=rec.job_state)
+
+    def _stop_job(self) -> None:
+        from . import lifecycle
+
+        rec = self.rec
+        if not rec.run_id:
+            return
+        try:
+            prof = self._profile()
+            meta = lifecycle.resolve(rec.run_id, prof, self.project)
+            doc = lifecycle.stop(prof, self.out, self.project, meta, grace=10.0)
+            rec.job_state = "stopped"
+            self.out.info(f"job {rec.run_id} stopped ({doc['result']})")
+        except GpuopsError as exc:
+            self.out.warn(f"could not stop {rec.run_id}: {exc.message}")
+
+    def stage_fetch(self) -> None:
+        from .remote.connection import connect
+        from .transfer_ops import fetch
+
+        rec = self.rec
+        self._begin("fetch")
+        prof = self._fetch_profile()
+        failed = []
+        if rec.run_id:
+            try:
+                self.fetched["log"] = self._save_log(prof)
+            except GpuopsError as exc:
+                failed.append(f"the job's log: {exc.message}")
+        for name in rec.fetch:
+            last = None
+            for attempt in range(1, FETCH_ATTEMPTS + 1):
+                try:
+                    with connect(prof, announce=self.out.info) as remote:
+                        s = fetch(prof, remote, self.out, name, project_dir=self.project)
+                    self.fetched[name] = str(s.get("dest") or name)
+                    last = None
+                    break
+                except GpuopsError as exc:
+                    last = exc
+                    self.out.warn(f"fetch {name} failed (attempt {attempt}/{FETCH_ATTEMPTS}): {exc.message}")
+                    if attempt < FETCH_ATTEMPTS:
+                        self.seams.sleep(min(30.0, 2.0 * attempt))
+            if last is not None:
+                failed.append(f"{name}: {last.message}")
+        if failed:
+            self._end("fetch", ok=False, detail="; ".join(failed))
+            self.out.error(f"FETCH FAILED, so the instance is KEPT (it bills ${rec.price_per_hour or 0:.2f}/h): "
+                           + "; ".join(failed),
+                           f"fix and run: gpuops fetch -p {rec.profile} NAME, then gpuops down {rec.profile} "
+                           f"(gpuops ls shows it; gpuops reap ends it at its TTL)")
+            return
+        self._end("fetch", ok=True, detail=", ".join(f"{k} -> {v}" for k, v in self.fetched.items()) or "nothing named")
+
+    def _fetch_profile(self):
+        """The profile, with each --fetch name that its fetch: map lacks meaning the folder of that name under the
+        remote project (checkpoints, outputs)."""
+        prof = self._profile()
+        extra = {n: n for n in self.rec.fetch if n not in prof.fetch}
+        return prof.model_copy(update={"fetch": {**prof.fetch, **extra}}) if extra else prof
+
+    def _save_log(self, prof) -> str:
+        """The job's whole log (raw bytes, streamed) as runs/<run id>/log, written under a temporary name first."""
+        import os
+
+        from . import lifecycle
+        from . import runs as core
+
+        meta = lifecycle.resolve(self.rec.run_id, prof, self.project)
+        final = core.registry_dir(self.project) / self.rec.run_id / "log"
+        final.parent.mkdir(parents=True, exist_ok=True)
+        tmp = final.with_name(".log.partial")
+        with open(tmp, "wb") as fh:
+            lifecycle.tail(prof, self.out, self.project, meta, 10 ** 9, fh.write)
+        os.replace(tmp, final)
+        return str(final.relative_to(self.project))
+
+    def stage_down(self) -> None:
+        from .cloud.lifecycle import down
+
+        self._begin("down")
+        ctx = self.ctx_factory()
+        try:
+            with ctx.client:
+                res = down(self.rec.profile, ctx, project_dir=self.project)
+        except GpuopsError as exc:
+            self._end("down", ok=False, detail=exc.message)
+            raise
+        self._end("down", ok=True, detail=f"instance {res['instance_id']} {res['status']}")
+
+
+def render_summary(out, rec: pl.Record, fetched: dict, now: float) -> dict:
+    """The closing table: time and money per stage, where the checkpoints are, the environment snapshot."""
+    rows = pl.summary(rec, now)
+    total = pl.spend(rec, now)
+    env = Path("runs") / rec.run_id / "environment" if rec.run_id else None
+    doc = {"run": rec.id, "profile": rec.profile, "outcome": rec.outcome, "job": rec.job_state, "run_id": rec.run_id,
+           "stages": rows, "total_cost": round(total, 4), "fetched": fetched,
+           "environment": str(env) if env and env.is_dir() else None, "overhead": pl.overhead(rec),
+           "stop_reason": rec.stop_reason}
+    if out.json_mode:
+        out.emit_json(doc)
+        return doc
+    out.print(f"gpuops run {rec.id}: {rec.outcome}" + (f" (job {rec.job_state})" if rec.job_state else ""))
+    for r in rows:
+        mark = "ok" if r["ok"] else ("--" if r["ok"] is None else "FAILED")
+        out.print(f"  {r['label']:<32} {r['seconds']:>8.1f} s  ${r['cost']:>8.4f}  {mark}"
+                  + (f"  {r['detail']}" if r["detail"] else ""))
+    out.print(f"  {'total':<32} {sum(r['seconds'] for r in rows):>8.1f} s  ${total:>8.4f}")
+    for name, where in fetched.items():
+        out.print(f"  {name}: {where} (verified)")
+    if doc["environment"]:
+        out.print(f"  environment snapshot: {doc['environment']}")
+    return doc

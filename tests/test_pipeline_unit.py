@@ -1,0 +1,104 @@
+"""gpuops run, pure half: stage order after every outcome, spend, budget, summary, the record on disk."""
+from __future__ import annotations
+
+import pytest
+
+from gpuops import pipeline as pl
+
+
+def rec(**kw):
+    return pl.Record(id="r1", profile="p", instance_type="gpu_1x_h100_pcie", script="train.py", created=0, **kw)
+
+
+def done(r, *names, ok=True, t0=0.0, dur=10.0):
+    for i, n in enumerate(names):
+        s = r.stage(n)
+        s.started, s.ended, s.ok = t0 + i * dur, t0 + (i + 1) * dur, ok
+    return r
+
+
+def test_stages_in_order_and_an_interrupted_stage_runs_again():
+    r = rec()
+    assert pl.next_stage(r) == "up"
+    done(r, "up", "setup")
+    assert pl.next_stage(r) == "sync"
+    r.stage("sync").started = 30  # crashed mid-stage
+    assert pl.next_stage(r) == "sync"
+    done(r, "sync", "train", "watch", "fetch")
+    assert pl.next_stage(r) == "down"
+    done(r, "down")
+    assert pl.next_stage(r) is None
+
+
+def test_refused_launch_goes_straight_down():
+    r = done(rec(), "up", "setup", "sync")
+    done(r, "train", ok=False)
+    assert pl.next_stage(r) == "down"
+
+
+def test_failed_job_still_fetches_then_goes_down():
+    r = done(rec(), "up", "setup", "sync", "train")
+    done(r, "watch", ok=False)
+    assert pl.next_stage(r) == "fetch"
+    done(r, "fetch")
+    assert pl.next_stage(r) == "down"
+
+
+def test_failed_fetch_keeps_the_instance():
+    r = done(rec(), "up", "setup", "sync", "train", "watch")
+    done(r, "fetch", ok=False)
+    assert pl.next_stage(r) is None
+
+
+def test_failed_setup_terminates_unless_keep_and_keep_never_goes_down():
+    r = done(rec(), "up")
+    done(r, "setup", ok=False)
+    assert pl.next_stage(r) == "down"
+    done(r, "down")
+    assert pl.next_stage(r) is None
+    k = done(rec(keep=True), "up", "setup", "sync", "train", "watch", "fetch")
+    assert pl.next_stage(k) is None
+
+
+def test_failed_up_ends_the_run():
+    r = done(rec(), "up", ok=False)
+    assert pl.next_stage(r) is None
+
+
+def test_spend_counts_every_node_from_the_launch_until_terminated():
+    r = rec(price_per_hour=3.6, nodes=2)
+    assert pl.spend(r, 100) == 0.0
+    r.stage("up").started = 100
+    assert pl.spend(r, 100 + 3600) == pytest.approx(7.2)
+    d = r.stage("down")
+    d.started, d.ended, d.ok = 1000, 1900, True
+    assert pl.spend(r, 99999) == pytest.approx(1800 / 3600 * 3.6 * 2)
+
+
+def test_over_budget():
+    r = rec(price_per_hour=3.6, max_cost=1.0)
+    r.stage("up").started = 0
+    assert not pl.over_budget(r, 999)
+    assert pl.over_budget(r, 1000)
+    assert not pl.over_budget(rec(price_per_hour=3.6), 10**9)
+
+
+def test_summary_and_overhead():
+    r = done(rec(price_per_hour=36.0), "up", "setup", "sync", "train", "watch", "fetch", "down", dur=10)
+    rows = pl.summary(r, 1000)
+    assert [x["stage"] for x in rows] == list(pl.STAGES)
+    assert rows[0]["label"] == "waiting for capacity, booting" and rows[0]["cost"] == pytest.approx(0.1)
+    ov = pl.overhead(r)
+    assert ov == {"before_job_s": 30.0, "after_job_s": 10.0}
+
+
+def test_record_round_trips_and_find(tmp_path):
+    r = done(rec(fetch=["checkpoints"], args=["--quick"]), "up")
+    pl.save(r, tmp_path)
+    back = pl.find(tmp_path, None)
+    assert back.to_json() == r.to_json()
+    assert pl.find(tmp_path, "r") .id == "r1"
+    back.outcome = pl.SUCCEEDED
+    pl.save(back, tmp_path)
+    assert pl.find(tmp_path, None) is None  # nothing left to resume
+    assert pl.find(tmp_path, "nope") is None
