@@ -19,6 +19,20 @@ from . import pipeline as pl
 from .errors import ExitCode, GpuopsError, UsageError
 
 FETCH_ATTEMPTS = 3
+RUN_PYTHON = "~/.venvs/gpuops/bin/python"  # the environment `setup` creates on a fresh instance (the runbooks' venv)
+
+
+def _use_env_python(profile_file: Path, python: str) -> None:
+    """`up` writes no python:, so the instance's system Python would be used; a run trains in its own environment,
+    which `setup` creates and fills."""
+    import re
+
+    from .paths import write_atomic
+
+    text = profile_file.read_text()
+    if re.search(r"(?m)^python:", text):
+        return
+    write_atomic(profile_file, text.rstrip("\n") + f"\npython: {python}\n")
 SECOND_CTRL_C_S = 10.0
 
 
@@ -81,7 +95,7 @@ class Runner:
     def run(self) -> int:
         pl.save(self.rec, self.project)
         self.out.info(f"run {self.rec.id}: record {pl.records_dir(self.project) / (self.rec.id + '.json')} "
-                      f"(gpuops run --resume {self.rec.id} continues it)")
+                      f"(gpuops run --resume --id {self.rec.id} continues it)")
         while True:
             name = pl.next_stage(self.rec)
             if name is None:
@@ -102,7 +116,7 @@ class Runner:
         """First Ctrl-C: detach (everything keeps running). A second one within a few seconds: end it now."""
         rec = self.rec
         self.out.warn(f"detached: the run keeps going on {rec.profile} ({self._cost()}). "
-                      f"Re-attach: gpuops watch -p {rec.profile}; resume this run: gpuops run --resume {rec.id}; "
+                      f"Re-attach: gpuops watch -p {rec.profile}; resume this run: gpuops run --resume --id {rec.id}; "
                       f"end it: gpuops down {rec.profile}")
         if stage == "up" or not self._instance_known():
             return False
@@ -171,6 +185,7 @@ class Runner:
             self._end("up", ok=False, detail=exc.message)
             raise
         rec.price_per_hour = res["price_per_hour"]
+        _use_env_python(Path(res["profile_file"]), RUN_PYTHON)
         self._end("up", ok=True, detail=f"instance {res['instance_id']} at {res['ip']}, {res['region']}")
 
     def _managed_profile(self):
@@ -183,16 +198,21 @@ class Runner:
         return prof if getattr(prof, "cloud", None) is not None and prof.cloud.state != "gone" else None
 
     def stage_setup(self) -> None:
-        from .setup_ops import run_setup
+        from .setup_ops import setup
+        from .verify import exit_code, show
 
         self._begin("setup")
         try:
-            code = run_setup(self._profile(), self.out, self.project)
+            doc = setup(self._profile(), self.out, self.project, verify=True)
         except GpuopsError as exc:
             self._end("setup", ok=False, detail=exc.message)
             self.out.error(f"setup failed: {exc.message}", exc.hint)
             return
-        self._end("setup", ok=code == 0, detail=None if code == 0 else "the host does not match the profile")
+        code = exit_code(doc["verify"]) if doc.get("verify") else 0
+        if code and doc.get("verify_results") is not None and not self.out.json_mode:
+            show(self.out, doc["verify"], doc["verify_results"])
+        self._end("setup", ok=code == 0, detail="the host matches the profile" if code == 0 else
+                  "verify fails after setup: the host does not match the profile")
 
     def stage_sync(self) -> None:
         from .remote.connection import connect

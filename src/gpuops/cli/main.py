@@ -18,6 +18,7 @@ from . import runs as _runs  # noqa: E402,F401  (train, watch, logs, status, sto
 from . import snapshot as _snapshot  # noqa: E402,F401  (snapshot, diff, matrix)
 from . import cloud as _cloud  # noqa: E402,F401  (cloud types|keys, up, ls, down, reap)
 from . import setup as _setup  # noqa: E402,F401  (setup)
+from . import run as _run  # noqa: E402,F401  (run)
 
 
 def run(argv: list[str] | None = None) -> int:

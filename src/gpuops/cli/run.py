@@ -31,9 +31,10 @@ def run(
                                        show_default=False),
     name: Optional[str] = typer.Option(None, "--name", help="Run name (default: the script's stem)."),
     nodes: int = typer.Option(1, "--nodes", min=1, max=1, help="Instances (only 1 today)."),
-    resume: Optional[str] = typer.Option(None, "--resume", metavar="RUN", flag_value="", is_flag=False,
-                                         help="Continue a run whose local process ended (crash, laptop closed): the "
-                                              "newest unfinished one, or RUN.", show_default=False),
+    resume: bool = typer.Option(False, "--resume", help="Continue a run whose local process ended (crash, laptop "
+                                                        "closed, Ctrl-C): the newest unfinished one, or --id RUN."),
+    run_id: Optional[str] = typer.Option(None, "--id", metavar="RUN", help="With --resume: which run.",
+                                         show_default=False),
     yes: bool = typer.Option(False, "--yes", "-y", help="Do not ask before launching."),
     json_: bool = typer.Option(False, "--json", help="Print the closing summary as one JSON document."),
     args: Optional[List[str]] = typer.Argument(None, help="Arguments for the script, after --.", show_default=False),
@@ -52,10 +53,10 @@ def run(
 
     out = output(json_)
     project = Path.cwd()
-    if resume is not None:
-        rec = pl.find(project, resume or None)
+    if resume:
+        rec = pl.find(project, run_id)
         if rec is None:
-            raise UsageError("no unfinished run to resume here" + (f" named {resume!r}" if resume else ""),
+            raise UsageError("no unfinished run to resume here" + (f" named {run_id!r}" if run_id else ""),
                              hint=f"records are in {pl.records_dir(project)}")
         out.info(f"resuming run {rec.id} at stage '{pl.next_stage(rec) or 'summary'}'")
         rec.outcome = pl.RUNNING

@@ -130,7 +130,7 @@ def up(*, gpu: str = "h100-pcie", gpus: int = 1, port: int | None = None, driver
        na_fields: list[str] | None = None, write_profile: bool = True, faults: list[str] | None = None) -> dict:
     """Start (or reconfigure) the sandbox host. Idempotent: a running sshd keeps running; GPU state is rewritten."""
     return start(sandbox_dir(), port=port, gpu=gpu, gpus=gpus, driver=driver, cuda=cuda, fail=fail, header=header,
-                 python=python, na_fields=na_fields, profile=PROFILE_NAME if write_profile else None)
+                 python=python, na_fields=na_fields, profile=PROFILE_NAME if write_profile else None, faults=faults)
 
 
 AUTO = "auto"  # start(address=AUTO): a free 127.0.0.N (N >= 2) for this host
@@ -139,7 +139,8 @@ AUTO = "auto"  # start(address=AUTO): a free 127.0.0.N (N >= 2) for this host
 def start(d: Path, *, address: str = "127.0.0.1", port: int | None = None, gpu: str = "h100-pcie", gpus: int = 1,
           driver: str = "570.148.08", cuda: str = "12.8", fail: str = "none", header: str = "legacy",
           python: str | None = None, na_fields: list[str] | None = None, host_key: str | None = None,
-          authorized_keys: list[str] | None = None, profile: str | None = None) -> dict:
+          authorized_keys: list[str] | None = None, profile: str | None = None,
+          faults: list[str] | None = None) -> dict:
     """Start (or reconfigure) one sandbox host in directory `d`. Several run at once, each in its own directory.
 
     address: the listen address; AUTO picks a free 127.0.0.N (then `port` defaults to 22, as on a cloud instance).

@@ -1,0 +1,167 @@
+"""`gpuops run` end to end through the local Lambda emulator (a real HTTP server whose instances are real sandbox
+hosts): up -> setup -> sync -> train -> watch -> fetch -> down, and every way it can end."""
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from test_cloud_e2e import TYPE, cloud, cloud_emu  # noqa: F401  (fixtures)
+
+TRAIN = """\
+import os, sys, time
+steps = int(os.environ.get("STEPS", "3"))
+for s in range(1, steps + 1):
+    os.makedirs(f"checkpoints/step_{s}", exist_ok=True)
+    with open(f"checkpoints/step_{s}/model.bin", "wb") as fh:
+        fh.write(os.urandom(4096))
+    print(f"step {s} loss {1.0 / s:.4f}", flush=True)
+    time.sleep(float(os.environ.get("DELAY", "0.2")))
+print("python", sys.executable, flush=True)
+"""
+
+
+def _live(cloud):
+    return [i for i in cloud.instances() if i["status"] not in ("terminated", "terminating")]
+
+
+def _run(gpuops, cloud, *extra):
+    return gpuops("run", "--type", TYPE, "--key", str(cloud.key), "--yes", "--json", *extra)
+
+
+def _project(script="train.py", text=TRAIN):
+    (Path.cwd() / script).write_text(text)
+
+
+def test_whole_run_fetches_verified_checkpoints_and_terminates(cloud, gpuops):
+    _project()
+    r = _run(gpuops, cloud, "--script", "train.py", "--fetch", "checkpoints")
+    assert r.code == 0, r.all
+    doc = json.loads(r.out)
+    assert doc["outcome"] == "succeeded" and doc["job"] == "succeeded"
+    assert [s["stage"] for s in doc["stages"]] == ["up", "setup", "sync", "train", "watch", "fetch", "down"]
+    assert all(s["ok"] for s in doc["stages"])
+    for s in (1, 2, 3):
+        assert (Path.cwd() / "checkpoints" / f"step_{s}" / "model.bin").stat().st_size == 4096
+    log = (Path.cwd() / doc["fetched"]["log"]).read_text()
+    assert "step 3 loss 0.3333" in log and "/.venvs/gpuops/bin/python" in log  # trained in setup's environment
+    assert not _live(cloud)  # terminated
+    assert doc["total_cost"] > 0 and doc["overhead"]["after_job_s"] is not None
+
+
+def test_failing_job_still_fetches_its_log_and_terminates(cloud, gpuops):
+    _project(text="print('about to fail', flush=True)\nraise SystemExit(3)\n")
+    r = _run(gpuops, cloud, "--script", "train.py")
+    assert r.code == 1, r.all
+    doc = json.loads(r.out)
+    assert doc["outcome"] == "failed" and doc["job"] == "failed"
+    assert "about to fail" in (Path.cwd() / doc["fetched"]["log"]).read_text()
+    assert not _live(cloud)
+
+
+def test_launch_gate_refusal_terminates_the_instance(cloud, gpuops):
+    _project(text="def broken(:\n    pass\n")
+    r = _run(gpuops, cloud, "--script", "train.py")
+    assert r.code == 1, r.all
+    doc = json.loads(r.out)
+    train = next(s for s in doc["stages"] if s["stage"] == "train")
+    assert train["ok"] is False and "watch" not in [s["stage"] for s in doc["stages"]]
+    assert "not launched" in r.err
+    assert not _live(cloud)
+
+
+def test_failed_fetch_keeps_the_instance_and_says_so(cloud, gpuops):
+    _project()
+    r = _run(gpuops, cloud, "--script", "train.py", "--fetch", "no-such-folder")
+    assert r.code == 1, r.all
+    doc = json.loads(r.out)
+    assert doc["outcome"] == "kept"
+    assert "FETCH FAILED, so the instance is KEPT" in r.err
+    assert len(_live(cloud)) == 1
+    assert gpuops("down", doc["profile"], "--yes").code == 0
+    assert not _live(cloud)
+
+
+def test_max_cost_stops_the_job_fetches_and_terminates(cloud, gpuops):
+    _project(text="import time\nwhile True:\n    print('step', flush=True)\n    time.sleep(0.5)\n")
+    r = _run(gpuops, cloud, "--script", "train.py", "--max-cost", "0.01")  # $2.49/h: about 15 s
+    assert r.code == 1, r.all
+    doc = json.loads(r.out)
+    assert "--max-cost $0.01 reached" in doc["stop_reason"] and doc["job"] == "stopped"
+    assert "step" in (Path.cwd() / doc["fetched"]["log"]).read_text()
+    assert not _live(cloud)
+
+
+def _cli(cloud, *args, **kw):
+    env = {**os.environ, "NO_COLOR": "1"}
+    return subprocess.Popen([sys.executable, "-m", "gpuops", "run", "--type", TYPE, "--key", str(cloud.key), "--yes",
+                             *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env, **kw)
+
+
+def _wait_stage(stage: str, timeout: float = 120) -> dict:
+    d = Path.cwd() / "runs" / "pipelines"
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        for f in d.glob("*.json") if d.is_dir() else []:
+            doc = json.loads(f.read_text())
+            st = doc["stages"].get(stage)
+            if st and st.get("started"):
+                return doc
+        time.sleep(0.2)
+    raise AssertionError(f"stage {stage} never started")
+
+
+FOREVER = "import time\nwhile True:\n    print('step', flush=True)\n    time.sleep(0.5)\n"
+SLOW = "import time, os\nfor i in range(40):\n    print('step', i, flush=True)\n    time.sleep(0.5)\nos.makedirs('checkpoints', exist_ok=True)\nopen('checkpoints/final.bin', 'wb').write(b'x' * 100)\n"
+
+
+def test_ctrl_c_once_detaches_twice_terminates(cloud, gpuops):
+    _project(text=FOREVER)
+    p = _cli(cloud, "--script", "train.py")
+    _wait_stage("watch")
+    time.sleep(1.5)
+    p.send_signal(signal.SIGINT)
+    out, err = p.communicate(timeout=60)
+    assert p.returncode == 130, err
+    assert "detached" in err and "gpuops run --resume" in err
+    assert len(_live(cloud)) == 1  # everything keeps running
+    # again, and this time twice: stop, fetch what exists, terminate
+    p = _cli(cloud, "--script", "train.py", "--name", "twice", "--json")
+    time.sleep(0.5)
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline:  # the second run's own watch stage
+        docs = [json.loads(f.read_text()) for f in (Path.cwd() / "runs" / "pipelines").glob("twice-*.json")]
+        if docs and (docs[0]["stages"].get("watch") or {}).get("started"):
+            break
+        time.sleep(0.2)
+    time.sleep(1.5)
+    p.send_signal(signal.SIGINT)
+    time.sleep(1.0)
+    p.send_signal(signal.SIGINT)
+    out, err = p.communicate(timeout=120)
+    doc = json.loads(out)
+    assert doc["stop_reason"] == "interrupted twice" and doc["job"] == "stopped", err
+    assert len(_live(cloud)) == 1  # only the first (detached) run's instance is left
+    for inst in _live(cloud):
+        gpuops("down", inst["name"] or "", "--yes")
+
+
+def test_resume_after_the_local_process_is_killed(cloud, gpuops):
+    _project(text=SLOW)
+    p = _cli(cloud, "--script", "train.py", "--fetch", "checkpoints")
+    _wait_stage("watch")
+    time.sleep(1.0)
+    p.kill()  # the laptop's process dies mid-training; the instance and the job go on
+    p.communicate(timeout=30)
+    assert len(_live(cloud)) == 1
+    r = gpuops("run", "--resume", "--json")
+    assert r.code == 0, r.all
+    doc = json.loads(r.out)
+    assert doc["outcome"] == "succeeded" and (Path.cwd() / "checkpoints" / "final.bin").read_bytes() == b"x" * 100
+    assert not _live(cloud)
