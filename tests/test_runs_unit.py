@@ -87,7 +87,7 @@ def test_conflicts_from_presets_yaml():
     assert core.conflict_packages(PRESETS) == ["vllm"]
     # the shipped playbook has the documented presets and the conflict
     doc = core.load_presets(Path("/nonexistent"))
-    assert doc["presets"]["blackwell"]["env"]["TORCH_CUDA_ARCH_LIST"]["value"] == "12.0+PTX"
+    assert doc["presets"]["blackwell-rtxpro"]["env"]["TORCH_CUDA_ARCH_LIST"]["value"] == "12.0+PTX"
     assert core.conflict_warnings({"PYTORCH_CUDA_ALLOC_CONF": "expandable_segments:True"}, doc, {"vllm": "0.12.0"})
 
 

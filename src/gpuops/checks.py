@@ -5,6 +5,7 @@ import re
 from dataclasses import asdict, dataclass
 from typing import Iterable
 
+from . import rules as _rules
 from .facts import Facts
 
 PASS, WARN, FAIL, INFO = "pass", "warn", "fail", "info"
@@ -127,6 +128,8 @@ def check_disk(c: Context) -> Iterable[CheckResult]:
     free_gb = d["free_bytes"] / 1e9
     where = d.get("path")
     measured = f"{free_gb:.1f} GB free at {where}"
+    if d.get("exists") is False:
+        measured = f"{free_gb:.1f} GB free at {d.get('measured_at')} ({where} does not exist yet: `gpuops sync` creates it)"
     want = c.e.min_disk_gb
     if want is not None and free_gb < want:
         yield CheckResult("system.disk", "Free disk", FAIL, measured, f">= {want:g} GB",
@@ -148,6 +151,20 @@ def check_memory(c: Context) -> Iterable[CheckResult]:
     elif want is not None and total / 2**30 < want:
         yield CheckResult("system.memory", "System memory", FAIL, measured, f">= {want:g} GiB",
                           remediation="choose an instance type with more RAM (see instance_type in the profile)")
+    elif (want is not None and c.f.memory_available_bytes is not None and
+          c.f.memory_available_bytes / 2**30 < want * float(c.th.get("memory_available_warn_fraction", 0.8))):
+        yield CheckResult("system.memory", "System memory", WARN, measured,
+                          f">= {want * float(c.th.get('memory_available_warn_fraction', 0.8)):g} GiB available "
+                          f"({c.th.get('memory_available_warn_fraction', 0.8)} of min_memory_gib)",
+                          remediation="the RAM is there but in use: `free -h` and `ps aux --sort=-rss | head` on the host "
+                                      "show what holds it (an old run, a notebook); stop it before training",
+                          detail="seeds/002 records the available memory, not only the total")
+    elif (c.f.memory_available_bytes is not None and total and
+          100 * c.f.memory_available_bytes / total < float(c.th.get("memory_available_warn_pct", 10))):
+        yield CheckResult("system.memory", "System memory", WARN, measured,
+                          f">= {c.th.get('memory_available_warn_pct', 10)}% available",
+                          remediation="most RAM is in use: `ps aux --sort=-rss | head` on the host; data loaders and "
+                                      "vLLM need free RAM", detail="seeds/002 records the available memory, not only the total")
     else:
         yield CheckResult("system.memory", "System memory", PASS if want is not None else INFO, measured,
                           f">= {want:g} GiB" if want is not None else None)
@@ -288,14 +305,31 @@ def check_gpu_memory(c: Context) -> Iterable[CheckResult]:
         yield CheckResult("gpu.memory", "GPU memory", PASS if want is not None else INFO, measured,
                           f">= {want:,} MiB" if want is not None else None)
     busy_pct = float(c.th.get("gpu_memory_busy_warn_pct", 10))
-    busy = [g for g in c.f.gpus if g.memory_used_mib and g.memory_total_mib and
-            100 * g.memory_used_mib / g.memory_total_mib >= busy_pct]
+    seen = _job_gpus(c)
+    busy = [g for g in c.f.gpus if g.memory_used_mib and g.memory_total_mib and (seen is None or g.index in seen)
+            and 100 * g.memory_used_mib / g.memory_total_mib >= busy_pct]
     if busy:
         yield CheckResult("gpu.busy", "GPU memory in use", WARN,
                           ", ".join(f"GPU {g.index}: {g.memory_used_mib:,.0f} MiB used" for g in busy),
                           f"< {busy_pct:g}% before training",
                           remediation="another process holds GPU memory (a previous run, a notebook): "
                                       "`nvidia-smi --query-compute-apps=pid,process_name,used_memory --format=csv`, then stop it")
+
+
+def _job_gpus(c: Context) -> set[int] | None:
+    """nvidia-smi indexes of the GPUs the job will see: CUDA_VISIBLE_DEVICES as the launch sets it (profile env over
+    preset over the host's environment; indexes or GPU UUIDs); None = all."""
+    value = next((env["CUDA_VISIBLE_DEVICES"] for env in (c.p.env, c.preset_env, c.f.env)
+                  if env.get("CUDA_VISIBLE_DEVICES") is not None), None)
+    if value is None:
+        return None
+    seen: set[int] = set()
+    for item in (v.strip() for v in str(value).split(",") if v.strip()):
+        if item.isdigit():
+            seen.add(int(item))
+        else:
+            seen.update(g.index for g in c.f.gpus if g.uuid and g.uuid.startswith(item))
+    return seen
 
 
 def check_gpu_health(c: Context) -> Iterable[CheckResult]:
@@ -354,6 +388,20 @@ def _driver_supports(c: Context, cuda: str) -> tuple[str, str]:
     return FAIL, f"driver {c.f.driver} is older than {row['minor_compat']}, the minimum for CUDA {row['cuda']}"
 
 
+def _wheel_fix(c: Context) -> str:
+    """A runnable torch install for the newest CUDA that has PyTorch wheels and that this driver runs (never a CUDA
+    without wheels, such as cu114): playbooks/rules.yaml torch_wheel_cudas against the driver table."""
+    cudas = (c.k.get("rules") or {}).get("torch_wheel_cudas") or ["12.8", "12.6", "12.4", "12.1", "11.8"]
+    best = next((str(cu) for cu in cudas if _driver_supports(c, str(cu))[0] == PASS), None)
+    if best is None:
+        return "no PyTorch wheel's CUDA runs on this driver: the driver must be upgraded"
+    torch = (c.installed("torch") or "").split("+", 1)[0]
+    pin = f"torch=={torch}" if torch else "torch"
+    return (f"install torch built for CUDA {best}, the newest with wheels this driver runs: {c.p.python} -m pip install "
+            f"--force-reinstall {pin} --index-url {c.k.get('torch_index', TORCH_INDEX).format(tag=_cuda_tag(best))} "
+            "(torch releases differ in the CUDA builds they ship: drop the pin if this one has none)")
+
+
 def check_cuda_driver(c: Context) -> Iterable[CheckResult]:
     """The CUDA version the profile expects vs what the driver supports (nvidia-smi header)."""
     if not c.gpu_host:
@@ -376,8 +424,8 @@ def check_cuda_driver(c: Context) -> Iterable[CheckResult]:
     else:
         row = _driver_row(c, want.lstrip(">=~= "))
         yield CheckResult("gpu.cuda", "CUDA (driver)", FAIL, measured, want,
-                          remediation=f"upgrade the NVIDIA driver to >= {row['toolkit'] if row else 'a newer release'} "
-                                      f"or use PyTorch wheels built for CUDA {c.f.cuda_driver}", detail=note)
+                          remediation=f"upgrade the NVIDIA driver to >= {row['toolkit'] if row else 'a newer release'}, "
+                                      f"or {_wheel_fix(c)}", detail=note)
 
 
 def check_python(c: Context) -> Iterable[CheckResult]:
@@ -406,7 +454,8 @@ def check_packages(c: Context) -> Iterable[CheckResult]:
         if have is None:
             pin = f"{name}=={spec}" if spec and spec[0].isdigit() else (f"'{name}{spec}'" if spec != "*" else name)
             yield CheckResult(cid, name, FAIL, "not installed", spec,
-                              remediation=f"{c.p.python} -m pip install {pin}" + _index_hint(c, name, spec))
+                              remediation=_install_fix(c, name, pin) or
+                              f"{c.p.python} -m pip install {pin}" + _index_hint(c, name, spec))
             continue
         ok = spec_matches(have, spec)
         if ok is None:
@@ -415,6 +464,21 @@ def check_packages(c: Context) -> Iterable[CheckResult]:
             yield CheckResult(cid, name, PASS if ok else FAIL, have, spec,
                               remediation=None if ok else f"{c.p.python} -m pip install '{name}{'==' + spec if spec[0].isdigit() else spec}'"
                                                           + _index_hint(c, name, spec))
+
+
+def _install_fix(c: Context, name: str, pin: str) -> str | None:
+    """Runnable install lines the runbooks learned the hard way (playbooks/rules.yaml): flash-attn builds throttled
+    without build isolation (or SDPA instead); vllm pins torch so pip does not replace it."""
+    rules = c.k.get("rules") or {}
+    torch = (c.installed("torch") or "").split("+", 1)[0]
+    if name == "flash-attn" and rules.get("flash_attn_fix"):
+        caps = sorted({g.compute_cap for g in c.f.gpus if g.compute_cap})
+        arch = f"TORCH_CUDA_ARCH_LIST='{caps[0]}' " if len(caps) == 1 and not c.p.env.get("TORCH_CUDA_ARCH_LIST") else ""
+        fix = rules["flash_attn_fix"].format(python=c.p.python, arch=arch)
+        return fix.replace("install flash-attn", f"install {pin}", 1)
+    if name == "vllm" and rules.get("vllm_install_fix") and torch:
+        return rules["vllm_install_fix"].format(python=c.p.python, torch=torch).replace("install vllm", f"install {pin}", 1)
+    return None
 
 
 def _index_hint(c: Context, name: str, spec: str) -> str:
@@ -434,6 +498,13 @@ def check_torch_cuda_build(c: Context) -> Iterable[CheckResult]:
         tag = _cuda_tag(c.e.cuda) or _cuda_tag(c.f.cuda_driver) or "cu128"
         base = torch.split("+", 1)[0]
         index = c.k.get("torch_index", TORCH_INDEX).format(tag=tag)
+        rules = c.k.get("rules") or {}
+        if (c.f.os or {}).get("arch") == "aarch64" and rules.get("aarch64_torch_fix"):
+            yield CheckResult("packages.torch_cuda_build", "torch CUDA build", FAIL, f"torch {torch} is a CPU-only build",
+                              "the image's CUDA torch (aarch64)", remediation=rules["aarch64_torch_fix"],
+                              detail="aarch64 (GH200): the PyTorch index has no CUDA wheel for every release, the "
+                                     f"image's system torch is one (source: {rules.get('aarch64_torch_source')})")
+            return
         yield CheckResult("packages.torch_cuda_build", "torch CUDA build", FAIL, f"torch {torch} is a CPU-only build",
                           f"a CUDA build ({tag})",
                           remediation=f"{c.p.python} -m pip install --force-reinstall torch=={base} --index-url {index} "
@@ -548,6 +619,11 @@ def check_cuda_runtime(c: Context) -> Iterable[CheckResult]:
         return
     devs = rt.get("devices", [])
     bad = [d for d in devs if d.get("error") or not d.get("matmul_ok")]
+    if bad and _arch_problem(c):  # torch lacks kernels for this GPU: a torch build problem (see cuda.arch)
+        yield CheckResult("cuda.runtime", "CUDA tensor test", FAIL, f"{len(bad)} of {len(devs)} GPU(s) failed a matmul",
+                          "every GPU computes", remediation="torch has no kernels for this GPU's architecture: "
+                          "see cuda.arch (not a hardware fault)", detail="; ".join(f"cuda:{d['index']}: {d.get('error')}" for d in bad)[:400])
+        return
     if bad:
         yield CheckResult("cuda.runtime", "CUDA tensor test", FAIL,
                           f"{len(bad)} of {len(devs)} GPU(s) failed a matmul", "every GPU computes",
@@ -562,8 +638,10 @@ def check_cuda_runtime(c: Context) -> Iterable[CheckResult]:
     if c.e.cuda and rt.get("cuda"):
         ok = spec_matches(rt["cuda"], c.e.cuda)
         yield CheckResult("cuda.version", "torch CUDA runtime", PASS if ok else FAIL, rt["cuda"], c.e.cuda,
-                          remediation=None if ok else f"install torch built for CUDA {c.e.cuda}: "
-                                                      f"--index-url {c.k.get('torch_index', '').format(tag=_cuda_tag(c.e.cuda))}")
+                          remediation=None if ok else f"{c.p.python} -m pip install --force-reinstall "
+                                                      f"torch=={(c.installed('torch') or rt.get('version') or '').split('+', 1)[0]} "
+                                                      f"--index-url {c.k.get('torch_index', TORCH_INDEX).format(tag=_cuda_tag(c.e.cuda))}"
+                                                      "   (and torchvision/torchaudio from the same index)")
     caps = [d.get("capability") for d in devs if d.get("capability")]
     floor = _parse_version(str(c.k.get("bf16_min_compute_capability", "8.0")))
     if rt.get("bf16") is False and caps and all(_parse_version(cap) >= floor for cap in caps):
@@ -587,7 +665,11 @@ def check_driver_compat(c: Context) -> Iterable[CheckResult]:
     yield CheckResult("cuda.driver_compat", "driver runs torch's CUDA", status, f"CUDA {rt_cuda} on driver {c.f.driver}",
                       f"driver >= {row['minor_compat']}" if row else None, detail=note,
                       remediation=None if status != FAIL else f"upgrade the driver to >= {row['toolkit'] if row else '?'}, "
-                                                              f"or install torch built for CUDA {c.f.cuda_driver}")
+                                                              f"or {_wheel_fix(c)}")
+
+
+def _arch_problem(c: Context):
+    return _rules.arch_problem(c) if (c.f.cuda_runtime or {}).get("imported") else None
 
 
 def check_env_conflicts(c: Context) -> Iterable[CheckResult]:
@@ -875,7 +957,7 @@ REGISTRY = {
     "gpu.cuda": check_cuda_driver, "python.version": check_python, "packages.expected": check_packages,
     "packages.torch_cuda_build": check_torch_cuda_build, "packages.torch_companions": check_torch_companions,
     "packages.flash_attn": check_imports, "cuda.runtime": check_cuda_runtime, "cuda.driver_compat": check_driver_compat,
-    "env.conflicts": check_env_conflicts, "user.checks": check_user,
+    "env.conflicts": check_env_conflicts, "packages.rules": _rules.check_package_rules, "cuda.arch": _rules.check_arch, "user.checks": check_user,
     "gpu.health_fields": check_health_fields, "gpu.kernel_log": check_kernel_log, "gpu.bench": check_bench,
 }
 

@@ -186,6 +186,8 @@ class Profile(_Strict):
     fetch: Dict[str, str] = Field(default_factory=lambda: {"checkpoints": "checkpoints"})
     cloud: Optional[CloudInfo] = None
     setup: SetupSettings = Field(default_factory=SetupSettings)
+    checks: List[str] = Field(default_factory=list, description="opt-in verify checks by name (playbooks/rules.yaml "
+                              "optional_checks: uv, vllm, packaging, mbridge, apex, flash-attn)")
 
     _host = field_validator("host", mode="before")(classmethod(lambda cls, v: valid_host(v)))
 

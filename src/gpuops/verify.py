@@ -21,12 +21,12 @@ BENCH_PARAMS = {"seconds": 1.0, "matmul_n": 8192, "copy_mib": 1024, "allreduce":
 def probe_params(profile, playbook: dict, presets: dict, project_dir: Path, *, cuda_check: bool = True,
                  bench: bool = False) -> dict:
     checks = playbook.get("checks") or []
-    env_names = {"CUDA_VISIBLE_DEVICES", "PYTORCH_CUDA_ALLOC_CONF"}
+    env_names = {"CUDA_VISIBLE_DEVICES", "PYTORCH_CUDA_ALLOC_CONF", "TORCH_CUDA_ARCH_LIST"}
     for c in presets.get("conflicts", []) or []:
         env_names.update((c.get("when", {}).get("env") or {}).keys())
     return {
         "remote_dir": profile.remote_dir_for(project_dir),
-        "packages": sorted(set(BASE_PACKAGES) | set(profile.expect.packages)),
+        "packages": sorted(set(BASE_PACKAGES) | set(profile.expect.packages) | set(playbook.get("rule_packages") or [])),
         "imports": list(profile.expect.imports),
         "auto_imports": playbook.get("auto_imports") or {},
         "env": sorted(env_names),
@@ -38,6 +38,16 @@ def probe_params(profile, playbook: dict, presets: dict, project_dir: Path, *, c
         "kernel_log": not checks or "gpu.kernel_log" in checks,
         **({"bench": dict(BENCH_PARAMS)} if bench else {}),
     }
+
+
+def with_optional_checks(pb: dict, rules: dict, profile) -> dict:
+    """The playbook with the profile's opt-in checks (`checks: [vllm, apex]`, playbooks/rules.yaml) added to its
+    user_checks: they run in the same round trip. The rules' packages are measured too."""
+    from .rules import optional_user_checks, rule_packages
+
+    extra = optional_user_checks(rules, list(getattr(profile, "checks", []) or []), profile.python,
+                                 profile.expect.packages.get("torch"))
+    return {**pb, "user_checks": list(pb.get("user_checks") or []) + extra, "rule_packages": rule_packages(rules)}
 
 
 def run_verify(profile, out, *, playbook: str | None = None, save: bool = True, cuda_check: bool = True,
@@ -74,6 +84,8 @@ def check_host(profile, out, *, playbook: str | None = None, cuda_check: bool = 
     pb = kb.load_playbook("verify", project_dir, path=playbook)
     knowledge, presets = kb.knowledge(project_dir), kb.presets(project_dir)
     preset_env = kb.preset_env(profile.env_preset, project_dir)
+    knowledge = {**knowledge, "rules": kb.load_playbook("rules", project_dir)}
+    pb = with_optional_checks(pb, knowledge["rules"], profile)
     params = {**probe_params(profile, pb, presets, project_dir, cuda_check=cuda_check, bench=bench),
               **(extra_params or {})}
     started = time.monotonic()

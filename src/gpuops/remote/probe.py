@@ -33,6 +33,10 @@ try:
     out["available"] = bool(torch.cuda.is_available())
     n = torch.cuda.device_count() if out["available"] else 0
     out["device_count"] = n
+    try:
+        out["arch_list"] = list(torch.cuda.get_arch_list()) if out["available"] else []
+    except Exception:
+        out["arch_list"] = []
     out["devices"] = []
     for i in range(n):
         d = {"index": i}
@@ -474,6 +478,20 @@ def kernel_log(timeout, limit=200):
     return {"readable": False, "error": "; ".join(errors)}
 
 
+def smi_facts(budget, facts):
+    """Both nvidia-smi calls share ONE time budget: a hung nvidia-smi costs it once (a hang detected in about
+    `budget` seconds, not two calls' worth), and the second call is not started on a hung driver."""
+    t0 = time.time()
+    timed("nvidia_smi_query", lambda: tool("nvidia-smi", ["--query-gpu=" + SMI_FIELDS, "--format=csv,noheader,nounits"],
+                                           budget), budget + 2, facts)
+    q = facts.get("nvidia_smi_query") or {}
+    if q.get("timeout") or (q.get("value") or {}).get("timeout"):
+        facts["nvidia_smi"] = dict(q)
+        return
+    left = max(2.0, budget - (time.time() - t0))
+    timed("nvidia_smi", lambda: tool("nvidia-smi", [], left), left + 2, facts)
+
+
 def health_facts(P, lim, facts):
     q = (facts.get("nvidia_smi_query") or {}).get("value") or {}
     if P.get("health") and q.get("found") and q.get("rc") == 0:  # not when nvidia-smi itself failed or hung
@@ -505,9 +523,7 @@ def main():
     timed("memory", memory, 5, facts)
     timed("disk", lambda: disk(P.get("remote_dir")), lim.get("disk", 10), facts)
     timed("python", python_info, 5, facts)
-    timed("nvidia_smi_query", lambda: tool("nvidia-smi", ["--query-gpu=" + SMI_FIELDS, "--format=csv,noheader,nounits"],
-                                           lim.get("nvidia_smi", 20)), lim.get("nvidia_smi", 20) + 2, facts)
-    timed("nvidia_smi", lambda: tool("nvidia-smi", [], lim.get("nvidia_smi", 20)), lim.get("nvidia_smi", 20) + 2, facts)
+    smi_facts(lim.get("nvidia_smi", 20), facts)
     health_facts(P, lim, facts)
     timed("nvcc", lambda: tool("nvcc", ["--version"], 10), 12, facts)
     timed("packages", lambda: packages(sorted(set(P.get("packages", [])) | set(P.get("auto_imports") or {}))), 20, facts)
