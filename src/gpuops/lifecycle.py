@@ -343,7 +343,7 @@ def status(prof, out, project: Path) -> dict:
     remote = connect(prof, out)
     try:
         got = rl.query_states(remote, [(rid, core.run_dir_on(m, prof.rank)) for rid, m in metas.items()], gpu=True,
-                              list_dir=prof.remote_dir_for(project))
+                              list_dir=prof.remote_dir_for(project), log_tail=STATUS_LOG_TAIL)
     finally:
         remote.close()
     for rid, m in got["metas"].items():
@@ -353,9 +353,28 @@ def status(prof, out, project: Path) -> dict:
             core.save_local_state(rid, info, project)
     rows = core.status_rows(metas, got["infos"], time.time())
     gpus = [g for g in (w.parse_gpu(x) for x in got["gpu_lines"]) if g]
+    _add_signals(rows, got.get("logs") or {}, prof, project, gpus)
     gpu_error = None if gpus else " ".join(got["gpu_lines"]).strip() or None
     _remember(prof, project)
     return {"profile": prof.name, "runs": rows, "gpus": gpus, "gpu_error": gpu_error}
+
+
+STATUS_LOG_TAIL = 300  # log lines of each running run that status scans for training signals
+
+
+def _add_signals(rows: list[dict], logs: dict, prof, project: Path, gpus: list) -> None:
+    """Each running run's training signals and progress (signals.py over its log's tail) into its status row; with
+    one GPU sample, the GPU-idle signal when every GPU is at 0 % and the run is past the signal's first minutes."""
+    from . import signals as sg
+
+    spec = sg.load_spec(project)
+    now = time.time()
+    for r in rows:
+        if r["state"] != core.RUNNING:
+            continue
+        r["signals"], r["progress"] = sg.scan(logs.get(r["run_id"], []), spec, started=r.get("started"),
+                                               price_per_hour=prof.price_per_hour, now=now)
+        r["signals"] += sg.idle_now(spec, gpus, r.get("elapsed"))
 
 
 def stop(prof, out, project: Path, meta: dict, grace: float) -> dict:

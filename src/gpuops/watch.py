@@ -398,7 +398,7 @@ class GpuView:
 
 class Dashboard:
     def __init__(self, meta: dict, *, price_per_hour: Optional[float] = None, log_lines: int = 15,
-                 clock: Callable[[], float] = time.time):
+                 clock: Callable[[], float] = time.time, signal_spec: Optional[dict] = None):
         self.meta = meta
         self.run_id = meta.get("run_id", "")
         self.price = price_per_hour if price_per_hour is not None else meta.get("price_per_hour")
@@ -410,9 +410,44 @@ class Dashboard:
         self.log: deque = deque(maxlen=log_lines)
         self.errors = 0
         self.link = "connecting"
+        self._signal_spec = signal_spec
+        self.sig = None  # the training-signal model (signals.py), made on the first event
+
+    # -- training signals (signals.py; patterns in playbooks/signals.yaml) -------------------------------------
+    def _signals(self, ev: dict) -> None:
+        """Feed the signal model; the signals newly raised go into ev["signals"], a new parsed step into
+        ev["progress"], for the renderers (each signal is raised once per run)."""
+        from . import signals as sg
+
+        if self.sig is None:
+            spec = self._signal_spec if self._signal_spec is not None else sg.load_spec()
+            self.sig = sg.SignalModel(spec, started=self.meta.get("started_ts"), price_per_hour=self.price)
+        t, now = ev.get("type"), self.clock()
+        if t == "state" and ev["info"].started is not None:
+            self.sig.started = ev["info"].started
+        elif t == "sample":
+            new = self.sig.sample(ev["gpu"], now)
+            if new:
+                ev["signals"] = new
+        elif t == "log":
+            before = (self.sig.step, len(self.sig.losses))
+            new = self.sig.line(ev["line"], now)
+            if new:
+                ev["signals"] = new
+            if (self.sig.step, len(self.sig.losses)) != before:
+                ev["progress"] = self.sig.progress(now)
+
+    def progress(self) -> Optional[dict]:
+        return self.sig.progress(self.clock()) if self.sig else None
+
+    @property
+    def signals(self) -> list:
+        return self.sig.signals if self.sig else []
 
     def apply(self, ev: dict) -> None:
         t = ev.get("type")
+        if t in ("sample", "log", "state"):
+            self._signals(ev)
         if t == "sample":
             g = ev["gpu"]
             v = self.gpus.setdefault(g["index"], GpuView(g["index"]))
@@ -517,6 +552,26 @@ def event_text(ev: dict, dash: "Dashboard", stamp: str) -> Optional[str]:
     return None
 
 
+def signal_docs(ev: dict, ts: float) -> list[dict]:
+    """watch --json: the training signals an event raised ({"type": "signal"}) and a new parsed step
+    ({"type": "progress"})."""
+    docs = [{"type": "signal", "ts": round(ts, 3), **sig} for sig in ev.get("signals") or []]
+    if ev.get("progress"):
+        docs.append({"type": "progress", "ts": round(ts, 3), **ev["progress"]})
+    return docs
+
+
+def signal_lines(ev: dict, stamp: str) -> list[str]:
+    """Plain watch: `HH:MM:SS signal: <title>: <hint>` once per signal; progress every 10th parsed step."""
+    from .signals import progress_text, signal_text
+
+    lines = [f"{stamp} {signal_text(sig)}" for sig in ev.get("signals") or []]
+    p = ev.get("progress")
+    if p and (p.get("step") is None or p["step"] % 10 == 0 or (p.get("total") and p["step"] >= p["total"])):
+        lines.append(f"{stamp} progress {progress_text(p)}")
+    return lines
+
+
 def sparkline(values) -> str:
     vals = list(values)
     if not vals:
@@ -554,6 +609,13 @@ def render(dash: Dashboard):
                    f"{g['power'] or 0:.0f}W", Text(sparkline(v.util), style="green"),
                    Text(sparkline(v.mem), style="magenta"))
     parts = [head, gt]
+    from .signals import progress_text, signal_text
+
+    prog = progress_text(dash.progress())
+    if prog:
+        parts.append(Text(prog, style="bold"))
+    for sig in dash.signals:
+        parts.append(Text(signal_text(sig), style="bold yellow"))
     if dash.gpu_error:
         parts.append(Text(f"nvidia-smi: {dash.gpu_error}", style="red"))
     if dash.procs:

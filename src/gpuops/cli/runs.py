@@ -207,9 +207,13 @@ def _emit(out, ev: dict, dash, json_: bool) -> None:
         doc = w.event_doc(ev, time.time())
         if doc is not None:
             out.emit_json_line(doc)
+        for doc in w.signal_docs(ev, time.time()):
+            out.emit_json_line(doc)
     elif not out.rich:
         line = w.event_text(ev, dash, time.strftime("%H:%M:%S"))
         if line is not None:
+            out.print(line)
+        for line in w.signal_lines(ev, time.strftime("%H:%M:%S")):
             out.print(line)
 
 
@@ -329,13 +333,27 @@ def _status_lines(out, prof, doc: dict) -> None:
                       when(r["started"]), fmt_duration(r["elapsed"]),
                       "-" if r["exit_code"] is None else str(r["exit_code"]))
         out.render(t)
-    else:
-        width = max([6] + [len(str(r["script"] or "-")) for r in rows])  # the column grows: paths stay whole
-        out.print(f"{'RUN':<36} {'SCRIPT':<{width}} {'STATE':<10} {'STARTED':<19} {'ELAPSED':>9} EXIT")
-        for r in rows:
-            out.print(f"{r['run_id']:<36} {str(r['script'] or '-'):<{width}} {r['state']:<10} "
-                      f"{when(r['started']):<19} {fmt_duration(r['elapsed']):>9} "
-                      f"{'-' if r['exit_code'] is None else r['exit_code']}")
+        _signal_lines(out, rows)
+        return
+    width = max([6] + [len(str(r["script"] or "-")) for r in rows])  # the column grows: paths stay whole
+    out.print(f"{'RUN':<36} {'SCRIPT':<{width}} {'STATE':<10} {'STARTED':<19} {'ELAPSED':>9} EXIT")
+    for r in rows:
+        out.print(f"{r['run_id']:<36} {str(r['script'] or '-'):<{width}} {r['state']:<10} "
+                  f"{when(r['started']):<19} {fmt_duration(r['elapsed']):>9} "
+                  f"{'-' if r['exit_code'] is None else r['exit_code']}")
+    _signal_lines(out, rows)
+
+
+def _signal_lines(out, rows: list) -> None:
+    """Under the table: each running run's progress and training signals (playbooks/signals.yaml)."""
+    from ..signals import progress_text, signal_text
+
+    for r in rows:
+        prog = progress_text(r.get("progress"))
+        if prog:
+            out.print(f"{r['run_id']}: {prog}")
+        for sig in r.get("signals") or []:
+            out.print(f"{r['run_id']}: {signal_text(sig)}")
 
 
 # -- stop ----------------------------------------------------------------------------------------------

@@ -321,13 +321,17 @@ def state_lines(runs: Iterable[tuple[str, str]]) -> str:
     return "".join(f"gpuops_state {shell_path(d)} {shlex.quote(rid)}\n" for rid, d in runs)
 
 
-def query_states(remote, runs: list[tuple[str, str]], *, gpu: bool = False, list_dir: Optional[str] = None) -> dict:
-    """One execution: RUN lines for the given runs, optionally the GPU utilisation and other runs' meta.json."""
+def query_states(remote, runs: list[tuple[str, str]], *, gpu: bool = False, list_dir: Optional[str] = None,
+                 log_tail: int = 0) -> dict:
+    """One execution: RUN lines for the given runs, optionally the GPU utilisation and other runs' meta.json, and
+    the last `log_tail` log lines of each RUNNING run (for status's training signals)."""
     script = STATE_FN + state_lines(runs)
     if list_dir:
         R = shell_path(f"{list_dir.rstrip('/')}/{RUNS_SUBDIR}")
         script += (f'for d in {R}/*/; do [ -f "$d/meta.json" ] || continue; id=$(basename "$d"); '
                    'echo "META $id $(tr -d \'\\n\' < "$d/meta.json")"; gpuops_state "${d%/}" "$id"; done\n')
+    if log_tail:
+        script += _tail_lines(runs, list_dir, log_tail)
     if gpu:
         from ..watch import GPU_QUERY  # the same sample format watch parses
 
@@ -337,8 +341,13 @@ def query_states(remote, runs: list[tuple[str, str]], *, gpu: bool = False, list
     infos: dict[str, RunInfo] = {}
     metas: dict[str, dict] = {}
     gpu_lines: list[str] = []
+    logs: dict[str, list[str]] = {}
     in_gpu = False
     for line in res.stdout.splitlines():
+        if line.startswith("LOG ") and not in_gpu:
+            _, rid, text = (line.split(" ", 2) + [""])[:3]
+            logs.setdefault(rid, []).append(text)
+            continue
         if line == "@gpu":
             in_gpu = True
             continue
@@ -354,7 +363,17 @@ def query_states(remote, runs: list[tuple[str, str]], *, gpu: bool = False, list
                 metas[rid] = json.loads(doc)
             except ValueError:
                 pass
-    return {"infos": infos, "metas": metas, "gpu_lines": gpu_lines}
+    return {"infos": infos, "metas": metas, "gpu_lines": gpu_lines, "logs": logs}
+
+
+def _tail_lines(runs: list[tuple[str, str]], list_dir: Optional[str], n: int) -> str:
+    """Shell: `LOG <run id> <line>` for the last n lines of each running run's log (state output discarded)."""
+    body = ('gpuops_state "$d" "$id" >/dev/null; [ "$g_alive" = 1 ] && [ -f "$d/log" ] && '
+            f'tail -n {int(n)} "$d/log" | tr -d \'\\r\' | sed "s/^/LOG $id /"\n')
+    if not list_dir:
+        return "".join(f"d={shell_path(run_dir)}; id={shlex.quote(rid)}\n" + body for rid, run_dir in runs)
+    R = shell_path(f"{list_dir.rstrip('/')}/{RUNS_SUBDIR}")
+    return f'for d in {R}/*/; do [ -f "$d/meta.json" ] || continue; d=${{d%/}}; id=$(basename "$d")\n' + body + "done\n"
 
 
 def stream_from(remote, run_dir: str, offset: int, size: int, chunk: int = 1 << 16):
