@@ -88,7 +88,9 @@ def watch(
     lines: int = typer.Option(15, "--lines", "-n", help="Log lines shown (and replayed at start).", min=0),
     host: Optional[int] = HostOpt,
 ) -> None:
-    """Live dashboard of a run: GPUs, processes, state, cost, log tail. Exit 0 if it succeeded, 1 if not.
+    """Live dashboard of a run: GPUs, processes, state, cost, progress (loss sparkline, steps/min, time left, cost at
+    the end), training signals (OOM, NCCL, GPU idle, RL learning nothing; playbooks/signals.yaml), log tail.
+    Exit 0 if it succeeded, 1 if not.
     A fleet run: host 0's GPUs and log (--host N for another), until every host's job has ended."""
     from .. import lifecycle
     from .. import watch as w
@@ -272,7 +274,7 @@ def status(
     host: Optional[int] = HostOpt,
 ) -> None:
     """The profile's runs (id, script, state, started, elapsed, exit code) and the current GPU utilisation
-    (every host of a fleet profile, in parallel, or --host N)."""
+    (every host of a fleet profile, in parallel, or --host N); each running run's progress and training signals."""
     from .. import lifecycle
 
     out = output(json_)

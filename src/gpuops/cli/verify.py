@@ -26,6 +26,8 @@ def verify(
 ) -> None:
     """Check GPUs (identity and health: ECC, row remapping, throttling, PCIe link, Xid), driver, CUDA, Python and
     packages in one remote execution; report pass/warn/fail with fixes. --bench also measures each GPU's speed.
+    Rules from playbooks/rules.yaml (Megatron + numpy 2, torch kernels for the GPU, ...); opt-in checks by name
+    with the profile's `checks: [vllm, apex]`.
     A fleet profile (hosts:) is verified on every host in parallel, then as a whole."""
     from .. import verify as core
 
