@@ -15,7 +15,8 @@ def test_wheel_carries_playbooks_profiles_and_probe(tmp_path):
     (wheel,) = (tmp_path / "dist").glob("gpuops-*.whl")
     names = zipfile.ZipFile(wheel).namelist()
     for needed in ("gpuops/_data/playbooks/verify.yaml", "gpuops/_data/playbooks/knowledge.yaml",
-                   "gpuops/_data/playbooks/presets.yaml", "gpuops/_data/profiles/lambda-h100.yaml",
+                   "gpuops/_data/playbooks/presets.yaml", "gpuops/_data/playbooks/rules.yaml",
+                   "gpuops/_data/playbooks/signals.yaml", "gpuops/_data/profiles/lambda-h100.yaml",
                    "gpuops/remote/probe.py", "gpuops/sandbox/nvidia_smi.py"):
         assert needed in names, needed
     site = tmp_path / "site"
