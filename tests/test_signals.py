@@ -140,3 +140,23 @@ def test_dashboard_carries_signals_into_events():
     assert ev2["progress"]["step"] == 10 and ev2["progress"]["steps_per_min"] == 10.0
     assert any(ln.startswith("12:00:00 progress step 10") for ln in signal_lines(ev2, "12:00:00"))
     assert [s["id"] for s in dash.signals] == ["rl-no-advantages"]
+
+
+def test_dashboard_screen_shows_progress_and_signals():
+    import io
+
+    from rich.console import Console
+
+    from gpuops.watch import render
+
+    t = [100.0]
+    dash = Dashboard({"run_id": "r", "started_ts": 100.0}, price_per_hour=2.0, clock=lambda: t[0], signal_spec=SPEC)
+    dash.apply({"type": "log", "line": "total_training_steps: 100", "offset": 1})
+    t[0] = 160.0
+    dash.apply({"type": "log", "line": "step 10 loss 0.5", "offset": 2})
+    dash.apply({"type": "log", "line": "NCCL WARN NET/IB : Got async event : port error", "offset": 3})
+    buf = io.StringIO()
+    Console(file=buf, width=200, color_system=None).print(render(dash))
+    screen = buf.getvalue()
+    assert "step 10/100  loss 0.5" in screen and "9m00s left" in screen
+    assert "signal: NCCL network error: a single node without InfiniBand: set NCCL_IB_DISABLE=1" in screen

@@ -523,7 +523,7 @@ def main():
     timed("memory", memory, 5, facts)
     timed("disk", lambda: disk(P.get("remote_dir")), lim.get("disk", 10), facts)
     timed("python", python_info, 5, facts)
-    smi_facts(lim.get("nvidia_smi", 20), facts)
+    smi_facts(lim.get("nvidia_smi", 15), facts)
     health_facts(P, lim, facts)
     timed("nvcc", lambda: tool("nvcc", ["--version"], 10), 12, facts)
     timed("packages", lambda: packages(sorted(set(P.get("packages", [])) | set(P.get("auto_imports") or {}))), 20, facts)
