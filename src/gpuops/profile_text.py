@@ -169,7 +169,7 @@ def render(name: str, *, host: str, user: str, port: int, key: str | None, remot
     if expect.preset:
         out.append(f"env_preset: {expect.preset}   # {expect.preset_note}")
     else:
-        out.append("# env_preset: h100   # h100, ada or blackwell: environment for `gpuops train` (docs/playbooks.md)")
+        out.append("# env_preset: h100   # h100, ada, blackwell-b200, blackwell-rtxpro or blackwell: environment for `gpuops train` (docs/playbooks.md)")
     out.append("# secrets: [WANDB_API_KEY, HF_TOKEN]   # sent to training jobs, never on a command line")
     out.append("fetch:   # name -> path under remote_dir, for `gpuops fetch NAME`")
     out.append("  checkpoints: checkpoints")
