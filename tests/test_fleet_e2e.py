@@ -214,3 +214,23 @@ def test_one_host_failing_to_launch_stops_the_others(sandbox, gpuops):
     wait_for(lambda: (runs[0] / "exit_code").exists(), what="host 0's job stopped")
     assert (runs[0] / "stop.json").exists()
     assert not (Path.cwd() / "runs").exists() or not any((Path.cwd() / "runs").iterdir())
+
+
+def test_setup_on_every_host_in_parallel(sandbox, gpuops):
+    home = Path(sandbox["dir"]) / "home"
+    tag = Path.cwd().name
+    p = fleet_profile(sandbox, 2, pythons=[f"~/{tag}-env0/bin/python", f"~/{tag}-env1/bin/python"])
+    f = Path.cwd() / "profiles" / f"{p}.yaml"
+    doc = yaml.safe_load(f.read_text())
+    doc["setup"] = {"index_url": "file:///opt/pypi/simple", "install_uv": False}
+    doc["expect"] = {"gpu_count": 1, "packages": {"six": "1.17.0"}}
+    f.write_text(yaml.safe_dump(doc))
+    write(Path.cwd() / "requirements.txt", "six==1.17.0\n")
+    assert gpuops("sync", "-p", p).code == 0
+    r = gpuops("setup", p)
+    assert r.code == 0, r.all
+    assert "=== host #0" in r.out and "=== host #1" in r.out and "setup: 2/2 hosts ok" in r.out
+    for i in range(2):
+        assert (home / f"{tag}-env{i}" / "bin" / "python").exists()
+    r = gpuops("setup", p)  # idempotent on every host
+    assert r.code == 0 and r.out.count("nothing installed") == 2, r.all

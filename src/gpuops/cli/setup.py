@@ -44,7 +44,10 @@ def setup(
     from ..verify import exit_code, show
 
     out = output(json_)
-    prof = pick_profile(name, profile).node(host)
+    fleet_prof = pick_profile(name, profile)
+    if fleet_prof.is_fleet and host is None:
+        raise typer.Exit(_setup_fleet(fleet_prof, out, dry_run=dry_run, verify=not no_verify))
+    prof = fleet_prof.node(host)
     notes_shown = []
 
     def on_plan(plan) -> None:
@@ -74,3 +77,41 @@ def setup(
 
     profiles.remember(prof, Path.cwd())
     raise typer.Exit(code)
+
+
+def _setup_fleet(prof, out, *, dry_run: bool, verify: bool) -> int:
+    """Every host of a fleet profile in parallel (fleet.for_each: a bounded pool, a section per host in rank order);
+    the worst host's exit code."""
+    from .. import setup_ops
+    from ..fleet import for_each_buffered
+    from ..verify import exit_code, show
+
+    def one(node, node_out):
+        def on_plan(plan) -> None:
+            for line in plan_lines(plan):
+                node_out.print(line)
+
+        doc = setup_ops.setup(node, node_out, Path.cwd(), dry_run=dry_run, verify=verify, on_plan=on_plan)
+        results = doc.pop("verify_results", None)
+        if doc["verify"] is not None and results is not None and not node_out.json_mode:
+            show(node_out, doc["verify"], results)
+        if doc["verify"] is not None and exit_code(doc["verify"]):
+            from ..errors import ChecksFailed
+
+            raise ChecksFailed(f"verify fails on host #{node.rank} after setup")
+        return doc
+
+    def render(node_out, doc) -> None:
+        if doc["plan"] and doc["plan"]["nothing_to_do"]:
+            node_out.print("already matches the profile: nothing installed")
+        elif dry_run:
+            node_out.info("dry run: nothing was changed on the host")
+        else:
+            node_out.success("set up" + (" and verify passes" if verify else ""))
+
+    code = for_each_buffered(prof, out, one, render, title="setup")
+    if code == 0:
+        from .. import profiles
+
+        profiles.remember(prof, Path.cwd())
+    return code
