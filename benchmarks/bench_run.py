@@ -58,7 +58,7 @@ def main() -> None:
         before = statistics.median(r[0] for r in rows)
         after = statistics.median(r[1] for r in rows)
         print(f"median billed seconds gpuops adds, boot aside: {before:.1f} s before the job + {after:.1f} s after "
-              f"= {before + after:.1f} s (goal < 60 s); termination requested {after - statistics.median(r[2] for r in rows):.1f} s "
+              f"= {before + after:.1f} s (goal < 60 s); termination requested {max(0.0, after - statistics.median(r[2] for r in rows)):.1f} s "
               "after the fetch was verified (goal < 10 s)")
     finally:
         emu.close()
