@@ -50,14 +50,12 @@ def _remember(prof, project: Path) -> None:
 
 
 # -- train ---------------------------------------------------------------------------------------------
-def train(prof, out, project: Path, *, script: str, name: Optional[str] = None, env: Iterable[str] = (),
-          args: Iterable[str] = (), sync: bool = True, force: bool = False, seed: Optional[int] = None,
-          snapshot: bool = True, clock: Callable[[], datetime] = datetime.now) -> dict:
-    """Sync, preflight, environment, launch (detached), local record, snapshot. Returns what `train --json` prints."""
+def _prepare_run(prof, out, project: Path, *, script: str, name: Optional[str], env: Iterable[str], sync: bool,
+                 seed: Optional[int], clock: Callable[[], datetime]):
+    """What train and train_fleet decide before connecting: the script, the presets, the run id, the environment
+    plan (its warnings shown). Returns (script, presets, started, run id, plan)."""
     from . import profiles
-    from .remote import launch as rl
 
-    args = list(args)
     script_rel = core.script_path(script, project, must_exist=sync)
     cli_env = core.parse_env_args(env)
     presets_doc = core.load_presets(project)
@@ -70,6 +68,19 @@ def train(prof, out, project: Path, *, script: str, name: Optional[str] = None, 
                          profile_name=prof.name, seed=seed, dotenv_names=[k for k in dotenv if k not in os.environ])
     for w in plan.warnings:
         out.warn(w)
+    return script_rel, presets_doc, started, rid, plan
+
+
+def train(prof, out, project: Path, *, script: str, name: Optional[str] = None, env: Iterable[str] = (),
+          args: Iterable[str] = (), sync: bool = True, force: bool = False, seed: Optional[int] = None,
+          snapshot: bool = True, clock: Callable[[], datetime] = datetime.now) -> dict:
+    """Sync, preflight, environment, launch (detached), local record, snapshot. Returns what `train --json` prints."""
+    from . import profiles
+    from .remote import launch as rl
+
+    args = list(args)
+    script_rel, presets_doc, started, rid, plan = _prepare_run(prof, out, project, script=script, name=name, env=env,
+                                                               sync=sync, seed=seed, clock=clock)
     remote_dir = prof.remote_dir_for(project)
 
     remote = connect(prof, out)
@@ -131,18 +142,8 @@ def train_fleet(prof, out, project: Path, *, script: str, launcher: str = "none"
 
     args = list(args)
     nodes = prof.nodes()
-    script_rel = core.script_path(script, project, must_exist=sync)
-    cli_env = core.parse_env_args(env)
-    presets_doc = core.load_presets(project)
-    started = clock()
-    taken = [m["run_id"] for m in core.local_runs(None, project)]
-    rid = core.run_id(name, script_rel, clock=lambda: started, taken=taken)
-    dotenv = profiles.read_dotenv(project / ".env")
-    plan = core.plan_env(preset=prof.env_preset, presets_doc=presets_doc, profile_env=prof.env, cli_env=cli_env,
-                         secret_names=prof.secrets, local_env=profiles.environment(project), run_id=rid,
-                         profile_name=prof.name, seed=seed, dotenv_names=[k for k in dotenv if k not in os.environ])
-    for w in plan.warnings:
-        out.warn(w)
+    script_rel, presets_doc, started, rid, plan = _prepare_run(prof, out, project, script=script, name=name, env=env,
+                                                               sync=sync, seed=seed, clock=clock)
     remotes: dict[int, object] = {}
     forced: dict[int, list] = {}
     quiet = type(out)(json_mode=True, stdout=out.stderr, stderr=out.stderr, quiet=True)
