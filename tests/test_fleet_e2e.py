@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from test_runs_e2e import group_alive, wait_for, write
+from test_runs_e2e import group_alive, kill_run_groups, wait_for, write
 
 DDP = """\
 import os, torch, torch.distributed as dist
@@ -82,16 +82,7 @@ def fleet_profile(sandbox, n: int = 2, pythons: list | None = None, name: str = 
 @pytest.fixture
 def cleanup(sandbox):
     yield
-    for d in Path(sandbox["dir"], "home").glob(f"{Path.cwd().name}-n*/.gpuops/runs/*"):
-        try:
-            pid = int((d / "pid").read_text())
-        except (OSError, ValueError):
-            continue
-        if group_alive(pid):
-            try:
-                os.killpg(pid, signal.SIGKILL)
-            except OSError:
-                pass
+    kill_run_groups(Path(sandbox["dir"], "home").glob(f"{Path.cwd().name}-n*/.gpuops/runs/*"))
 
 
 pytestmark = pytest.mark.usefixtures("cleanup")

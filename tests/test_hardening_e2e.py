@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from test_runs_e2e import FOREVER, group_alive, put, remote_project, wait_for
+from test_runs_e2e import FOREVER, group_alive, kill_run_groups, put, remote_project, wait_for
 
 
 def _profile(sandbox, name: str, **over) -> Path:
@@ -28,13 +28,7 @@ def _profile(sandbox, name: str, **over) -> Path:
 def kill_runs(sandbox):
     yield
     runs = remote_project(sandbox) / ".gpuops" / "runs"
-    for d in runs.iterdir() if runs.is_dir() else []:
-        try:
-            pid = int((d / "pid").read_text())
-            if group_alive(pid):
-                os.killpg(pid, 9)
-        except (OSError, ValueError):
-            pass
+    kill_run_groups(runs.iterdir() if runs.is_dir() else [])
 
 
 @pytest.mark.parametrize("key, value", [("env", {"X; touch PWNED #": "1"}), ("env", {"1BAD": "1"}),

@@ -127,14 +127,9 @@ def meta(rid: str) -> dict:
     return json.loads((Path.cwd() / "runs" / rid / "meta.json").read_text())
 
 
-@pytest.fixture
-def cleanup_runs(sandbox):
-    """Kill whatever a test left running in its remote project (the sandbox host is shared by the session)."""
-    yield
-    runs = remote_project(sandbox) / ".gpuops" / "runs"
-    if not runs.is_dir():
-        return
-    for d in runs.iterdir():
+def kill_run_groups(run_dirs) -> None:
+    """SIGKILL the process group of every run folder given whose job is still alive."""
+    for d in run_dirs:
         try:
             pid = int((d / "pid").read_text())
         except (OSError, ValueError):
@@ -144,6 +139,14 @@ def cleanup_runs(sandbox):
                 os.killpg(pid, signal.SIGKILL)
             except OSError:
                 pass
+
+
+@pytest.fixture
+def cleanup_runs(sandbox):
+    """Kill whatever a test left running in its remote project (the sandbox host is shared by the session)."""
+    yield
+    runs = remote_project(sandbox) / ".gpuops" / "runs"
+    kill_run_groups(runs.iterdir() if runs.is_dir() else [])
 
 
 pytestmark = pytest.mark.usefixtures("cleanup_runs")
