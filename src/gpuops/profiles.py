@@ -150,8 +150,16 @@ def _explicit_remote_dir(v: Any) -> Any:
 _NODE_KEYS = ("host", "port", "user", "key", "remote_dir", "python", "private_ip")
 
 
+class CloudNode(_Strict):
+    """One instance of a fleet written by `gpuops up --nodes N` (rank order, as `hosts:`)."""
+
+    instance_id: str
+    launch_id: str
+
+
 class CloudInfo(_Strict):
-    """Written by `gpuops up`: the instance behind this profile and its cost guard (docs/cloud.md)."""
+    """Written by `gpuops up`: the instance behind this profile and its cost guard (docs/cloud.md). A fleet
+    (`up --nodes N`) lists every instance under `nodes:`; instance_id and launch_id are then rank 0's."""
 
     provider: Literal["lambda"] = "lambda"
     instance_id: str
@@ -160,6 +168,12 @@ class CloudInfo(_Strict):
     ttl_deadline: Optional[datetime] = None
     idle_limit_s: Optional[float] = Field(None, gt=0)
     state: Literal["active", "gone"] = "active"
+    nodes: List[CloudNode] = Field(default_factory=list, description="every instance of a fleet, rank order")
+
+    @property
+    def instance_ids(self) -> List[str]:
+        """Every instance behind the profile (one, or a fleet's in rank order)."""
+        return [n.instance_id for n in self.nodes] or [self.instance_id]
 
 
 class Profile(_Strict):

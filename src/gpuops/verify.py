@@ -159,7 +159,8 @@ def save_report(report: dict, results, project_dir: Path, when: datetime) -> tup
 
 def run_fleet_verify(profile, out, *, playbook: str | None = None, save: bool = True, cuda_check: bool = True,
                      project_dir: Path | None = None, clock: Callable[[], datetime] = datetime.now,
-                     fail_on_warn: bool = False, parallel: int = 8, bench: bool = False) -> int:
+                     fail_on_warn: bool = False, parallel: int = 8, bench: bool = False,
+                     retry_802_s: float = 0.0) -> int:
     """Every host of a fleet profile in parallel (one connection and one probe execution each), a section per host
     in rank order, then the fleet as a whole: the same stack everywhere, and every node reaching rank 0's
     rendezvous address. Exit: the worst host's, or 1 when the fleet checks fail."""
@@ -176,7 +177,7 @@ def run_fleet_verify(profile, out, *, playbook: str | None = None, save: bool = 
         buf = fleet.Buffered(json_mode=out.json_mode, debug=out.debug)
         extra = {"reach": {"host": master, "port": MASTER_PORT, "timeout": 5}} if node.rank else None
         rep, results = check_host(node, buf.output, playbook=playbook, cuda_check=cuda_check, project_dir=project_dir,
-                                  clock=clock, extra_params=extra, bench=bench)
+                                  clock=clock, extra_params=extra, bench=bench, retry_802_s=retry_802_s)
         rep["node"] = node.rank
         return rep, results, buf
 

@@ -140,11 +140,15 @@ def up(
     guard: Optional[str] = typer.Option(None, "--guard", metavar="on-instance", help="on-instance: install a watchdog "
                                         "that terminates the instance at the TTL/idle limit even with your laptop "
                                         "closed (puts your account-wide API key on the instance).", show_default=False),
+    nodes: int = typer.Option(1, "--nodes", min=1, max=64, help="Launch N instances in one region and write "
+                                                                      "a fleet profile (hosts:, rank 0 first) for "
+                                                                      "torchrun/Ray; down NAME ends them all."),
     yes: bool = typer.Option(False, "--yes", "-y", help="Do not ask before launching."),
     json_: bool = JsonOpt,
 ) -> None:
-    """Launch a Lambda instance, wait until it answers SSH (host key pinned before the first connection), write the
-    profile NAME and verify it. Prints the price per hour and asks first (unless --yes or not a terminal)."""
+    """Launch a Lambda instance (or --nodes N of them, a fleet), wait until it answers SSH (host key pinned before
+    the first connection), write the profile NAME and verify it. Prints the price per hour and asks first (unless
+    --yes or not a terminal)."""
     from ..cloud import decisions as d
     from ..cloud.lifecycle import UpSpec, up as do_up
     from ..errors import UsageError
@@ -163,18 +167,26 @@ def up(
                   ttl_s=d.parse_duration(ttl) if ttl else None, idle_s=d.parse_duration(idle) if idle else None,
                   file_systems=list(fs), verify=not no_verify, keep_on_failure=keep_on_failure,
                   timeout_s=d.parse_duration(timeout) if timeout else None, trust_new=trust_new,
-                  guard_on_instance=guard == "on-instance", confirm=None if yes else _ask)
+                  guard_on_instance=guard == "on-instance", confirm=None if yes else _ask, nodes=nodes)
     ctx = _context(out, with_key=bool(guard))
     with ctx.client:
         res = do_up(spec, ctx)
     if json_:
         out.emit_json(res)
         return
-    out.success(f"{name}: instance {res['instance_id']} ({res['instance_type']}, {res['region']}) at {res['ip']}, "
-                f"${res['price_per_hour']:.2f}/h")
+    if res.get("nodes"):
+        out.success(f"{name}: {len(res['nodes'])} instances ({res['instance_type']}, {res['region']}), "
+                    f"${res['price_per_hour_total']:.2f}/h in all")
+        for n in res["nodes"]:
+            out.info(f"  host #{n['rank']}: instance {n['instance_id']} at {n['ip']} (private {n['private_ip']})")
+    else:
+        out.success(f"{name}: instance {res['instance_id']} ({res['instance_type']}, {res['region']}) at {res['ip']}, "
+                    f"${res['price_per_hour']:.2f}/h")
     if res["ttl_deadline"]:
         out.info(f"TTL: {res['ttl_deadline']} (gpuops reap terminates it after)")
-    out.info(f"next: gpuops sync -p {name}; gpuops train -p {name} --script ...; gpuops down {name} when done")
+    launcher = " --launcher torchrun" if res.get("nodes") else ""
+    out.info(f"next: gpuops sync -p {name}; gpuops train -p {name}{launcher} --script ...; gpuops down {name} when "
+             "done")
 
 
 @app.command("ls")
@@ -215,22 +227,32 @@ def down(
     yes: bool = typer.Option(False, "--yes", "-y", help="Do not ask before terminating."),
     json_: bool = JsonOpt,
 ) -> None:
-    """Terminate the instance behind profile NAME, confirm it by reading it back, forget its host key, mark the
-    profile gone."""
+    """Terminate the instance behind profile NAME (every instance of a fleet), confirm it by reading it back, forget
+    its host key, mark the profile gone."""
     from ..cloud.lifecycle import down as do_down
     from ..errors import GpuopsError
     from ..profiles import resolve
 
     out = output(json_)
     prof = resolve(name)
-    if prof.cloud is not None and prof.cloud.state == "active" and not yes and not _ask(f"terminate instance {prof.cloud.instance_id} ({prof.name}, "
-                                                       f"{prof.instance_type}); its disk is wiped?"):
-        raise GpuopsError("not terminated")
+    if prof.cloud is not None and prof.cloud.state == "active" and not yes:
+        ids = prof.cloud.instance_ids
+        what = (f"instance {ids[0]}" if len(ids) == 1 else f"all {len(ids)} instances ({', '.join(ids)})")
+        disks = "its disk is" if len(ids) == 1 else "their disks are"
+        if not _ask(f"terminate {what} ({prof.name}, {prof.instance_type}); {disks} wiped?"):
+            raise GpuopsError("not terminated")
     ctx = _context(out)
     with ctx.client:
         res = do_down(name, ctx, fetch_first=fetch_first, project_dir=Path.cwd())
     if json_:
         out.emit_json(res)
+    elif len(res["instance_ids"]) > 1:
+        states = ", ".join(f"{i} {st}" for i, st in zip(res["instance_ids"], res["statuses"]))
+        if res.get("already"):
+            out.info(f"{res['profile']}: every instance was already ended ({states})")
+        else:
+            out.success(f"{res['profile']}: all {len(res['instance_ids'])} instances ended ({states}); host keys "
+                        "forgotten, profile marked gone")
     elif res.get("already"):
         out.info(f"{res['profile']}: instance {res['instance_id']} was already {res['status']}")
     else:

@@ -281,8 +281,15 @@ def status(
     prof = pick_profile(None, profile)
     if prof.is_fleet and host is None:
         doc = lifecycle.status_fleet(prof, out, Path.cwd())
+        hosts = [h for h in doc["hosts"] if not h["error"]]
+        cloud = _cloud_summary(prof, any(r["state"] == "running" for h in hosts for r in h.get("runs") or []),
+                               [g.get("util") for h in hosts for g in h.get("gpus") or []])
         if json_:
-            out.emit_json(doc)
+            out.emit_json({**doc, "cloud": cloud} if cloud else doc)
+        elif cloud:
+            from ..cloud.guardrail import line
+
+            out.print(line(cloud))
         for h in doc["hosts"]:
             if not json_:
                 out.print(f"=== host #{h['rank']}: {h['host']} ===")

@@ -32,15 +32,18 @@ def summary(prof, now: float | None = None) -> Optional[dict]:
     g = d.guard(now, ttl_deadline=_epoch(c.ttl_deadline), idle_limit_s=c.idle_limit_s,
                 last_active=rec.last_active if rec else None, launched_at=launched)
     alive = c.state == "active"
-    return {"instance_id": c.instance_id, "state": c.state, "price_per_hour": prof.price_per_hour,
+    n = len(c.instance_ids)  # a fleet bills every node
+    price = prof.price_per_hour * n if prof.price_per_hour is not None else None
+    return {"instance_id": c.instance_id, "instances": n, "state": c.state, "price_per_hour": price,
             "uptime_s": (now - launched) if launched and alive else None,
-            "cost_so_far": d.cost_so_far(prof.price_per_hour, launched, now) if alive else None,
+            "cost_so_far": d.cost_so_far(price, launched, now) if alive else None,
             "ttl_left_s": g.ttl_left if alive else None, "idle_left_s": g.idle_left if alive else None,
             "expired": alive and g.expired, "reasons": g.reasons() if alive else []}
 
 
 def line(s: dict) -> str:
-    parts = [f"instance {s['instance_id']}"]
+    n = s.get("instances") or 1
+    parts = [f"instance {s['instance_id']}" if n == 1 else f"{n} instances (host #0: {s['instance_id']})"]
     if s["cost_so_far"] is not None:
         parts.append(f"cost so far ${s['cost_so_far']:.2f} (${s['price_per_hour'] or 0:.2f}/h for "
                      f"{d.format_duration(s['uptime_s'])})")
@@ -56,8 +59,9 @@ def warnings(prof, now: float | None = None) -> list[str]:
     if s is None:
         return []
     if s["state"] == "gone":
-        return [f"profile '{prof.name}' is marked gone: its instance {s['instance_id']} was terminated "
-                f"(gpuops up {prof.name} launches a new one)"]
+        what = (f"its instance {s['instance_id']} was" if s.get("instances", 1) == 1 else
+                f"its {s['instances']} instances were")
+        return [f"profile '{prof.name}' is marked gone: {what} terminated (gpuops up {prof.name} launches a new one)"]
     if s["expired"]:
         return [f"profile '{prof.name}': instance {s['instance_id']} is past its limit ({'; '.join(s['reasons'])}) and "
                 f"still billing ${s['price_per_hour'] or 0:.2f}/h: gpuops down {prof.name}, or gpuops reap"]
@@ -72,6 +76,8 @@ def note_sample(prof, run_running: bool, utilisations: Iterable[float], now: flo
     from .ledger import Ledger
 
     try:
-        Ledger().note_activity(c.instance_id, time.time() if now is None else now)
+        ledger = Ledger()
+        for iid in c.instance_ids:  # a fleet's job runs on every node
+            ledger.note_activity(iid, time.time() if now is None else now)
     except Exception:
         pass

@@ -25,6 +25,7 @@ from .ledger import FAILED, LAUNCHED, LAUNCHING, TERMINATED, Ledger, Record
 NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,62}$")
 TERMINATE_CONFIRM_S = 120.0
 MAX_TRANSIENT_LAUNCH_FAILURES = 6
+MAX_NODES = 64  # a fleet bigger than this is a 1-Click Cluster, not `up --nodes`
 
 
 class BringUpFailed(GpuopsError):
@@ -93,6 +94,7 @@ class UpSpec:
     trust_new: bool = False
     guard_on_instance: bool = False
     confirm: Optional[Callable[[str], bool]] = None  # asked with the price line; False: nothing is launched
+    nodes: int = 1  # > 1: a fleet profile (hosts:), every instance in one region
 
 
 def profile_file(name: str) -> Path:
@@ -170,65 +172,105 @@ def pin_host_key(ip: str, port: int, public_line: str) -> None:
 
 # -- up ----------------------------------------------------------------------------------------------------------
 def up(spec: UpSpec, ctx: Context) -> dict:
-    """Launch, wait for active, pin the host key, write the profile, wait for SSH, verify. Returns a summary dict."""
+    """Launch, wait for active, pin the host key, write the profile, wait for SSH, verify. Returns a summary dict.
+
+    `spec.nodes` > 1: a fleet. Lambda launches one instance per request (quantity above 1 is refused) and one
+    request per 12 s, so the nodes are launched one after another, the first wherever there is capacity and the others
+    in the same region (their private addresses must reach each other); each has its own launch record (written
+    before its request), launch tag and host key. Any node failing ends the bring-up and terminates them all."""
     out, client = ctx.out, ctx.client
     public_line, avail = _preflight(spec, ctx)
     itype = avail.type
     price = itype.price_per_hour
+    n = max(1, spec.nodes)
     key_name = ensure_ssh_key(client, public_line, out)
-    host_priv, host_pub = make_host_key()
-    launch_id = uuid.uuid4().hex[:16]
-    now = ctx.clock()
-    rec = Record(launch_id=launch_id, profile=spec.name, instance_type=itype.name, region=(spec.regions or ["?"])[0],
-                 price_cents_per_hour=itype.price_cents_per_hour, created_at=now,
-                 ttl_deadline=None, idle_limit_s=spec.idle_s)
-    ctx.ledger.add(rec)  # before any request that could create an instance
-    state = {"instance_id": None, "in_flight": False, "instance": None}
+    nodes: list[dict] = []  # per node: launch_id, instance_id, in_flight, instance, host_pub
+    ttl_deadline = None
     try:
-        state["instance_id"] = _launch(spec, ctx, avail, key_name, launch_id, d.cloud_config(host_priv, host_pub), state)
-        launched_at = ctx.clock()
-        ttl_deadline = launched_at + spec.ttl_s if spec.ttl_s else None
-        ctx.ledger.update(launch_id, instance_id=state["instance_id"], state=LAUNCHED, launched_at=launched_at,
-                          ttl_deadline=ttl_deadline)
-        ctx.events["launched_at"] = launched_at
-        out.info(f"launched instance {state['instance_id']} (launch {launch_id}); waiting until it is active")
-        inst = _wait_active(spec, ctx, state["instance_id"], itype.gpus)
-        state["instance"] = inst
+        node_spec = spec
+        for i in range(n):
+            host_priv, host_pub = make_host_key()
+            launch_id = uuid.uuid4().hex[:16]
+            st = {"launch_id": launch_id, "instance_id": None, "in_flight": False, "instance": None,
+                  "host_pub": host_pub}
+            nodes.append(st)
+            ctx.ledger.add(Record(launch_id=launch_id, profile=spec.name, instance_type=itype.name,
+                                  region=(node_spec.regions or ["?"])[0], price_cents_per_hour=itype.price_cents_per_hour,
+                                  created_at=ctx.clock(), ttl_deadline=ttl_deadline, idle_limit_s=spec.idle_s,
+                                  note=f"node {i} of {n}" if n > 1 else ""))  # before any request that could create it
+            label = f"gpuops-{spec.name}" + (f"-{i}" if n > 1 else "")
+            st["instance_id"] = _launch(node_spec, ctx, avail, key_name, launch_id, d.cloud_config(host_priv, host_pub),
+                                        st, label=label)
+            launched_at = ctx.clock()
+            if ttl_deadline is None and spec.ttl_s:
+                ttl_deadline = launched_at + spec.ttl_s  # the first node's clock: the fleet ends together
+            ctx.ledger.update(launch_id, instance_id=st["instance_id"], state=LAUNCHED, launched_at=launched_at,
+                              ttl_deadline=ttl_deadline)
+            if i == 0:
+                ctx.events["launched_at"] = launched_at
+                launched_at0 = launched_at
+                if n > 1:  # the other nodes go where the first one went
+                    region = ctx.ledger.get(launch_id).region
+                    node_spec = UpSpec(**{**spec.__dict__, "regions": [region]})
+            out.info(f"launched instance {st['instance_id']} (launch {launch_id})"
+                     + (f", node {i} of {n}" if n > 1 else "") + "; waiting until it is active")
+        for st in nodes:
+            st["instance"] = _wait_active(spec, ctx, st["instance_id"], itype.gpus)
         ctx.events["active_at"] = ctx.clock()
-        pin_host_key(inst.ip, 22, host_pub)
-        cloud = {"provider": "lambda", "instance_id": inst.id, "launch_id": launch_id, "launched_at": _iso(launched_at),
-                 "ttl_deadline": _iso(ttl_deadline), "idle_limit_s": spec.idle_s, "state": "active"}
-        prof = write_profile(spec.name, inst, spec.key, itype, cloud, user=ctx.ssh_user)
-        out.info(f"instance {inst.id} is active at {inst.ip}; host key pinned ({d.fingerprint(host_pub)}); "
-                 f"profile '{spec.name}' written")
-        _wait_ssh(spec, ctx, prof, inst.ip, deadline=ctx.clock() + (spec.timeout_s or d.readiness_deadline(itype.gpus)))
+        insts = [st["instance"] for st in nodes]
+        for st in nodes:
+            pin_host_key(st["instance"].ip, 22, st["host_pub"])
+        cloud = {"provider": "lambda", "instance_id": insts[0].id, "launch_id": nodes[0]["launch_id"],
+                 "launched_at": _iso(launched_at0), "ttl_deadline": _iso(ttl_deadline), "idle_limit_s": spec.idle_s,
+                 "state": "active"}
+        if n > 1:
+            cloud["nodes"] = [{"instance_id": st["instance"].id, "launch_id": st["launch_id"]} for st in nodes]
+        prof = write_profile(spec.name, insts, spec.key, itype, cloud, user=ctx.ssh_user)
+        for st in nodes:
+            out.info(f"instance {st['instance'].id} is active at {st['instance'].ip}; host key pinned "
+                     f"({d.fingerprint(st['host_pub'])})")
+        out.info(f"profile '{spec.name}' written" + (f" ({n} hosts)" if n > 1 else ""))
+        deadline = ctx.clock() + (spec.timeout_s or d.readiness_deadline(itype.gpus))
+        for node in prof.nodes():
+            _wait_ssh(spec, ctx, node, node.host, deadline=deadline)
         ctx.events["ssh_at"] = ctx.clock()
         if spec.guard_on_instance:
-            install_guard(prof, ctx, inst.id, ttl_deadline, spec.idle_s)
+            for node, st in zip(prof.nodes(), nodes):
+                install_guard(node, ctx, st["instance"].id, ttl_deadline, spec.idle_s)
         verified = verify_report = None
         if spec.verify:
             verified, verify_report = _verify(prof, out)
             ctx.events["verified_at"] = ctx.clock()
             if not verified:
-                raise BringUpFailed(f"verify failed on the new instance {inst.id}",
+                raise BringUpFailed(f"verify failed on the new instance{'s' if n > 1 else ''} "
+                                    f"{', '.join(i.id for i in insts)}",
                                     hint="the report above says what is wrong; --keep-on-failure keeps such an "
                                          "instance for inspection, --no-verify skips the check")
     except BaseException as exc:
         interrupted = isinstance(exc, KeyboardInterrupt)
         keep = spec.keep_on_failure and not interrupted
-        _after_failure(ctx, spec, launch_id, state, price, keep=keep, interrupted=interrupted)
+        _after_failure(ctx, spec, nodes, price, keep=keep, interrupted=interrupted)
         raise
-    return {"profile": spec.name, "profile_file": str(prof.source), "instance_id": inst.id, "launch_id": launch_id,
-            "ip": inst.ip, "region": inst.region, "instance_type": itype.name, "price_per_hour": price,
-            "ttl_deadline": _iso(ttl_deadline), "idle_limit_s": spec.idle_s, "verified": verified,
-            "host_key": d.fingerprint(host_pub), "api_calls": ctx.client.total_calls,
-            **({"verify": verify_report} if verify_report is not None else {})}
+    inst = insts[0]
+    res = {"profile": spec.name, "profile_file": str(prof.source), "instance_id": inst.id,
+           "launch_id": nodes[0]["launch_id"], "ip": inst.ip, "region": inst.region, "instance_type": itype.name,
+           "price_per_hour": price, "ttl_deadline": _iso(ttl_deadline), "idle_limit_s": spec.idle_s,
+           "verified": verified, "host_key": d.fingerprint(nodes[0]["host_pub"]), "api_calls": ctx.client.total_calls,
+           **({"verify": verify_report} if verify_report is not None else {})}
+    if n > 1:
+        res["nodes"] = [{"rank": i, "instance_id": st["instance"].id, "launch_id": st["launch_id"],
+                         "ip": st["instance"].ip, "private_ip": st["instance"].private_ip or st["instance"].ip,
+                         "host_key": d.fingerprint(st["host_pub"])} for i, st in enumerate(nodes)]
+        res["price_per_hour_total"] = round(price * n, 4)
+    return res
 
 
 def _preflight(spec: UpSpec, ctx: Context):
     """Before anything is recorded or launched: the name, the key, the type, the price (and the user's yes)."""
     if not NAME_RE.match(spec.name):
         raise UsageError(f"not a usable profile name: {spec.name!r}", hint="letters, digits, '-', '_' and '.'")
+    if not 1 <= spec.nodes <= MAX_NODES:
+        raise UsageError(f"--nodes {spec.nodes}: between 1 and {MAX_NODES}")
     _check_name_free(spec.name)
     public_line = public_key_of(spec.key)
     types = ctx.client.instance_types()
@@ -241,8 +283,13 @@ def _preflight(spec: UpSpec, ctx: Context):
                          hint="gpuops cloud types lists them")
     itype = avail.type
     where = ", ".join(spec.regions) if spec.regions else "any region"
-    question = (f"launch {itype.name} ({itype.description or itype.gpu_description}) in {where} at "
-                f"${itype.price_per_hour:.2f}/hour")
+    if spec.nodes > 1:
+        question = (f"launch {spec.nodes} x {itype.name} ({itype.description or itype.gpu_description}), all in one "
+                    f"region ({where}), at {spec.nodes} x ${itype.price_per_hour:.2f} = "
+                    f"${itype.price_per_hour * spec.nodes:.2f}/hour")
+    else:
+        question = (f"launch {itype.name} ({itype.description or itype.gpu_description}) in {where} at "
+                    f"${itype.price_per_hour:.2f}/hour")
     if spec.ttl_s:
         question += f", terminated by `gpuops reap` after {d.format_duration(spec.ttl_s)}"
     ctx.out.info(question)
@@ -254,17 +301,18 @@ def _preflight(spec: UpSpec, ctx: Context):
 def _verify(prof, out) -> tuple[bool, Optional[dict]]:
     """gpuops verify on the new host, CUDA error 802 retried for 5 minutes. Under --json the report goes inside up's
     document (one JSON document on stdout)."""
-    from ..verify import run_verify
+    from ..verify import run_fleet_verify, run_verify
 
+    check = run_fleet_verify if prof.is_fleet else run_verify  # a fleet: every host, and the fleet as a whole
     if not out.json_mode:
-        return run_verify(prof, out, save=True, retry_802_s=300.0) == 0, None
+        return check(prof, out, save=True, retry_802_s=300.0) == 0, None
     import io
     import json
 
     from ..console import Output
 
     buf = io.StringIO()
-    code = run_verify(prof, Output(json_mode=True, stdout=buf, stderr=out.stderr), save=True, retry_802_s=300.0)
+    code = check(prof, Output(json_mode=True, stdout=buf, stderr=out.stderr), save=True, retry_802_s=300.0)
     try:
         return code == 0, json.loads(buf.getvalue())
     except ValueError:
@@ -320,7 +368,8 @@ def adopt_launch(ctx: Context, launch_id: str, *, attempts: int = 2) -> Optional
     return None
 
 
-def _launch(spec: UpSpec, ctx: Context, avail, key_name: str, launch_id: str, user_data: str, state: dict) -> str:
+def _launch(spec: UpSpec, ctx: Context, avail, key_name: str, launch_id: str, user_data: str, state: dict, *,
+            label: str) -> str:
     client, out = ctx.client, ctx.out
     deadline = ctx.clock() + spec.wait_for_capacity_s
     cold: set[str] = set()
@@ -354,7 +403,7 @@ def _launch(spec: UpSpec, ctx: Context, avail, key_name: str, launch_id: str, us
         state["in_flight"] = True
         try:
             ids = client.launch(region=region, type_name=avail.type.name, ssh_key=key_name,
-                                name=f"gpuops-{spec.name}", tags=d.launch_tags(launch_id, spec.name),
+                                name=label[:64], tags=d.launch_tags(launch_id, spec.name),
                                 user_data=user_data, file_systems=spec.file_systems or None)
         except LambdaError as exc:
             if exc.capacity:
@@ -419,21 +468,32 @@ def _wait_active(spec: UpSpec, ctx: Context, instance_id: str, gpus: int) -> Ins
         ctx.sleep(ctx.poll_s)
 
 
-def write_profile(name: str, inst: Instance, key: Path, itype, cloud: dict, *, user: str = "ubuntu"):
-    """The profile NAME in the user config folder, validated by the same loader as a hand-written one."""
+def write_profile(name: str, insts, key: Path, itype, cloud: dict, *, user: str = "ubuntu"):
+    """The profile NAME in the user config folder, validated by the same loader as a hand-written one. Several
+    instances (a fleet, rank order): `hosts:` with each one's public and private address."""
     import yaml
 
     from ..paths import write_atomic
     from ..profiles import load_profile
 
-    doc = {"host": inst.ip, "user": user, "port": 22, "key": str(key.expanduser().resolve()),
-           "region": inst.region, "instance_type": itype.name, "price_per_hour": itype.price_per_hour,
-           "host_key_policy": "strict"}
+    insts = insts if isinstance(insts, (list, tuple)) else [insts]
+    first = insts[0]
+    if len(insts) > 1:
+        doc = {"hosts": [{"host": i.ip, "private_ip": i.private_ip or i.ip} for i in insts]}
+    else:
+        doc = {"host": first.ip}
+    doc.update({"user": user, "port": 22, "key": str(key.expanduser().resolve()),
+                "region": first.region, "instance_type": itype.name, "price_per_hour": itype.price_per_hour,
+                "host_key_policy": "strict"})
     if itype.gpus:
         doc["expect"] = {"gpu_count": itype.gpus}
     doc["cloud"] = {k: v for k, v in cloud.items() if v is not None}
-    text = (f"# written by `gpuops up` for Lambda instance {inst.id} ({itype.name}, ${itype.price_per_hour:.2f}/h).\n"
-            f"# `gpuops down {name}` terminates it; the host key was pinned before the first connection.\n"
+    what = (f"Lambda instance {first.id}" if len(insts) == 1 else
+            f"a fleet of {len(insts)} Lambda instances ({', '.join(i.id for i in insts)})")
+    text = (f"# written by `gpuops up` for {what} ({itype.name}, ${itype.price_per_hour:.2f}/h"
+            + (" each" if len(insts) > 1 else "") + ").\n"
+            f"# `gpuops down {name}` terminates {'it' if len(insts) == 1 else 'them all'}; the host key"
+            f"{'' if len(insts) == 1 else 's'} pinned before the first connection.\n"
             + yaml.safe_dump(doc, sort_keys=False))
     f = profile_file(name)
     write_atomic(f, text)
@@ -482,51 +542,60 @@ def _wait_ssh(spec: UpSpec, ctx: Context, prof, ip: str, *, deadline: float) -> 
             ctx.sleep(min(3.0, ctx.poll_s))
 
 
-def _after_failure(ctx: Context, spec: UpSpec, launch_id: str, state: dict, price: float, *, keep: bool,
+def _after_failure(ctx: Context, spec: UpSpec, nodes: list[dict], price: float, *, keep: bool,
                    interrupted: bool) -> None:
-    """A failed or interrupted bring-up: terminate what was launched (or keep it recorded and say so)."""
+    """A failed or interrupted bring-up: terminate what was launched, every node of a fleet in one request (or keep
+    it recorded and say so)."""
     out = ctx.out
     why = "interrupted" if interrupted else "bring-up failed"
+    ids = []
     try:
-        iid = state["instance_id"]
-        if iid is None and state["in_flight"]:
-            inst = adopt_launch(ctx, launch_id, attempts=2)
-            if inst is not None:
-                iid = inst.id
-                ctx.ledger.update(launch_id, instance_id=iid, state=LAUNCHED, launched_at=ctx.clock())
-        if iid is None:
-            rec = ctx.ledger.get(launch_id)
-            if rec and rec.state == LAUNCHING:
-                if state["in_flight"]:
-                    out.warn(f"{why}: launch {launch_id} may still create an instance; it stays in `gpuops ls` "
-                             "until the API shows it gone")
-                else:
-                    ctx.ledger.update(launch_id, state=FAILED, ended_at=ctx.clock(), note=why)
+        for st in nodes:
+            launch_id = st["launch_id"]
+            if st["instance_id"] is None and st["in_flight"]:
+                inst = adopt_launch(ctx, launch_id, attempts=2)
+                if inst is not None:
+                    st["instance_id"] = inst.id
+                    ctx.ledger.update(launch_id, instance_id=inst.id, state=LAUNCHED, launched_at=ctx.clock())
+            if st["instance_id"] is None:
+                rec = ctx.ledger.get(launch_id)
+                if rec and rec.state == LAUNCHING:
+                    if st["in_flight"]:
+                        out.warn(f"{why}: launch {launch_id} may still create an instance; it stays in `gpuops ls` "
+                                 "until the API shows it gone")
+                    else:
+                        ctx.ledger.update(launch_id, state=FAILED, ended_at=ctx.clock(), note=why)
+                continue
+            ids.append(st["instance_id"])
+        if not ids:
             return
         if keep:
-            out.warn(f"{why}; --keep-on-failure: instance {iid} keeps running at ${price:.2f}/h "
-                     f"(gpuops down {spec.name} terminates it)")
+            out.warn(f"{why}; --keep-on-failure: instance{'s' if len(ids) > 1 else ''} {', '.join(ids)} keep"
+                     f"{'' if len(ids) > 1 else 's'} running at ${price:.2f}/h{' each' if len(ids) > 1 else ''} "
+                     f"(gpuops down {spec.name} terminates {'them' if len(ids) > 1 else 'it'})")
             return
-        out.info(f"{why}: terminating instance {iid}")
-        ctx.client.terminate([iid])
-        ctx.ledger.update(launch_id, state=TERMINATED, ended_at=ctx.clock())
-        _forget_profile(spec.name, state.get("instance"))
-        out.info(f"terminated instance {iid}")
+        out.info(f"{why}: terminating instance{'s' if len(ids) > 1 else ''} {', '.join(ids)}")
+        ctx.client.terminate(ids)
+        for st in nodes:
+            if st["instance_id"] is not None:
+                ctx.ledger.update(st["launch_id"], state=TERMINATED, ended_at=ctx.clock())
+        _forget_profile(spec.name, [st.get("instance") for st in nodes])
+        out.info(f"terminated instance{'s' if len(ids) > 1 else ''} {', '.join(ids)}")
     except KeyboardInterrupt:
-        out.warn(f"instance {state.get('instance_id') or '(launch ' + launch_id + ')'} may be running at "
-                 f"${price:.2f}/h; it stays recorded in `gpuops ls`")
+        out.warn(f"instance(s) {', '.join(ids) or '(launching)'} may be running at ${price:.2f}/h; they stay "
+                 "recorded in `gpuops ls`")
     except Exception as exc:
-        iid = state.get("instance_id")
-        out.error(f"could not terminate instance {iid or '(launch ' + launch_id + ')'}: {getattr(exc, 'message', exc)}",
-                  f"it may be billing ${price:.2f}/h and stays recorded: `gpuops ls` shows it, "
-                  f"`gpuops down {spec.name}` or `gpuops reap` terminates it")
+        out.error(f"could not terminate instance(s) {', '.join(ids) or '(launching)'}: {getattr(exc, 'message', exc)}",
+                  f"they may be billing ${price:.2f}/h each and stay recorded: `gpuops ls` shows them, "
+                  f"`gpuops down {spec.name}` or `gpuops reap` terminates them")
 
 
-def _forget_profile(name: str, inst: Optional[Instance]) -> None:
+def _forget_profile(name: str, insts: list) -> None:
     from ..remote import hostkeys
 
-    if inst is not None and inst.ip:
-        hostkeys.forget(inst.ip, 22)
+    for inst in insts:
+        if inst is not None and inst.ip:
+            hostkeys.forget(inst.ip, 22)
     f = profile_file(name)
     if f.is_file():
         mark_profile_gone(f)
@@ -645,8 +714,9 @@ def install_guard(prof, ctx: Context, instance_id: str, ttl_deadline: Optional[f
 
 # -- down ----------------------------------------------------------------------------------------------------------
 def down(name: str, ctx: Context, *, fetch_first: bool = False, project_dir: Path | None = None) -> dict:
-    """Terminate the instance of managed profile NAME, confirm by reading it back, forget its host key, mark the
-    profile gone. `fetch_first` pulls every fetch: entry (verified) before, since termination wipes the disk."""
+    """Terminate the instance of managed profile NAME (every instance of a fleet, in one request), confirm by reading
+    them back, forget their host keys, mark the profile gone. `fetch_first` pulls every fetch: entry (verified, from
+    rank 0) before, since termination wipes the disk."""
     from ..profiles import resolve
     from ..remote import hostkeys
 
@@ -654,29 +724,33 @@ def down(name: str, ctx: Context, *, fetch_first: bool = False, project_dir: Pat
     if prof.cloud is None:
         raise UsageError(f"profile '{prof.name}' was not created by `gpuops up`; gpuops will not terminate what it "
                          "did not launch", hint="gpuops ls shows the instances it manages")
-    iid = prof.cloud.instance_id
+    ids = prof.cloud.instance_ids
     if prof.cloud.state == "gone":
-        try:
-            status = ctx.client.instance(iid).status
-        except LambdaError as exc:
-            if not exc.not_found:
-                raise
-            status = "terminated"
-        if status in d.ENDING_STATUSES:
-            return {"profile": prof.name, "instance_id": iid, "status": status, "host_keys_forgotten": 0,
-                    "fetched": [], "already": True}
+        statuses = []
+        for iid in ids:
+            try:
+                statuses.append(ctx.client.instance(iid).status)
+            except LambdaError as exc:
+                if not exc.not_found:
+                    raise
+                statuses.append("terminated")
+        if all(st in d.ENDING_STATUSES or st in d.DEAD_STATUSES for st in statuses):
+            return {"profile": prof.name, "instance_id": ids[0], "instance_ids": ids, "status": statuses[0],
+                    "statuses": statuses, "host_keys_forgotten": 0, "fetched": [], "already": True}
     fetched = []
     if fetch_first and prof.cloud.state == "active":
         fetched = _fetch_all(prof, ctx.out, project_dir or Path.cwd())
-    inst = _terminate_confirmed(ctx, iid)
-    rec = ctx.ledger.by_instance(iid)
-    if rec is not None and rec.open:
-        ctx.ledger.update(rec.launch_id, state=TERMINATED, ended_at=ctx.clock())
-    removed = hostkeys.forget(prof.host, prof.port)
+    insts = _terminate_confirmed(ctx, ids)
+    statuses = [i.status if i else "terminated" for i in insts]
+    for iid in ids:
+        rec = ctx.ledger.by_instance(iid)
+        if rec is not None and rec.open:
+            ctx.ledger.update(rec.launch_id, state=TERMINATED, ended_at=ctx.clock())
+    removed = sum(hostkeys.forget(node.host, node.port) for node in prof.nodes())
     if prof.source and prof.source.is_file():
         mark_profile_gone(prof.source)
-    return {"profile": prof.name, "instance_id": iid, "status": inst.status if inst else "terminated",
-            "host_keys_forgotten": removed, "fetched": fetched}
+    return {"profile": prof.name, "instance_id": ids[0], "instance_ids": ids, "status": statuses[0],
+            "statuses": statuses, "host_keys_forgotten": removed, "fetched": fetched}
 
 
 def _fetch_all(prof, out, project_dir: Path) -> list[str]:
@@ -695,26 +769,44 @@ def _fetch_all(prof, out, project_dir: Path) -> list[str]:
     return done
 
 
-def _terminate_confirmed(ctx: Context, iid: str) -> Optional[Instance]:
-    """Terminate and read back until terminating/terminated (or gone from the API)."""
+def _terminate_confirmed(ctx: Context, ids) -> list[Optional[Instance]]:
+    """Terminate (one request for them all) and read back until each is terminating/terminated (or gone from the
+    API: None). One id given as a string: that one instance (or None)."""
+    one = isinstance(ids, str)
+    ids = [ids] if one else list(ids)
     try:
-        ctx.client.terminate([iid])
+        ctx.client.terminate(ids)
     except LambdaError as exc:
         if not exc.not_found:
             raise
+        if len(ids) > 1:  # one of them is already gone: the others one by one
+            for iid in ids:
+                try:
+                    ctx.client.terminate([iid])
+                except LambdaError as exc1:
+                    if not exc1.not_found:
+                        raise
     deadline = ctx.clock() + TERMINATE_CONFIRM_S
+    done: dict[str, Optional[Instance]] = {}
     while True:
-        try:
-            inst = ctx.client.instance(iid)
-        except LambdaError as exc:
-            if exc.not_found:
-                return None
-            raise
-        if inst.status in d.ENDING_STATUSES:
-            return inst
-        if ctx.clock() > deadline:
-            raise GpuopsError(f"instance {iid} is still {inst.status} after the terminate request",
-                              hint="run gpuops down again, or terminate it in Lambda's console")
+        for iid in ids:
+            if iid in done:
+                continue
+            try:
+                inst = ctx.client.instance(iid)
+            except LambdaError as exc:
+                if exc.not_found:
+                    done[iid] = None
+                    continue
+                raise
+            if inst.status in d.ENDING_STATUSES or inst.status in d.DEAD_STATUSES:  # preempted: ended, not billing
+                done[iid] = inst
+            elif ctx.clock() > deadline:
+                raise GpuopsError(f"instance {iid} is still {inst.status} after the terminate request",
+                                  hint="run gpuops down again, or terminate it in Lambda's console")
+        if len(done) == len(ids):
+            got = [done[i] for i in ids]
+            return got[0] if one else got
         ctx.sleep(ctx.poll_s)
 
 
@@ -789,8 +881,9 @@ def reap(ctx: Context, *, confirm: Optional[Callable[[str], bool]] = None, proje
             prof = resolve(row["profile"], project_dir) if row["profile"] else None
         except GpuopsError:
             prof = None
+        node = _node_of(prof, row)
         if only_idle:
-            if prof is None or not idle_confirmed(prof):
+            if node is None or not idle_confirmed(node):
                 skipped.append({**row, "why": "idle not confirmed by a sample on the host"})
                 if prof is not None:
                     ctx.ledger.note_activity(row["id"], ctx.clock())
@@ -804,16 +897,27 @@ def reap(ctx: Context, *, confirm: Optional[Callable[[str], bool]] = None, proje
         rec = ctx.ledger.by_instance(row["id"])
         if rec is not None:
             ctx.ledger.update(rec.launch_id, state=TERMINATED, ended_at=ctx.clock())
-        if prof is not None and prof.cloud and prof.cloud.instance_id == row["id"]:
+        if node is not None:
             from ..remote import hostkeys
 
-            hostkeys.forget(prof.host, prof.port)
-            if prof.source:
+            hostkeys.forget(node.host, node.port)
+            ended = {r["id"] for r in done} | {row["id"]} | {r["id"] for r in doc["instances"]
+                                                             if r["status"] in d.GONE_STATUSES + d.ENDING_STATUSES}
+            if prof.source and set(prof.cloud.instance_ids) <= ended:  # a fleet: once its last node is gone
                 mark_profile_gone(prof.source)
         ctx.out.info(f"terminated {row['id']} ({'; '.join(row['reasons'])})")
         done.append(row)
     closed = _close_gone_records(ctx, doc["instances"])
     return {"terminated": done, "skipped": skipped, "records_closed": closed}
+
+
+def _node_of(prof, row: dict):
+    """The host of managed profile `prof` that is instance row["id"] (a fleet's node by its rank), or None."""
+    if prof is None or prof.cloud is None or row["id"] not in prof.cloud.instance_ids:
+        return None
+    nodes = prof.nodes()
+    rank = prof.cloud.instance_ids.index(row["id"])
+    return nodes[rank] if rank < len(nodes) else None
 
 
 def _close_gone_records(ctx: Context, rows: list[dict], *, stale_launch_s: float = 900.0) -> list[str]:

@@ -334,6 +334,11 @@ class Emulator:
                            "instance_type_name is required.")
         if not isinstance(keys, list) or len(keys) != 1 or not isinstance(keys[0], str):
             raise ApiError("invalid-parameters", "Exactly one SSH key name must be specified in ssh_key_names.")
+        quantity = body.get("quantity", 1)  # not in the schema; the live service refuses more than one (skypilot #7084)
+        if not isinstance(quantity, int) or isinstance(quantity, bool) or quantity < 1:
+            raise ApiError("invalid-parameters", "quantity must be a positive integer.")
+        if quantity > 1:
+            raise ApiError("invalid-parameters", "Requested too many instances.")
         name, hostname, tags = body.get("name"), body.get("hostname"), body.get("tags") or []
         if name is not None and (not isinstance(name, str) or len(name) > 64):
             raise ApiError("invalid-parameters", "name must be at most 64 characters.")

@@ -1,0 +1,118 @@
+"""`gpuops up NAME --nodes N` and `gpuops down NAME` for a fleet, through the Lambda emulator (a real HTTP server whose
+instances are real sandbox hosts, each on its own 127.0.0.N:22)."""
+from __future__ import annotations
+
+import json
+
+import pytest
+import yaml
+
+from gpuops.cloud.ledger import Ledger
+from test_cloud_e2e import TYPE, cloud, cloud_emu  # noqa: F401  (fixtures)
+
+
+def _live(cloud):
+    return [i for i in cloud.instances() if i["status"] not in ("terminated", "terminating", "preempted")]
+
+
+def _profile(name):
+    from gpuops.paths import config_dir
+
+    return yaml.safe_load((config_dir() / "profiles" / f"{name}.yaml").read_text())
+
+
+def _up(gpuops, cloud, name, *extra):
+    return gpuops("up", name, "--type", TYPE, "--key", str(cloud.key), "--yes", *extra)
+
+
+def test_up_nodes_writes_a_fleet_profile_every_command_uses_and_down_ends_them_all(cloud, gpuops):
+    from gpuops.paths import known_hosts_file
+
+    cloud.capacity(TYPE, ["us-east-1", "us-west-2"])
+    r = _up(gpuops, cloud, "pair", "--nodes", "2", "--ttl", "2h", "--json")
+    assert r.code == 0, r.all
+    assert "launch 2 x gpu_1x_h100_pcie" in r.err and "= $4.98/hour" in r.err
+    doc = json.loads(r.out)
+    nodes = doc["nodes"]
+    assert [n["rank"] for n in nodes] == [0, 1] and doc["price_per_hour_total"] == pytest.approx(4.98)
+    live = {i["id"]: i for i in _live(cloud)}
+    assert set(live) == {n["instance_id"] for n in nodes}
+    assert {i["region"]["name"] for i in live.values()} == {doc["region"]}  # every node in one region
+    assert doc["verify"]["fleet"]["verdict"] == "pass", doc["verify"]["fleet"]  # the fleet verify, as one document
+    assert [h["code"] for h in doc["verify"]["hosts"]] == [0, 0]
+
+    p = _profile("pair")
+    assert "host" not in p and [h["host"] for h in p["hosts"]] == [n["ip"] for n in nodes]
+    assert [h["private_ip"] for h in p["hosts"]] == [live[n["instance_id"]]["private_ip"] for n in nodes]
+    assert [x["instance_id"] for x in p["cloud"]["nodes"]] == [n["instance_id"] for n in nodes]
+    assert p["cloud"]["instance_id"] == nodes[0]["instance_id"] and p["host_key_policy"] == "strict"
+    kh = known_hosts_file().read_text()
+    assert all(n["ip"] in kh for n in nodes)
+    recs = [x for x in Ledger().records() if x.open]
+    assert sorted(x.instance_id for x in recs) == sorted(live)  # one launch record per node, each with its TTL
+    assert len({x.ttl_deadline for x in recs}) == 1 and recs[0].ttl_deadline
+
+    # every command works on the fleet profile: status on every host, ls shows both under the profile
+    r = gpuops("status", "-p", "pair")
+    assert r.code == 0, r.all
+    assert "host #0" in r.out and "host #1" in r.out
+    assert "2 instances (host #0:" in r.out and "$4.98/h" in r.out  # the cost guard counts the whole fleet
+    r = gpuops("ls", "--json")
+    rows = [x for x in json.loads(r.out)["instances"] if x["profile"] == "pair"]
+    assert len(rows) == 2 and all(x["managed"] for x in rows)
+
+    r = gpuops("down", "pair", "--yes", "--json")
+    assert r.code == 0, r.all
+    d = json.loads(r.out)
+    assert d["instance_ids"] == [n["instance_id"] for n in nodes] and d["host_keys_forgotten"] == 2
+    assert all(s in ("terminating", "terminated") for s in d["statuses"])
+    assert not _live(cloud) and _profile("pair")["cloud"]["state"] == "gone"
+    assert all(not x.open for x in Ledger().records())
+    kh = known_hosts_file().read_text()
+    assert not any(n["ip"] in kh for n in nodes)
+    r = gpuops("down", "pair", "--yes")
+    assert r.code == 0 and "already ended" in r.err
+
+
+def test_a_node_without_capacity_in_the_first_nodes_region_ends_the_whole_fleet(cloud, gpuops):
+    cloud.capacity(TYPE, ["us-west-2"])
+    cloud.set_capacity(TYPE, "us-east-1", 1)  # room for one node only where the first one lands
+    r = _up(gpuops, cloud, "short", "--nodes", "2", "--region", "us-east-1", "--no-verify")
+    assert r.code == 1, r.all
+    assert "no capacity for gpu_1x_h100_pcie in us-east-1" in r.err  # not another region: the nodes must meet
+    assert "bring-up failed: terminating instance" in r.err
+    assert not _live(cloud)
+    states = sorted(x.state for x in Ledger().records())
+    assert states == ["failed", "terminated"], states
+    assert cloud.launch_requests() == 2  # the second one, refused for capacity, in us-east-1 only
+
+
+def test_down_of_a_fleet_with_one_node_already_gone_ends_the_other(cloud, gpuops):
+    cloud.capacity(TYPE, ["us-east-1"])
+    r = _up(gpuops, cloud, "half", "--nodes", "2", "--no-verify", "--json")
+    assert r.code == 0, r.all
+    nodes = json.loads(r.out)["nodes"]
+    cloud.preempt(nodes[1]["instance_id"])  # the provider ended node 1 on its own
+    r = gpuops("down", "half", "--yes", "--json")
+    assert r.code == 0, r.all
+    assert not _live(cloud)
+    assert all(not x.open for x in Ledger().records())
+
+
+def test_nodes_out_of_range_is_a_usage_error(cloud, gpuops):
+    r = _up(gpuops, cloud, "many", "--nodes", "0")
+    assert r.code == 2 and "Traceback" not in r.all
+    assert cloud.launch_requests() == 0
+
+
+def test_the_emulator_refuses_quantity_above_one_as_lambda_does(cloud):
+    import httpx
+
+    cloud.capacity(TYPE, ["us-east-1"])
+    r = httpx.post(cloud.url + "/instance-operations/launch", headers={"Authorization": f"Bearer {cloud.api_key}"},
+                   json={"region_name": "us-east-1", "instance_type_name": TYPE, "ssh_key_names": ["k"],
+                         "quantity": 2})
+    assert r.status_code == 400
+    assert r.json()["error"] == {"code": "global/invalid-parameters", "message": "Requested too many instances."} \
+        or r.json()["error"]["message"] == "Requested too many instances."
+    assert not _live(cloud)
