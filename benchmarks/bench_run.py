@@ -2,7 +2,7 @@
 billed seconds gpuops itself adds, boot aside, from the instance being active to the job's start (setup, sync, launch)
 and from the job's end to the termination request (log and checkpoint fetch, verified). Goal: under 60 s together,
 termination requested within 10 s of the fetch being verified. Not a pass/fail test.
-Run: uv run python benchmarks/bench_run.py   (BENCH_RUNS=3)
+Run: uv run python benchmarks/bench_run.py   (BENCH_RUNS=3; BENCH_NODES=2 for a fleet run, the script on every node)
 """
 from __future__ import annotations
 
@@ -16,6 +16,7 @@ import tempfile
 from pathlib import Path
 
 RUNS = int(os.environ.get("BENCH_RUNS", "3"))
+NODES = int(os.environ.get("BENCH_NODES", "1"))
 TRAIN = """\
 import os, time
 for s in range(1, 4):
@@ -44,7 +45,8 @@ def main() -> None:
     try:
         for i in range(RUNS):
             p = subprocess.run(g + ["run", "--type", "gpu_1x_h100_pcie", "--script", "train.py", "--fetch",
-                                    "checkpoints", "--key", str(key), "--yes", "--json", "--name", f"b{i}"],
+                                    "checkpoints", "--key", str(key), "--yes", "--json", "--name", f"b{i}"]
+                               + (["--nodes", str(NODES), "--launcher", "none"] if NODES > 1 else []),
                                env=env, cwd=proj, capture_output=True, text=True)
             doc = json.loads(p.stdout)
             st = {s["stage"]: s for s in doc["stages"]}
@@ -53,7 +55,7 @@ def main() -> None:
                          st["watch"]["seconds"], doc["outcome"]))
             shutil.rmtree(proj / "checkpoints", ignore_errors=True)
         for r in rows:
-            print(f"outcome {r[5]}: up {r[3]:.1f} s (emulated boot 2 s) | active -> job start {r[0]:.1f} s | training "
+            print(f"{NODES} node(s), outcome {r[5]}: up {r[3]:.1f} s (emulated boot 2 s) | active -> job start {r[0]:.1f} s | training "
                   f"{r[4]:.1f} s | job end -> terminate requested {r[1]:.1f} s (of which fetch {r[2]:.1f} s)")
         before = statistics.median(r[0] for r in rows)
         after = statistics.median(r[1] for r in rows)

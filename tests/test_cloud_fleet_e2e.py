@@ -116,3 +116,72 @@ def test_the_emulator_refuses_quantity_above_one_as_lambda_does(cloud):
     assert r.json()["error"] == {"code": "global/invalid-parameters", "message": "Requested too many instances."} \
         or r.json()["error"]["message"] == "Requested too many instances."
     assert not _live(cloud)
+
+
+NODE_TRAIN = """\
+import os, socket
+rank = int(os.environ["GPUOPS_NODE_RANK"])
+print(f"node {rank} of {os.environ['GPUOPS_NUM_NODES']} master {os.environ['GPUOPS_MASTER_ADDR']}", flush=True)
+os.makedirs("checkpoints", exist_ok=True)
+with open(f"checkpoints/rank{rank}.bin", "wb") as fh:
+    fh.write(bytes([rank]) * 1000)
+if rank == 1 and os.environ.get("FAIL_ON_1"):
+    raise SystemExit(4)
+"""
+
+
+def _run(gpuops, cloud, *extra):
+    return gpuops("run", "--type", TYPE, "--key", str(cloud.key), "--yes", "--json", *extra)
+
+
+def test_run_on_two_nodes_trains_on_both_fetches_from_node_0_and_ends_both(cloud, gpuops):
+    from pathlib import Path
+
+    cloud.capacity(TYPE, ["us-east-1"])
+    (Path.cwd() / "train.py").write_text(NODE_TRAIN)
+    r = _run(gpuops, cloud, "--nodes", "2", "--launcher", "none", "--script", "train.py", "--fetch", "checkpoints")
+    assert r.code == 0, r.all
+    doc = json.loads(r.out)
+    assert doc["outcome"] == "succeeded" and all(s["ok"] for s in doc["stages"]), doc["stages"]
+    up = doc["stages"][0]
+    assert up["stage"] == "up" and "2 instances in us-east-1" in up["detail"]
+    assert "=== host #1" in r.err  # setup and sync on every host, a section each
+    # the job ran on both nodes with its rank; node 0's checkpoints are fetched and verified, both logs kept
+    assert (Path.cwd() / "checkpoints" / "rank0.bin").read_bytes() == b"\0" * 1000
+    assert not (Path.cwd() / "checkpoints" / "rank1.bin").exists()
+    assert "node 0 of 2" in (Path.cwd() / doc["fetched"]["log"]).read_text()
+    assert "node 1 of 2" in (Path.cwd() / doc["fetched"]["log.host1"]).read_text()
+    # billed for two instances: the summary's cost is twice one node's price over the same seconds
+    total_s = sum(s["seconds"] for s in doc["stages"])
+    assert doc["total_cost"] == pytest.approx(total_s / 3600 * 2.49 * 2, rel=0.2)
+    assert not _live(cloud)
+    assert all(not x.open for x in Ledger().records())
+
+
+def test_run_on_two_nodes_where_one_node_fails_fetches_the_logs_and_ends_both(cloud, gpuops):
+    from pathlib import Path
+
+    cloud.capacity(TYPE, ["us-east-1"])
+    (Path.cwd() / "train.py").write_text(NODE_TRAIN.replace('os.environ.get("FAIL_ON_1")', "True"))
+    r = _run(gpuops, cloud, "--nodes", "2", "--launcher", "none", "--script", "train.py")
+    assert r.code == 1, r.all
+    doc = json.loads(r.out)
+    watch = next(s for s in doc["stages"] if s["stage"] == "watch")
+    assert watch["ok"] is False and "host #1: failed" in watch["detail"], watch
+    assert doc["outcome"] == "failed"
+    assert "node 1 of 2" in (Path.cwd() / doc["fetched"]["log.host1"]).read_text()
+    assert not _live(cloud)
+
+
+def test_run_on_two_nodes_with_torchrun_refused_by_the_gate_ends_both(cloud, gpuops):
+    from pathlib import Path
+
+    cloud.capacity(TYPE, ["us-east-1"])
+    (Path.cwd() / "train.py").write_text(NODE_TRAIN)
+    # the default launcher on a fleet is torchrun; the fresh instances' environment has no torch
+    r = _run(gpuops, cloud, "--nodes", "2", "--script", "train.py")
+    assert r.code == 1, r.all
+    doc = json.loads(r.out)
+    train = next(s for s in doc["stages"] if s["stage"] == "train")
+    assert train["ok"] is False and "torch" in train["detail"], train
+    assert not _live(cloud)

@@ -427,3 +427,17 @@ def test_event_rendering_json_and_plain():
     assert w.event_text({"type": "processes", "processes": []}, dash, "t") == "t gpu processes: none"
     assert w.event_text({"type": "reconnecting", "attempt": 2, "delay": 2.0, "error": "lost"}, dash, "t") == \
         "t reconnecting (attempt 2, in 2s): lost"
+
+
+def test_preflight_judgement_refuses_a_launcher_whose_package_the_python_lacks():
+    from gpuops.errors import ChecksFailed
+
+    no_torch = PF_OK.replace("@end", "@pkg\ntorch=\n@end")
+    v = judge(no_torch, launcher="torchrun", python="~/.venvs/gpuops/bin/python")
+    assert isinstance(v.error, ChecksFailed)
+    assert v.error.message.startswith("--launcher torchrun needs torch, and ~/.venvs/gpuops/bin/python has no torch")
+    assert "run gpuops setup" in v.error.hint
+    assert judge(no_torch, launcher="none").error is None  # the script itself: no launcher package needed
+    assert judge(PF_OK.replace("@end", "@pkg\ntorch=2.13.0+cpu\n@end"), launcher="torchrun").error is None
+    assert judge(PF_OK.replace("@end", "@pkg\nray=\n@end"), launcher="ray").error is not None
+    assert judge(no_torch, launcher="torchrun", force=True).error is None  # --force: a warning

@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from typing import Optional
 
 LAUNCHERS = ("none", "torchrun", "ray")
+NEEDS = {"torchrun": "torch", "ray": "ray"}  # the package each launcher runs from, in the profile's python
 MASTER_PORT = 29500  # torch's default rendezvous port
 RAY_PORT = 6379  # Ray's default GCS port
 

@@ -155,11 +155,12 @@ def train_fleet(prof, out, project: Path, *, script: str, launcher: str = "none"
             from .transfer_ops import sync_project
 
             sync_project(node, remote, quiet, project)
-        pf, found = rl.preflight(remote, remote_dir, script_rel, node.python, core.conflict_packages(presets_doc),
-                                 core.gate_params(node, remote_dir))
+        need = [launchers.NEEDS[launcher]] if launcher in launchers.NEEDS else []
+        pf, found = rl.preflight(remote, remote_dir, script_rel, node.python,
+                                 core.conflict_packages(presets_doc) + need, core.gate_params(node, remote_dir))
         verdict = core.judge_preflight(pf, script_found=found, script=script_rel, remote_dir=remote_dir,
                                        min_disk_gb=prof.expect.min_disk_gb, force=force, synced=sync,
-                                       stack=_gate(pf, node, project))
+                                       stack=_gate(pf, node, project), launcher=launcher, python=node.python)
         if verdict.error:
             raise verdict.error
         forced[node.rank] = verdict.forced

@@ -36,6 +36,8 @@ class Record:
     args: list = field(default_factory=list)
     regions: list = field(default_factory=list)
     nodes: int = 1
+    launcher: str = "none"  # on a fleet: torchrun / ray / none (the script on every node)
+    nproc: str = "auto"  # torchrun processes per node
     fetch: list = field(default_factory=list)
     keep: bool = False
     ttl_s: Optional[float] = None

@@ -51,12 +51,13 @@ class Seams:
 
 def new_record(*, type_name: str, script: str, args: list, regions: list, nodes: int, fetch: list, keep: bool,
                ttl_s: Optional[float], max_cost: Optional[float], key: Optional[Path], name: Optional[str],
-               clock: Callable[[], float] = time.time) -> pl.Record:
+               launcher: str = "none", nproc: str = "auto", clock: Callable[[], float] = time.time) -> pl.Record:
     stamp = datetime.fromtimestamp(clock()).strftime("%Y%m%d-%H%M%S")
     rid = f"{name or Path(script).stem}-{stamp}-{uuid.uuid4().hex[:4]}"
     profile = f"run-{rid}"
     return pl.Record(id=rid, profile=profile, instance_type=type_name, script=script, args=list(args),
-                     regions=list(regions), nodes=nodes, fetch=list(fetch), keep=keep, ttl_s=ttl_s,
+                     regions=list(regions), nodes=nodes, launcher=launcher, nproc=nproc, fetch=list(fetch),
+                     keep=keep, ttl_s=ttl_s,
                      max_cost=max_cost, key=str(key) if key else None, created=clock())
 
 
@@ -177,7 +178,7 @@ class Runner:
         ctx = self.ctx_factory()
         spec = UpSpec(name=rec.profile, type_name=rec.instance_type, key=Path(rec.key).expanduser() if rec.key else
                       Path("~/.ssh/id_ed25519").expanduser(), regions=list(rec.regions), ttl_s=rec.ttl_s,
-                      verify=False, confirm=self.confirm)
+                      verify=False, confirm=self.confirm, nodes=rec.nodes)
         try:
             with ctx.client:
                 res = up(spec, ctx)
@@ -186,7 +187,11 @@ class Runner:
             raise
         rec.price_per_hour = res["price_per_hour"]
         _use_env_python(Path(res["profile_file"]), RUN_PYTHON)
-        self._end("up", ok=True, detail=f"instance {res['instance_id']} at {res['ip']}, {res['region']}")
+        if res.get("nodes"):
+            self._end("up", ok=True, detail=f"{len(res['nodes'])} instances in {res['region']}: " +
+                      ", ".join(f"#{n['rank']} {n['instance_id']} at {n['ip']}" for n in res["nodes"]))
+        else:
+            self._end("up", ok=True, detail=f"instance {res['instance_id']} at {res['ip']}, {res['region']}")
 
     def _managed_profile(self):
         from . import profiles
@@ -197,13 +202,58 @@ class Runner:
             return None
         return prof if getattr(prof, "cloud", None) is not None and prof.cloud.state != "gone" else None
 
+    def _every_node(self, prof, fn: Callable) -> list:
+        """fn(node, node_output) on every host of a fleet in parallel (fleet.for_each, a bounded pool); each host's
+        lines replayed as a section in rank order. Returns the NodeResults."""
+        from . import fleet
+
+        nodes = prof.nodes()
+
+        def one(node):
+            buf = fleet.Buffered(json_mode=self.out.json_mode, debug=self.out.debug)
+            try:
+                return fn(node, buf.output), buf
+            finally:
+                self._buffers[node.rank] = buf
+
+        self._buffers: dict = {}
+        got = fleet.for_each(nodes, one)
+        for node, r in zip(nodes, got):
+            self.out.info(f"=== host {fleet.label(node)} ===")  # progress: stderr, as every stage's lines
+            buf = self._buffers.get(node.rank)
+            if buf is not None:
+                buf.replay(self.out)
+            if not r.ok:
+                self.out.error(f"host #{r.rank} ({r.host}): {r.message}", getattr(r.error, "hint", None))
+        return got
+
+    def _failed_hosts(self, got) -> Optional[str]:
+        bad = [r for r in got if not r.ok]
+        return "; ".join(f"host #{r.rank}: {r.message}" for r in bad) if bad else None
+
     def stage_setup(self) -> None:
         from .setup_ops import setup
         from .verify import exit_code, show
 
         self._begin("setup")
+        prof = self._profile()
+        if prof.is_fleet:
+            from .errors import ChecksFailed
+
+            def one(node, node_out):
+                doc = setup(node, node_out, self.project, verify=True)
+                results = doc.pop("verify_results", None)
+                if doc.get("verify") and exit_code(doc["verify"]):
+                    if results is not None and not node_out.json_mode:
+                        show(node_out, doc["verify"], results)
+                    raise ChecksFailed("verify fails after setup: the host does not match the profile")
+                return doc
+
+            failed = self._failed_hosts(self._every_node(prof, one))
+            self._end("setup", ok=failed is None, detail=failed or f"all {len(prof.hosts)} hosts match the profile")
+            return
         try:
-            doc = setup(self._profile(), self.out, self.project, verify=True)
+            doc = setup(prof, self.out, self.project, verify=True)
         except GpuopsError as exc:
             self._end("setup", ok=False, detail=exc.message)
             self.out.error(f"setup failed: {exc.message}", exc.hint)
@@ -220,9 +270,19 @@ class Runner:
 
         self._begin("sync")
         prof = self._profile()
+
+        def one(node, node_out):
+            with connect(node, announce=node_out.info) as remote:
+                return sync_project(node, remote, node_out, self.project)
+
+        if prof.is_fleet:
+            got = self._every_node(prof, one)
+            failed = self._failed_hosts(got)
+            self._end("sync", ok=failed is None, detail=failed or
+                      f"{len(got)} hosts, {sum(r.value[0]['bytes_sent'] for r in got)} bytes sent")
+            return
         try:
-            with connect(prof, announce=self.out.info) as remote:
-                s = sync_project(prof, remote, self.out, self.project)
+            s = one(prof, self.out)
         except GpuopsError as exc:
             self._end("sync", ok=False, detail=exc.message)
             self.out.error(f"sync failed: {exc.message}", exc.hint)
@@ -240,7 +300,11 @@ class Runner:
             self._end("train", ok=True, detail=f"run {rec.run_id} (resumed)")
             return
         try:
-            res = lifecycle.train(prof, self.out, self.project, script=rec.script, args=rec.args, sync=False)
+            if prof.is_fleet or rec.launcher != "none":  # one run id on every node, with its rank and addresses
+                res = lifecycle.train_fleet(prof, self.out, self.project, script=rec.script, args=rec.args, sync=False,
+                                            launcher=rec.launcher, nproc=rec.nproc)
+            else:
+                res = lifecycle.train(prof, self.out, self.project, script=rec.script, args=rec.args, sync=False)
         except GpuopsError as exc:  # the launch gate refused a broken stack, or the launch failed
             self.out.error(f"not launched: {exc.message}", exc.hint)
             self._end("train", ok=False, detail=exc.message)
@@ -255,9 +319,10 @@ class Runner:
 
         rec = self.rec
         self._begin("watch")
-        prof = self._profile()
-        meta = lifecycle.resolve(rec.run_id, prof, self.project)
-        dash = w.Dashboard(meta, price_per_hour=prof.price_per_hour, log_lines=15)
+        fleet_prof = self._profile()
+        fleet_meta = lifecycle.resolve(rec.run_id, fleet_prof, self.project)
+        prof, meta = fleet_prof.node(0), core.node_meta(fleet_meta, 0)  # a fleet: rank 0's log, then every node's end
+        dash = w.Dashboard(meta, price_per_hour=(prof.price_per_hour or 0) * max(1, rec.nodes), log_lines=15)
         budget_said = [False]
 
         def on_event(ev: dict) -> None:
@@ -282,8 +347,33 @@ class Runner:
         rec.job_state = info.state if info is not None else "lost"
         ok = info is not None and info.state == core.SUCCEEDED
         self.out.info(f"job {rec.run_id}: {rec.job_state}" + (f" (exit {info.exit_code})" if info and
-                                                              info.exit_code is not None else ""))
+                                                              info.exit_code is not None else "")
+                      + (" on host #0" if len(fleet_meta.get("nodes") or []) > 1 else ""))
+        if len(fleet_meta.get("nodes") or []) > 1:  # the run ends when every node's job has, with the worst outcome
+            try:
+                lifecycle.wait_fleet(fleet_prof, self.out, self.project, fleet_meta, interval=self.seams.poll_s,
+                                     sleep=self._budget_sleep)
+            except BudgetReached:
+                rec.stop_reason = f"--max-cost ${rec.max_cost:.2f} reached"
+                self.out.warn(f"{rec.stop_reason} ({self._cost()}): stopping the job, then fetching what exists")
+                self._stop_job()
+                self._end("watch", ok=False, detail=rec.stop_reason)
+                return
+            infos = lifecycle.fleet_states(fleet_prof, self.out, fleet_meta)
+            bad = [(i, x) for i, x in enumerate(infos) if x is None or x.state != core.SUCCEEDED]
+            ok = not bad
+            rec.job_state = core.SUCCEEDED if ok else (bad[0][1].state if bad[0][1] is not None else "lost")
+            detail = rec.job_state if ok else "; ".join(f"host #{i}: {x.state if x else 'unknown'}" for i, x in bad)
+            self.out.info(f"job {rec.run_id} on {len(infos)} hosts: {detail}")
+            self._end("watch", ok=ok, detail=detail)
+            return
         self._end("watch", ok=ok, detail=rec.job_state)
+
+    def _budget_sleep(self, s: float) -> None:
+        """The wait between fleet samples, with --max-cost checked at each."""
+        if pl.over_budget(self.rec, self.seams.clock()):
+            raise BudgetReached()
+        self.seams.sleep(s)
 
     def _stop_job(self) -> None:
         from . import lifecycle
@@ -294,9 +384,13 @@ class Runner:
         try:
             prof = self._profile()
             meta = lifecycle.resolve(rec.run_id, prof, self.project)
-            doc = lifecycle.stop(prof, self.out, self.project, meta, grace=10.0)
+            if meta.get("nodes"):
+                doc = lifecycle.stop_fleet(prof, self.out, self.project, meta, grace=10.0)
+                result = ", ".join(f"#{h['rank']} {h.get('result') or h.get('error')}" for h in doc["hosts"])
+            else:
+                result = lifecycle.stop(prof, self.out, self.project, meta, grace=10.0)["result"]
             rec.job_state = "stopped"
-            self.out.info(f"job {rec.run_id} stopped ({doc['result']})")
+            self.out.info(f"job {rec.run_id} stopped ({result})")
         except GpuopsError as exc:
             self.out.warn(f"could not stop {rec.run_id}: {exc.message}")
 
@@ -309,10 +403,15 @@ class Runner:
         prof = self._fetch_profile()
         failed = []
         if rec.run_id:
-            try:
-                self.fetched["log"] = self._save_log(prof)
-            except GpuopsError as exc:
-                failed.append(f"the job's log: {exc.message}")
+            from . import lifecycle
+
+            meta = lifecycle.resolve(rec.run_id, prof, self.project)
+            for rank in range(max(1, len(meta.get("nodes") or []))):  # a fleet: every node's log
+                key = "log" if rank == 0 else f"log.host{rank}"
+                try:
+                    self.fetched[key] = self._save_log(prof, meta, rank, key)
+                except GpuopsError as exc:
+                    failed.append(f"the job's log{f' on host #{rank}' if rank else ''}: {exc.message}")
         for name in rec.fetch:
             last = None
             for attempt in range(1, FETCH_ATTEMPTS + 1):
@@ -345,19 +444,19 @@ class Runner:
         extra = {n: n for n in self.rec.fetch if n not in prof.fetch}
         return prof.model_copy(update={"fetch": {**prof.fetch, **extra}}) if extra else prof
 
-    def _save_log(self, prof) -> str:
-        """The job's whole log (raw bytes, streamed) as runs/<run id>/log, written under a temporary name first."""
+    def _save_log(self, prof, meta: dict, rank: int, name: str) -> str:
+        """Host `rank`'s whole log of the job (raw bytes, streamed) as runs/<run id>/<name>, written under a temporary
+        name first."""
         import os
 
         from . import lifecycle
         from . import runs as core
 
-        meta = lifecycle.resolve(self.rec.run_id, prof, self.project)
-        final = core.registry_dir(self.project) / self.rec.run_id / "log"
+        final = core.registry_dir(self.project) / self.rec.run_id / name
         final.parent.mkdir(parents=True, exist_ok=True)
-        tmp = final.with_name(".log.partial")
+        tmp = final.with_name(f".{name}.partial")
         with open(tmp, "wb") as fh:
-            lifecycle.tail(prof, self.out, self.project, meta, 10 ** 9, fh.write)
+            lifecycle.tail(prof.node(rank), self.out, self.project, core.node_meta(meta, rank), 10 ** 9, fh.write)
         os.replace(tmp, final)
         return str(final.relative_to(self.project))
 
@@ -372,7 +471,11 @@ class Runner:
         except GpuopsError as exc:
             self._end("down", ok=False, detail=exc.message)
             raise
-        self._end("down", ok=True, detail=f"instance {res['instance_id']} {res['status']}")
+        if len(res.get("instance_ids") or []) > 1:
+            self._end("down", ok=True, detail=", ".join(f"instance {i} {st}" for i, st in
+                                                         zip(res["instance_ids"], res["statuses"])))
+        else:
+            self._end("down", ok=True, detail=f"instance {res['instance_id']} {res['status']}")
 
 
 def render_summary(out, rec: pl.Record, fetched: dict, now: float) -> dict:

@@ -527,13 +527,21 @@ def gate_line(r) -> str:
 
 
 def judge_preflight(pf: Preflight, *, script_found: bool, script: str, remote_dir: str, min_disk_gb: Optional[float],
-                    force: bool, synced: bool, stack: Iterable = ()) -> PreflightVerdict:
+                    force: bool, synced: bool, stack: Iterable = (), launcher: str = "none",
+                    python: str = "python3") -> PreflightVerdict:
     """Launch or not: no GPU, less disk than the profile expects, another run still running, a broken stack
-    (`stack`: gate_results) and a script that does not compile are problems (--force turns them into warnings,
-    recorded in verdict.forced); a missing script is a usage error; under 1 GB free is a warning."""
+    (`stack`: gate_results), a script that does not compile and a launcher whose package the profile's python lacks
+    (torchrun: torch, ray: ray) are problems (--force turns them into warnings, recorded in verdict.forced); a
+    missing script is a usage error; under 1 GB free is a warning."""
+    from .launchers import NEEDS
+
     verdict = PreflightVerdict()
     problems = []
     fixes = []
+    need = NEEDS.get(launcher)
+    if need and pf.packages is not None and not pf.packages.get(need):
+        problems.append(f"--launcher {launcher} needs {need}, and {python} has no {need} installed")
+        fixes.append(f"fix: put {need} in the project's dependencies (or expect.packages) and run gpuops setup")
     for r in stack:
         problems.append(gate_line(r))
         if r.remediation:

@@ -30,7 +30,14 @@ def run(
     key: Optional[Path] = typer.Option(None, "--key", help="Private SSH key (default: ~/.ssh/id_ed25519).",
                                        show_default=False),
     name: Optional[str] = typer.Option(None, "--name", help="Run name (default: the script's stem)."),
-    nodes: int = typer.Option(1, "--nodes", min=1, max=1, help="Instances (only 1 today)."),
+    nodes: int = typer.Option(1, "--nodes", min=1, max=64, help="Instances, all in one region: N > 1 launches a "
+                                                                 "fleet (gpuops up --nodes) and runs the job on every "
+                                                                 "node, fetching from node 0."),
+    launcher: str = typer.Option("auto", "--launcher", metavar="auto|none|torchrun|ray",
+                                 help="How the job starts across the nodes (gpuops train --launcher). auto: torchrun "
+                                      "with --nodes above 1, the script itself on one node."),
+    nproc: str = typer.Option("auto", "--nproc-per-node", metavar="auto|N",
+                              help="torchrun processes per node (auto: the GPUs the preflight saw)."),
     resume: bool = typer.Option(False, "--resume", help="Continue a run whose local process ended (crash, laptop "
                                                         "closed, Ctrl-C): the newest unfinished one, or --id RUN."),
     run_id: Optional[str] = typer.Option(None, "--id", metavar="RUN", help="With --resume: which run.",
@@ -41,7 +48,8 @@ def run(
 ) -> None:
     """up -> setup -> sync -> train -> watch -> fetch (verified) -> down, with the running cost on screen. The
     instance is terminated when the job ends, fails or its launch is refused, and on a second Ctrl-C (the first one
-    detaches); never before everything named in --fetch is here and verified."""
+    detaches); never before everything named in --fetch is here and verified. --nodes N: a fleet in one region,
+    the job started on every node (torchrun by default), every node terminated at the end."""
     import sys
     import time
 
@@ -63,13 +71,22 @@ def run(
     else:
         if not type_ or not script:
             raise UsageError("--type and --script are needed (or --resume)")
+        from ..launchers import LAUNCHERS
+
+        if launcher == "auto":
+            launcher = "torchrun" if nodes > 1 else "none"
+        if launcher not in LAUNCHERS:
+            raise UsageError(f"--launcher {launcher!r}: choose one of auto, {', '.join(LAUNCHERS)}")
+        if nproc != "auto" and not (nproc.isdigit() and int(nproc) > 0):
+            raise UsageError(f"--nproc-per-node {nproc!r}: 'auto' or a whole number above 0")
         from ..runs import script_path
 
         script = script_path(script, project, must_exist=True)
         rec = run_ops.new_record(type_name=type_, script=script, args=args or [], regions=region, nodes=nodes,
                                  fetch=[f.strip() for f in (fetch or "").split(",") if f.strip()], keep=keep,
                                  ttl_s=d.parse_duration(ttl) if ttl else None, max_cost=max_cost,
-                                 key=(key or Path("~/.ssh/id_ed25519")).expanduser(), name=name)
+                                 key=(key or Path("~/.ssh/id_ed25519")).expanduser(), name=name,
+                                 launcher=launcher, nproc=nproc)
 
     def confirm(question: str) -> bool:
         if yes or not sys.stdin.isatty():
