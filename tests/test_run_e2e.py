@@ -165,3 +165,28 @@ def test_resume_after_the_local_process_is_killed(cloud, gpuops):
     doc = json.loads(r.out)
     assert doc["outcome"] == "succeeded" and (Path.cwd() / "checkpoints" / "final.bin").read_bytes() == b"x" * 100
     assert not _live(cloud)
+
+
+def test_resume_after_a_kill_during_up_terminates_the_orphan_and_goes_on(cloud, gpuops):
+    from gpuops.cloud.ledger import Ledger
+
+    _project()
+    cloud.boot_seconds(60)  # the first instance stays booting: the process is killed before it writes the profile
+    p = _cli(cloud, "--script", "train.py")
+    try:
+        deadline = time.monotonic() + 60
+        while not any(r.instance_id for r in Ledger().records()):
+            assert time.monotonic() < deadline and p.poll() is None, p.communicate()
+            time.sleep(0.1)
+    finally:
+        p.kill()
+        p.communicate(timeout=30)
+    orphans = [i["id"] for i in _live(cloud)]
+    assert len(orphans) == 1
+    cloud.boot_seconds(0.5)
+    r = gpuops("run", "--resume", "--json")
+    assert r.code == 0, r.all
+    assert f"was cut off before writing its profile: terminating instance {orphans[0]}" in r.err
+    assert json.loads(r.out)["outcome"] == "succeeded"
+    assert not _live(cloud)
+    assert all(not x.open for x in Ledger().records())

@@ -170,17 +170,23 @@ class Runner:
 
         rec = self.rec
         existing = self._managed_profile()
+        again = rec.stages.get("up") is not None and rec.stages["up"].started is not None
         self._begin("up")
         if existing is not None:  # resumed after `up` had written the profile
             rec.price_per_hour = existing.price_per_hour
             self._end("up", ok=True, detail=f"instance {existing.cloud.instance_id} (resumed)")
             return
         ctx = self.ctx_factory()
+
         spec = UpSpec(name=rec.profile, type_name=rec.instance_type, key=Path(rec.key).expanduser() if rec.key else
                       Path("~/.ssh/id_ed25519").expanduser(), regions=list(rec.regions), ttl_s=rec.ttl_s,
                       verify=False, confirm=self.confirm, nodes=rec.nodes)
         try:
             with ctx.client:
+                if again:  # resumed after `up` launched but before it wrote the profile: those instances are ours
+                    from .cloud.lifecycle import reclaim_unwritten
+
+                    reclaim_unwritten(ctx, rec.profile)
                 res = up(spec, ctx)
         except GpuopsError as exc:
             self._end("up", ok=False, detail=exc.message)

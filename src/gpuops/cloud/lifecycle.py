@@ -343,6 +343,32 @@ def _check_name_free(name: str) -> None:
                          hint=f"gpuops down {name} first, or pick another NAME")
 
 
+def reclaim_unwritten(ctx: Context, profile: str) -> list[str]:
+    """Instances an earlier bring-up of `profile` launched but never wrote the profile for (its process died between
+    the launch and the profile: a crash, a kill, a closed laptop), found by their open ledger records (and a launch
+    still `launching`, by its tag): terminated, confirmed, and their records closed. Returns their ids. Only for a
+    caller that owns the name (`gpuops run --resume`: the run's own profile)."""
+    found = []
+    for rec in ctx.ledger.open_for_profile(profile):
+        iid = rec.instance_id
+        if iid is None:
+            inst = adopt_launch(ctx, rec.launch_id, attempts=1)
+            if inst is None:
+                continue  # nothing carries its tag (yet): `gpuops ls` keeps showing the record
+            iid = inst.id
+            ctx.ledger.update(rec.launch_id, instance_id=iid, state=LAUNCHED, launched_at=ctx.clock())
+        found.append((rec.launch_id, iid))
+    if not found:
+        return []
+    ids = [iid for _, iid in found]
+    ctx.out.warn(f"an earlier bring-up of '{profile}' was cut off before writing its profile: terminating "
+                 f"instance{'s' if len(ids) > 1 else ''} {', '.join(ids)}")
+    _terminate_confirmed(ctx, ids)
+    for launch_id, _ in found:
+        ctx.ledger.update(launch_id, state=TERMINATED, ended_at=ctx.clock(), note="reclaimed: no profile written")
+    return ids
+
+
 def _wait_launch_slot(ctx: Context) -> None:
     while True:
         wait = ctx.ledger.claim_launch_slot(ctx.clock(), ctx.launch_interval_s)
