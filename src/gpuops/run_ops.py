@@ -210,25 +210,15 @@ class Runner:
 
     def _every_node(self, prof, fn: Callable) -> list:
         """fn(node, node_output) on every host of a fleet in parallel (fleet.for_each, a bounded pool); each host's
-        lines replayed as a section in rank order. Returns the NodeResults."""
+        lines replayed as a section in rank order (on stderr, with the stages' progress). Returns the NodeResults."""
         from . import fleet
 
         nodes = prof.nodes()
-
-        def one(node):
-            buf = fleet.Buffered(json_mode=self.out.json_mode, debug=self.out.debug)
-            try:
-                return fn(node, buf.output), buf
-            finally:
-                self._buffers[node.rank] = buf
-
-        self._buffers: dict = {}
-        got = fleet.for_each(nodes, one)
+        bufs = {n.rank: fleet.Buffered(json_mode=self.out.json_mode, debug=self.out.debug) for n in nodes}
+        got = fleet.for_each(nodes, lambda node: fn(node, bufs[node.rank].output))
         for node, r in zip(nodes, got):
-            self.out.info(f"=== host {fleet.label(node)} ===")  # progress: stderr, as every stage's lines
-            buf = self._buffers.get(node.rank)
-            if buf is not None:
-                buf.replay(self.out)
+            self.out.info(f"=== host {fleet.label(node)} ===")
+            bufs[node.rank].replay(self.out)
             if not r.ok:
                 self.out.error(f"host #{r.rank} ({r.host}): {r.message}", getattr(r.error, "hint", None))
         return got
@@ -285,7 +275,7 @@ class Runner:
             got = self._every_node(prof, one)
             failed = self._failed_hosts(got)
             self._end("sync", ok=failed is None, detail=failed or
-                      f"{len(got)} hosts, {sum(r.value[0]['bytes_sent'] for r in got)} bytes sent")
+                      f"{len(got)} hosts, {sum(r.value['bytes_sent'] for r in got)} bytes sent")
             return
         try:
             s = one(prof, self.out)
@@ -342,11 +332,7 @@ class Runner:
             res = lifecycle.follow(prof, self.out, self.project, meta, dash, lines=5, samples=True,
                                    interval=self.seams.poll_s, on_event=on_event)
         except BudgetReached:
-            rec.stop_reason = f"--max-cost ${rec.max_cost:.2f} reached"
-            self.out.warn(f"{rec.stop_reason} ({self._cost()}): stopping the job, then fetching what exists")
-            self._stop_job()
-            self._end("watch", ok=False, detail=rec.stop_reason)
-            return
+            return self._budget_stop()
         if res["interrupted"]:
             raise KeyboardInterrupt
         info = res["info"]
@@ -360,11 +346,7 @@ class Runner:
                 lifecycle.wait_fleet(fleet_prof, self.out, self.project, fleet_meta, interval=self.seams.poll_s,
                                      sleep=self._budget_sleep)
             except BudgetReached:
-                rec.stop_reason = f"--max-cost ${rec.max_cost:.2f} reached"
-                self.out.warn(f"{rec.stop_reason} ({self._cost()}): stopping the job, then fetching what exists")
-                self._stop_job()
-                self._end("watch", ok=False, detail=rec.stop_reason)
-                return
+                return self._budget_stop()
             infos = lifecycle.fleet_states(fleet_prof, self.out, fleet_meta)
             bad = [(i, x) for i, x in enumerate(infos) if x is None or x.state != core.SUCCEEDED]
             ok = not bad
@@ -374,6 +356,14 @@ class Runner:
             self._end("watch", ok=ok, detail=detail)
             return
         self._end("watch", ok=ok, detail=rec.job_state)
+
+    def _budget_stop(self) -> None:
+        """--max-cost reached while watching: stop the job (every node), then fetch what exists and terminate."""
+        rec = self.rec
+        rec.stop_reason = f"--max-cost ${rec.max_cost:.2f} reached"
+        self.out.warn(f"{rec.stop_reason} ({self._cost()}): stopping the job, then fetching what exists")
+        self._stop_job()
+        self._end("watch", ok=False, detail=rec.stop_reason)
 
     def _budget_sleep(self, s: float) -> None:
         """The wait between fleet samples, with --max-cost checked at each."""
