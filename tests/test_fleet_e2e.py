@@ -225,3 +225,20 @@ def test_setup_on_every_host_in_parallel(sandbox, gpuops):
         assert (home / f"{tag}-env{i}" / "bin" / "python").exists()
     r = gpuops("setup", p)  # idempotent on every host
     assert r.code == 0 and r.out.count("nothing installed") == 2, r.all
+
+
+def test_watch_shows_every_hosts_gpus_and_host_0s_log(sandbox, gpuops):
+    p = fleet_profile(sandbox, 2)
+    write(Path.cwd() / "short.py", "import os, time\nfor i in range(8):\n"
+                                   "    print('node', os.environ['GPUOPS_NODE_RANK'], 'step', i, flush=True)\n"
+                                   "    time.sleep(0.5)\n")
+    res = gpuops("train", "-p", p, "--script", "short.py", "--no-snapshot", "--json")
+    assert res.code == 0, res.all
+    rid = json.loads(res.out)["run_id"]
+    res = gpuops("watch", rid, "-p", p, "--json", "--interval", "0.3")
+    assert res.code == 0, res.all
+    docs = [json.loads(line) for line in res.out.splitlines() if line.strip()]
+    samples = [d for d in docs if d["type"] == "sample"]
+    assert {d["host"] for d in samples} == {0, 1}, samples  # host 1's GPUs through its own sample stream
+    logs = [d["line"] for d in docs if d["type"] == "log"]
+    assert "node 0 step 7" in logs and not any(line.startswith("node 1") for line in logs)  # host 0's log

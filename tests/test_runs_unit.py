@@ -221,7 +221,7 @@ def test_dashboard_model_and_render():
                                                                "ended= size=0 stop=-")})
     dash.apply({"type": "log", "line": "Traceback (most recent call last):"})
     assert dash.state == "running" and dash.elapsed() == 900 and dash.cost() == 0.9 and dash.errors == 1
-    assert w.sparkline(dash.gpus[0].util) == "▁▅█"
+    assert w.sparkline(dash.gpus[(0, 0)].util) == "▁▅█"
     assert "r-1: running, elapsed 15m00s, cost $0.90" == dash.state_text()
     dash.apply({"type": "reconnecting", "attempt": 2, "delay": 2.0, "error": "lost"})
     assert dash.link.startswith("reconnecting")
@@ -441,3 +441,25 @@ def test_preflight_judgement_refuses_a_launcher_whose_package_the_python_lacks()
     assert judge(PF_OK.replace("@end", "@pkg\ntorch=2.13.0+cpu\n@end"), launcher="torchrun").error is None
     assert judge(PF_OK.replace("@end", "@pkg\nray=\n@end"), launcher="ray").error is not None
     assert judge(no_torch, launcher="torchrun", force=True).error is None  # --force: a warning
+
+
+def test_dashboard_keeps_each_hosts_gpus_apart_and_signals_follow_the_watched_host():
+    dash = w.Dashboard({"run_id": "r"}, host=0, signal_spec={})
+    g = {"index": 0, "name": "H100", "util": 90.0, "mem_used": 1.0, "mem_total": 2.0, "temp": 40.0, "power": 100.0}
+    dash.apply({"type": "sample", "gpu": dict(g)})
+    dash.apply({"type": "sample", "gpu": dict(g, util=5.0), "host": 1})
+    assert sorted(dash.gpus) == [(0, 0), (1, 0)]
+    assert list(dash.gpus[(1, 0)].util) == [5.0] and dash.gpus[(1, 0)].host == 1
+    dash.apply({"type": "gpu_error", "host": 1, "message": "NVIDIA-SMI has failed"})
+    assert dash.gpu_error == "host #1: NVIDIA-SMI has failed"
+    ev = {"type": "sample", "gpu": dict(g), "host": 1}
+    assert w.event_text(ev, dash, "12:00:00").startswith("12:00:00 host#1 gpu0 util=90%")
+    assert w.event_doc(ev, 1.0)["host"] == 1
+    assert "host" not in w.event_doc({"type": "sample", "gpu": dict(g)}, 1.0)  # a one-host run: as before
+    import io
+
+    from rich.console import Console
+
+    buf = io.StringIO()
+    Console(file=buf, width=120).print(w.render(dash))
+    assert "#0/0" in buf.getvalue() and "#1/0" in buf.getvalue()  # a row per host and GPU

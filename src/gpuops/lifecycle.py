@@ -320,6 +320,97 @@ def follow(prof, out, project: Path, meta: dict, dash, *, lines: int, samples: b
     return {"interrupted": False, "info": fs.info, "code": 1 if fs.info is None else core.exit_for_state(fs.info)}
 
 
+class FleetSampler:
+    """A fleet watch's other hosts: each host's GPUs through one long-lived `nvidia-smi -lms` stream (no command per
+    refresh), connected and read by one background thread. Its events, {"type": "sample", "gpu", "host"} and
+    {"type": "gpu_error", "host", "message"}, wait in a queue that the watching thread drains (`drain()`) between
+    its own events, so the dashboard is only ever touched by one thread. Best effort: a host that cannot be reached,
+    or whose stream ends, is reported once and left out; the watch goes on."""
+
+    def __init__(self, nodes: list, interval: float):
+        import queue
+        import threading
+
+        self.nodes, self.interval = list(nodes), interval
+        self._queue: "queue.SimpleQueue[dict]" = queue.SimpleQueue()
+        self.on_event = self._queue.put
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="gpuops-fleet-samples", daemon=True)
+        self._streams: list = []  # (rank, remote, channel)
+
+    def drain(self) -> list[dict]:
+        """The events gathered since the last call."""
+        import queue
+
+        got = []
+        while True:
+            try:
+                got.append(self._queue.get_nowait())
+            except queue.Empty:
+                return got
+
+    def __enter__(self) -> "FleetSampler":
+        if self.nodes:
+            self._thread.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._stop.set()
+        if self._thread.is_alive():
+            self._thread.join(timeout=5)
+        for _, remote, chan in self._streams:
+            for c in (chan, remote):
+                try:
+                    c.close()
+                except Exception:
+                    pass
+
+    def _open(self, node):
+        from .remote.connection import connect as open_connection
+        from . import watch as w
+
+        remote = open_connection(node, announce=lambda s: None, attempts=1)
+        try:
+            return remote, remote.stream(w.sample_command(self.interval))
+        except BaseException:
+            remote.close()
+            raise
+
+    def _run(self) -> None:
+        import select
+
+        from . import fleet
+        from . import watch as w
+
+        for node, r in zip(self.nodes, fleet.for_each(self.nodes, self._open)):
+            if r.ok:
+                self._streams.append((node.rank, *r.value))
+            else:
+                self.on_event({"type": "gpu_error", "host": node.rank, "message": f"not sampled: {r.message}"})
+        if self._stop.is_set():
+            return
+        pending = {rank: b"" for rank, _, _ in self._streams}
+        live = {id(chan): (rank, chan) for rank, _, chan in self._streams}
+        while live and not self._stop.is_set():
+            ready, _, _ = select.select([c for _, c in live.values()], [], [], 0.3)
+            for chan in ready:
+                rank, _ = live[id(chan)]
+                data = chan.recv(1 << 16) if chan.recv_ready() or chan.exit_status_ready() or chan.closed else b""
+                if not data and (chan.exit_status_ready() or chan.closed or chan.eof_received):
+                    del live[id(chan)]
+                    if not self._stop.is_set():
+                        self.on_event({"type": "gpu_error", "host": rank, "message": "the GPU sample stream ended"})
+                    continue
+                *lines, pending[rank] = (pending[rank] + data).split(b"\n")
+                for raw in lines:
+                    text = raw.decode("utf-8", "replace").strip()
+                    if not text:
+                        continue
+                    g = w.parse_gpu(text)
+                    self.on_event({"type": "sample", "gpu": g, "host": rank} if g else
+                                  {"type": "gpu_error", "host": rank, "message": text})
+
+
 def tail(prof, out, project: Path, meta: dict, lines: int, write: Callable[[bytes], None]) -> None:
     """The last N lines of the run's log, as the host has them (raw bytes, streamed to `write`)."""
     from .remote import launch as rl

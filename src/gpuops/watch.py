@@ -123,6 +123,11 @@ def once_events(remote, run_id: str, run_dir: str, lines: int) -> list[dict]:
 
 
 # -- parsing ------------------------------------------------------------------------------------------
+def sample_command(interval: float = 2.0) -> str:
+    """The GPU samples alone, as one long-lived command (a fleet watch's other hosts: no command per refresh)."""
+    return f"nvidia-smi --query-gpu={GPU_QUERY} --format=csv,noheader,nounits -lms {max(100, int(interval * 1000))} 2>&1"
+
+
 def parse_gpu(text: str) -> Optional[dict]:
     """`0, NVIDIA H100 PCIe, 95, 48935, 81559, 63, 290.00` -> dict; None when not a sample (an error)."""
     parts = [p.strip() for p in text.split(",")]
@@ -390,6 +395,7 @@ def follow_to_end(connect: Callable[[], object], run_id: str, run_dir: str, fs: 
 @dataclass
 class GpuView:
     index: int
+    host: int = 0  # a fleet run: the host's rank
     name: str = ""
     last: dict = field(default_factory=dict)
     util: deque = field(default_factory=lambda: deque(maxlen=40))
@@ -398,12 +404,13 @@ class GpuView:
 
 class Dashboard:
     def __init__(self, meta: dict, *, price_per_hour: Optional[float] = None, log_lines: int = 15,
-                 clock: Callable[[], float] = time.time, signal_spec: Optional[dict] = None):
+                 clock: Callable[[], float] = time.time, signal_spec: Optional[dict] = None, host: int = 0):
         self.meta = meta
+        self.host = host  # the rank whose log and processes are shown; samples of other hosts carry "host"
         self.run_id = meta.get("run_id", "")
         self.price = price_per_hour if price_per_hour is not None else meta.get("price_per_hour")
         self.clock = clock
-        self.gpus: dict[int, GpuView] = {}
+        self.gpus: dict[tuple[int, int], GpuView] = {}  # (host rank, GPU index)
         self.gpu_error: Optional[str] = None
         self.procs: list[dict] = []
         self.info: Optional[RunInfo] = None
@@ -425,7 +432,7 @@ class Dashboard:
         t, now = ev.get("type"), self.clock()
         if t == "state" and ev["info"].started is not None:
             self.sig.started = ev["info"].started
-        elif t == "sample":
+        elif t == "sample" and ev.get("host", self.host) == self.host:  # signals: the followed host's GPUs
             new = self.sig.sample(ev["gpu"], now)
             if new:
                 ev["signals"] = new
@@ -450,15 +457,17 @@ class Dashboard:
             self._signals(ev)
         if t == "sample":
             g = ev["gpu"]
-            v = self.gpus.setdefault(g["index"], GpuView(g["index"]))
+            host = ev.get("host", self.host)
+            v = self.gpus.setdefault((host, g["index"]), GpuView(g["index"], host))
             v.name, v.last = g["name"], g
             v.util.append(g["util"] or 0)
             if g["mem_total"]:
                 v.mem.append(100.0 * (g["mem_used"] or 0) / g["mem_total"])
-            self.gpu_error = None
-            self.link = "live"
+            if host == self.host:
+                self.gpu_error = None
+                self.link = "live"
         elif t == "gpu_error":
-            self.gpu_error = ev["message"]
+            self.gpu_error = (f"host #{ev['host']}: " if ev.get("host", self.host) != self.host else "") + ev["message"]
         elif t == "processes":
             self.procs = ev["processes"]
         elif t == "state":
@@ -508,6 +517,8 @@ def event_doc(ev: dict, ts: float) -> Optional[dict]:
     doc = {"type": t, "ts": round(ts, 3)}
     if t == "sample":
         doc.update(ev["gpu"])
+        if "host" in ev:
+            doc["host"] = ev["host"]
     elif t == "state":
         doc.update(ev["info"].to_json())
     elif t == "log":
@@ -533,10 +544,11 @@ def safe_text(line: str) -> str:
 def event_text(ev: dict, dash: "Dashboard", stamp: str) -> Optional[str]:
     """An event as a plain timestamped line (not a terminal, or NO_COLOR); None for events that are not shown."""
     t = ev["type"]
+    host = f"host#{ev['host']} " if "host" in ev else ""
     if t == "sample":
-        return f"{stamp} {gpu_text(ev['gpu'])}"
+        return f"{stamp} {host}{gpu_text(ev['gpu'])}"
     if t == "gpu_error":
-        return f"{stamp} nvidia-smi: {ev['message']}"
+        return f"{stamp} {host}nvidia-smi: {ev['message']}"
     if t == "processes":
         procs = ", ".join(f"{p['pid']} {p['name']}" for p in ev["processes"]) or "none"
         return f"{stamp} gpu processes: {procs}"
@@ -601,11 +613,12 @@ def render(dash: Dashboard):
     gt = Table(box=None, expand=False, pad_edge=False)
     for col in ("GPU", "name", "util", "memory", "temp", "power", "util history", "mem history"):
         gt.add_column(col)
-    for idx in sorted(dash.gpus):
-        v = dash.gpus[idx]
+    fleet = len({h for h, _ in dash.gpus}) > 1
+    for key in sorted(dash.gpus):
+        v = dash.gpus[key]
         g = v.last
         mem = f"{g['mem_used'] or 0:.0f}/{g['mem_total'] or 0:.0f} MiB"
-        gt.add_row(str(idx), v.name, f"{g['util'] or 0:.0f}%", mem, f"{g['temp'] or 0:.0f}C",
+        gt.add_row(f"#{v.host}/{v.index}" if fleet else str(v.index), v.name, f"{g['util'] or 0:.0f}%", mem, f"{g['temp'] or 0:.0f}C",
                    f"{g['power'] or 0:.0f}W", Text(sparkline(v.util), style="green"),
                    Text(sparkline(v.mem), style="magenta"))
     parts = [head, gt]

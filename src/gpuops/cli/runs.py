@@ -91,7 +91,7 @@ def watch(
     """Live dashboard of a run: GPUs, processes, state, cost, progress (loss sparkline, steps/min, time left, cost at
     the end), training signals (OOM, NCCL, GPU idle, RL learning nothing; playbooks/signals.yaml), log tail.
     Exit 0 if it succeeded, 1 if not.
-    A fleet run: host 0's GPUs and log (--host N for another), until every host's job has ended."""
+    A fleet run: every host's GPUs and host 0's log (--host N for another), until every host's job has ended."""
     from .. import lifecycle
     from .. import watch as w
 
@@ -100,7 +100,9 @@ def watch(
     project = Path.cwd()
     fleet_meta = lifecycle.resolve(run, fleet_prof, project)
     prof, meta = _node(fleet_prof, fleet_meta, host)
-    dash = w.Dashboard(meta, price_per_hour=prof.price_per_hour, log_lines=min(max(lines, 1), w.DASH_LINES_MAX))
+    n_nodes = len(fleet_meta.get("nodes") or [])
+    dash = w.Dashboard(meta, price_per_hour=(prof.price_per_hour or 0) * n_nodes if n_nodes > 1 and prof.price_per_hour
+                       else prof.price_per_hour, log_lines=min(max(lines, 1), w.DASH_LINES_MAX), host=prof.rank)
     cloud = _cloud_summary(prof, True, [])  # watching a run: the instance is in use
     if cloud and not json_:
         from ..cloud.guardrail import line
@@ -116,9 +118,23 @@ def watch(
             raise res["error"]
         raise typer.Exit(res["code"])
     live = _Live(out, dash) if out.rich else None
+    show = live.update if live else lambda ev: _emit(out, ev, dash, json_)
+    # a fleet run: every other host's GPUs too (one sample stream each, read by a background thread, shown here
+    # between the followed host's own events, which come at least every --interval)
+    others = [n for n in fleet_prof.nodes()[:n_nodes] if n.rank != prof.rank] if n_nodes > 1 else []
+    sampler = lifecycle.FleetSampler(others, interval)
+
+    def handler(ev: dict) -> None:
+        for other in sampler.drain():
+            dash.apply(other)
+            show(other)
+        if others and ev.get("type") in ("sample", "gpu_error") and "host" not in ev:
+            ev["host"] = prof.rank
+        show(ev)
     try:
-        res = lifecycle.follow(prof, out, project, meta, dash, lines=lines, samples=True, interval=interval,
-                               on_event=live.update if live else lambda ev: _emit(out, ev, dash, json_))
+        with sampler:
+            res = lifecycle.follow(prof, out, project, meta, dash, lines=lines, samples=True, interval=interval,
+                                   on_event=handler)
     finally:
         if live:
             live.close()
