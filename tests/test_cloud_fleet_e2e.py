@@ -185,3 +185,19 @@ def test_run_on_two_nodes_with_torchrun_refused_by_the_gate_ends_both(cloud, gpu
     train = next(s for s in doc["stages"] if s["stage"] == "train")
     assert train["ok"] is False and "torch" in train["detail"], train
     assert not _live(cloud)
+
+
+def test_reap_ends_every_node_of_a_fleet_past_its_ttl_and_marks_the_profile_gone_after_the_last(cloud, gpuops):
+    import time
+
+    cloud.capacity(TYPE, ["us-east-1"])
+    r = _up(gpuops, cloud, "brief", "--nodes", "2", "--no-verify", "--ttl", "1s", "--json")
+    assert r.code == 0, r.all
+    ids = [n["instance_id"] for n in json.loads(r.out)["nodes"]]
+    time.sleep(1.5)
+    r = gpuops("ls")
+    assert all(f"instance {i} (profile brief) is past its limit" in r.err for i in ids), r.err
+    r = gpuops("reap", "--yes", "--json")
+    assert r.code == 0, r.all
+    assert sorted(x["id"] for x in json.loads(r.out)["terminated"]) == sorted(ids)
+    assert not _live(cloud) and _profile("brief")["cloud"]["state"] == "gone"
