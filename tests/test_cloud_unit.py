@@ -334,3 +334,27 @@ def test_cloud_help_imports_neither_httpx_nor_the_heavy_libraries(args):
     imported = {line.split("|")[-1].strip().split(".")[0] for line in p.stderr.splitlines() if line.startswith("import time:")}
     heavy = {"httpx", "httpcore", "paramiko", "fabric", "pydantic", "rich", "yaml", "cryptography", "tenacity"}
     assert not imported & heavy, sorted(imported & heavy)
+
+
+def test_a_long_watch_notes_activity_once_a_minute_for_both_nodes_of_a_fleet(tmp_path, monkeypatch):
+    from types import SimpleNamespace
+
+    from gpuops.cloud.guardrail import ActivityNoter
+    from gpuops.profiles import CloudInfo
+
+    monkeypatch.setenv("GPUOPS_STATE_DIR", str(tmp_path / "state"))
+    led = Ledger()
+    for lid, iid in (("L0", "i-0"), ("L1", "i-1")):
+        led.add(_rec(lid, iid, "pair", state=LAUNCHED))
+    cloud = CloudInfo(instance_id="i-0", launch_id="L0", nodes=[{"instance_id": "i-0", "launch_id": "L0"},
+                                                                 {"instance_id": "i-1", "launch_id": "L1"}])
+    now = [0.0]
+    noter = ActivityNoter(SimpleNamespace(cloud=cloud), every_s=60.0, clock=lambda: now[0])
+    now[0] = 30.0
+    assert not noter.seen(True, [90.0])  # not a minute yet: no ledger write
+    assert led.get("L0").last_active is None
+    now[0] = 61.0
+    assert noter.seen(True, [90.0])
+    assert led.get("L0").last_active and led.get("L1").last_active  # a fleet's job runs on every node
+    assert not noter.seen(True, [90.0])
+    assert not ActivityNoter(SimpleNamespace(cloud=None), every_s=0.0).seen(True, [90.0])  # not a managed profile

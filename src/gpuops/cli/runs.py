@@ -123,8 +123,13 @@ def watch(
     # between the followed host's own events, which come at least every --interval)
     others = [n for n in fleet_prof.nodes()[:n_nodes] if n.rank != prof.rank] if n_nodes > 1 else []
     sampler = lifecycle.FleetSampler(others, interval)
+    from ..cloud.guardrail import ActivityNoter
+
+    activity = ActivityNoter(prof)  # a managed instance: the idle clock restarts while the job runs
 
     def handler(ev: dict) -> None:
+        if ev.get("type") == "sample":
+            activity.seen(dash.state == "running", [ev["gpu"].get("util") or 0])
         for other in sampler.drain():
             dash.apply(other)
             show(other)

@@ -81,3 +81,20 @@ def note_sample(prof, run_running: bool, utilisations: Iterable[float], now: flo
             ledger.note_activity(iid, time.time() if now is None else now)
     except Exception:
         pass
+
+
+class ActivityNoter:
+    """A long watch's samples, noted as activity at most every `every_s` (the idle clock of `--idle` restarts while
+    the job runs, not only when the watch started), so `gpuops ls` does not count down the idle limit of a busy
+    instance. One ledger write a minute at most."""
+
+    def __init__(self, prof, every_s: float = 60.0, clock=time.monotonic):
+        self.prof, self.every_s, self.clock = prof, every_s, clock
+        self.last = clock()
+
+    def seen(self, run_running: bool, utilisations: Iterable[float]) -> bool:
+        if getattr(self.prof, "cloud", None) is None or self.clock() - self.last < self.every_s:
+            return False
+        self.last = self.clock()
+        note_sample(self.prof, run_running, utilisations)
+        return True
