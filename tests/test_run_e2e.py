@@ -190,3 +190,44 @@ def test_resume_after_a_kill_during_up_terminates_the_orphan_and_goes_on(cloud, 
     assert json.loads(r.out)["outcome"] == "succeeded"
     assert not _live(cloud)
     assert all(not x.open for x in Ledger().records())
+
+
+TEMPLATE = """\
+host: gpu.example.com   # never contacted: the launch replaces the host part
+user: me
+port: 2222
+env:
+  FOO: from-template
+fetch:
+  ckpt: out/ckpt
+expect:
+  gpu: H100
+  gpu_count: 8
+"""
+
+
+def test_run_from_a_project_profile_carries_its_settings_onto_the_instance(cloud, gpuops):
+    import yaml
+
+    (Path.cwd() / "profiles").mkdir()
+    (Path.cwd() / "profiles" / "tmpl.yaml").write_text(TEMPLATE)
+    _project(text="import os\nos.makedirs('out/ckpt', exist_ok=True)\n"
+                  "open('out/ckpt/w.bin', 'wb').write(b'w' * 64)\nprint('FOO', os.environ['FOO'], flush=True)\n")
+    r = _run(gpuops, cloud, "--script", "train.py", "--from", "tmpl", "--fetch", "ckpt")
+    assert r.code == 0, r.all
+    doc = json.loads(r.out)
+    assert "FOO from-template" in (Path.cwd() / doc["fetched"]["log"]).read_text()  # the template's env
+    assert (Path.cwd() / "ckpt" / "w.bin").read_bytes() == b"w" * 64  # its fetch: map, verified
+    from gpuops.paths import config_dir
+
+    p = yaml.safe_load((config_dir() / "profiles" / f"{doc['profile']}.yaml").read_text())
+    assert p["host"].startswith("127.0.0.") and p["port"] == 22 and p["user"] != "me"  # the launch's host part
+    assert p["expect"] == {"gpu": "H100", "gpu_count": 1}  # the type's GPU count, the template's GPU check
+    assert p["env"] == {"FOO": "from-template"} and p["python"] == "~/.venvs/gpuops/bin/python"
+    assert not _live(cloud)
+
+
+def test_up_from_a_profile_that_does_not_exist_launches_nothing(cloud, gpuops):
+    r = gpuops("up", "x", "--type", TYPE, "--key", str(cloud.key), "--yes", "--from", "nope")
+    assert r.code == 2 and "Traceback" not in r.all, r.all
+    assert cloud.launch_requests() == 0

@@ -38,6 +38,7 @@ class Record:
     nodes: int = 1
     launcher: str = "none"  # on a fleet: torchrun / ray / none (the script on every node)
     nproc: str = "auto"  # torchrun processes per node
+    template: Optional[dict] = None  # --from PROFILE: the settings carried into the run's profile
     fetch: list = field(default_factory=list)
     keep: bool = False
     ttl_s: Optional[float] = None

@@ -51,12 +51,14 @@ class Seams:
 
 def new_record(*, type_name: str, script: str, args: list, regions: list, nodes: int, fetch: list, keep: bool,
                ttl_s: Optional[float], max_cost: Optional[float], key: Optional[Path], name: Optional[str],
-               launcher: str = "none", nproc: str = "auto", clock: Callable[[], float] = time.time) -> pl.Record:
+               launcher: str = "none", nproc: str = "auto", template: Optional[dict] = None,
+               clock: Callable[[], float] = time.time) -> pl.Record:
     stamp = datetime.fromtimestamp(clock()).strftime("%Y%m%d-%H%M%S")
     rid = f"{name or Path(script).stem}-{stamp}-{uuid.uuid4().hex[:4]}"
     profile = f"run-{rid}"
     return pl.Record(id=rid, profile=profile, instance_type=type_name, script=script, args=list(args),
-                     regions=list(regions), nodes=nodes, launcher=launcher, nproc=nproc, fetch=list(fetch),
+                     regions=list(regions), nodes=nodes, launcher=launcher, nproc=nproc, template=template,
+                     fetch=list(fetch),
                      keep=keep, ttl_s=ttl_s,
                      max_cost=max_cost, key=str(key) if key else None, created=clock())
 
@@ -180,7 +182,7 @@ class Runner:
 
         spec = UpSpec(name=rec.profile, type_name=rec.instance_type, key=Path(rec.key).expanduser() if rec.key else
                       Path("~/.ssh/id_ed25519").expanduser(), regions=list(rec.regions), ttl_s=rec.ttl_s,
-                      verify=False, confirm=self.confirm, nodes=rec.nodes)
+                      verify=False, confirm=self.confirm, nodes=rec.nodes, template=rec.template)
         try:
             with ctx.client:
                 if again:  # resumed after `up` launched but before it wrote the profile: those instances are ours

@@ -143,6 +143,9 @@ def up(
     nodes: int = typer.Option(1, "--nodes", min=1, max=64, help="Launch N instances in one region and write "
                                                                       "a fleet profile (hosts:, rank 0 first) for "
                                                                       "torchrun/Ray; down NAME ends them all."),
+    from_: Optional[str] = typer.Option(None, "--from", metavar="PROFILE", help="Carry PROFILE's settings (python, "
+                                        "remote_dir, expect, setup, env_preset, env, secrets, fetch, sync) into the "
+                                        "new profile; its host part comes from the launch.", show_default=False),
     yes: bool = typer.Option(False, "--yes", "-y", help="Do not ask before launching."),
     json_: bool = JsonOpt,
 ) -> None:
@@ -167,7 +170,8 @@ def up(
                   ttl_s=d.parse_duration(ttl) if ttl else None, idle_s=d.parse_duration(idle) if idle else None,
                   file_systems=list(fs), verify=not no_verify, keep_on_failure=keep_on_failure,
                   timeout_s=d.parse_duration(timeout) if timeout else None, trust_new=trust_new,
-                  guard_on_instance=guard == "on-instance", confirm=None if yes else _ask, nodes=nodes)
+                  guard_on_instance=guard == "on-instance", confirm=None if yes else _ask, nodes=nodes,
+                  template=_template(from_))
     ctx = _context(out, with_key=bool(guard))
     with ctx.client:
         res = do_up(spec, ctx)
@@ -187,6 +191,16 @@ def up(
     launcher = " --launcher torchrun" if res.get("nodes") else ""
     out.info(f"next: gpuops sync -p {name}; gpuops train -p {name}{launcher} --script ...; gpuops down {name} when "
              "done")
+
+
+def _template(name: Optional[str]) -> Optional[dict]:
+    """--from PROFILE, read (and validated) before anything is launched."""
+    if not name:
+        return None
+    from ..cloud.lifecycle import template_settings
+    from ..profiles import resolve
+
+    return template_settings(resolve(name, Path.cwd()))
 
 
 @app.command("ls")

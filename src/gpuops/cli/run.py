@@ -7,6 +7,7 @@ from typing import List, Optional
 
 import typer
 
+from . import cloud as _cloud
 from .app import app, output
 
 
@@ -38,6 +39,10 @@ def run(
                                       "with --nodes above 1, the script itself on one node."),
     nproc: str = typer.Option("auto", "--nproc-per-node", metavar="auto|N",
                               help="torchrun processes per node (auto: the GPUs the preflight saw)."),
+    from_: Optional[str] = typer.Option(None, "--from", metavar="PROFILE",
+                                        help="Train with PROFILE's settings (python, expect, setup, env_preset, env, "
+                                             "secrets, fetch, sync) on the launched instances (gpuops up --from).",
+                                        show_default=False),
     resume: bool = typer.Option(False, "--resume", help="Continue a run whose local process ended (crash, laptop "
                                                         "closed, Ctrl-C): the newest unfinished one, or --id RUN."),
     run_id: Optional[str] = typer.Option(None, "--id", metavar="RUN", help="With --resume: which run.",
@@ -86,7 +91,7 @@ def run(
                                  fetch=[f.strip() for f in (fetch or "").split(",") if f.strip()], keep=keep,
                                  ttl_s=d.parse_duration(ttl) if ttl else None, max_cost=max_cost,
                                  key=(key or Path("~/.ssh/id_ed25519")).expanduser(), name=name,
-                                 launcher=launcher, nproc=nproc)
+                                 launcher=launcher, nproc=nproc, template=_cloud._template(from_))
 
     def confirm(question: str) -> bool:
         if yes or not sys.stdin.isatty():

@@ -95,6 +95,7 @@ class UpSpec:
     guard_on_instance: bool = False
     confirm: Optional[Callable[[str], bool]] = None  # asked with the price line; False: nothing is launched
     nodes: int = 1  # > 1: a fleet profile (hosts:), every instance in one region
+    template: Optional[dict] = None  # --from PROFILE: its settings (template_settings), the host part from the launch
 
 
 def profile_file(name: str) -> Path:
@@ -225,7 +226,7 @@ def up(spec: UpSpec, ctx: Context) -> dict:
                  "state": "active"}
         if n > 1:
             cloud["nodes"] = [{"instance_id": st["instance"].id, "launch_id": st["launch_id"]} for st in nodes]
-        prof = write_profile(spec.name, insts, spec.key, itype, cloud, user=ctx.ssh_user)
+        prof = write_profile(spec.name, insts, spec.key, itype, cloud, user=ctx.ssh_user, template=spec.template)
         for st in nodes:
             out.info(f"instance {st['instance'].id} is active at {st['instance'].ip}; host key pinned "
                      f"({d.fingerprint(st['host_pub'])})")
@@ -494,7 +495,25 @@ def _wait_active(spec: UpSpec, ctx: Context, instance_id: str, gpus: int) -> Ins
         ctx.sleep(ctx.poll_s)
 
 
-def write_profile(name: str, insts, key: Path, itype, cloud: dict, *, user: str = "ubuntu"):
+# what `up` writes itself: the host part of a profile; every other key of a --from template is carried over
+HOST_KEYS = ("name", "host", "hosts", "port", "user", "key", "private_ip", "region", "instance_type", "price_per_hour",
+             "host_key_policy", "cloud")
+
+
+def template_settings(prof) -> dict:
+    """--from PROFILE: the profile file's own settings (python, remote_dir, expect, setup, sync, env_preset, env,
+    secrets, fetch, checks, ...) without its host part, which the launch replaces. Read from the file as written, so
+    defaults stay defaults; the profile was validated by loading it."""
+    import yaml
+
+    if prof.source is None or not Path(prof.source).is_file():
+        raise UsageError(f"--from {prof.name}: the profile has no file to take settings from")
+    doc = yaml.safe_load(Path(prof.source).read_text()) or {}
+    return {k: v for k, v in doc.items() if k not in HOST_KEYS}
+
+
+def write_profile(name: str, insts, key: Path, itype, cloud: dict, *, user: str = "ubuntu",
+                  template: Optional[dict] = None):
     """The profile NAME in the user config folder, validated by the same loader as a hand-written one. Several
     instances (a fleet, rank order): `hosts:` with each one's public and private address."""
     import yaml
@@ -511,8 +530,13 @@ def write_profile(name: str, insts, key: Path, itype, cloud: dict, *, user: str 
     doc.update({"user": user, "port": 22, "key": str(key.expanduser().resolve()),
                 "region": first.region, "instance_type": itype.name, "price_per_hour": itype.price_per_hour,
                 "host_key_policy": "strict"})
+    settings = dict(template or {})
+    expect = dict(settings.pop("expect", None) or {})
     if itype.gpus:
-        doc["expect"] = {"gpu_count": itype.gpus}
+        expect["gpu_count"] = itype.gpus  # what was launched, whatever the template's host had
+    doc.update(settings)
+    if expect:
+        doc["expect"] = expect
     doc["cloud"] = {k: v for k, v in cloud.items() if v is not None}
     what = (f"Lambda instance {first.id}" if len(insts) == 1 else
             f"a fleet of {len(insts)} Lambda instances ({', '.join(i.id for i in insts)})")
