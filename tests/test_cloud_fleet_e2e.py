@@ -60,6 +60,9 @@ def test_up_nodes_writes_a_fleet_profile_every_command_uses_and_down_ends_them_a
     r = gpuops("ls", "--json")
     rows = [x for x in json.loads(r.out)["instances"] if x["profile"] == "pair"]
     assert len(rows) == 2 and all(x["managed"] for x in rows)
+    assert sorted(x["node"] for x in rows) == [0, 1]
+    r = gpuops("ls")
+    assert "pair#0" in r.out and "pair#1" in r.out
 
     r = gpuops("down", "pair", "--yes", "--json")
     assert r.code == 0, r.all

@@ -30,6 +30,12 @@ def _ask(question: str) -> bool:
     return sys.stdin.readline().strip().lower() in ("y", "yes")
 
 
+def _profile_label(row: dict) -> str:
+    """ls' PROFILE column: the profile, and a fleet node's rank (pair#1)."""
+    name = row["profile"] or "-"
+    return f"{name}#{row['node']}" if row.get("node") is not None else name
+
+
 def _money(v) -> str:
     return "-" if v is None else f"${v:,.2f}"
 
@@ -224,7 +230,7 @@ def ls(json_: bool = JsonOpt) -> None:
             out.print(f"  {'ID':<34} {'PROFILE':<16} {'STATUS':<11} {'IP':<15} {'TYPE':<22} {'REGION':<14} "
                       f"{'UPTIME':>8} {'COST':>9} {'TTL LEFT':>9}")
             for r in rows:
-                out.print(f"{'*' if r['managed'] else ' '} {str(r['id'] or '(launching)'):<34} {str(r['profile'] or '-')[:16]:<16} "
+                out.print(f"{'*' if r['managed'] else ' '} {str(r['id'] or '(launching)'):<34} {_profile_label(r)[:16]:<16} "
                           f"{r['status']:<11} {str(r['ip'] or '-'):<15} {str(r['type'])[:22]:<22} "
                           f"{str(r['region'] or '-'):<14} {d.format_duration(r['uptime_s']):>8} "
                           f"{_money(r['cost_so_far']):>9} {d.format_duration(r['ttl_left_s']):>9}")

@@ -203,7 +203,7 @@ def ls_rows(instances: list, records: list, profiles: dict[str, dict], now: floa
                "cost_so_far": cost_so_far(price, since, now) if live else None,
                "ttl_left_s": g.ttl_left if live else None, "idle_left_s": g.idle_left if live else None,
                "expired": not ending and live and g.expired, "reasons": g.reasons() if live and not ending else [],
-               "launch_id": rec.launch_id if rec else tagged}
+               "launch_id": rec.launch_id if rec else tagged, "node": rec.node if rec else None}
         seen.add(inst.id)
         rows.append(row)
         if managed and live and not ending:
@@ -220,7 +220,7 @@ def ls_rows(instances: list, records: list, profiles: dict[str, dict], now: floa
         rows.append({"id": rec.instance_id, "managed": True, "profile": rec.profile, "status": status, "ip": None,
                      "type": rec.instance_type, "region": rec.region, "price_per_hour": rec.price_cents_per_hour / 100,
                      "uptime_s": None, "cost_so_far": None, "ttl_left_s": None, "idle_left_s": None, "expired": False,
-                     "reasons": [], "launch_id": rec.launch_id})
+                     "reasons": [], "launch_id": rec.launch_id, "node": rec.node})
         alerts.append(f"launch {rec.launch_id} (profile {rec.profile}, {rec.instance_type}) is recorded as "
                       f"{rec.state} but the API lists no such instance: it may still appear and bill; "
                       "run `gpuops ls` again, `gpuops reap` closes records the API confirms gone")

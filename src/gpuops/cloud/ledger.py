@@ -37,6 +37,7 @@ class Record:
     ended_at: Optional[float] = None
     regions_tried: list = field(default_factory=list)
     note: str = ""
+    node: Optional[int] = None  # a fleet's node rank (`up --nodes N`)
 
     @property
     def open(self) -> bool:

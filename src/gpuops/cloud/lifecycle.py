@@ -198,7 +198,7 @@ def up(spec: UpSpec, ctx: Context) -> dict:
             ctx.ledger.add(Record(launch_id=launch_id, profile=spec.name, instance_type=itype.name,
                                   region=(node_spec.regions or ["?"])[0], price_cents_per_hour=itype.price_cents_per_hour,
                                   created_at=ctx.clock(), ttl_deadline=ttl_deadline, idle_limit_s=spec.idle_s,
-                                  note=f"node {i} of {n}" if n > 1 else ""))  # before any request that could create it
+                                  node=i if n > 1 else None))  # before any request that could create it
             label = f"gpuops-{spec.name}" + (f"-{i}" if n > 1 else "")
             st["instance_id"] = _launch(node_spec, ctx, avail, key_name, launch_id, d.cloud_config(host_priv, host_pub),
                                         st, label=label)
