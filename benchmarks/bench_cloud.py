@@ -2,7 +2,8 @@
 `gpuops sandbox up --cloud`), readiness polled every 5 s as against Lambda.
 
 Prints: API calls per `gpuops up` (launch + polls, by endpoint) and per `gpuops ls`, the time from `active` to
-verified, and `gpuops --help` start-up with the cloud commands registered. Not a pass/fail test.
+verified, the same for a two-node fleet (`up --nodes 2`, `down` of both), and `gpuops --help` start-up with the
+cloud commands registered. Not a pass/fail test.
 Run: uv run python benchmarks/bench_cloud.py
 """
 from __future__ import annotations
@@ -88,6 +89,23 @@ def up_and_ls(tmp: Path, env: dict) -> None:
         with ctx.client:
             d = down("bench", ctx)
         print(f"gpuops down: {ctx.client.total_calls} API calls (terminate + read back), status {d['status']}")
+        # a fleet: `up --nodes 2` (one launch request per node, 12 s apart as Lambda requires) and `down` of both
+        ctx = make_context(out)
+        t0 = time.perf_counter()
+        with ctx.client:
+            res = up(UpSpec(name="pair", type_name="gpu_1x_h100_pcie", key=key, ttl_s=3600, nodes=2), ctx)
+        wall = time.perf_counter() - t0
+        ev = ctx.events
+        print(f"gpuops up --nodes 2: {ctx.client.total_calls} API calls, launch requests "
+              f"{ctx.client.calls[('POST', '/instance-operations/launch')]}; wall {wall:.1f} s (first launch -> all "
+              f"active {ev['active_at'] - ev['launched_at']:.1f} s, all active -> fleet verified "
+              f"{ev['verified_at'] - ev['active_at']:.2f} s); verified: {res['verified']}")
+        ctx = make_context(out)
+        t0 = time.perf_counter()
+        with ctx.client:
+            d = down("pair", ctx)
+        print(f"gpuops down (2 nodes): {ctx.client.total_calls} API calls (one terminate + read backs), "
+              f"{(time.perf_counter() - t0):.2f} s, statuses {d['statuses']}")
     finally:
         emu.close()
 

@@ -127,6 +127,13 @@ class Ledger:
             doc["last_launch_at"] = now
             return 0.0
 
+    def launch_answered(self, now: float) -> None:
+        """The launch request's answer came at `now`: the next slot counts from here, not from the claim (the service
+        counts from when it received the request, which may be later than the claim), so the next request is not
+        refused (429) on the boundary."""
+        with self.transaction() as doc:
+            doc["last_launch_at"] = max(float(doc.get("last_launch_at") or 0.0), now)
+
     def note_activity(self, instance_id: str, when: float) -> None:
         with self.transaction() as doc:
             for r in doc["records"].values():

@@ -429,9 +429,12 @@ def _launch(spec: UpSpec, ctx: Context, avail, key_name: str, launch_id: str, us
         out.step(f"launching {avail.type.name} in {region}")
         state["in_flight"] = True
         try:
-            ids = client.launch(region=region, type_name=avail.type.name, ssh_key=key_name,
-                                name=label[:64], tags=d.launch_tags(launch_id, spec.name),
-                                user_data=user_data, file_systems=spec.file_systems or None)
+            try:
+                ids = client.launch(region=region, type_name=avail.type.name, ssh_key=key_name,
+                                    name=label[:64], tags=d.launch_tags(launch_id, spec.name),
+                                    user_data=user_data, file_systems=spec.file_systems or None)
+            finally:
+                ctx.ledger.launch_answered(ctx.clock())
         except LambdaError as exc:
             if exc.capacity:
                 state["in_flight"] = False
