@@ -204,3 +204,18 @@ def test_reap_ends_every_node_of_a_fleet_past_its_ttl_and_marks_the_profile_gone
     assert r.code == 0, r.all
     assert sorted(x["id"] for x in json.loads(r.out)["terminated"]) == sorted(ids)
     assert not _live(cloud) and _profile("brief")["cloud"]["state"] == "gone"
+
+
+def test_guard_on_instance_ends_every_node_of_a_fleet_at_its_ttl(cloud, gpuops):
+    import time
+
+    cloud.capacity(TYPE, ["us-east-1"])
+    r = _up(gpuops, cloud, "watched", "--nodes", "2", "--no-verify", "--ttl", "4s", "--guard", "on-instance", "--json")
+    assert r.code == 0, r.all
+    assert r.err.count("guard installed on the instance") == 2  # each node guards itself
+    ids = {n["instance_id"] for n in json.loads(r.out)["nodes"]}
+    deadline = time.monotonic() + 30
+    while ids & {i["id"] for i in _live(cloud)}:
+        assert time.monotonic() < deadline, "the on-instance guards did not terminate the fleet"
+        time.sleep(0.3)
+    assert cloud.api_key not in r.all

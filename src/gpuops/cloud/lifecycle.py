@@ -628,7 +628,7 @@ def _after_failure(ctx: Context, spec: UpSpec, nodes: list[dict], price: float, 
                      f"(gpuops down {spec.name} terminates {'them' if len(ids) > 1 else 'it'})")
             return
         out.info(f"{why}: terminating instance{'s' if len(ids) > 1 else ''} {', '.join(ids)}")
-        ctx.client.terminate(ids)
+        _terminate(ctx, ids)
         for st in nodes:
             if st["instance_id"] is not None:
                 ctx.ledger.update(st["launch_id"], state=TERMINATED, ended_at=ctx.clock())
@@ -822,23 +822,29 @@ def _fetch_all(prof, out, project_dir: Path) -> list[str]:
     return done
 
 
-def _terminate_confirmed(ctx: Context, ids) -> list[Optional[Instance]]:
-    """Terminate (one request for them all) and read back until each is terminating/terminated (or gone from the
-    API: None). One id given as a string: that one instance (or None)."""
-    one = isinstance(ids, str)
-    ids = [ids] if one else list(ids)
+def _terminate(ctx: Context, ids: list[str]) -> None:
+    """One terminate request for them all; if the API says one does not exist (already gone), the others one by
+    one, so a node that is gone never keeps the rest of a fleet billing."""
     try:
         ctx.client.terminate(ids)
     except LambdaError as exc:
         if not exc.not_found:
             raise
-        if len(ids) > 1:  # one of them is already gone: the others one by one
+        if len(ids) > 1:
             for iid in ids:
                 try:
                     ctx.client.terminate([iid])
                 except LambdaError as exc1:
                     if not exc1.not_found:
                         raise
+
+
+def _terminate_confirmed(ctx: Context, ids) -> list[Optional[Instance]]:
+    """Terminate (one request for them all) and read back until each is terminating/terminated (or gone from the
+    API: None). One id given as a string: that one instance (or None)."""
+    one = isinstance(ids, str)
+    ids = [ids] if one else list(ids)
+    _terminate(ctx, ids)
     deadline = ctx.clock() + TERMINATE_CONFIRM_S
     done: dict[str, Optional[Instance]] = {}
     while True:
