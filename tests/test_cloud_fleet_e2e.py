@@ -219,3 +219,18 @@ def test_guard_on_instance_ends_every_node_of_a_fleet_at_its_ttl(cloud, gpuops):
         assert time.monotonic() < deadline, "the on-instance guards did not terminate the fleet"
         time.sleep(0.3)
     assert cloud.api_key not in r.all
+
+
+def test_run_on_a_fleet_names_a_difference_between_its_nodes_found_by_the_fleet_verify(cloud, gpuops):
+    from pathlib import Path
+
+    cloud.capacity(TYPE, ["us-east-1"])
+    cloud.fault("old-driver", times=1)  # node 0 comes from an older image: driver 535, node 1 has 570
+    (Path.cwd() / "train.py").write_text(NODE_TRAIN)
+    r = _run(gpuops, cloud, "--nodes", "2", "--launcher", "none", "--script", "train.py")
+    assert r.code == 0, r.all  # a driver difference is a warning, not a refusal (a GPU or package one fails)
+    # each host passes alone; the fleet check after setup names the difference, host by host
+    assert "warning: fleet: same NVIDIA driver on every host: 535.183.01 on #0; 570.148.08 on #1" in r.err
+    setup = next(s for s in json.loads(r.out)["stages"] if s["stage"] == "setup")
+    assert setup["ok"] and "match the profile and each other" in setup["detail"]
+    assert not _live(cloud)

@@ -102,3 +102,22 @@ def test_record_round_trips_and_find(tmp_path):
     pl.save(back, tmp_path)
     assert pl.find(tmp_path, None) is None  # nothing left to resume
     assert pl.find(tmp_path, "nope") is None
+
+
+def test_fleet_verify_lines_name_failing_hosts_and_differences():
+    import json
+
+    from gpuops.run_ops import fleet_verify_lines
+
+    doc = {"hosts": [{"rank": 0, "host": "10.0.0.1", "code": 1, "error": None, "report": {"checks": [
+                         {"status": "pass", "title": "GPU visible", "measured": "1"},
+                         {"status": "fail", "title": "torch sees the GPUs", "measured": "CPU-only build"}]}},
+                     {"rank": 1, "host": "10.0.0.2", "code": 3, "error": "connection refused", "report": None}],
+           "fleet": {"checks": [{"status": "warn", "title": "same NVIDIA driver on every host",
+                                 "measured": "535 on #0; 570 on #1"},
+                                {"status": "pass", "title": "same GPU model on every host", "measured": "H100"}]}}
+    assert fleet_verify_lines(json.dumps(doc)) == [
+        ("fail", "host #0: torch sees the GPUs: CPU-only build"),
+        ("fail", "host #1 (10.0.0.2): connection refused"),
+        ("warn", "fleet: same NVIDIA driver on every host: 535 on #0; 570 on #1")]
+    assert fleet_verify_lines("") == [("fail", "the fleet verify gave no report")]

@@ -235,20 +235,22 @@ class Runner:
 
         self._begin("setup")
         prof = self._profile()
-        if prof.is_fleet:
-            from .errors import ChecksFailed
+        if prof.is_fleet:  # every node set up in parallel, then ONE fleet verify: each host, and the hosts together
+            from . import fleet
+            from .verify import run_fleet_verify
 
-            def one(node, node_out):
-                doc = setup(node, node_out, self.project, verify=True)
-                results = doc.pop("verify_results", None)
-                if doc.get("verify") and exit_code(doc["verify"]):
-                    if results is not None and not node_out.json_mode:
-                        show(node_out, doc["verify"], results)
-                    raise ChecksFailed("verify fails after setup: the host does not match the profile")
-                return doc
-
-            failed = self._failed_hosts(self._every_node(prof, one))
-            self._end("setup", ok=failed is None, detail=failed or f"all {len(prof.hosts)} hosts match the profile")
+            failed = self._failed_hosts(self._every_node(
+                prof, lambda node, node_out: setup(node, node_out, self.project, verify=False)))
+            if failed:
+                self._end("setup", ok=False, detail=failed)
+                return
+            buf = fleet.Buffered(json_mode=True, debug=self.out.debug)
+            code = run_fleet_verify(prof, buf.output, save=True, project_dir=self.project, retry_802_s=300.0)
+            for level, line in fleet_verify_lines(buf.out_buf.getvalue()):  # what fails or differs, a line each
+                (self.out.error if level == "fail" else self.out.warn)(line)
+            self._end("setup", ok=code == 0, detail=f"all {len(prof.hosts)} hosts match the profile and each other"
+                      if code == 0 else "the fleet verify fails after setup (the lines above name the hosts; the "
+                                        "reports are in logs/env_checks/)")
             return
         try:
             doc = setup(prof, self.out, self.project, verify=True)
@@ -474,6 +476,30 @@ class Runner:
                                                          zip(res["instance_ids"], res["statuses"])))
         else:
             self._end("down", ok=True, detail=f"instance {res['instance_id']} {res['status']}")
+
+
+def fleet_verify_lines(text: str) -> list[tuple[str, str]]:
+    """The fleet verify's JSON document, as the lines a run prints: each host's failing checks and unreachable
+    hosts, then the fleet checks that fail or warn (a difference between hosts, named per host)."""
+    import json
+
+    try:
+        doc = json.loads(text)
+    except ValueError:
+        return [("fail", "the fleet verify gave no report")]
+    lines = []
+    for h in doc.get("hosts") or []:
+        rep = h.get("report")
+        if rep is None:
+            lines.append(("fail", f"host #{h['rank']} ({h['host']}): {h.get('error') or 'no report'}"))
+            continue
+        for c in rep.get("checks") or []:
+            if c.get("status") == "fail":
+                lines.append(("fail", f"host #{h['rank']}: {c['title']}: {c.get('measured') or '-'}"))
+    for c in (doc.get("fleet") or {}).get("checks") or []:
+        if c.get("status") in ("fail", "warn"):
+            lines.append((c["status"], f"fleet: {c['title']}: {c.get('measured') or '-'}"))
+    return lines
 
 
 def render_summary(out, rec: pl.Record, fetched: dict, now: float) -> dict:

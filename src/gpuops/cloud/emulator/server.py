@@ -70,6 +70,8 @@ FAULTS = {
     "account-inactive": "every API request answers 403 global/account-inactive",
     "ignore-user-data-host-key": "instance hosts present a generated host key instead of user_data's",
     "unhealthy": "instances launched while set become `unhealthy` instead of `active`",
+    "old-driver": "instances launched while set run NVIDIA driver version= (default 535.183.01, CUDA 12.2), as an "
+                  "instance from an older image does",
 }
 ONCE_BY_DEFAULT = {"5xx", "launch-5xx-after-create", "drop-launch-response"}
 HOSTNAME = re.compile(r"^[a-z0-9][0-9a-z-]{0,62}$")
@@ -390,9 +392,11 @@ class Emulator:
         if user_data and not self._take_fault("ignore-user-data-host-key"):
             host_key = _user_data_host_key(user_data)
         d = self.dir / "hosts" / inst["id"]
+        old = self._take_fault("old-driver")
+        stack = {"driver": str(old.get("version", "535.183.01")), "cuda": str(old.get("cuda", "12.2"))} if old else {}
         try:
             st = host.start(d, address=host.AUTO, port=22, gpu=gpu, gpus=count, host_key=host_key,
-                            authorized_keys=[public_key], python=self.python)
+                            authorized_keys=[public_key], python=self.python, **stack)
         except Exception as e:  # noqa: BLE001 - the API answers 500, as a provider failing to start a VM would
             shutil.rmtree(d, ignore_errors=True)
             raise ApiError("internal-error", f"The instance could not be started: {e}") from None
