@@ -159,7 +159,7 @@ def up(
     the first connection), write the profile NAME and verify it. Prints the price per hour and asks first (unless
     --yes or not a terminal)."""
     from ..cloud import decisions as d
-    from ..cloud.lifecycle import UpSpec, up as do_up
+    from ..cloud.lifecycle import UpSpec, template_for, up as do_up
     from ..errors import UsageError
 
     out = output(json_)
@@ -177,7 +177,7 @@ def up(
                   file_systems=list(fs), verify=not no_verify, keep_on_failure=keep_on_failure,
                   timeout_s=d.parse_duration(timeout) if timeout else None, trust_new=trust_new,
                   guard_on_instance=guard == "on-instance", confirm=None if yes else _ask, nodes=nodes,
-                  template=_template(from_))
+                  template=template_for(from_, Path.cwd()))
     ctx = _context(out, with_key=bool(guard))
     with ctx.client:
         res = do_up(spec, ctx)
@@ -197,16 +197,6 @@ def up(
     launcher = " --launcher torchrun" if res.get("nodes") else ""
     out.info(f"next: gpuops sync -p {name}; gpuops train -p {name}{launcher} --script ...; gpuops down {name} when "
              "done")
-
-
-def _template(name: Optional[str]) -> Optional[dict]:
-    """--from PROFILE, read (and validated) before anything is launched."""
-    if not name:
-        return None
-    from ..cloud.lifecycle import template_settings
-    from ..profiles import resolve
-
-    return template_settings(resolve(name, Path.cwd()))
 
 
 @app.command("ls")

@@ -7,7 +7,6 @@ from typing import List, Optional
 
 import typer
 
-from . import cloud as _cloud
 from .app import app, output
 
 
@@ -61,7 +60,7 @@ def run(
     from .. import pipeline as pl
     from .. import run_ops
     from ..cloud import decisions as d
-    from ..cloud.lifecycle import make_context
+    from ..cloud.lifecycle import make_context, template_for
     from ..errors import UsageError
 
     out = output(json_)
@@ -91,7 +90,7 @@ def run(
                                  fetch=[f.strip() for f in (fetch or "").split(",") if f.strip()], keep=keep,
                                  ttl_s=d.parse_duration(ttl) if ttl else None, max_cost=max_cost,
                                  key=(key or Path("~/.ssh/id_ed25519")).expanduser(), name=name,
-                                 launcher=launcher, nproc=nproc, template=_cloud._template(from_))
+                                 launcher=launcher, nproc=nproc, template=template_for(from_, project))
 
     def confirm(question: str) -> bool:
         if yes or not sys.stdin.isatty():

@@ -101,8 +101,8 @@ def watch(
     fleet_meta = lifecycle.resolve(run, fleet_prof, project)
     prof, meta = _node(fleet_prof, fleet_meta, host)
     n_nodes = len(fleet_meta.get("nodes") or [])
-    dash = w.Dashboard(meta, price_per_hour=(prof.price_per_hour or 0) * n_nodes if n_nodes > 1 and prof.price_per_hour
-                       else prof.price_per_hour, log_lines=min(max(lines, 1), w.DASH_LINES_MAX), host=prof.rank)
+    price = prof.price_per_hour * max(1, n_nodes) if prof.price_per_hour is not None else None  # every node bills
+    dash = w.Dashboard(meta, price_per_hour=price, log_lines=min(max(lines, 1), w.DASH_LINES_MAX), host=prof.rank)
     cloud = _cloud_summary(prof, True, [])  # watching a run: the instance is in use
     if cloud and not json_:
         from ..cloud.guardrail import line

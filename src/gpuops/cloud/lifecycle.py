@@ -183,9 +183,9 @@ def up(spec: UpSpec, ctx: Context) -> dict:
     public_line, avail = _preflight(spec, ctx)
     itype = avail.type
     price = itype.price_per_hour
-    n = max(1, spec.nodes)
+    n = spec.nodes  # 1..MAX_NODES, checked by _preflight
     key_name = ensure_ssh_key(client, public_line, out)
-    nodes: list[dict] = []  # per node: launch_id, instance_id, in_flight, instance, host_pub
+    nodes: list[dict] = []  # per node: launch_id, instance_id, in_flight, region, instance, host_pub
     ttl_deadline = None
     try:
         node_spec = spec
@@ -193,7 +193,7 @@ def up(spec: UpSpec, ctx: Context) -> dict:
             host_priv, host_pub = make_host_key()
             launch_id = uuid.uuid4().hex[:16]
             st = {"launch_id": launch_id, "instance_id": None, "in_flight": False, "instance": None,
-                  "host_pub": host_pub}
+                  "host_pub": host_pub, "region": None}
             nodes.append(st)
             ctx.ledger.add(Record(launch_id=launch_id, profile=spec.name, instance_type=itype.name,
                                   region=(node_spec.regions or ["?"])[0], price_cents_per_hour=itype.price_cents_per_hour,
@@ -211,8 +211,7 @@ def up(spec: UpSpec, ctx: Context) -> dict:
                 ctx.events["launched_at"] = launched_at
                 launched_at0 = launched_at
                 if n > 1:  # the other nodes go where the first one went
-                    region = ctx.ledger.get(launch_id).region
-                    node_spec = UpSpec(**{**spec.__dict__, "regions": [region]})
+                    node_spec = UpSpec(**{**spec.__dict__, "regions": [st["region"]]})
             out.info(f"launched instance {st['instance_id']} (launch {launch_id})"
                      + (f", node {i} of {n}" if n > 1 else "") + "; waiting until it is active")
         for st in nodes:
@@ -427,7 +426,7 @@ def _launch(spec: UpSpec, ctx: Context, avail, key_name: str, launch_id: str, us
         ctx.ledger.update(launch_id, region=region, state=LAUNCHING, regions_tried=tried + [region])
         tried.append(region)
         out.step(f"launching {avail.type.name} in {region}")
-        state["in_flight"] = True
+        state["in_flight"], state["region"] = True, region
         try:
             try:
                 ids = client.launch(region=region, type_name=avail.type.name, ssh_key=key_name,
@@ -515,7 +514,16 @@ def template_settings(prof) -> dict:
     return {k: v for k, v in doc.items() if k not in HOST_KEYS}
 
 
-def write_profile(name: str, insts, key: Path, itype, cloud: dict, *, user: str = "ubuntu",
+def template_for(name: Optional[str], project_dir: Path) -> Optional[dict]:
+    """--from PROFILE (None: no template), read and validated before anything is launched."""
+    if not name:
+        return None
+    from ..profiles import resolve
+
+    return template_settings(resolve(name, project_dir))
+
+
+def write_profile(name: str, insts: list[Instance], key: Path, itype, cloud: dict, *, user: str = "ubuntu",
                   template: Optional[dict] = None):
     """The profile NAME in the user config folder, validated by the same loader as a hand-written one. Several
     instances (a fleet, rank order): `hosts:` with each one's public and private address."""
@@ -524,7 +532,6 @@ def write_profile(name: str, insts, key: Path, itype, cloud: dict, *, user: str 
     from ..paths import write_atomic
     from ..profiles import load_profile
 
-    insts = insts if isinstance(insts, (list, tuple)) else [insts]
     first = insts[0]
     if len(insts) > 1:
         doc = {"hosts": [{"host": i.ip, "private_ip": i.private_ip or i.ip} for i in insts]}
@@ -839,11 +846,9 @@ def _terminate(ctx: Context, ids: list[str]) -> None:
                         raise
 
 
-def _terminate_confirmed(ctx: Context, ids) -> list[Optional[Instance]]:
+def _terminate_confirmed(ctx: Context, ids: list[str]) -> list[Optional[Instance]]:
     """Terminate (one request for them all) and read back until each is terminating/terminated (or gone from the
     API: None). One id given as a string: that one instance (or None)."""
-    one = isinstance(ids, str)
-    ids = [ids] if one else list(ids)
     _terminate(ctx, ids)
     deadline = ctx.clock() + TERMINATE_CONFIRM_S
     done: dict[str, Optional[Instance]] = {}
@@ -864,8 +869,7 @@ def _terminate_confirmed(ctx: Context, ids) -> list[Optional[Instance]]:
                 raise GpuopsError(f"instance {iid} is still {inst.status} after the terminate request",
                                   hint="run gpuops down again, or terminate it in Lambda's console")
         if len(done) == len(ids):
-            got = [done[i] for i in ids]
-            return got[0] if one else got
+            return [done[i] for i in ids]
         ctx.sleep(ctx.poll_s)
 
 
@@ -952,7 +956,7 @@ def reap(ctx: Context, *, confirm: Optional[Callable[[str], bool]] = None, proje
         if confirm is not None and not confirm(text + "?"):
             skipped.append({**row, "why": "not confirmed"})
             continue
-        _terminate_confirmed(ctx, row["id"])
+        _terminate_confirmed(ctx, [row["id"]])
         rec = ctx.ledger.by_instance(row["id"])
         if rec is not None:
             ctx.ledger.update(rec.launch_id, state=TERMINATED, ended_at=ctx.clock())
