@@ -140,20 +140,22 @@ def start(d: Path, *, address: str = "127.0.0.1", port: int | None = None, gpu: 
           driver: str = "570.148.08", cuda: str = "12.8", fail: str = "none", header: str = "legacy",
           python: str | None = None, na_fields: list[str] | None = None, host_key: str | None = None,
           authorized_keys: list[str] | None = None, profile: str | None = None,
-          faults: list[str] | None = None) -> dict:
+          faults: list[str] | None = None, image_python: str | None = None) -> dict:
     """Start (or reconfigure) one sandbox host in directory `d`. Several run at once, each in its own directory.
 
     address: the listen address; AUTO picks a free 127.0.0.N (then `port` defaults to 22, as on a cloud instance).
     host_key: an OpenSSH ed25519 private key (text) sshd presents; default: one generated in `d` once.
     authorized_keys: public key lines allowed to log in; default: a client key generated in `d` (client_ed25519).
     profile: write a ready profile under this name (user profile directory); None: no profile.
+    image_python: the host's system `python3` (and `python`): an interpreter from sandbox/image.py, as an instance
+    image's (Lambda Stack's python3 has a CUDA torch); None: the caller's python3 on PATH.
     Idempotent: a running sshd on the same address/port/keys keeps running; GPU state is rewritten."""
     for sub in ("bin", "home"):
         (d / sub).mkdir(parents=True, exist_ok=True)
     os.chmod(d, 0o700)
     gpu_state = write_gpu_state(d, gpu=gpu, gpus=gpus, driver=driver, cuda=cuda, fail=fail, header=header,
                                 na_fields=na_fields, faults=faults)
-    _install_tools(d)
+    _install_tools(d, image_python)
     state = read_state(d)
     keys_changed = _write_keys(d, host_key, authorized_keys)
     pid = _pid(d)
@@ -278,7 +280,13 @@ Subsystem sftp internal-sftp
 """
 
 
-def _install_tools(d: Path) -> None:
+def _install_tools(d: Path, image_python: str | None = None) -> None:
+    image_bin = d / "image-bin"
+    shutil.rmtree(image_bin, ignore_errors=True)
+    if image_python:
+        image_bin.mkdir()
+        for name in ("python3", "python"):
+            os.symlink(image_python, image_bin / name)
     for tool, module in (("nvidia-smi", "nvidia_smi.py"), ("dmesg", "kernel_log.py"), ("journalctl", "kernel_log.py")):
         src = (Path(__file__).parent / module).read_text()
         write_atomic(d / "bin" / tool, f"#!{sys.executable}\n" + src.split("\n", 1)[1])
@@ -286,7 +294,7 @@ def _install_tools(d: Path) -> None:
     # the remote PATH: the emulated tools first, then the caller's PATH without gpuops' own virtualenv
     venv_bin = str(Path(sys.prefix) / "bin") if sys.prefix != sys.base_prefix else None
     inherited = [p for p in os.environ.get("PATH", "/usr/local/bin:/usr/bin:/bin").split(os.pathsep) if p and p != venv_bin]
-    path = os.pathsep.join([str(d / "bin")] + inherited)
+    path = os.pathsep.join([str(d / "bin")] + ([str(image_bin)] if image_python else []) + inherited)
     session = f"""#!/bin/sh
 # gpuops sandbox session: an isolated home and the emulated GPU tools on PATH.
 HOME={shlex.quote(str(d / 'home'))}

@@ -163,6 +163,7 @@ class Emulator:
         self._last_launch = -1e18
         self._launches = 0
         self._requests = 0
+        self._image: dict = {"python": None, "files": {}}  # what new instances boot with (the `image` knob)
 
     def _load(self) -> None:
         try:
@@ -170,13 +171,13 @@ class Emulator:
         except (OSError, ValueError):
             return
         for k in ("instances", "keys", "filesystems", "firewall_rules", "capacity", "failing", "faults", "clock",
-                  "last_launch", "launches"):
+                  "last_launch", "launches", "image"):
             if k in doc:
                 setattr(self, "_" + k, doc[k])
 
     def _save(self) -> None:
         doc = {k: getattr(self, "_" + k) for k in ("instances", "keys", "filesystems", "firewall_rules", "capacity",
-                                                   "failing", "faults", "clock", "last_launch", "launches")}
+                                                   "failing", "faults", "clock", "last_launch", "launches", "image")}
         write_private(self.dir / "state.json", json.dumps(doc, indent=1))
 
     def now(self) -> float:
@@ -220,6 +221,18 @@ class Emulator:
     def clear_faults(self) -> None:
         with self.lock:
             self._faults = {}
+            self._save()
+
+    def image(self, python: str | None = None, files: dict | None = None) -> None:
+        """What instances launched from now on boot with: `python`, an image of sandbox/image.py IMAGES (e.g.
+        "lambda-stack": the system python3 has a CUDA build of torch and pip) or None (the test machine's python3);
+        `files`, {path under the home: text} placed on the instance's disk (a host's own ~/.config/pip/pip.conf)."""
+        from ...sandbox.image import IMAGES
+
+        if python is not None and python not in IMAGES:
+            raise ValueError(f"unknown image python {python!r}; known: {', '.join(IMAGES)}")
+        with self.lock:
+            self._image = {"python": python, "files": dict(files or {})}
             self._save()
 
     def boot_seconds(self, s: float) -> None:
@@ -275,7 +288,7 @@ class Emulator:
                     "launch_requests": self._launches, "instances": self.instances()}
 
     KNOBS = ("reset", "capacity", "set_capacity", "fault", "clear_faults", "boot_seconds", "terminate_seconds",
-             "launch_window", "advance", "preempt", "set_status")
+             "launch_window", "advance", "preempt", "set_status", "image")
 
     # -- faults --------------------------------------------------------------------------------------------------
     def _take_fault(self, name: str, path: str = "") -> dict | None:
@@ -395,8 +408,17 @@ class Emulator:
         old = self._take_fault("old-driver")
         stack = {"driver": str(old.get("version", "535.183.01")), "cuda": str(old.get("cuda", "12.2"))} if old else {}
         try:
+            image_python = None
+            if self._image.get("python"):
+                from ...sandbox import image
+
+                image_python = str(image.build(self.dir / "images" / self._image["python"], self._image["python"]))
             st = host.start(d, address=host.AUTO, port=22, gpu=gpu, gpus=count, host_key=host_key,
-                            authorized_keys=[public_key], python=self.python, **stack)
+                            authorized_keys=[public_key], python=self.python, image_python=image_python, **stack)
+            for rel, text in (self._image.get("files") or {}).items():
+                f = d / "home" / rel
+                f.parent.mkdir(parents=True, exist_ok=True)
+                f.write_text(text)
         except Exception as e:  # noqa: BLE001 - the API answers 500, as a provider failing to start a VM would
             shutil.rmtree(d, ignore_errors=True)
             raise ApiError("internal-error", f"The instance could not be started: {e}") from None
