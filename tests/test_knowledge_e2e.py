@@ -80,7 +80,8 @@ def test_megatron_with_numpy2_fails_with_the_pin_and_opencv_warns(sandbox, gpuop
     checks = verify_json(gpuops, "mg", code=1)
     mg = checks["packages.megatron-numpy2"]
     assert mg["status"] == "fail" and "numpy 2.2.6" in mg["measured"]
-    assert mg["remediation"] == f"{py} -m pip install 'numpy<2.0' 'opencv-python-headless<4.12'"
+    # a venv without pip (as uv makes them): the fix runs there with uv's pip, not `python -m pip`
+    assert mg["remediation"] == f"uv pip install --python {py} 'numpy<2.0' 'opencv-python-headless<4.12'"
     assert "seeds/003" in mg["detail"]
     assert checks["packages.opencv-pulls-numpy2"]["status"] == "warn"
 
@@ -132,7 +133,8 @@ def test_opt_in_checks_by_name(sandbox, gpuops):
     checks = {c["title"]: c for c in json.loads(r.out)["checks"]}
     assert checks["mbridge (opt-in)"]["status"] == "pass"
     pz = checks["packaging (opt-in)"]  # no pyzmq in this venv
-    assert pz["status"] == "fail" and "pip install packaging pyzmq" in pz["remediation"] and "seeds/003" in pz["remediation"]
+    assert pz["status"] == "fail" and f"uv pip install --python {py} packaging pyzmq" in pz["remediation"] \
+        and "seeds/003" in pz["remediation"]
     # an unknown name is a profile error naming the known ones
     profile_from_sandbox(sandbox, "bad", checks=["nosuch"])
     r = gpuops("verify", "bad", "--no-save")

@@ -48,8 +48,9 @@ def test_setup_from_nothing_to_verify_then_nothing_to_do(sandbox, gpuops):
 
     r = gpuops("setup", "sandbox", "--dry-run")
     assert r.code == 0, r.all
-    assert "1. create the environment ~/senv-req" in r.out and "2. install requirements.txt" in r.out
-    assert ("does not exist (uv venv)" in r.out) or ("does not exist (python3 -m venv)" in r.out)
+    assert "1. create the environment ~/senv-req" in r.out and "2. install -r requirements.txt (uv)" in r.out
+    assert ("does not exist (uv venv --system-site-packages)" in r.out) or \
+        ("does not exist (python3 -m venv --system-site-packages)" in r.out)
     assert "project index: file:///opt/pypi/simple" in r.out and "disk: about" in r.out
     assert not (home(sandbox) / "senv-req").exists()  # a dry run changes nothing
 
@@ -79,10 +80,24 @@ def test_setup_from_nothing_to_verify_then_nothing_to_do(sandbox, gpuops):
     assert r.code == 0, r.all
 
 
-def test_python_outside_a_venv_is_a_profile_error(sandbox, gpuops):
+def test_a_system_python_is_a_profile_error_and_no_python_gets_setups_environment(sandbox, gpuops):
     set_profile(sandbox, python="python3")
     r = gpuops("setup", "sandbox", "--dry-run")
-    assert r.code == 2 and "inside a virtual environment" in r.err, r.all
+    assert r.code == 2 and "installs nothing into a system Python" in r.err, r.all
+    assert "python: ~/.venvs/gpuops/bin/python" in r.err  # the fix names the environment setup would make
+    # no python: at all (what `gpuops up` writes): setup makes ~/.venvs/gpuops and records it in the profile
+    data = yaml.safe_load(sandbox["profile"].read_text())
+    data.pop("python")
+    data["setup"] = {"index_url": LOCAL_INDEX}
+    sandbox["profile"].write_text(yaml.safe_dump(data))
+    shutil.rmtree(home(sandbox) / ".venvs" / "gpuops", ignore_errors=True)
+    r = gpuops("setup", "sandbox", "--dry-run")
+    assert r.code == 0 and "1. create the environment ~/.venvs/gpuops" in r.out, r.all
+    assert "python" not in yaml.safe_load(sandbox["profile"].read_text())  # a dry run writes nothing
+    r = gpuops("setup", "sandbox", "--no-verify")
+    assert r.code == 0, r.all
+    assert yaml.safe_load(sandbox["profile"].read_text())["python"] == "~/.venvs/gpuops/bin/python"
+    assert (home(sandbox) / ".venvs" / "gpuops" / "pyvenv.cfg").read_text().count("include-system-site-packages = true")
 
 
 def make_wheel(folder: Path, name: str, version: str, code: str) -> Path:
@@ -164,7 +179,7 @@ def test_dropped_connection_during_a_long_step_is_reattached(sandbox, gpuops, tm
         def cut_when_installing():
             deadline = time.monotonic() + 30
             while time.monotonic() < deadline:
-                if log.exists() and "deps install requirements.txt" in log.read_text():
+                if log.exists() and "deps install -r requirements.txt" in log.read_text():
                     time.sleep(1.0)
                     proxy.cut_all()
                     return

@@ -16,15 +16,42 @@ from gpuops.profiles import Profile
 DATA = Path(__file__).parent / "data" / "snapshot"
 KNOW = kb.knowledge(Path("/nonexistent"))
 
-# what remote/setup.py's facts script prints on a fresh Lambda H100 (Lambda Stack: no uv, system pip, no venv)
-FRESH_LAMBDA = """home=/home/ubuntu
+def b64(text: str) -> str:
+    import base64
+
+    return base64.b64encode(text.encode()).decode()
+
+
+UV_PROJECT = """[project]
+name = "rlvr"
+version = "0.1.0"
+requires-python = ">=3.10"
+dependencies = ["numpy", "transformers>=4.40"]
+
+[project.optional-dependencies]
+train = ["wandb"]
+eval = ["vllm==0.12.0"]
+"""
+TOOLS_ONLY = "[tool.ruff]\nline-length = 100\n\n[tool.black]\nline-length = 100\n"
+
+# what remote/setup.py's facts script prints on a fresh Lambda H100 (Lambda Stack: the system python3 has a CUDA
+# torch and pip, no uv, no venv yet), for a uv project with its lock
+FRESH_LAMBDA = f"""home=/home/ubuntu
 user=ubuntu
 uv=
 python3=/usr/bin/python3
 pip_user_ok=1
-env_python=0
 @file uv.lock 1111
 @file pyproject.toml 2222
+@text pyproject.toml {b64(UV_PROJECT)}
+base_python_version=3.10.12
+base_prefix=/usr
+base_pip=1
+base_torch=2.9.0+cu128
+base_torch_path=/usr/lib/python3/dist-packages
+arch=x86_64
+@pipconf {{"sources": []}}
+env_python=0
 running=0
 @gpu 0, 570.148.08, 9.0
 cuda_driver=12.8
@@ -32,6 +59,24 @@ home_disk=/dev/vda1 10485760
 @disk /tmp /dev/vda1 10485760
 @disk /lambda /dev/nvme0n1 400000000
 """
+
+
+def facts(files: dict[str, str], *, base_torch: str | None = "2.9.0+cu128", base_pip: bool = True,
+          uv: str = "/home/ubuntu/.local/bin/uv", env: str | None = None, free_kb: int = 500_000_000):
+    """Recorded facts of a Lambda Stack host with these project files ({name: text}) on it."""
+    import hashlib
+
+    lines = [f"home=/home/ubuntu", "user=ubuntu", f"uv={uv}", "python3=/usr/bin/python3", "pip_user_ok=1"]
+    for name, text in files.items():
+        lines.append(f"@file {name} {hashlib.sha256(text.encode()).hexdigest()}")
+        if name != "uv.lock":
+            lines.append(f"@text {name} {b64(text)}")
+    lines += ["base_python_version=3.10.12", "base_prefix=/usr", f"base_pip={int(base_pip)}", "arch=x86_64"]
+    if base_torch:
+        lines += [f"base_torch={base_torch}", "base_torch_path=/usr/lib/python3/dist-packages"]
+    lines += [env or "env_python=0", "running=0", "@gpu 0, 570.148.08, 9.0", "cuda_driver=12.8",
+              f"home_disk=/dev/vda1 {free_kb}"]
+    return sp.parse_facts("\n".join(lines) + "\n")
 
 
 def profile(**kw) -> Profile:
@@ -44,7 +89,8 @@ def test_fresh_lambda_plan_orders_steps_with_reasons_index_and_cache():
     f = sp.parse_facts(FRESH_LAMBDA)
     plan = sp.make_plan(f, profile(setup={"extras": ["train"]}), KNOW, remote_dir="~/proj")
     assert [s.id for s in plan.steps] == ["uv", "environment", "deps", "torch", "flash-attn"]
-    assert plan.env_dir == "~/venv"
+    assert plan.env_dir == "~/venv" and plan.system_site and "--system-site-packages" in plan.steps[1].command
+    assert "the image's torch 2.9.0+cu128" in plan.steps[1].reason
     deps = plan.steps[2]
     assert "\"$UV\" sync --locked --extra train" in deps.command and "UV_PROJECT_ENVIRONMENT" in deps.command
     torch = plan.steps[3]
@@ -53,23 +99,26 @@ def test_fresh_lambda_plan_orders_steps_with_reasons_index_and_cache():
     fa = plan.steps[4]
     assert "MAX_JOBS=4" in fa.command and "--no-build-isolation" in fa.command and "TORCH_CUDA_ARCH_LIST=9.0" in fa.command
     assert "cxx11abi$abi" in fa.command  # the prebuilt wheel is tried first
-    assert plan.disk_mb >= 8000
+    assert plan.disk_mb >= 5000
     assert plan.cache_dir == "/lambda/gpuops-cache-ubuntu"  # home is short: cache on the roomiest other disk
+    assert plan.refusal is None  # the cache goes elsewhere, the environment fits
     assert "sudo" not in sp.render_script(plan, setup_dir="~/proj/.gpuops/setup")
 
 
 def test_no_pip_no_uv_uses_venv_and_requirements():
-    text = FRESH_LAMBDA.replace("pip_user_ok=1", "pip_user_ok=0").replace("@file uv.lock 1111\n@file pyproject.toml 2222",
-                                                                        "@file requirements.txt 33")
+    text = FRESH_LAMBDA.replace("pip_user_ok=1", "pip_user_ok=0").replace("base_pip=1", "base_pip=0")
+    text = text.replace("@file uv.lock 1111\n@file pyproject.toml 2222", "@file requirements.txt 33")
+    text = "\n".join(x for x in text.splitlines() if not x.startswith(("@text", "base_torch"))) + "\n"
     plan = sp.make_plan(sp.parse_facts(text), profile(expect={}), KNOW, remote_dir="~/proj")
     assert [s.id for s in plan.steps] == ["environment", "deps"]
-    assert "python3 -m venv" in plan.steps[0].reason and "-r requirements.txt" in plan.steps[1].command
+    assert "python3 -m venv --system-site-packages" in plan.steps[0].reason
+    assert "-r requirements.txt" in plan.steps[1].command and plan.installer == "pip"
     assert any("python3 -m venv" in n for n in plan.notes)
 
 
 def test_matching_host_has_nothing_to_do_and_changed_lock_only_reinstalls_deps():
-    f = sp.parse_facts(FRESH_LAMBDA.replace("env_python=0", "env_python=1\n@pkg torch=2.9.0+cu128\n"
-                                            "@pkg flash-attn=2.8.3\nflash_attn=ok"))
+    f = sp.parse_facts(FRESH_LAMBDA.replace("env_python=0", "env_python=1\nenv_venv=1\nenv_system_site=1\n"
+                                            "@pkg torch=2.9.0+cu128\n@pkg flash-attn=2.8.3\nflash_attn=ok"))
     prof = profile()
     f.stamp = {"deps": sp._sha_key(f, prof)}
     assert sp.make_plan(f, prof, KNOW, remote_dir="~/proj").nothing_to_do
@@ -77,6 +126,8 @@ def test_matching_host_has_nothing_to_do_and_changed_lock_only_reinstalls_deps()
     f2.files["uv.lock"] = "changed"
     ids = [s.id for s in sp.make_plan(f2, prof, KNOW, remote_dir="~/proj").steps]
     assert ids == ["deps", "torch", "flash-attn"]  # torch pinned again after sync, flash-attn rebuilt against it
+    # --force installs again with nothing changed
+    assert [s.id for s in sp.make_plan(f, prof, KNOW, remote_dir="~/proj", force=True).steps][0] == "deps"
 
 
 def test_cpu_torch_on_a_gpu_host_is_replaced_unless_the_index_is_cpu():
@@ -90,8 +141,9 @@ def test_cpu_torch_on_a_gpu_host_is_replaced_unless_the_index_is_cpu():
 
 
 def test_python_outside_a_venv_and_pins():
-    with pytest.raises(ProfileError):
-        sp.env_dir_of("python3")
+    for system in ("python3", "/usr/bin/python3", "/usr/local/bin/python3.11"):
+        with pytest.raises(ProfileError, match="installs nothing into a system Python"):
+            sp.env_dir_of(system)
     assert sp.env_dir_of("~/p/.venv/bin/python3.11") == "~/p/.venv"
     assert sp.pin("torch", "2.9.0") == "torch==2.9.0" and sp.pin("torch", ">=2.8") == "torch>=2.8"
     assert sp.pin("torch", "*") == "torch"
@@ -104,6 +156,131 @@ def test_script_marks_steps_fails_on_first_error_and_stamps_at_the_end():
     assert "@@step 1/3 uv" in text and "@@failed" in text and text.rstrip().endswith("gpuops_end 0")
     assert text.index("done.json") > text.index("@@step 3/3")
     assert "cd \"$HOME\"/'my proj'" in text
+
+
+# -- projects as users make them, on images that ship a CUDA torch (issue #20) --------------------------------------
+def test_image_torch_is_used_through_system_site_packages_and_pip():
+    """Lambda Stack + requirements naming torch: the environment sees the image's torch; pip installs the rest and
+    counts it as installed (uv would fetch another copy); the plan says which torch the job imports."""
+    reqs = "torch>=2.5\nnumpy\n-r reqs/base.txt\n"
+    f = facts({"requirements.txt": reqs, "reqs/base.txt": "wandb\n"})
+    plan = sp.make_plan(f, profile(expect={}), KNOW, remote_dir="~/proj")
+    assert [s.id for s in plan.steps] == ["environment", "deps"]
+    assert plan.installer == "pip" and "counts the image's torch 2.9.0+cu128" in plan.installer_reason
+    assert plan.torch_source.startswith("torch 2.9.0+cu128 from the image's python")
+    assert "satisfies requirements.txt's torch>=2.5" in plan.torch_source
+    assert plan.steps[1].disk_mb < 1000  # torch is not downloaded again
+    assert "GPUOPS_INSTALLER=pip" in sp.render_script(plan, setup_dir="~/proj/.gpuops/setup")
+
+
+def test_a_torch_the_project_pins_is_installed_for_the_drivers_cuda_first():
+    f = facts({"requirements.txt": "torch==2.10.0\ntorchvision==0.25.0\nsix\n"})
+    plan = sp.make_plan(f, profile(expect={}), KNOW, remote_dir="~/proj")
+    assert [s.id for s in plan.steps] == ["environment", "torch", "deps"]
+    t = plan.steps[1]
+    assert "torch==2.10.0 torchvision==0.25.0" in t.command and "whl/cu128" in t.command
+    assert "the image's 2.9.0+cu128 does not match" in t.reason
+    assert plan.torch_source == "torch==2.10.0 from https://download.pytorch.org/whl/cu128 (requirements.txt pins it)"
+    assert plan.disk_mb >= KNOW["setup_disk_mb"]["torch_cuda"]
+
+
+def test_without_pip_uv_installs_and_says_the_image_torch_is_copied():
+    f = facts({"requirements.txt": "torch\n"}, base_pip=False)
+    plan = sp.make_plan(f, profile(expect={}), KNOW, remote_dir="~/proj")
+    assert plan.installer == "uv" and any("beside the image's 2.9.0+cu128" in n for n in plan.notes)
+    assert [s.id for s in plan.steps] == ["environment", "torch", "deps"]
+
+
+def test_a_tool_only_pyproject_installs_the_requirements_not_the_folder():
+    f = facts({"pyproject.toml": TOOLS_ONLY, "requirements.txt": "six\n"})
+    plan = sp.make_plan(f, profile(expect={}), KNOW, remote_dir="~/proj")
+    deps = plan.steps[-1]
+    assert "gpuops_install -r requirements.txt" in deps.command and "-e" not in deps.command
+    assert " . " not in deps.command + " " and any("no [project] table" in n for n in plan.notes)
+
+
+def test_a_pyproject_without_a_lock_is_installed_editable_with_all_extras():
+    f = facts({"pyproject.toml": UV_PROJECT, "requirements.txt": "six\n"})
+    plan = sp.make_plan(f, profile(expect={}, setup={"extras": "all"}), KNOW, remote_dir="~/proj")
+    deps = plan.steps[-1]
+    assert "gpuops_install -r requirements.txt && gpuops_install -e '.[eval,train]'" in deps.command
+    assert "editable" in deps.title
+
+
+def test_a_uv_project_with_all_extras_syncs_them_all():
+    f = facts({"pyproject.toml": UV_PROJECT, "uv.lock": "lock"})
+    plan = sp.make_plan(f, profile(expect={}, setup={"extras": ["all"]}), KNOW, remote_dir="~/proj")
+    assert "sync --locked --all-extras" in plan.steps[-1].command and plan.installer == "uv"
+    plan = sp.make_plan(f, profile(expect={}, setup={"extras": ["train", "nope"]}), KNOW, remote_dir="~/proj")
+    assert "--extra train --extra nope" in plan.steps[-1].command
+    assert any("nope" in n and "does not define" in n for n in plan.notes)
+
+
+def test_a_changed_include_is_not_nothing_to_do():
+    files = {"requirements.txt": "-r reqs/base.txt\n-c reqs/pins.txt\n", "reqs/base.txt": "six\n",
+             "reqs/pins.txt": "six==1.17.0\n"}
+    f = facts(files, env="env_python=1\nenv_venv=1\nenv_system_site=1")
+    prof = profile(expect={})
+    f.stamp = {"deps": sp._sha_key(f, prof)}
+    assert sp.make_plan(f, prof, KNOW, remote_dir="~/proj").nothing_to_do
+    for changed in ("reqs/base.txt", "reqs/pins.txt"):
+        g = facts({**files, changed: files[changed] + "idna\n"}, env="env_python=1\nenv_venv=1\nenv_system_site=1")
+        g.stamp = f.stamp
+        plan = sp.make_plan(g, prof, KNOW, remote_dir="~/proj")
+        assert [s.id for s in plan.steps] == ["deps"], changed
+    assert [r.name for r in sp.parse_requirements(sp.parse_facts("").texts | files, "requirements.txt")] == ["six"]
+
+
+def test_a_plan_that_cannot_fit_is_refused_with_its_estimate():
+    f = facts({"requirements.txt": "torch==2.10.0\nvllm\n"}, free_kb=3 * 2**20)  # 3 GB free
+    plan = sp.make_plan(f, profile(expect={}), KNOW, remote_dir="~/proj")
+    assert plan.refusal and "GB installed" in plan.refusal and "home has 3.0 GB free" in plan.refusal
+    assert sp.make_plan(f, profile(expect={}, setup={"disk_check": False}), KNOW, remote_dir="~/proj").refusal is None
+
+
+def test_lock_estimate_takes_this_platforms_wheels():
+    lock = """version = 1
+[[package]]
+name = "torch"
+version = "2.9.0"
+wheels = [
+    { url = "https://x/torch-2.9.0-cp310-cp310-manylinux_2_28_x86_64.whl", size = 900000000 },
+    { url = "https://x/torch-2.9.0-cp310-cp310-manylinux_2_28_aarch64.whl", size = 100000000 },
+]
+[[package]]
+name = "six"
+version = "1.17.0"
+wheels = [{ url = "https://x/six-1.17.0-py2.py3-none-any.whl", size = 11000 }]
+"""
+    assert sp.lock_estimate_mb(lock, "x86_64") == int((900000000 + 11000) * 2 / 2**20)
+    assert sp.lock_estimate_mb(lock, "x86_64", skip=frozenset({"torch"})) == 0
+    assert sp.lock_estimate_mb("not toml [", "x86_64") is None
+
+
+def test_indexes_reach_the_installers_through_the_environment_not_a_command_line():
+    f = facts({"requirements.txt": "privpkg\n"}, base_torch=None)
+    prof = profile(expect={}, setup={"index_url": "https://user:tok3n@mirror.example/simple",
+                                     "extra_index_url": "https://priv.example/simple"})
+    plan = sp.make_plan(f, prof, KNOW, remote_dir="~/proj")
+    assert all("tok3n" not in s.command for s in plan.steps)
+    doc = json.dumps(plan.to_dict())
+    assert "tok3n" not in doc and "https://***@mirror.example/simple" in doc
+    text = sp.render_script(plan, setup_dir="~/proj/.gpuops/setup")
+    assert "GPUOPS_INDEX=https://user:tok3n@mirror.example/simple; export GPUOPS_INDEX" in text
+    assert "pip_config(" in text and 'eval "$(python3 -c' in text  # the host's pip.conf, read there, for uv
+
+
+def test_run_template_takes_a_system_python_as_the_base_of_its_environment():
+    from gpuops import run_ops
+    from gpuops.errors import UsageError
+
+    t, note = run_ops.run_template({"python": "python3", "setup": {"extras": ["train"]}}, "h100")
+    assert t["python"] == run_ops.RUN_PYTHON and t["setup"] == {"extras": ["train"], "base_python": "python3"}
+    assert "is the system's" in note
+    same = {"python": "~/venv/bin/python"}
+    assert run_ops.run_template(same, "x") == (same, None)
+    with pytest.raises(UsageError, match="nothing was launched"):
+        run_ops.run_template({"python": "conda run -n x"}, "x")
 
 
 # -- the launch gate --------------------------------------------------------------------------

@@ -111,6 +111,23 @@ class Context:
     def installed(self, name: str) -> str | None:
         return self.f.packages.get(name)
 
+    @property
+    def pip_install(self) -> str:
+        """How to install into the profile's python, runnable there: its pip, or uv's pip for an environment uv made
+        without pip (the probe says which it has)."""
+        return _installer(self.f, self.p.python, "install")
+
+    @property
+    def pip_uninstall(self) -> str:
+        return _installer(self.f, self.p.python, "uninstall")
+
+
+def _installer(facts: Facts, python: str, verb: str) -> str:
+    py = facts.python or {}
+    if py.get("pip") is False and py.get("uv"):
+        return f"uv pip {verb} --python {python}"
+    return f"{python} -m pip {verb}" + (" -y" if verb == "uninstall" else "")
+
 
 def check_os(c: Context) -> Iterable[CheckResult]:
     o = c.f.os
@@ -397,7 +414,7 @@ def _wheel_fix(c: Context) -> str:
         return "no PyTorch wheel's CUDA runs on this driver: the driver must be upgraded"
     torch = (c.installed("torch") or "").split("+", 1)[0]
     pin = f"torch=={torch}" if torch else "torch"
-    return (f"install torch built for CUDA {best}, the newest with wheels this driver runs: {c.p.python} -m pip install "
+    return (f"install torch built for CUDA {best}, the newest with wheels this driver runs: {c.pip_install} "
             f"--force-reinstall {pin} --index-url {c.k.get('torch_index', TORCH_INDEX).format(tag=_cuda_tag(best))} "
             "(torch releases differ in the CUDA builds they ship: drop the pin if this one has none)")
 
@@ -455,14 +472,14 @@ def check_packages(c: Context) -> Iterable[CheckResult]:
             pin = f"{name}=={spec}" if spec and spec[0].isdigit() else (f"'{name}{spec}'" if spec != "*" else name)
             yield CheckResult(cid, name, FAIL, "not installed", spec,
                               remediation=_install_fix(c, name, pin) or
-                              f"{c.p.python} -m pip install {pin}" + _index_hint(c, name, spec))
+                              f"{c.pip_install} {pin}" + _index_hint(c, name, spec))
             continue
         ok = spec_matches(have, spec)
         if ok is None:
             yield CheckResult(cid, name, FAIL, have, spec, remediation=f"{spec!r} is not a version specifier")
         else:
             yield CheckResult(cid, name, PASS if ok else FAIL, have, spec,
-                              remediation=None if ok else f"{c.p.python} -m pip install '{name}{'==' + spec if spec[0].isdigit() else spec}'"
+                              remediation=None if ok else f"{c.pip_install} '{name}{'==' + spec if spec[0].isdigit() else spec}'"
                                                           + _index_hint(c, name, spec))
 
 
@@ -474,10 +491,10 @@ def _install_fix(c: Context, name: str, pin: str) -> str | None:
     if name == "flash-attn" and rules.get("flash_attn_fix"):
         caps = sorted({g.compute_cap for g in c.f.gpus if g.compute_cap})
         arch = f"TORCH_CUDA_ARCH_LIST='{caps[0]}' " if len(caps) == 1 and not c.p.env.get("TORCH_CUDA_ARCH_LIST") else ""
-        fix = rules["flash_attn_fix"].format(python=c.p.python, arch=arch)
+        fix = rules["flash_attn_fix"].format(python=c.p.python, pip_install=c.pip_install, arch=arch)
         return fix.replace("install flash-attn", f"install {pin}", 1)
     if name == "vllm" and rules.get("vllm_install_fix") and torch:
-        return rules["vllm_install_fix"].format(python=c.p.python, torch=torch).replace("install vllm", f"install {pin}", 1)
+        return rules["vllm_install_fix"].format(python=c.p.python, pip_install=c.pip_install, torch=torch).replace("install vllm", f"install {pin}", 1)
     return None
 
 
@@ -507,7 +524,7 @@ def check_torch_cuda_build(c: Context) -> Iterable[CheckResult]:
             return
         yield CheckResult("packages.torch_cuda_build", "torch CUDA build", FAIL, f"torch {torch} is a CPU-only build",
                           f"a CUDA build ({tag})",
-                          remediation=f"{c.p.python} -m pip install --force-reinstall torch=={base} --index-url {index} "
+                          remediation=f"{c.pip_install} --force-reinstall torch=={base} --index-url {index} "
                                       "(and torchvision/torchaudio from the same index)")
     else:
         yield CheckResult("packages.torch_cuda_build", "torch CUDA build", PASS,
@@ -537,7 +554,7 @@ def check_torch_companions(c: Context) -> Iterable[CheckResult]:
             tag = lt or _cuda_tag(c.e.cuda)
             index = f" --index-url {c.k.get('torch_index').format(tag=tag)}" if tag and c.k.get("torch_index") else ""
             yield CheckResult(cid, f"{comp} matches torch", FAIL, have, f"{comp} {want} for torch {tmm}",
-                              remediation=f"{c.p.python} -m pip install '{comp}=={want}'{index}", detail="; ".join(problems))
+                              remediation=f"{c.pip_install} '{comp}=={want}'{index}", detail="; ".join(problems))
         else:
             yield CheckResult(cid, f"{comp} matches torch", PASS if row else INFO, have,
                               f"{comp} {row[comp]}.x for torch {tmm}" if row else None,
@@ -562,7 +579,7 @@ def check_imports(c: Context) -> Iterable[CheckResult]:
         abi = any(re.search(p, err) for p in patterns)
         if mod == "flash_attn" and abi:
             yield CheckResult(cid, title, FAIL, "built against another torch", f"imports with torch {c.installed('torch')}",
-                              remediation=f"{c.p.python} -m pip uninstall -y flash-attn && MAX_JOBS=4 {c.p.python} -m pip install "
+                              remediation=f"{c.pip_uninstall} flash-attn && MAX_JOBS=4 {c.pip_install} "
                                           "flash-attn --no-build-isolation   (rebuilds against the installed torch)",
                               detail=err[:300])
         elif abi:
@@ -594,7 +611,7 @@ def check_cuda_runtime(c: Context) -> Iterable[CheckResult]:
             yield CheckResult("cuda.runtime", "CUDA tensor test", FAIL if expected else (WARN if c.gpu_host else INFO),
                               "torch not installed: CUDA not tested", "torch with CUDA" if c.gpu_host else None,
                               remediation="install torch (see packages.torch)" if expected else
-                              (f"{c.p.python} -m pip install torch --index-url "
+                              (f"{c.pip_install} torch --index-url "
                                f"{c.k.get('torch_index', '').format(tag=_cuda_tag(c.e.cuda or c.f.cuda_driver) or 'cu128')}"
                                if c.gpu_host else None))
         else:
@@ -638,7 +655,7 @@ def check_cuda_runtime(c: Context) -> Iterable[CheckResult]:
     if c.e.cuda and rt.get("cuda"):
         ok = spec_matches(rt["cuda"], c.e.cuda)
         yield CheckResult("cuda.version", "torch CUDA runtime", PASS if ok else FAIL, rt["cuda"], c.e.cuda,
-                          remediation=None if ok else f"{c.p.python} -m pip install --force-reinstall "
+                          remediation=None if ok else f"{c.pip_install} --force-reinstall "
                                                       f"torch=={(c.installed('torch') or rt.get('version') or '').split('+', 1)[0]} "
                                                       f"--index-url {c.k.get('torch_index', TORCH_INDEX).format(tag=_cuda_tag(c.e.cuda))}"
                                                       "   (and torchvision/torchaudio from the same index)")
@@ -696,6 +713,8 @@ def _env_has(value: str | None, want: str) -> bool:
 
 def check_user(c: Context) -> Iterable[CheckResult]:
     for spec in c.pb.get("user_checks") or []:
+        if "{pip_install}" in (spec.get("remediation") or ""):
+            spec = dict(spec, remediation=spec["remediation"].replace("{pip_install}", c.pip_install))
         name = spec["name"]
         res = c.f.user_checks.get(name)
         sev = FAIL if spec.get("severity", "fail") == "fail" else WARN

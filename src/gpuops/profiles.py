@@ -12,7 +12,7 @@ import re
 import shlex
 from datetime import datetime
 from pathlib import Path
-from typing import Any, Dict, List, Literal, Optional
+from typing import Any, Dict, List, Literal, Optional, Union
 
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError, field_validator, model_validator
 
@@ -98,14 +98,36 @@ class SetupSettings(_Strict):
     torch_index: Optional[str] = Field(None, description="index for torch/torchvision/torchaudio (a mirror, a CPU "
                                                          "index); default: the PyTorch index of the driver's CUDA")
     index_url: Optional[str] = Field(None, description="index for the project's own dependencies (a mirror); "
-                                                       "default: the installer's own (PyPI)")
-    extras: List[str] = Field(default_factory=list, description="optional dependency groups of the project to install")
+                                                       "default: the host's pip configuration, else PyPI")
+    extra_index_url: List[str] = Field(default_factory=list, description="more indexes for the project's "
+                                       "dependencies (a private package), besides the host's pip configuration's")
+    extras: Union[Literal["all"], List[str]] = Field(default_factory=list, description="optional dependency groups "
+                                                     "of the project to install, or `all`")
+    requirements: List[str] = Field(default_factory=lambda: ["requirements.txt"],
+                                    description="requirements files to install (their -r includes are followed)")
+    system_site_packages: bool = Field(True, description="an environment setup creates sees the base python's "
+                                       "packages (an image's CUDA torch)")
+    base_python: Optional[str] = Field(None, description="the interpreter setup makes the environment from "
+                                                         "(default: python3)")
+    disk_check: bool = Field(True, description="refuse a plan whose estimate does not fit the free disk")
     sudo: bool = Field(False, description="may setup use sudo (it installs nothing system-wide either way)")
     cache_dir: Optional[str] = Field(None, description="uv/pip download cache on the host (default: a folder on the "
                                                        "largest free disk when the home disk is short)")
     install_uv: bool = Field(True, description="install uv with `pip install --user uv` when the host has none")
     flash_attn_wheel: Optional[str] = Field(None, description="URL or path of a prebuilt flash-attn wheel")
     max_jobs: int = Field(4, ge=1, description="MAX_JOBS for a flash-attn build (each job can take 5+ GB of RAM)")
+
+    @field_validator("extra_index_url", "requirements", mode="before")
+    @classmethod
+    def _one_or_many(cls, v: Any) -> Any:
+        return [v] if isinstance(v, str) else v
+
+    @field_validator("extras", mode="before")
+    @classmethod
+    def _extras(cls, v: Any) -> Any:
+        if v == ["all"]:
+            return "all"
+        return [v] if isinstance(v, str) and v != "all" else v
 
 
 class HostEntry(_Strict):

@@ -38,7 +38,9 @@ def optional_user_checks(rules: dict, names: list[str], python: str, torch: str 
         fill = {"python": shell_command(python), "torch": torch or "<the installed torch version>"}
         entry = {k: (v.format(**fill) if isinstance(v, str) and k == "command" else v) for k, v in spec.items()}
         if isinstance(entry.get("remediation"), str):
-            entry["remediation"] = entry["remediation"].format(**{**fill, "python": python})
+            # {pip_install} stays until the facts say whether the python has pip (checks.check_user fills it)
+            entry["remediation"] = entry["remediation"].format(**{**fill, "python": python,
+                                                                  "pip_install": "{pip_install}"})
         entry["name"] = f"{name} (opt-in)"
         if entry.get("source"):
             entry["remediation"] = f"{entry.get('remediation', '')}   [source: {entry['source']}]".strip()
@@ -103,7 +105,7 @@ def check_package_rules(c) -> Iterable:
         status = FAIL if r.get("status", "fail") == "fail" else WARN
         yield CheckResult(f"packages.{r['id']}", r.get("title", r["id"]), status,
                           " with ".join(f"{n} {v}" for n, v in have.items()), None,
-                          remediation=str(r.get("fix", "")).format(python=c.p.python) or None,
+                          remediation=str(r.get("fix", "")).format(python=c.p.python, pip_install=c.pip_install) or None,
                           detail=f"{r.get('message', '')} (source: {r.get('source', '?')})")
 
 
@@ -123,7 +125,7 @@ def check_arch(c) -> Iterable:
         yield CheckResult("cuda.arch", "torch has kernels for the GPU", FAIL,
                           f"torch {torch} built for {' '.join(prob['arch_list']) or '?'}",
                           f"sm_{prob['capability'].replace('.', '')} ({prob['gpu']})",
-                          remediation=f"{c.p.python} -m pip install --force-reinstall {pin} "
+                          remediation=f"{c.pip_install} --force-reinstall {pin} "
                                       f"--index-url {index}   (a torch build problem, not a GPU fault: Blackwell "
                                       "needs a CUDA 12.8+ build, torch >= 2.7)",
                           detail="`no kernel image is available for execution on the device` comes from this "

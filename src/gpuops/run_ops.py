@@ -22,6 +22,33 @@ FETCH_ATTEMPTS = 3
 RUN_PYTHON = "~/.venvs/gpuops/bin/python"  # the environment `setup` creates on a fresh instance (the runbooks' venv)
 
 
+def run_template(template: Optional[dict], name: Optional[str]) -> tuple[Optional[dict], Optional[str]]:
+    """A --from template as a run uses it, decided before anything is launched: a python: inside a virtual
+    environment is the run's (setup creates it); a system python (`python3`, `/usr/bin/python3`: the image's, with
+    its CUDA torch) is what the run's environment is made from, with its packages visible (setup.base_python); anything
+    else is refused here (exit 2). Returns (template, a note to show)."""
+    import os
+    import re
+    import shlex
+
+    from .setup_plan import env_dir_or_none
+
+    py = (template or {}).get("python")
+    if py is None or env_dir_or_none(str(py)) is not None:
+        return template, None
+    first = (shlex.split(str(py)) or [""])[0]
+    if not re.fullmatch(r"python[0-9.]*", os.path.basename(first)):
+        raise UsageError(f"--from {name}: python: {py!r} is neither a Python interpreter nor one inside a virtual "
+                         "environment; nothing was launched",
+                         hint=f"give an interpreter (python3, /usr/bin/python3) or an environment's "
+                              f"(~/venv/bin/python); the run's own is {RUN_PYTHON}")
+    setup = dict((template or {}).get("setup") or {})
+    setup.setdefault("base_python", str(py))
+    note = (f"--from {name}: python: {py} is the system's; the run trains in {RUN_PYTHON}, which setup makes from {py} "
+            "with its packages visible (the image's torch included)")
+    return {**template, "python": RUN_PYTHON, "setup": setup}, note
+
+
 def _use_env_python(profile_file: Path, python: str) -> None:
     """`up` writes no python:, so the instance's system Python would be used; a run trains in its own environment,
     which `setup` creates and fills."""

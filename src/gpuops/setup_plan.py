@@ -5,10 +5,22 @@ remote/setup.py.
 
 A step is shell text whose every value is quoted; the script runs them in order under `set -e` semantics (a failed
 step ends the script with its exit code), then records a stamp (.gpuops/setup/done.json) that lets the next setup see
-that the project's dependency files have not changed since they were installed.
+that nothing the install reads has changed since it ran.
+
+What users bring, and what the plan does with it:
+- an image whose system Python already has a CUDA torch (Lambda Stack): the environment setup creates sees the
+  system's packages (`--system-site-packages`), and the project's requirements are installed with pip, which counts
+  the image's torch as installed (uv would install a second copy of several GB); a torch the project pins that the
+  image's does not match is installed for the driver's CUDA first;
+- a uv project with its lock (`uv sync --locked`, extras by name or all), a pyproject project without a lock
+  (installed editable: the job runs the synced source), a requirements.txt with `-r`/`-c` includes (every included
+  file is part of the no-op check), a pyproject that only configures tools next to a requirements.txt;
+- the host's pip configuration (index-url, extra-index-url, find-links, cert, trusted-host): pip reads it itself, and
+  setup.sh gives it to uv as uv's own settings (remote/setup.py PIP_TO_ENV).
 """
 from __future__ import annotations
 
+import base64
 import json
 import re
 import shlex
@@ -17,12 +29,13 @@ from typing import Optional
 
 from .checks import TORCH_INDEX, _cuda_tag, _local_tag, _major_minor, spec_matches
 from .errors import ProfileError
-from .profiles import shell_path
+from .profiles import shell_command, shell_path
 
 SETUP_SUBDIR = ".gpuops/setup"
-DEP_FILES = ("uv.lock", "pyproject.toml", "requirements.txt")
 TORCH_FAMILY = ("torch", "torchvision", "torchaudio")
 FLASH = ("flash-attn", "flash_attn")
+DEFAULT_ENV_PYTHON = "~/.venvs/gpuops/bin/python"  # the environment setup makes for a profile that names none
+SYSTEM_PREFIXES = ("/", "/usr", "/usr/local", "/bin", "/opt/conda")  # a python here is the system's, not an env's
 
 
 # -- facts ----------------------------------------------------------------------------------
@@ -32,13 +45,25 @@ class HostFacts:
     home: str = "~"
     user: str = ""
     uv: Optional[str] = None
-    python3: Optional[str] = None
+    python3: Optional[str] = None  # the base python (python3, or setup.base_python) on the host
     pip_user_ok: bool = False  # python3 has pip and is not an externally managed (PEP 668) interpreter
+    base_python_version: Optional[str] = None
+    base_pip: bool = False  # the base python has pip (a venv that sees its packages can run it)
+    base_torch: Optional[str] = None  # the image's torch (in the base python), e.g. 2.9.0+cu128
+    base_torch_path: Optional[str] = None
+    arch: Optional[str] = None
     env_python: bool = False  # the profile's python exists
     env_python_version: Optional[str] = None
+    env_pip: bool = False
+    env_venv: bool = False  # the profile's python is a virtual environment's (pyvenv.cfg)
+    env_system_site: bool = False  # ... made with --system-site-packages
+    env_torch_path: Optional[str] = None
     packages: dict[str, Optional[str]] = field(default_factory=dict)  # in the profile's python
     flash_attn_import: Optional[str] = None  # "ok" or the import error; None when not checked
-    files: dict[str, str] = field(default_factory=dict)  # dependency file -> sha256, in the remote project
+    files: dict[str, str] = field(default_factory=dict)  # dependency file (and includes) -> sha256, remote project
+    texts: dict[str, str] = field(default_factory=dict)  # the small ones' text (requirements, pyproject.toml)
+    missing: list[str] = field(default_factory=list)  # files a requirements file includes that do not exist
+    pipconf: dict = field(default_factory=dict)  # pip's configuration on the host (credentials removed)
     stamp: Optional[dict] = None  # done.json of the last successful setup
     running: bool = False  # a setup is running on the host now
     last_rc: Optional[int] = None
@@ -51,64 +76,275 @@ class HostFacts:
     disks: list[tuple[str, str, int]] = field(default_factory=list)  # (writable folder, filesystem, free MB)
 
 
+_FLAGS = {"pip_user_ok", "env_python", "base_pip", "env_pip", "env_venv", "env_system_site", "running"}
+_TEXT = {"home", "user", "uv", "python3", "env_python_version", "base_python_version", "base_torch",
+         "base_torch_path", "arch", "env_torch_path", "cuda_driver"}
+
+
 def parse_facts(text: str) -> HostFacts:
-    """Lines `key=value`, `@pkg name=version`, `@file name sha256`, `@disk folder fs free_kb`, `@stamp {json}`."""
+    """Lines `key=value`, `@pkg name=version`, `@file name sha256`, `@text name base64`, `@missing name`,
+    `@pipconf {json}`, `@disk folder fs free_kb`, `@stamp {json}`, `@gpu index, driver, capability`."""
     f = HostFacts()
     for line in text.splitlines():
-        if line.startswith("@pkg "):
-            name, _, ver = line[5:].partition("=")
+        tag, _, rest = line.partition(" ")
+        if tag == "@pkg":
+            name, _, ver = rest.partition("=")
             f.packages[name.strip()] = ver.strip() or None
-        elif line.startswith("@file "):
-            parts = line.split()
-            if len(parts) >= 3:
-                f.files[parts[1]] = parts[2]
-        elif line.startswith("@disk "):
-            parts = line.split()
-            if len(parts) >= 4 and parts[3].isdigit():
-                f.disks.append((parts[1], parts[2], int(parts[3]) // 1024))
-        elif line.startswith("@stamp "):
+        elif tag in ("@file", "@text"):
+            parts = rest.split()
+            if len(parts) >= 2:
+                name = parts[0].replace("%20", " ")
+                if tag == "@file":
+                    f.files[name] = parts[1]
+                else:
+                    f.texts[name] = base64.b64decode(parts[1]).decode("utf-8", "replace")
+        elif tag == "@missing":
+            f.missing.append(rest.strip().replace("%20", " "))
+        elif tag in ("@pipconf", "@stamp"):
             try:
-                f.stamp = json.loads(line[7:])
+                doc = json.loads(rest)
             except ValueError:
-                f.stamp = None
-        elif line.startswith("@gpu "):
-            parts = [p.strip() for p in line[5:].split(",")]
+                doc = None
+            if tag == "@pipconf":
+                f.pipconf = doc if isinstance(doc, dict) else {}
+            else:
+                f.stamp = doc
+        elif tag == "@disk":
+            parts = rest.split()
+            if len(parts) >= 3 and parts[2].isdigit():
+                f.disks.append((parts[0], parts[1], int(parts[2]) // 1024))
+        elif tag == "@gpu":
+            parts = [p.strip() for p in rest.split(",")]
             if parts and parts[0]:
                 f.gpu_count += 1
                 if len(parts) > 1 and parts[1] and not f.driver:
                     f.driver = parts[1]
                 if len(parts) > 2 and re.match(r"\d+\.\d+$", parts[2]):
                     f.capabilities.append(parts[2])
-        elif "=" in line:
+        elif "=" in line and not line.startswith("@"):
             k, _, v = line.partition("=")
             v = v.strip()
-            if k == "home":
-                f.home = v
-            elif k == "user":
-                f.user = v
-            elif k == "uv":
-                f.uv = v or None
-            elif k == "python3":
-                f.python3 = v or None
-            elif k == "pip_user_ok":
-                f.pip_user_ok = v == "1"
-            elif k == "env_python":
-                f.env_python = v == "1"
-            elif k == "env_python_version":
-                f.env_python_version = v or None
+            if k in _FLAGS:
+                setattr(f, k, v == "1")
+            elif k in _TEXT:
+                setattr(f, k, v or (None if k not in ("home", "user") else getattr(f, k)))
             elif k == "flash_attn":
                 f.flash_attn_import = v or None
-            elif k == "running":
-                f.running = v == "1"
             elif k == "last_rc":
                 f.last_rc = int(v) if v.lstrip("-").isdigit() else None
-            elif k == "cuda_driver":
-                f.cuda_driver = v or None
             elif k == "home_disk":
                 parts = v.split()
                 if len(parts) == 2 and parts[1].isdigit():
                     f.home_fs, f.home_free_mb = parts[0], int(parts[1]) // 1024
     return f
+
+
+# -- the environment --------------------------------------------------------------------------------------------------
+def env_dir_or_none(python: str) -> Optional[str]:
+    """The virtual environment the profile's python lives in (`~/venv/bin/python` -> `~/venv`), or None for a python
+    that is not inside one (`python3`, `/usr/bin/python3`)."""
+    first = (shlex.split(python) or ["python3"])[0]
+    parts = first.rstrip("/").split("/")
+    if len(parts) >= 3 and parts[-2] == "bin" and re.match(r"python[0-9.]*$", parts[-1]):
+        env = "/".join(parts[:-2]) or "/"
+        return None if env in SYSTEM_PREFIXES else env
+    return None
+
+
+def env_dir_of(python: str) -> str:
+    """env_dir_or_none, or a profile error (setup installs nothing into a system Python)."""
+    env = env_dir_or_none(python)
+    if env is None:
+        first = (shlex.split(python) or ["python3"])[0]
+        raise ProfileError(f"setup installs nothing into a system Python, and the profile's python: is {first!r}",
+                           hint=f"use python: {DEFAULT_ENV_PYTHON} (setup makes it with --system-site-packages, so "
+                                f"{first}'s packages, the image's CUDA torch among them, stay in use), or leave "
+                                "python: out of the profile and setup uses that one")
+    return env
+
+
+# -- the project's dependency files (pure) ---------------------------------------------------------------------------
+@dataclass
+class Req:
+    name: str  # normalised (PEP 503)
+    spec: str  # "" = any version
+    source: str  # the file it came from
+
+
+@dataclass
+class Project:
+    kind: str  # uv-lock | pyproject | requirements | none
+    requirements: list[str] = field(default_factory=list)  # files installed with -r (top level)
+    reqs: list[Req] = field(default_factory=list)  # every named requirement (includes followed)
+    extras: list[str] = field(default_factory=list)  # extras to install (names)
+    all_extras: bool = False
+    notes: list[str] = field(default_factory=list)
+
+    def req(self, name: str) -> Optional[Req]:
+        return next((r for r in self.reqs if r.name == name), None)
+
+
+def _norm(name: str) -> str:
+    return re.sub(r"[-_.]+", "-", name).lower()
+
+
+_INCLUDE = re.compile(r"^\s*(-r|--requirement|-c|--constraint)(?:\s*=\s*|\s+)(\S+)")
+
+
+def parse_requirements(texts: dict[str, str], start: str) -> list[Req]:
+    """The named requirements of a requirements file and every file it includes with -r (constraints files -c are
+    read for the no-op check on the host, not installed). Lines that are options, URLs or paths are skipped."""
+    import posixpath
+
+    from packaging.requirements import InvalidRequirement, Requirement
+
+    out: list[Req] = []
+    seen: set[str] = set()
+
+    def walk(rel: str) -> None:
+        rel = posixpath.normpath(rel)
+        if rel in seen or rel not in texts:
+            return
+        seen.add(rel)
+        for raw in texts[rel].replace("\\\n", " ").splitlines():
+            line = raw.split(" #", 1)[0].strip()
+            if not line or line.startswith("#"):
+                continue
+            m = _INCLUDE.match(line)
+            if m:
+                if m.group(1) in ("-r", "--requirement"):
+                    walk(posixpath.join(posixpath.dirname(rel), m.group(2)))
+                continue
+            if line.startswith("-"):
+                continue
+            try:
+                r = Requirement(line)
+            except InvalidRequirement:
+                continue
+            out.append(Req(_norm(r.name), str(r.specifier), rel))
+
+    walk(start)
+    return out
+
+
+def parse_pyproject(text: Optional[str]) -> dict:
+    """{"project": bool, "dependencies": [...], "optional": {extra: [...]}} of a pyproject.toml (tomllib when this
+    Python has it, else the few lines that matter read by pattern)."""
+    if not text:
+        return {"project": False, "dependencies": [], "optional": {}}
+    try:
+        import tomllib  # Python 3.11+
+    except ImportError:
+        tomllib = None
+    if tomllib is not None:
+        try:
+            doc = tomllib.loads(text)
+        except ValueError:
+            doc = None
+        if doc is not None:
+            proj = doc.get("project")
+            if not isinstance(proj, dict):
+                return {"project": False, "dependencies": [], "optional": {}}
+            opt = proj.get("optional-dependencies") or {}
+            return {"project": True, "dependencies": [str(d) for d in proj.get("dependencies") or []],
+                    "optional": {str(k): [str(d) for d in v] for k, v in opt.items() if isinstance(v, list)}}
+    has = re.search(r"(?m)^\s*\[project\]\s*$", text) is not None
+    optional: dict = {}
+    m = re.search(r"(?ms)^\s*\[project\.optional-dependencies\]\s*$(.*?)(?=^\s*\[|\Z)", text)
+    if m:
+        optional = {k: [] for k in re.findall(r"(?m)^\s*([A-Za-z0-9_.-]+)\s*=", m.group(1))}
+    return {"project": has, "dependencies": [], "optional": optional}
+
+
+def read_project(facts: HostFacts, settings) -> Project:
+    """What to install, from the files on the host: a uv lock with a [project] pyproject -> `uv sync --locked`;
+    requirements files -> `-r` each (whenever they exist, unless a lock decides); a [project] pyproject without a
+    lock -> the project, editable, after the requirements."""
+    from packaging.requirements import InvalidRequirement, Requirement
+
+    pp = parse_pyproject(facts.texts.get("pyproject.toml"))
+    reqs_files = [r for r in settings.requirements if r in facts.files]
+    want_extras = settings.extras
+    p = Project("none")
+    if "pyproject.toml" in facts.files and pp["project"]:
+        p.all_extras = want_extras == "all"
+        p.extras = sorted(pp["optional"]) if p.all_extras else list(want_extras)
+        unknown = [e for e in p.extras if pp["optional"] and e not in pp["optional"]]
+        if unknown:
+            p.notes.append(f"setup.extras names {', '.join(unknown)}, which pyproject.toml does not define "
+                           f"(it defines: {', '.join(pp['optional']) or 'none'})")
+        deps = pp["dependencies"] + [d for e in p.extras for d in pp["optional"].get(e, [])]
+        for d in deps:
+            try:
+                r = Requirement(d)
+            except InvalidRequirement:
+                continue
+            p.reqs.append(Req(_norm(r.name), str(r.specifier), "pyproject.toml"))
+        if "uv.lock" in facts.files:
+            p.kind = "uv-lock"
+            if reqs_files:
+                p.notes.append(f"{', '.join(reqs_files)} not installed: uv.lock decides the environment")
+            return p
+        p.kind = "pyproject"
+    elif "pyproject.toml" in facts.files and reqs_files:
+        p.notes.append("pyproject.toml has no [project] table (it configures tools): the requirements are installed, "
+                       "not the folder")
+    elif "uv.lock" in facts.files:
+        p.notes.append("uv.lock without a [project] in pyproject.toml: nothing to sync")
+    if want_extras and not pp["project"]:
+        p.notes.append("setup.extras is set but the project has no [project] table to take extras from")
+    if reqs_files:
+        p.requirements = reqs_files
+        if p.kind == "none":
+            p.kind = "requirements"
+        for rf in reqs_files:
+            p.reqs = [r for r in parse_requirements(facts.texts, rf)] + p.reqs
+    for miss in facts.missing:
+        p.notes.append(f"a requirements file includes {miss}, which is not on the host (sync it, or fix the -r line)")
+    return p
+
+
+# -- the disk a plan needs -------------------------------------------------------------------------------------------
+def lock_estimate_mb(lock_text: Optional[str], arch: Optional[str], *, skip: frozenset = frozenset(),
+                     expand: float = 2.0) -> Optional[int]:
+    """Installed size of what a uv.lock installs on this platform: per package the wheel for Linux on the host's
+    architecture (else a pure-Python one, else the sdist), times `expand` (a wheel is compressed). None when the lock
+    cannot be read here."""
+    if not lock_text:
+        return None
+    try:
+        import tomllib
+    except ImportError:
+        return None
+    try:
+        doc = tomllib.loads(lock_text)
+    except ValueError:
+        return None
+    machine = arch or "x86_64"
+    total = 0
+    for pkg in doc.get("package") or []:
+        if _norm(str(pkg.get("name", ""))) in skip:
+            continue
+        wheels = [w for w in pkg.get("wheels") or [] if isinstance(w, dict)]
+        names = [(str(w.get("url") or w.get("filename") or w.get("path") or ""), int(w.get("size") or 0))
+                 for w in wheels]
+        linux = [s for n, s in names if "linux" in n and machine in n]
+        anyw = [s for n, s in names if n.endswith("-none-any.whl")]
+        sdist = int((pkg.get("sdist") or {}).get("size") or 0)
+        size = max(linux) if linux else max(anyw) if anyw else sdist
+        total += size
+    return int(total * expand / 2**20)
+
+
+def names_estimate_mb(names: list[str], knowledge: dict, *, torch_mb: int) -> int:
+    """Installed size of requirements known only by name: torch's family from the torch figure, known large packages
+    from setup_package_mb, anything else a flat `package` figure (itself and what it pulls in)."""
+    table = {_norm(k): int(v) for k, v in (knowledge.get("setup_package_mb") or {}).items()}
+    each = int((knowledge.get("setup_disk_mb") or {}).get("package", 30))
+    total = 0
+    for n in {_norm(x) for x in names}:
+        total += torch_mb if n == "torch" else table.get(n, each)
+    return total
 
 
 # -- the plan -------------------------------------------------------------------------------
@@ -129,12 +365,20 @@ class Step:
 class Plan:
     python: str
     env_dir: str
+    base_python: str = "python3"
+    system_site: bool = True  # the environment sees the base python's packages
+    installer: str = "uv"  # uv | pip: what installs the project's requirements
+    installer_reason: Optional[str] = None
     steps: list[Step] = field(default_factory=list)
     torch_index: Optional[str] = None
+    torch_source: Optional[str] = None  # which torch the job will import, and where it comes from
     index_url: Optional[str] = None
+    extra_index_urls: list[str] = field(default_factory=list)
+    pip_config: dict = field(default_factory=dict)  # the host's pip configuration (credentials removed)
     cache_dir: Optional[str] = None
     disk_mb: int = 0
     free_mb: Optional[int] = None
+    refusal: Optional[str] = None  # the plan cannot fit: setup refuses before it starts
     notes: list[str] = field(default_factory=list)
     stamp: dict = field(default_factory=dict)
 
@@ -143,22 +387,20 @@ class Plan:
         return not self.steps
 
     def to_dict(self) -> dict:
-        return {"python": self.python, "env_dir": self.env_dir, "steps": [s.to_dict() for s in self.steps],
-                "torch_index": self.torch_index, "index_url": self.index_url, "cache_dir": self.cache_dir,
-                "disk_mb": self.disk_mb, "free_mb": self.free_mb, "notes": self.notes,
+        return {"python": self.python, "env_dir": self.env_dir, "base_python": self.base_python,
+                "system_site_packages": self.system_site, "installer": self.installer,
+                "installer_reason": self.installer_reason, "steps": [s.to_dict() for s in self.steps],
+                "torch_index": redact_url(self.torch_index), "torch_source": self.torch_source,
+                "index_url": redact_url(self.index_url),
+                "extra_index_urls": [redact_url(u) for u in self.extra_index_urls],
+                "pip_config": self.pip_config, "cache_dir": self.cache_dir, "disk_mb": self.disk_mb,
+                "free_mb": self.free_mb, "refusal": self.refusal, "notes": self.notes,
                 "nothing_to_do": self.nothing_to_do}
 
 
-def env_dir_of(python: str) -> str:
-    """The virtual environment the profile's python lives in (`~/venv/bin/python` -> `~/venv`); a profile error for a
-    python that is not inside one (setup installs nothing system-wide)."""
-    first = (shlex.split(python) or ["python3"])[0]
-    parts = first.rstrip("/").split("/")
-    if len(parts) >= 3 and parts[-2] == "bin" and re.match(r"python[0-9.]*$", parts[-1]):
-        return "/".join(parts[:-2]) or "/"
-    raise ProfileError(f"setup needs the profile's python: to be inside a virtual environment, not {first!r}",
-                       hint="e.g. python: ~/venv/bin/python (or <remote_dir>/.venv/bin/python for a uv project); "
-                            "setup creates it and installs nothing system-wide")
+def redact_url(url: Optional[str]) -> Optional[str]:
+    """An index URL as it may be shown: any user:password (a private index's token) replaced by ***."""
+    return re.sub(r"^(\w[\w+.-]*://)[^/@\s]*@", r"\1***@", url) if url else url
 
 
 def pin(name: str, spec: str) -> str:
@@ -199,8 +441,20 @@ def _torch_wants(profile, facts: HostFacts, knowledge: dict) -> dict[str, str]:
 
 
 def _sha_key(facts: HostFacts, profile) -> dict:
-    return {"files": {k: facts.files[k] for k in DEP_FILES if k in facts.files}, "extras": sorted(profile.setup.extras),
-            "index_url": profile.setup.index_url, "python": profile.python}
+    """What the last install read: every dependency file (includes too), the extras, the indexes, the host's pip
+    configuration, the python and how its environment was made. A change in any of them installs again."""
+    S = profile.setup
+    cfg = hashlib_hex(json.dumps(facts.pipconf, sort_keys=True)) if facts.pipconf else None
+    return {"files": dict(sorted(facts.files.items())), "extras": S.extras if S.extras == "all" else sorted(S.extras),
+            "index_url": hashlib_hex(S.index_url) if S.index_url else None,
+            "extra_index_url": hashlib_hex(" ".join(S.extra_index_url)) if S.extra_index_url else None,
+            "pip_config": cfg, "python": profile.python, "requirements": list(S.requirements)}
+
+
+def hashlib_hex(text: str) -> str:
+    import hashlib
+
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 
 def _cache_dir(profile, facts: HostFacts, need_mb: int, knowledge: dict) -> tuple[Optional[str], Optional[str]]:
@@ -220,113 +474,276 @@ def _cache_dir(profile, facts: HostFacts, need_mb: int, knowledge: dict) -> tupl
                    f"({free / 1024:.1f} GB free)")
 
 
-def make_plan(facts: HostFacts, profile, knowledge: dict, *, remote_dir: str) -> Plan:
-    """The ordered steps that bring the host to the profile; none when it already matches."""
-    env = env_dir_of(profile.python)
-    py = profile.python
+@dataclass
+class _Ctx:
+    """What the plan's steps share while it is made."""
+    facts: HostFacts
+    profile: object
+    knowledge: dict
+    remote_dir: str
+    plan: Plan
+    project: Project
+    created: bool = False
+    sees_system: bool = False
+    uv_planned: bool = False
+    force: bool = False
+    lock_text: Optional[str] = None
+    repin: bool = False  # expect.packages pins torch: pinned again if the project's install runs
+
+    @property
+    def disk(self) -> dict:
+        return self.knowledge.get("setup_disk_mb") or {}
+
+    def torch_mb(self, index: Optional[str] = None) -> int:
+        cpu = (index and _cpu_index(index)) or (not index and self.facts.gpu_count == 0)
+        return int(self.disk.get("torch_cpu" if cpu else "torch_cuda", 5600))
+
+
+def make_plan(facts: HostFacts, profile, knowledge: dict, *, remote_dir: str, force: bool = False,
+              lock_text: Optional[str] = None) -> Plan:
+    """The ordered steps that bring the host to the profile; none when it already matches (unless `force`).
+    lock_text: the project's uv.lock when this machine has the same file (for the disk estimate)."""
     S = profile.setup
-    plan = Plan(python=py, env_dir=env, index_url=S.index_url)
-    disk = knowledge.get("setup_disk_mb") or {}
-    P = shell_path(remote_dir)
-    idx = f" --index-url {shlex.quote(S.index_url)}" if S.index_url else ""
-    created = False
+    plan = Plan(python=profile.python, env_dir=env_dir_of(profile.python), base_python=S.base_python or "python3",
+                index_url=S.index_url, extra_index_urls=list(S.extra_index_url), pip_config=dict(facts.pipconf))
+    c = _Ctx(facts, profile, knowledge, remote_dir, plan, read_project(facts, S), force=force, lock_text=lock_text)
+    plan.notes += c.project.notes
+    _plan_uv(c)
+    _plan_environment(c)
+    _choose_installer(c)
+    early_torch, late_torch = _plan_torch(c)
+    if early_torch:
+        plan.steps.append(early_torch)
+    deps_ran = _plan_deps(c)
+    if late_torch or (deps_ran and c.repin):
+        plan.steps.append(late_torch or _pin_step(c, "pinned again after the project's dependencies"))
+    _plan_flash_attn(c)
+    _plan_disk(c)
+    plan.stamp = {"deps": _sha_key(facts, profile)}
+    return plan
 
-    # 1. the environment: uv if the host has it, else uv installed for the user with pip, else python3 -m venv
-    if not facts.env_python:
-        created = True
-        if not facts.uv and S.install_uv and facts.pip_user_ok:
-            plan.steps.append(Step("uv", "install uv for the user", "the host has no uv; pip can install it for "
-                                   "this user (nothing system-wide)",
-                                   f"python3 -m pip install --user --disable-pip-version-check{idx} uv",
-                                   disk_mb=100))
-            how = "uv venv"
-        else:
-            how = "uv venv" if facts.uv else "python3 -m venv"
-            if not facts.uv:
-                plan.notes.append("no uv on the host" + ("" if S.install_uv and facts.pip_user_ok else
-                                                         " and pip cannot install it for the user")
-                                  + ": the environment is made with python3 -m venv and filled with pip")
-        E = shell_path(env)
-        plan.steps.append(Step("environment", f"create the environment {env}", f"{py} does not exist ({how})",
-                               f'if [ -n "$UV" ]; then "$UV" venv --python "$(command -v python3)" {E}; '
-                               f"else python3 -m venv {E}; fi", disk_mb=int(disk.get("environment", 100))))
-        if facts.home_free_mb is not None:
-            plan.free_mb = facts.home_free_mb
 
-    # 2. the project's own dependencies, from the synced project
-    key = _sha_key(facts, profile)
-    deps_changed = created or not facts.stamp or facts.stamp.get("deps") != key
-    deps_step = None
-    extras = list(S.extras)
-    if "uv.lock" in facts.files and "pyproject.toml" in facts.files:
-        ex = "".join(f" --extra {shlex.quote(e)}" for e in extras)
-        cmd = (f'if [ -z "$UV" ]; then echo "gpuops: uv.lock needs uv, and the host has none" >&2; exit 3; fi; '
-               f'cd {P} && UV_PROJECT_ENVIRONMENT="$GPUOPS_ENV" "$UV" sync --locked{ex}{idx}')
-        deps_step = Step("deps", "install the project's dependencies (uv sync --locked)",
-                         "uv.lock " + ("changed since the last setup" if facts.stamp else "not installed yet"), cmd,
-                         long=True)
-    elif "pyproject.toml" in facts.files:
-        spec = "." + (f"[{','.join(extras)}]" if extras else "")
-        deps_step = Step("deps", f"install the project ({spec})", "pyproject.toml " +
-                         ("changed since the last setup" if facts.stamp else "not installed yet"),
-                         f"cd {P} && gpuops_install {shlex.quote(spec)}{idx}", long=True)
-    elif "requirements.txt" in facts.files:
-        deps_step = Step("deps", "install requirements.txt", "requirements.txt " +
-                         ("changed since the last setup" if facts.stamp else "not installed yet"),
-                         f"cd {P} && gpuops_install -r requirements.txt{idx}", long=True)
-    elif not facts.files:
-        plan.notes.append(f"no uv.lock, pyproject.toml or requirements.txt in {remote_dir}: no project dependencies "
-                          "(sync the project first: gpuops sync)")
-    if deps_step and deps_changed:
-        deps_step.disk_mb = int(disk.get("project", 1000))
-        plan.steps.append(deps_step)
+def _plan_uv(c: _Ctx) -> None:
+    """uv for the user, with pip, when the host has none (nothing system-wide)."""
+    f, S = c.facts, c.profile.setup
+    if f.env_python or f.uv or not S.install_uv or not f.pip_user_ok:
+        return
+    c.uv_planned = True
+    c.plan.steps.append(Step("uv", "install uv for the user", "the host has no uv; pip can install it for this user "
+                             "(nothing system-wide)", "python3 -m pip install --user --disable-pip-version-check uv",
+                             disk_mb=100))
 
-    # 3. torch, torchvision, torchaudio pinned by expect.packages, from the index of the driver's CUDA
-    wants = _torch_wants(profile, facts, knowledge)
+
+def _plan_environment(c: _Ctx) -> None:
+    """The environment the profile's python lives in, seeing the base python's packages unless told not to."""
+    f, S, plan = c.facts, c.profile.setup, c.plan
+    plan.system_site = f.env_system_site if f.env_python else S.system_site_packages
+    c.sees_system = plan.system_site
+    if f.env_python:
+        if f.base_torch and not f.env_system_site and f.env_venv and not f.packages.get("torch"):
+            plan.notes.append(f"the environment {plan.env_dir} does not see the image's torch {f.base_torch} (it was "
+                              "made without --system-site-packages); remove it and run setup again to use the image's")
+        return
+    c.created = True
+    uv = f.uv or c.uv_planned
+    how = "uv venv" if uv else "python3 -m venv"
+    if not uv:
+        plan.notes.append("no uv on the host" + ("" if S.install_uv and f.pip_user_ok else
+                                                 " and pip cannot install it for the user")
+                          + ": the environment is made with python3 -m venv and filled with pip")
+    if f.python3 is None:
+        plan.notes.append(f"{plan.base_python} was not found on the host: the environment cannot be made from it")
+    E, B = shell_path(plan.env_dir), shell_command(plan.base_python)
+    site = " --system-site-packages" if plan.system_site else ""
+    sees = (f"; it sees {plan.base_python}'s packages" + (f" (the image's torch {f.base_torch})" if f.base_torch else "")
+            if plan.system_site else "")
+    plan.steps.append(Step("environment", f"create the environment {plan.env_dir}",
+                           f"{plan.python} does not exist ({how}{site}){sees}",
+                           f'if [ -n "$UV" ]; then "$UV" venv{site} --python "$(command -v {B})" {E}; '
+                           f"else {B} -m venv{site} {E}; fi", disk_mb=int(c.disk.get("environment", 100))))
+
+
+def _choose_installer(c: _Ctx) -> None:
+    """pip when the environment sees an image's torch and pip can run in it (pip counts the image's packages as
+    installed; uv does not look past the environment and would install torch again), else uv, else pip."""
+    f, plan = c.facts, c.plan
+    uv = bool(f.uv or c.uv_planned)
+    image_torch = c.sees_system and f.base_torch
+    pip_here = f.env_pip or (c.sees_system and f.base_pip) or (c.created and not uv)
+    if image_torch and pip_here and c.project.kind in ("requirements", "pyproject"):
+        plan.installer = "pip"
+        plan.installer_reason = (f"pip counts the image's torch {f.base_torch} as installed (uv would install "
+                                 "another copy into the environment)")
+    elif uv:
+        plan.installer = "uv"
+    else:
+        plan.installer = "pip"
+        plan.installer_reason = "no uv on the host"
+    if image_torch and plan.installer == "uv" and c.project.kind in ("requirements", "pyproject") \
+            and c.project.req("torch"):
+        plan.notes.append(f"no pip to run in the environment: uv installs the project's torch into it, beside the "
+                          f"image's {f.base_torch}")
+
+
+def _visible_torch(c: _Ctx) -> tuple[Optional[str], Optional[str]]:
+    """(version, where) of the torch the job's python imports today (before any step)."""
+    f = c.facts
+    if f.env_python and f.packages.get("torch"):
+        system = f.env_torch_path and f.base_torch_path and f.env_torch_path == f.base_torch_path
+        where = f"the image's python ({f.base_torch_path})" if system else "the environment"
+        return f.packages["torch"], where
+    if c.created and c.sees_system and f.base_torch:
+        return f.base_torch, f"the image's python ({f.base_torch_path or f.python3})"
+    return None, None
+
+
+def _plan_torch(c: _Ctx) -> tuple[Optional[Step], Optional[Step]]:
+    """(a step before the project's install, a step after it), and the plan's torch_source. expect.packages pins
+    come after (they win over the project's); a torch the project pins that the image's does not satisfy comes before
+    (so the install finds it present and takes nothing from PyPI's default build)."""
+    f, prof, plan = c.facts, c.profile, c.plan
+    wants = _torch_wants(prof, f, c.knowledge)
+    have, where = _visible_torch(c)
     if wants:
-        index = torch_index_for(profile, facts, knowledge)
-        plan.torch_index = index
-        cpu_index = _cpu_index(index)
-        wrong = [n for n, spec in wants.items() if not spec_matches(facts.packages.get(n), spec)]
-        cpu_build = (facts.gpu_count > 0 and not cpu_index and _local_tag(facts.packages.get("torch")) == "cpu")
-        if wrong or cpu_build or (deps_step and deps_changed):
-            why = []
-            if wrong:
-                why.append(", ".join(f"{n} {facts.packages.get(n) or 'missing'} (expected {wants[n]})" for n in wrong))
-            if cpu_build:
-                why.append(f"torch {facts.packages.get('torch')} is a CPU-only build on a GPU host")
-            if not why:
-                why.append("pinned again after the project's dependencies")
-            reqs = " ".join(shlex.quote(pin(n, s)) for n, s in wants.items())
-            plan.steps.append(Step("torch", f"install {' '.join(pin(n, s) for n, s in wants.items())}",
-                                   "; ".join(why) + f"; from {index}",
-                                   f"gpuops_install --reinstall-torch {reqs} --index-url {shlex.quote(index)}",
-                                   long=True, disk_mb=int(disk.get("torch_cpu" if cpu_index else "torch_cuda", 8000))))
+        plan.torch_index = torch_index_for(prof, f, c.knowledge)
+        cpu_index = _cpu_index(plan.torch_index)
+        wrong = [n for n, spec in wants.items() if not spec_matches(f.packages.get(n) if f.env_python else
+                                                                   (have if n == "torch" else None), spec)]
+        cpu_build = f.gpu_count > 0 and not cpu_index and _local_tag(have) == "cpu"
+        if not (wrong or cpu_build):
+            plan.torch_source = f"torch {have} from {where}, as expect.packages asks"
+            c.repin = True
+            return None, None
+        why = []
+        if wrong:
+            why.append(", ".join(f"{n} {(f.packages.get(n) if f.env_python else (have if n == 'torch' else None)) or 'missing'}"
+                                 f" (expected {wants[n]})" for n in wrong))
+        if cpu_build:
+            why.append(f"torch {have} is a CPU-only build on a GPU host")
+        plan.torch_source = f"{pin('torch', wants.get('torch', '*'))} from {plan.torch_index} (expect.packages)"
+        return None, _pin_step(c, "; ".join(why))
+    if c.project.kind == "uv-lock":
+        plan.torch_source = "torch as uv.lock pins it (uv sync installs it into the environment)" \
+            if c.project.req("torch") or (c.lock_text and re.search(r'(?m)^name = "torch"$', c.lock_text)) else \
+            (f"torch {have} from {where}" if have else "no torch (the project does not need one)")
+        return None, None
+    r = c.project.req("torch")
+    if r is None:
+        plan.torch_source = f"torch {have} from {where}" if have else "no torch (the project does not name one)"
+        return None, None
+    spec = r.spec or "*"
+    plan.torch_index = torch_index_for(prof, f, c.knowledge)
+    cpu_index = _cpu_index(plan.torch_index)
+    usable = have and spec_matches(have, spec) and not (f.gpu_count > 0 and not cpu_index and _local_tag(have) == "cpu")
+    uv_reinstalls = plan.installer == "uv" and where and where.startswith("the image")
+    if usable and not uv_reinstalls:
+        plan.torch_source = f"torch {have} from {where} (satisfies {r.source}'s torch{r.spec})"
+        return None, None
+    family = [x for x in c.project.reqs if x.name in TORCH_FAMILY]
+    reqs = [f"{x.name}{x.spec}" for x in family]
+    why = (f"{r.source} asks for torch{r.spec}" + (f"; the image's {have} does not match" if have else
+                                                   "; none installed")
+           + f"; built for the driver's CUDA, from {plan.torch_index}")
+    plan.torch_source = f"torch{r.spec} from {plan.torch_index} ({r.source} pins it)"
+    return Step("torch", f"install {' '.join(reqs)} for the driver's CUDA", why,
+                f"gpuops_install --reinstall-torch {' '.join(shlex.quote(x) for x in reqs)} "
+                f"--index-url {shlex.quote(plan.torch_index)}", long=True,
+                disk_mb=c.torch_mb(plan.torch_index)), None
 
-    # 4. flash-attn, when expected: a prebuilt wheel matching torch, Python and the C++ ABI, else a throttled build
-    fa_spec = next((profile.expect.packages[n] for n in FLASH if n in profile.expect.packages), None)
-    if fa_spec is None and "flash_attn" in profile.expect.imports:
+
+def _pin_step(c: _Ctx, why: str) -> Step:
+    """torch and its companions pinned by expect.packages, from the torch index."""
+    wants = _torch_wants(c.profile, c.facts, c.knowledge)
+    index = c.plan.torch_index or torch_index_for(c.profile, c.facts, c.knowledge)
+    reqs = " ".join(shlex.quote(pin(n, s)) for n, s in wants.items())
+    return Step("torch", f"install {' '.join(pin(n, s) for n, s in wants.items())}", why + f"; from {index}",
+                f"gpuops_install --reinstall-torch {reqs} --index-url {shlex.quote(index)}", long=True,
+                disk_mb=c.torch_mb(index))
+
+
+def _plan_deps(c: _Ctx) -> bool:
+    """The project's own dependencies, from the synced project; True when that step is planned."""
+    f, p, plan = c.facts, c.project, c.plan
+    P = shell_path(c.remote_dir)
+    changed = c.created or c.force or not f.stamp or f.stamp.get("deps") != _sha_key(f, c.profile)
+    why = ("--force" if c.force else "the environment is new" if c.created else
+           "not installed yet" if not f.stamp else "the files it installs from changed since the last setup")
+    if p.kind == "none":
+        if not f.files:
+            plan.notes.append(f"no uv.lock, pyproject.toml or {', '.join(c.profile.setup.requirements)} in "
+                              f"{c.remote_dir}: no project dependencies (sync the project first: gpuops sync)")
+        return False
+    if not changed:
+        return False
+    if p.kind == "uv-lock":
+        ex = " --all-extras" if p.all_extras else "".join(f" --extra {shlex.quote(e)}" for e in p.extras)
+        cmd = (f'if [ -z "$UV" ]; then echo "gpuops: uv.lock needs uv, and the host has none" >&2; exit 3; fi; '
+               f'cd {P} && UV_PROJECT_ENVIRONMENT="$GPUOPS_ENV" "$UV" sync --locked{ex}')
+        plan.steps.append(Step("deps", "install the project's dependencies (uv sync --locked" + ex + ")", why, cmd,
+                               long=True))
+        return True
+    parts = [f"gpuops_install -r {shlex.quote(r)}" for r in p.requirements]
+    titles = [f"-r {r}" for r in p.requirements]
+    if p.kind == "pyproject":
+        spec = "." + (f"[{','.join(p.extras)}]" if p.extras else "")
+        parts.append(f"gpuops_install -e {shlex.quote(spec)}")
+        titles.append(f"-e {spec} (editable: the job runs the synced source)")
+    plan.steps.append(Step("deps", f"install {' and '.join(titles)} ({plan.installer})", why,
+                           f"cd {P} && " + " && ".join(parts), long=True))
+    return True
+
+
+def _plan_flash_attn(c: _Ctx) -> None:
+    """flash-attn, when expected: a prebuilt wheel matching torch, Python and the C++ ABI, else a throttled build."""
+    prof, f, plan = c.profile, c.facts, c.plan
+    fa_spec = next((prof.expect.packages[n] for n in FLASH if n in prof.expect.packages), None)
+    if fa_spec is None and "flash_attn" in prof.expect.imports:
         fa_spec = "*"
+    if fa_spec is None:
+        return
     torch_step = any(s.id == "torch" for s in plan.steps)
-    if fa_spec is not None:
-        have = facts.packages.get("flash-attn")
-        ok = have and spec_matches(have, fa_spec) and facts.flash_attn_import == "ok"
-        if not ok or torch_step:
-            reason = ("not installed" if not have else f"{have} does not match {fa_spec}"
-                      if not spec_matches(have, fa_spec) else "does not import: " + (facts.flash_attn_import or "?")[:120]
-                      if facts.flash_attn_import != "ok" else "torch is reinstalled: flash-attn must match it")
-            plan.steps.append(_flash_step(profile, facts, knowledge, fa_spec, reason, disk))
+    have = f.packages.get("flash-attn")
+    ok = have and spec_matches(have, fa_spec) and f.flash_attn_import == "ok"
+    if ok and not torch_step:
+        return
+    reason = ("not installed" if not have else f"{have} does not match {fa_spec}"
+              if not spec_matches(have, fa_spec) else "does not import: " + (f.flash_attn_import or "?")[:120]
+              if f.flash_attn_import != "ok" else "torch is reinstalled: flash-attn must match it")
+    plan.steps.append(_flash_step(prof, f, c.knowledge, fa_spec, reason, c.disk))
 
+
+def _plan_disk(c: _Ctx) -> None:
+    """The disk the steps need (from what they install), where the cache goes, and a refusal when it cannot fit."""
+    f, plan, p = c.facts, c.plan, c.project
+    deps = next((s for s in plan.steps if s.id == "deps"), None)
+    if deps is not None:
+        skip = set()
+        if any(s.id == "torch" for s in plan.steps) or (plan.installer == "pip" and _visible_torch(c)[0]):
+            skip |= set(TORCH_FAMILY)
+        est = lock_estimate_mb(c.lock_text, f.arch, skip=frozenset(skip)) if p.kind == "uv-lock" else None
+        if est is None:
+            names = [r.name for r in p.reqs if r.name not in skip]
+            est = names_estimate_mb(names, c.knowledge, torch_mb=c.torch_mb(plan.torch_index))
+            if p.kind == "pyproject":
+                est += int(c.disk.get("package", 30))
+        deps.disk_mb = est
     plan.disk_mb = sum(s.disk_mb for s in plan.steps)
-    plan.free_mb = facts.home_free_mb
-    plan.cache_dir, note = _cache_dir(profile, facts, plan.disk_mb, knowledge)
+    plan.free_mb = f.home_free_mb
+    plan.cache_dir, note = _cache_dir(c.profile, f, plan.disk_mb, c.knowledge)
     if note:
         plan.notes.append(note)
-    if plan.steps and facts.home_free_mb is not None and plan.disk_mb > facts.home_free_mb:
-        plan.notes.append(f"needs about {plan.disk_mb / 1024:.1f} GB but home has {facts.home_free_mb / 1024:.1f} GB "
-                          "free: set setup.cache_dir, or free space")
-    plan.stamp = {"deps": key}
-    return plan
+    if not plan.steps or f.home_free_mb is None:
+        return
+    cache_share = 0 if plan.cache_dir else plan.disk_mb // 2  # downloads are kept in the cache, compressed
+    need = plan.disk_mb + cache_share
+    if need > f.home_free_mb:
+        text = (f"needs about {need / 1024:.1f} GB ({plan.disk_mb / 1024:.1f} GB installed"
+                + (f" + {cache_share / 1024:.1f} GB of download cache" if cache_share else "")
+                + f") but home has {f.home_free_mb / 1024:.1f} GB free")
+        if c.profile.setup.disk_check:
+            plan.refusal = text
+        else:
+            plan.notes.append(text + " (setup.disk_check: false: going on)")
 
 
 def _flash_step(profile, facts: HostFacts, knowledge: dict, spec: str, reason: str, disk: dict) -> Step:
@@ -361,7 +778,11 @@ def _flash_step(profile, facts: HostFacts, knowledge: dict, spec: str, reason: s
 # -- the script ------------------------------------------------------------------------------
 def render_script(plan: Plan, *, setup_dir: str) -> str:
     """setup.sh: run in its own session (setsid nohup) with its output in setup_dir/log; `@@step N/M id title` before
-    each step, `@@failed id rc` and exit rc on a failed step, `@@done` after writing the stamp."""
+    each step, `@@failed id rc` and exit rc on a failed step, `@@done` after writing the stamp. The indexes reach
+    both installers through the environment (never a command line): the profile's as GPUOPS_INDEX/GPUOPS_EXTRA_INDEX,
+    the host's pip configuration read again here and given to uv (remote/setup.py PIP_TO_ENV)."""
+    from .remote.setup import PIP_TO_ENV
+
     D = shell_path(setup_dir)
     lines = [
         "#!/bin/sh",
@@ -373,13 +794,24 @@ def render_script(plan: Plan, *, setup_dir: str) -> str:
         "UV_PYTHON_DOWNLOADS=never; export UV_PYTHON_DOWNLOADS",
         f"GPUOPS_ENV={shell_path(plan.env_dir)}; export GPUOPS_ENV",
         f"GPUOPS_PY={shell_path((shlex.split(plan.python) or ['python3'])[0])}",
+        f"GPUOPS_INSTALLER={plan.installer}",
+    ]
+    if plan.index_url:
+        lines.append(f"GPUOPS_INDEX={shlex.quote(plan.index_url)}; export GPUOPS_INDEX")
+    if plan.extra_index_urls:
+        lines.append(f"GPUOPS_EXTRA_INDEX={shlex.quote(' '.join(plan.extra_index_urls))}; export GPUOPS_EXTRA_INDEX")
+    lines += [
+        f"if command -v {shell_command(plan.base_python)} >/dev/null 2>&1; then",
+        f"  eval \"$({shell_command(plan.base_python)} -c {shlex.quote(PIP_TO_ENV)} \"$GPUOPS_ENV\")\"",
+        "fi",
         'gpuops_uv() { command -v uv 2>/dev/null || { [ -x "$HOME/.local/bin/uv" ] && echo "$HOME/.local/bin/uv"; }; }',
         "UV=$(gpuops_uv)",
-        # install into the profile's environment: uv pip when uv is there, else the environment's pip;
+        # install into the profile's environment: uv pip, or pip run by the environment's python (GPUOPS_INSTALLER);
         # --reinstall-torch: replace an installed torch (another build of the same version) with the pinned one
         "gpuops_install() {",
         '  r=; if [ "$1" = --reinstall-torch ]; then shift; r=1; fi',
-        '  if [ -n "$UV" ]; then "$UV" pip install --python "$GPUOPS_PY" ${r:+--reinstall-package torch} "$@"',
+        '  if [ "$GPUOPS_INSTALLER" = uv ] && [ -n "$UV" ]; then',
+        '    "$UV" pip install --python "$GPUOPS_PY" ${r:+--reinstall-package torch} "$@"',
         '  else [ -n "$r" ] && "$GPUOPS_PY" -m pip uninstall -y -q torch torchvision torchaudio >/dev/null 2>&1',
         '    "$GPUOPS_PY" -m pip install --disable-pip-version-check "$@"; fi',
         "}",

@@ -86,11 +86,14 @@ def run(
         from ..runs import script_path
 
         script = script_path(script, project, must_exist=True)
+        template, note = run_ops.run_template(template_for(from_, project), from_)
+        if note:
+            out.info(note)
         rec = run_ops.new_record(type_name=type_, script=script, args=args or [], regions=region, nodes=nodes,
                                  fetch=[f.strip() for f in (fetch or "").split(",") if f.strip()], keep=keep,
                                  ttl_s=d.parse_duration(ttl) if ttl else None, max_cost=max_cost,
                                  key=(key or Path("~/.ssh/id_ed25519")).expanduser(), name=name,
-                                 launcher=launcher, nproc=nproc, template=template_for(from_, project))
+                                 launcher=launcher, nproc=nproc, template=template)
 
     def confirm(question: str) -> bool:
         if yes or not sys.stdin.isatty():

@@ -10,21 +10,35 @@ from .app import HostOpt, JsonOpt, ProfileOpt, app, output, pick_profile
 
 
 def plan_lines(plan) -> list[str]:
-    """The plan as plain lines: each step with its reason, the indexes, the disk it needs."""
+    """The plan as plain lines: each step with its reason, which torch the job will import, the installer, the
+    indexes (credentials hidden), the disk it needs."""
+    from ..setup_plan import redact_url
+
     if plan.nothing_to_do:
-        return [f"nothing to do: the environment {plan.env_dir} matches the profile"]
+        return [f"nothing to do: the environment {plan.env_dir} matches the profile",
+                f"  torch: {plan.torch_source}"]
     lines = [f"plan for {plan.python} ({len(plan.steps)} step(s)):"]
     for i, s in enumerate(plan.steps, 1):
         lines.append(f"  {i}. {s.title}{'  [long]' if s.long else ''}")
         lines.append(f"     why: {s.reason}")
+    lines.append(f"  torch: {plan.torch_source}")
+    lines.append(f"  installer: {plan.installer}" + (f" ({plan.installer_reason})" if plan.installer_reason else ""))
     if plan.torch_index:
-        lines.append(f"  torch index: {plan.torch_index}")
+        lines.append(f"  torch index: {redact_url(plan.torch_index)}")
     if plan.index_url:
-        lines.append(f"  project index: {plan.index_url}")
+        lines.append(f"  project index: {redact_url(plan.index_url)}")
+    if plan.extra_index_urls:
+        lines.append(f"  extra indexes: {', '.join(redact_url(u) for u in plan.extra_index_urls)}")
+    cfg = plan.pip_config or {}
+    shown = [f"{k} {' '.join(v) if isinstance(v, list) else v}" for k, v in sorted(cfg.items()) if k != "sources"]
+    if shown:
+        lines.append(f"  the host's pip configuration ({', '.join(cfg.get('sources') or [])}): {'; '.join(shown)}")
     free = f", {plan.free_mb / 1024:.1f} GB free in home" if plan.free_mb is not None else ""
     lines.append(f"  disk: about {plan.disk_mb / 1024:.1f} GB{free}")
     if plan.cache_dir:
         lines.append(f"  cache: {plan.cache_dir}")
+    if plan.refusal:
+        lines.append(f"  DOES NOT FIT: {plan.refusal}")
     return lines
 
 
@@ -32,21 +46,27 @@ def plan_lines(plan) -> list[str]:
 def setup(
     name: Optional[str] = typer.Argument(None, help="Profile name.", show_default=False),
     profile: Optional[str] = ProfileOpt,
-    dry_run: bool = typer.Option(False, "--dry-run", help="Show the plan (steps, reasons, indexes, disk) and stop."),
+    dry_run: bool = typer.Option(False, "--dry-run", help="Show the plan (steps, reasons, which torch the job will "
+                                                          "import, indexes, disk) and stop."),
+    force: bool = typer.Option(False, "--force", help="Install the project's dependencies again even if nothing "
+                                                      "they are read from has changed."),
     no_verify: bool = typer.Option(False, "--no-verify", help="Do not run verify after the steps."),
     json_: bool = JsonOpt,
     host: Optional[int] = HostOpt,
 ) -> None:
-    """Make the host match the profile: create the python: environment (uv, else pip --user uv, else venv), install
-    the synced project's dependencies, torch pinned by expect.packages from the index of the driver's CUDA, and
-    flash-attn; long steps run detached (run setup again to re-attach); ends with verify. Idempotent."""
+    """Make the host match the profile: create the python: environment (seeing the system's packages, so an image's
+    CUDA torch is used; a profile without python: gets ~/.venvs/gpuops), install the synced project's dependencies
+    (uv.lock, requirements files with their includes, pyproject editable; setup.extras, `all` too) with the host's
+    pip configuration, torch for the driver's CUDA when the project or expect.packages pins one the image lacks,
+    and flash-attn; refuses a plan that does not fit the disk; long steps run detached (run setup again to
+    re-attach); ends with verify. Idempotent."""
     from .. import setup_ops
     from ..verify import exit_code, show
 
     out = output(json_)
     fleet_prof = pick_profile(name, profile)
     if fleet_prof.is_fleet and host is None:
-        raise typer.Exit(_setup_fleet(fleet_prof, out, dry_run=dry_run, verify=not no_verify))
+        raise typer.Exit(_setup_fleet(fleet_prof, out, dry_run=dry_run, verify=not no_verify, force=force))
     prof = fleet_prof.node(host)
     notes_shown = []
 
@@ -57,7 +77,7 @@ def setup(
             out.warn(n)
         notes_shown.append(plan)
 
-    doc = setup_ops.setup(prof, out, Path.cwd(), dry_run=dry_run, verify=not no_verify, on_plan=on_plan)
+    doc = setup_ops.setup(prof, out, Path.cwd(), dry_run=dry_run, verify=not no_verify, force=force, on_plan=on_plan)
     results = doc.pop("verify_results", None)
     code = 0
     if doc["verify"] is not None:
@@ -79,7 +99,7 @@ def setup(
     raise typer.Exit(code)
 
 
-def _setup_fleet(prof, out, *, dry_run: bool, verify: bool) -> int:
+def _setup_fleet(prof, out, *, dry_run: bool, verify: bool, force: bool = False) -> int:
     """Every host of a fleet profile in parallel (fleet.for_each: a bounded pool, a section per host in rank order);
     the worst host's exit code."""
     from .. import setup_ops
@@ -91,7 +111,8 @@ def _setup_fleet(prof, out, *, dry_run: bool, verify: bool) -> int:
             for line in plan_lines(plan):
                 node_out.print(line)
 
-        doc = setup_ops.setup(node, node_out, Path.cwd(), dry_run=dry_run, verify=verify, on_plan=on_plan)
+        doc = setup_ops.setup(node, node_out, Path.cwd(), dry_run=dry_run, verify=verify, force=force,
+                              on_plan=on_plan)
         results = doc.pop("verify_results", None)
         if doc["verify"] is not None and results is not None and not node_out.json_mode:
             show(node_out, doc["verify"], results)

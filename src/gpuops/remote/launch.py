@@ -95,7 +95,9 @@ def gate_lines(remote_dir: str, script: Optional[str], python: str, probe_params
 
 def venv_lines(python: str) -> list[str]:
     """launch.sh lines: when the profile's Python lives in a virtual environment (its bin/ holds pyvenv.cfg one level
-    up), that bin/ goes first on PATH and VIRTUAL_ENV is set, so `python`/`pip` in a .sh job are the profile's."""
+    up), that bin/ goes first on PATH and VIRTUAL_ENV is set, so `python`/`pip` in a .sh job are the profile's; and
+    `uv run` in the job uses that environment as it is (UV_PROJECT_ENVIRONMENT, UV_NO_SYNC): the one setup built,
+    extras included, with nothing installed while the instance bills. The profile's env: may set either otherwise."""
     first = (shlex.split(python) or ["python3"])[0]
     if "/" not in first:
         return []
@@ -104,6 +106,8 @@ def venv_lines(python: str) -> list[str]:
             'if [ -f "$gpuops_bin/../pyvenv.cfg" ]; then',
             '  VIRTUAL_ENV=$(cd "$gpuops_bin/.." && pwd); export VIRTUAL_ENV',
             '  PATH="$VIRTUAL_ENV/bin:$PATH"; export PATH; unset PYTHONHOME',
+            '  UV_PROJECT_ENVIRONMENT=${UV_PROJECT_ENVIRONMENT:-$VIRTUAL_ENV}; export UV_PROJECT_ENVIRONMENT',
+            '  UV_NO_SYNC=${UV_NO_SYNC:-1}; export UV_NO_SYNC',
             "fi"]
 
 

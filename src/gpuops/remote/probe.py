@@ -338,8 +338,13 @@ def disk(path):
 
 
 def python_info():
+    import importlib.util
+    import shutil
+
+    uv = shutil.which("uv") or next((p for p in [os.path.expanduser("~/.local/bin/uv")] if os.access(p, os.X_OK)), None)
     return {"version": platform.python_version(), "full": sys.version, "executable": sys.executable,
-            "implementation": platform.python_implementation(), "platform": platform.platform()}
+            "implementation": platform.python_implementation(), "platform": platform.platform(),
+            "pip": importlib.util.find_spec("pip") is not None, "uv": uv}
 
 
 def packages(names):

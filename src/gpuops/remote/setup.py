@@ -24,20 +24,193 @@ def setup_dir_of(remote_dir: str) -> str:
     return f"{remote_dir.rstrip('/')}/{SETUP_SUBDIR}"
 
 
-def facts_script(remote_dir: str, python: str, packages: list[str], check_flash: bool) -> str:
-    from ..setup_plan import DEP_FILES
+# pip's configuration as pip reads it for `pip install`: the global files, the user's (unless PIP_CONFIG_FILE names
+# a file), the environment's own pip.conf, PIP_CONFIG_FILE, then PIP_* variables; [install] over [global].
+PIPCONF = r"""
+import os, re
 
+def strip_auth(url):
+    return re.sub(r"^(\w[\w+.-]*://)[^/@\s]*@", r"\1***@", url)
+
+def pip_config(env_dir, strip):
+    import configparser
+    over = {}
+    sources = []
+    home = os.path.expanduser("~")
+    xdg_dirs = [d for d in os.environ.get("XDG_CONFIG_DIRS", "/etc/xdg").split(":") if d]
+    files = [os.path.join(d, "pip", "pip.conf") for d in xdg_dirs] + ["/etc/pip.conf"]
+    env_file = os.environ.get("PIP_CONFIG_FILE")
+    if not (env_file and os.path.exists(env_file)):
+        files += [os.path.join(home, ".pip", "pip.conf"),
+                  os.path.join(os.environ.get("XDG_CONFIG_HOME") or os.path.join(home, ".config"), "pip", "pip.conf")]
+    if env_dir:
+        files.append(os.path.join(os.path.expanduser(env_dir), "pip.conf"))
+    if env_file and env_file != os.devnull:
+        files.append(env_file)
+    for f in files:
+        if not os.path.isfile(f):
+            continue
+        cp = configparser.RawConfigParser()
+        try:
+            cp.read(f)
+        except Exception:
+            continue
+        used = False
+        for section in ("global", "install"):
+            if cp.has_section(section):
+                for k, v in cp.items(section):
+                    over[k.replace("_", "-")] = v
+                    used = True
+        if used:
+            sources.append(f)
+    for k, v in os.environ.items():
+        if k.startswith("PIP_") and k != "PIP_CONFIG_FILE":
+            over[k[4:].lower().replace("_", "-")] = v
+            if "environment" not in sources:
+                sources.append("environment")
+    out = {"sources": sources}
+    for key in ("index-url", "cert", "client-cert"):
+        if over.get(key):
+            out[key] = os.path.expanduser(over[key].strip()) if key != "index-url" else over[key].strip()
+    for key in ("extra-index-url", "find-links", "trusted-host"):
+        if over.get(key):
+            out[key] = over[key].split()
+    if over.get("no-index", "").lower() in ("1", "true", "yes", "on"):
+        out["no-index"] = True
+    if strip and "index-url" in out:
+        out["index-url"] = strip_auth(out["index-url"])
+    for key in ("extra-index-url", "find-links"):
+        if strip and key in out:
+            out[key] = [strip_auth(u) for u in out[key]]
+    return out
+
+"""
+
+# Run by the host's base python3 (stdlib only): the dependency files setup would install from (their SHA-256, the
+# text of the small ones, every `-r`/`-c` include followed), the base Python itself (version, pip, its torch) and pip's
+# configuration as pip itself would read it (files and PIP_* variables). Index URLs are printed with any user:password
+# removed; setup.sh reads the real values again on the host (PIP_CONFIG_TO_ENV), so they never leave it.
+HOST_FACTS = r"""
+import base64, hashlib, json, os, re, sys
+P, REQS, ENV = sys.argv[1], json.loads(sys.argv[2]), sys.argv[3]
+TEXT_MAX = 262144
+seen = set()
+
+def add(rel, text):
+    path = os.path.normpath(os.path.join(P, rel))
+    try:
+        with open(path, "rb") as fh:
+            data = fh.read()
+    except OSError:
+        return None
+    print("@file %s %s" % (rel.replace(" ", "%20"), hashlib.sha256(data).hexdigest()))
+    if text and len(data) <= TEXT_MAX:
+        print("@text %s %s" % (rel.replace(" ", "%20"), base64.b64encode(data).decode()))
+    return data
+
+INCLUDE = re.compile(r"^\s*(?:-r|--requirement|-c|--constraint)(?:\s*=\s*|\s+)(\S+)")
+
+def walk(rel, depth=0):
+    rel = os.path.normpath(rel)
+    if rel in seen or depth > 20:
+        return
+    seen.add(rel)
+    data = add(rel, True)
+    if data is None:
+        if depth:
+            print("@missing %s" % rel.replace(" ", "%20"))
+        return
+    text = data.decode("utf-8", "replace").replace("\\\n", " ")
+    for line in text.splitlines():
+        m = INCLUDE.match(line.split(" #", 1)[0])
+        if m:
+            walk(os.path.join(os.path.dirname(rel), m.group(1)), depth + 1)
+
+for r in REQS:
+    walk(r)
+add("uv.lock", False)
+add("pyproject.toml", True)
+add("setup.py", False)
+add("setup.cfg", False)
+
+print("base_python_version=%d.%d.%d" % sys.version_info[:3])
+print("base_prefix=%s" % sys.prefix)
+try:
+    import importlib.util as u
+    print("base_pip=%d" % (u.find_spec("pip") is not None))
+except Exception:
+    print("base_pip=0")
+try:
+    from importlib import metadata as m
+    d = m.distribution("torch")
+    print("base_torch=%s" % d.version)
+    print("base_torch_path=%s" % os.path.dirname(str(d.locate_file("torch"))))
+except Exception:
+    pass
+print("arch=%s" % os.uname().machine)
+
+print("@pipconf " + json.dumps(pip_config(ENV, strip=True), sort_keys=True))
+"""
+HOST_FACTS = PIPCONF + HOST_FACTS
+
+# Run on the host by setup.sh (the base python3): export lines that give uv what pip's configuration says, and give
+# both installers the profile's setup.index_url / extra_index_url (GPUOPS_INDEX, GPUOPS_EXTRA_INDEX in the
+# environment). A variable the host's environment already sets is left as it is; extra indexes are merged.
+PIP_TO_ENV = PIPCONF + r"""
+import shlex, sys
+cfg = pip_config(sys.argv[1], strip=False)
+
+def put(name, value, force=False):
+    if value and (force or not os.environ.get(name)):
+        print("%s=%s; export %s" % (name, shlex.quote(value), name))
+
+mine = os.environ.get("GPUOPS_INDEX", "")
+put("UV_INDEX_URL", mine or cfg.get("index-url"))
+put("PIP_INDEX_URL", mine)
+extra = os.environ.get("GPUOPS_EXTRA_INDEX", "").split()
+merged = extra + [u for u in os.environ.get("UV_EXTRA_INDEX_URL", "").split() + cfg.get("extra-index-url", [])
+                  if u not in extra]
+put("UV_EXTRA_INDEX_URL", " ".join(merged), force=True)
+if extra:
+    put("PIP_EXTRA_INDEX_URL", " ".join(extra + [u for u in cfg.get("extra-index-url", []) if u not in extra]),
+        force=True)
+put("UV_FIND_LINKS", ",".join(cfg.get("find-links", [])))
+put("SSL_CERT_FILE", cfg.get("cert"))
+put("UV_INSECURE_HOST", " ".join(cfg.get("trusted-host", [])))
+"""
+
+
+def facts_script(remote_dir: str, python: str, packages: list[str], check_flash: bool, *,
+                 base_python: str = "python3", requirements: Optional[list[str]] = None) -> str:
     P = shell_path(remote_dir)
     D = shell_path(setup_dir_of(remote_dir))
     py = shell_command(python)
+    base = shell_command(base_python)
     pkgs = " ".join(shlex.quote(p) for p in packages)
-    pkg_code = ("import sys\nfrom importlib import metadata as m\nfor n in sys.argv[1:]:\n    try:\n"
+    pkg_code = ("import os, sys\nfrom importlib import metadata as m\nimport importlib.util as u\n"
+                "for n in sys.argv[1:]:\n    try:\n"
                 "        print('@pkg %s=%s' % (n, m.version(n)))\n    except Exception:\n        print('@pkg %s=' % n)\n"
-                "print('env_python_version=%d.%d.%d' % sys.version_info[:3])\n")
+                "print('env_python_version=%d.%d.%d' % sys.version_info[:3])\n"
+                "print('env_pip=%d' % (u.find_spec('pip') is not None))\n"
+                "cfg = os.path.join(sys.prefix, 'pyvenv.cfg')\n"
+                "site = 0\n"
+                "try:\n    for line in open(cfg):\n"
+                "        k, _, v = line.partition('=')\n"
+                "        if k.strip() == 'include-system-site-packages':\n"
+                "            site = int(v.strip().lower() == 'true')\n"
+                "except OSError:\n    pass\n"
+                "print('env_venv=%d' % os.path.exists(cfg))\n"
+                "print('env_system_site=%d' % site)\n"
+                "try:\n    d = m.distribution('torch')\n"
+                "    print('env_torch_path=%s' % os.path.dirname(str(d.locate_file('torch'))))\n"
+                "except Exception:\n    pass\n")
     pip_ok = ("import os, sysconfig, importlib.util\n"
               "em = os.path.exists(os.path.join(sysconfig.get_path('stdlib'), 'EXTERNALLY-MANAGED'))\n"
               "print('pip_user_ok=%d' % (importlib.util.find_spec('pip') is not None and not em))\n")
-    files = "".join(f'[ -f {P}/{f} ] && echo "@file {f} $(sha256sum < {P}/{f} | cut -d" " -f1)"\n' for f in DEP_FILES)
+    reqs = json.dumps(list(requirements if requirements is not None else ["requirements.txt"]))
+    from ..setup_plan import env_dir_or_none
+
+    env = env_dir_or_none(python) or ""
     flash = ""
     if check_flash:
         flash = (f'  if o=$({py} -c {shlex.quote(FA_IMPORT)} 2>&1); then echo flash_attn=ok; '
@@ -47,15 +220,18 @@ echo "home=$HOME"
 echo "user=$(id -un)"
 u=$(command -v uv 2>/dev/null || {{ [ -x "$HOME/.local/bin/uv" ] && echo "$HOME/.local/bin/uv"; }})
 echo "uv=$u"
-echo "python3=$(command -v python3 2>/dev/null)"
-command -v python3 >/dev/null 2>&1 && python3 -c {shlex.quote(pip_ok)} 2>/dev/null
+echo "python3=$(command -v {base} 2>/dev/null)"
+if command -v {base} >/dev/null 2>&1; then
+  {base} -c {shlex.quote(pip_ok)} 2>/dev/null
+  {base} -c {shlex.quote(HOST_FACTS)} {P} {shlex.quote(reqs)} {shlex.quote(env)} 2>/dev/null
+fi
 if {py} -c 'import sys' >/dev/null 2>&1; then
   echo env_python=1
   {py} -c {shlex.quote(pkg_code)} {pkgs} 2>/dev/null
 {flash}else
   echo env_python=0
 fi
-{files}D={D}
+D={D}
 [ -f "$D/done.json" ] && echo "@stamp $(tr -d '\\n' < "$D/done.json")"
 p=$(cat "$D/pid" 2>/dev/null)
 if [ -n "$p" ] && [ ! -f "$D/exit_code" ] && kill -0 "$p" 2>/dev/null; then echo running=1; else echo running=0; fi
@@ -72,10 +248,12 @@ done
 """
 
 
-def gather(remote, remote_dir: str, python: str, packages: list[str], check_flash: bool):
+def gather(remote, remote_dir: str, python: str, packages: list[str], check_flash: bool, *,
+           base_python: str = "python3", requirements: Optional[list[str]] = None):
     from ..setup_plan import parse_facts
 
-    res = remote.run("sh -s", stdin=facts_script(remote_dir, python, packages, check_flash), timeout=120)
+    res = remote.run("sh -s", stdin=facts_script(remote_dir, python, packages, check_flash, base_python=base_python,
+                                                 requirements=requirements), timeout=120)
     if "home=" not in res.stdout:
         detail = (res.stderr.strip().splitlines() or [f"exit {res.rc}"])[-1]
         raise RemoteError(f"could not gather the host's facts for setup: {detail}")
@@ -86,7 +264,7 @@ def start(remote, *, remote_dir: str, script: str, plan_doc: dict) -> int:
     """Write setup.sh and plan.json, start setup.sh in its own session; returns its pid. Refuses if one runs."""
     D = shell_path(setup_dir_of(remote_dir))
     bundle = "\n".join([
-        "umask 022",
+        "umask 077",  # setup.sh may carry the profile's index URLs (a private index's token)
         f"D={D}",
         'mkdir -p "$D" || exit 1',
         'p=$(cat "$D/pid" 2>/dev/null)',
@@ -95,6 +273,7 @@ def start(remote, *, remote_dir: str, script: str, plan_doc: dict) -> int:
         _heredoc('"$D/setup.sh"', script),
         _heredoc('"$D/plan.json"', json.dumps(plan_doc, indent=1)),
         ': > "$D/log"',
+        "umask 022",  # what setup installs is as readable as any installed package
         "if setsid -f true >/dev/null 2>&1; then",
         '  setsid -f nohup sh "$D/setup.sh" </dev/null >>"$D/log" 2>&1',
         "else",
