@@ -20,24 +20,24 @@ def done(r, *names, ok=True, t0=0.0, dur=10.0):
 def test_stages_in_order_and_an_interrupted_stage_runs_again():
     r = rec()
     assert pl.next_stage(r) == "up"
-    done(r, "up", "setup")
-    assert pl.next_stage(r) == "sync"
-    r.stage("sync").started = 30  # crashed mid-stage
-    assert pl.next_stage(r) == "sync"
-    done(r, "sync", "train", "watch", "fetch")
+    done(r, "up", "sync")
+    assert pl.next_stage(r) == "setup"  # the project is on the host before setup installs from its files
+    r.stage("setup").started = 30  # crashed mid-stage
+    assert pl.next_stage(r) == "setup"
+    done(r, "setup", "train", "watch", "fetch")
     assert pl.next_stage(r) == "down"
     done(r, "down")
     assert pl.next_stage(r) is None
 
 
 def test_refused_launch_goes_straight_down():
-    r = done(rec(), "up", "setup", "sync")
+    r = done(rec(), "up", "sync", "setup")
     done(r, "train", ok=False)
     assert pl.next_stage(r) == "down"
 
 
 def test_failed_job_still_fetches_then_goes_down():
-    r = done(rec(), "up", "setup", "sync", "train")
+    r = done(rec(), "up", "sync", "setup", "train")
     done(r, "watch", ok=False)
     assert pl.next_stage(r) == "fetch"
     done(r, "fetch")
@@ -45,18 +45,18 @@ def test_failed_job_still_fetches_then_goes_down():
 
 
 def test_failed_fetch_keeps_the_instance():
-    r = done(rec(), "up", "setup", "sync", "train", "watch")
+    r = done(rec(), "up", "sync", "setup", "train", "watch")
     done(r, "fetch", ok=False)
     assert pl.next_stage(r) is None
 
 
 def test_failed_setup_terminates_unless_keep_and_keep_never_goes_down():
-    r = done(rec(), "up")
+    r = done(rec(), "up", "sync")
     done(r, "setup", ok=False)
     assert pl.next_stage(r) == "down"
     done(r, "down")
     assert pl.next_stage(r) is None
-    k = done(rec(keep=True), "up", "setup", "sync", "train", "watch", "fetch")
+    k = done(rec(keep=True), "up", "sync", "setup", "train", "watch", "fetch")
     assert pl.next_stage(k) is None
 
 
@@ -84,7 +84,7 @@ def test_over_budget():
 
 
 def test_summary_and_overhead():
-    r = done(rec(price_per_hour=36.0), "up", "setup", "sync", "train", "watch", "fetch", "down", dur=10)
+    r = done(rec(price_per_hour=36.0), "up", "sync", "setup", "train", "watch", "fetch", "down", dur=10)
     rows = pl.summary(r, 1000)
     assert [x["stage"] for x in rows] == list(pl.STAGES)
     assert rows[0]["label"] == "waiting for capacity, booting" and rows[0]["cost"] == pytest.approx(0.1)

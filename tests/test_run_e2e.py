@@ -45,7 +45,7 @@ def test_whole_run_fetches_verified_checkpoints_and_terminates(cloud, gpuops):
     assert r.code == 0, r.all
     doc = json.loads(r.out)
     assert doc["outcome"] == "succeeded" and doc["job"] == "succeeded"
-    assert [s["stage"] for s in doc["stages"]] == ["up", "setup", "sync", "train", "watch", "fetch", "down"]
+    assert [s["stage"] for s in doc["stages"]] == ["up", "sync", "setup", "train", "watch", "fetch", "down"]
     assert all(s["ok"] for s in doc["stages"])
     for s in (1, 2, 3):
         assert (Path.cwd() / "checkpoints" / f"step_{s}" / "model.bin").stat().st_size == 4096

@@ -12,7 +12,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Optional
 
-STAGES = ("up", "setup", "sync", "train", "watch", "fetch", "down")
+STAGES = ("up", "sync", "setup", "train", "watch", "fetch", "down")  # sync first: setup installs from the synced files
 LABELS = {"up": "waiting for capacity, booting", "setup": "setup", "sync": "sync", "train": "launch",
           "watch": "training", "fetch": "fetch", "down": "termination"}
 # outcomes of a whole run

@@ -279,8 +279,14 @@ class Runner:
                       if code == 0 else "the fleet verify fails after setup (the lines above name the hosts; the "
                                         "reports are in logs/env_checks/)")
             return
+        def on_plan(plan) -> None:  # on stderr with the progress: the summary is what stdout carries
+            for line in plan.lines():
+                self.out.info(line)
+            for note in plan.notes:
+                self.out.warn(note)
+
         try:
-            doc = setup(prof, self.out, self.project, verify=True)
+            doc = setup(prof, self.out, self.project, verify=True, on_plan=on_plan)
         except GpuopsError as exc:
             self._end("setup", ok=False, detail=exc.message)
             self.out.error(f"setup failed: {exc.message}", exc.hint)

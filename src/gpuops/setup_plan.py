@@ -386,6 +386,36 @@ class Plan:
     def nothing_to_do(self) -> bool:
         return not self.steps
 
+    def lines(self) -> list[str]:
+        """The plan as plain lines: each step with its reason, which torch the job will import, the installer, the
+        indexes (credentials hidden), the disk it needs."""
+        if self.nothing_to_do:
+            return [f"nothing to do: the environment {self.env_dir} matches the profile",
+                    f"  torch: {self.torch_source}"]
+        lines = [f"plan for {self.python} ({len(self.steps)} step(s)):"]
+        for i, s in enumerate(self.steps, 1):
+            lines.append(f"  {i}. {s.title}{'  [long]' if s.long else ''}")
+            lines.append(f"     why: {s.reason}")
+        lines.append(f"  torch: {self.torch_source}")
+        lines.append(f"  installer: {self.installer}" + (f" ({self.installer_reason})" if self.installer_reason else ""))
+        if self.torch_index:
+            lines.append(f"  torch index: {redact_url(self.torch_index)}")
+        if self.index_url:
+            lines.append(f"  project index: {redact_url(self.index_url)}")
+        if self.extra_index_urls:
+            lines.append(f"  extra indexes: {', '.join(redact_url(u) for u in self.extra_index_urls)}")
+        cfg = self.pip_config or {}
+        shown = [f"{k} {' '.join(v) if isinstance(v, list) else v}" for k, v in sorted(cfg.items()) if k != "sources"]
+        if shown:
+            lines.append(f"  the host's pip configuration ({', '.join(cfg.get('sources') or [])}): {'; '.join(shown)}")
+        free = f", {self.free_mb / 1024:.1f} GB free in home" if self.free_mb is not None else ""
+        lines.append(f"  disk: about {self.disk_mb / 1024:.1f} GB{free}")
+        if self.cache_dir:
+            lines.append(f"  cache: {self.cache_dir}")
+        if self.refusal:
+            lines.append(f"  DOES NOT FIT: {self.refusal}")
+        return lines
+
     def to_dict(self) -> dict:
         return {"python": self.python, "env_dir": self.env_dir, "base_python": self.base_python,
                 "system_site_packages": self.system_site, "installer": self.installer,

@@ -9,39 +9,6 @@ import typer
 from .app import HostOpt, JsonOpt, ProfileOpt, app, output, pick_profile
 
 
-def plan_lines(plan) -> list[str]:
-    """The plan as plain lines: each step with its reason, which torch the job will import, the installer, the
-    indexes (credentials hidden), the disk it needs."""
-    from ..setup_plan import redact_url
-
-    if plan.nothing_to_do:
-        return [f"nothing to do: the environment {plan.env_dir} matches the profile",
-                f"  torch: {plan.torch_source}"]
-    lines = [f"plan for {plan.python} ({len(plan.steps)} step(s)):"]
-    for i, s in enumerate(plan.steps, 1):
-        lines.append(f"  {i}. {s.title}{'  [long]' if s.long else ''}")
-        lines.append(f"     why: {s.reason}")
-    lines.append(f"  torch: {plan.torch_source}")
-    lines.append(f"  installer: {plan.installer}" + (f" ({plan.installer_reason})" if plan.installer_reason else ""))
-    if plan.torch_index:
-        lines.append(f"  torch index: {redact_url(plan.torch_index)}")
-    if plan.index_url:
-        lines.append(f"  project index: {redact_url(plan.index_url)}")
-    if plan.extra_index_urls:
-        lines.append(f"  extra indexes: {', '.join(redact_url(u) for u in plan.extra_index_urls)}")
-    cfg = plan.pip_config or {}
-    shown = [f"{k} {' '.join(v) if isinstance(v, list) else v}" for k, v in sorted(cfg.items()) if k != "sources"]
-    if shown:
-        lines.append(f"  the host's pip configuration ({', '.join(cfg.get('sources') or [])}): {'; '.join(shown)}")
-    free = f", {plan.free_mb / 1024:.1f} GB free in home" if plan.free_mb is not None else ""
-    lines.append(f"  disk: about {plan.disk_mb / 1024:.1f} GB{free}")
-    if plan.cache_dir:
-        lines.append(f"  cache: {plan.cache_dir}")
-    if plan.refusal:
-        lines.append(f"  DOES NOT FIT: {plan.refusal}")
-    return lines
-
-
 @app.command()
 def setup(
     name: Optional[str] = typer.Argument(None, help="Profile name.", show_default=False),
@@ -71,7 +38,7 @@ def setup(
     notes_shown = []
 
     def on_plan(plan) -> None:
-        for line in plan_lines(plan):
+        for line in plan.lines():
             out.print(line)
         for n in plan.notes:
             out.warn(n)
@@ -108,7 +75,7 @@ def _setup_fleet(prof, out, *, dry_run: bool, verify: bool, force: bool = False)
 
     def one(node, node_out):
         def on_plan(plan) -> None:
-            for line in plan_lines(plan):
+            for line in plan.lines():
                 node_out.print(line)
 
         doc = setup_ops.setup(node, node_out, Path.cwd(), dry_run=dry_run, verify=verify, force=force,

@@ -281,12 +281,9 @@ Subsystem sftp internal-sftp
 
 
 def _install_tools(d: Path, image_python: str | None = None) -> None:
-    image_bin = d / "image-bin"
-    shutil.rmtree(image_bin, ignore_errors=True)
-    if image_python:
-        image_bin.mkdir()
-        for name in ("python3", "python"):
-            os.symlink(image_python, image_bin / name)
+    # the image's python3 is found on PATH in its own bin/ (a venv made from it names that folder as its home, and
+    # Python finds the installation from there, as /usr/bin for a system python3)
+    image_bin = Path(image_python).parent if image_python else None
     for tool, module in (("nvidia-smi", "nvidia_smi.py"), ("dmesg", "kernel_log.py"), ("journalctl", "kernel_log.py")):
         src = (Path(__file__).parent / module).read_text()
         write_atomic(d / "bin" / tool, f"#!{sys.executable}\n" + src.split("\n", 1)[1])
@@ -294,7 +291,7 @@ def _install_tools(d: Path, image_python: str | None = None) -> None:
     # the remote PATH: the emulated tools first, then the caller's PATH without gpuops' own virtualenv
     venv_bin = str(Path(sys.prefix) / "bin") if sys.prefix != sys.base_prefix else None
     inherited = [p for p in os.environ.get("PATH", "/usr/local/bin:/usr/bin:/bin").split(os.pathsep) if p and p != venv_bin]
-    path = os.pathsep.join([str(d / "bin")] + ([str(image_bin)] if image_python else []) + inherited)
+    path = os.pathsep.join([str(d / "bin")] + ([str(image_bin)] if image_bin else []) + inherited)
     session = f"""#!/bin/sh
 # gpuops sandbox session: an isolated home and the emulated GPU tools on PATH.
 HOME={shlex.quote(str(d / 'home'))}
