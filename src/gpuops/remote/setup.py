@@ -134,6 +134,12 @@ add("setup.py", False)
 add("setup.cfg", False)
 
 print("base_python_version=%d.%d.%d" % sys.version_info[:3])
+try:
+    import importlib.util, sysconfig
+    em = os.path.exists(os.path.join(sysconfig.get_path("stdlib"), "EXTERNALLY-MANAGED"))
+    print("pip_user_ok=%d" % (importlib.util.find_spec("pip") is not None and not em))
+except Exception:
+    print("pip_user_ok=0")
 print("base_prefix=%s" % sys.prefix)
 try:
     import importlib.util as u
@@ -204,9 +210,6 @@ def facts_script(remote_dir: str, python: str, packages: list[str], check_flash:
                 "try:\n    d = m.distribution('torch')\n"
                 "    print('env_torch_path=%s' % os.path.dirname(str(d.locate_file('torch'))))\n"
                 "except Exception:\n    pass\n")
-    pip_ok = ("import os, sysconfig, importlib.util\n"
-              "em = os.path.exists(os.path.join(sysconfig.get_path('stdlib'), 'EXTERNALLY-MANAGED'))\n"
-              "print('pip_user_ok=%d' % (importlib.util.find_spec('pip') is not None and not em))\n")
     reqs = json.dumps(list(requirements if requirements is not None else ["requirements.txt"]))
     from ..setup_plan import env_dir_or_none
 
@@ -222,7 +225,6 @@ u=$(command -v uv 2>/dev/null || {{ [ -x "$HOME/.local/bin/uv" ] && echo "$HOME/
 echo "uv=$u"
 echo "python3=$(command -v {base} 2>/dev/null)"
 if command -v {base} >/dev/null 2>&1; then
-  {base} -c {shlex.quote(pip_ok)} 2>/dev/null
   {base} -c {shlex.quote(HOST_FACTS)} {P} {shlex.quote(reqs)} {shlex.quote(env)} 2>/dev/null
 fi
 if {py} -c 'import sys' >/dev/null 2>&1; then
