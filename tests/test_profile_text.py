@@ -81,3 +81,13 @@ def test_merge_keeps_thresholds_and_unpinned_packages():
 def test_values_are_quoted_so_yaml_cannot_reinterpret_them():
     prof = load(render(python="~/venv/bin/python -X dev", remote_dir="~/a: b # c", user="yes"))
     assert prof.python == "~/venv/bin/python -X dev" and prof.remote_dir == "~/a: b # c" and prof.user == "yes"
+
+
+def test_the_default_python_is_left_out_so_setup_can_make_its_environment():
+    from gpuops.setup_ops import with_environment
+
+    prof = load(render())
+    assert prof.python == "python3" and "python" not in prof.model_fields_set  # train uses the system python3
+    assert with_environment(prof)[0].python == "~/.venvs/gpuops/bin/python"  # setup makes and records its own
+    given = load(render(python="~/venv/bin/python"))
+    assert with_environment(given) == (given, False)

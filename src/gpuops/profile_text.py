@@ -161,7 +161,11 @@ def render(name: str, *, host: str, user: str, port: int, key: str | None, remot
                "# key: \"~/.ssh/id_ed25519\"   # none given: ssh-agent and ~/.ssh/id_* are tried")
     out.append(f"remote_dir: {q(remote_dir)}" if remote_dir else
                "# remote_dir: \"~/project\"   # default: ~/<the local project folder's name>")
-    out.append(f"python: {q(python)}   # the remote interpreter you train with (e.g. ~/venv/bin/python)")
+    if python == "python3":  # the default: left out, so `gpuops setup` may make ~/.venvs/gpuops and write it here
+        out.append('# python: "~/venv/bin/python"   # the remote interpreter you train with; default: the system python3 '
+                   "(gpuops setup makes ~/.venvs/gpuops, which sees its packages, and writes it here)")
+    else:
+        out.append(f"python: {q(python)}   # the remote interpreter you train with (e.g. ~/venv/bin/python)")
     if instance_type:
         out.append(f"instance_type: {q(instance_type)}")
     out.append("host_key_policy: accept-new   # trust on first use; a changed host key is refused")
