@@ -226,3 +226,63 @@ def test_a_proxys_404_page_on_terminate_never_reads_as_already_gone(cloud, gpuop
     cloud.clear_faults()
     r = gpuops("down", "px", "--yes")
     assert r.code == 0, r.all
+
+
+# -- 2. sandbox down ends the host's processes, not the caller's ---------------------------------------------------
+def _wait_for(cond, timeout=30.0):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if cond():
+            return True
+        time.sleep(0.05)
+    return False
+
+
+def test_sandbox_down_ends_the_hosts_jobs_and_spares_the_callers_shell_and_its_siblings(tmp_path):
+    from gpuops.sandbox import host
+    from gpuops.sandbox.host import _alive  # running and not a zombie
+
+    sb = tmp_path / "sb"
+    env = dict(os.environ, GPUOPS_SANDBOX_DIR=str(sb))  # exported in the user's shell, as the issue found it
+    pids: list[int] = []
+    shell = None
+    try:
+        r = subprocess.run(GPUOPS + ["sandbox", "up", "--json"], env=env, capture_output=True, text=True, timeout=60)
+        assert r.returncode == 0, r.stderr
+        port = json.loads(r.stdout)["port"]
+        ssh = ["ssh", "-F", "none", "-i", str(sb / "client_ed25519"), "-p", str(port), "-o", "BatchMode=yes",
+               "-o", "StrictHostKeyChecking=accept-new", "-o", f"UserKnownHostsFile={tmp_path / 'known_hosts'}",
+               f"{getpass.getuser()}@127.0.0.1"]
+        # a job a session left running, detached from it (setsid, as train's launcher does), and one still attached
+        r = subprocess.run(ssh + ["setsid sh -c 'echo $$ > detached.pid; exec sleep 300' </dev/null >/dev/null 2>&1 &"
+                                  " sleep 300 </dev/null >/dev/null 2>&1 & echo $!"],
+                           capture_output=True, text=True, timeout=30)
+        assert r.returncode == 0, r.stderr
+        assert _wait_for(lambda: (sb / "home" / "detached.pid").exists())
+        detached = int((sb / "home" / "detached.pid").read_text())
+        pids.append(detached)
+        assert _alive(detached)
+        # the user's shell: a sibling (an editor, another tool) and `gpuops sandbox down` as its child
+        editor = subprocess.Popen(["sleep", "300"], env=env)
+        pids.append(editor.pid)
+        script = (f"sleep 300 & echo $! > sibling.pid; {' '.join(GPUOPS)} sandbox down --json > down.json; "
+                  "echo $? > down.rc; wait")
+        shell = subprocess.Popen(["sh", "-c", script], cwd=tmp_path, env=env, start_new_session=True)
+        assert _wait_for(lambda: (tmp_path / "down.rc").exists() or shell.poll() is not None, 60)
+        assert shell.poll() is None, f"sandbox down killed its caller (exit {shell.returncode})"
+        assert (tmp_path / "down.rc").read_text().strip() == "0"
+        assert json.loads((tmp_path / "down.json").read_text())["stopped"] is True
+        sibling = int((tmp_path / "sibling.pid").read_text())
+        pids.append(sibling)
+        assert _alive(sibling) and _alive(editor.pid)
+        assert _wait_for(lambda: not _alive(detached), 10), "the job the session left running still runs"
+        assert not host._listening(port)
+    finally:
+        if shell is not None and shell.poll() is None:
+            os.killpg(shell.pid, signal.SIGKILL)
+        for pid in pids:
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except OSError:
+                pass
+        host.stop(sb)
