@@ -286,3 +286,66 @@ def test_sandbox_down_ends_the_hosts_jobs_and_spares_the_callers_shell_and_its_s
             except OSError:
                 pass
         host.stop(sb)
+
+
+# -- 4. --json keeps warnings --------------------------------------------------------------------------------------
+def test_sandbox_up_json_says_when_it_moved_to_another_port(gpuops, tmp_path, monkeypatch):
+    monkeypatch.setenv("GPUOPS_SANDBOX_DIR", str(tmp_path / "sb"))
+    try:
+        r = gpuops("sandbox", "up", "--json")
+        assert r.code == 0, r.all
+        doc = json.loads(r.out)
+        port = doc["port"]
+        assert doc["warnings"] == []
+        assert gpuops("sandbox", "down").code == 0
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", port))
+            s.listen()
+            r = gpuops("sandbox", "up", "--json")
+            assert r.code == 0, r.all
+            doc = json.loads(r.out)
+        assert doc["port"] != port
+        assert doc["warnings"] == [f"port {port} is taken by another program; the sandbox now listens on "
+                                   f"{doc['port']} (profile 'sandbox' updated)"]
+        r = gpuops("sandbox", "down", "--json")
+        assert json.loads(r.out) == {"stopped": True, "warnings": []}
+    finally:
+        gpuops("sandbox", "down")
+
+
+def test_sync_and_fetch_json_carry_the_profiles_warnings(sandbox, gpuops, isolated):
+    from test_runs_e2e import remote_project
+
+    _managed(sandbox, "late", ttl_in=-600)
+    (isolated / "a.txt").write_text("a")
+    r = gpuops("sync", "-p", "late", "--json")
+    assert r.code == 0, r.all
+    warnings = json.loads(r.out)["warnings"]
+    assert len(warnings) == 1 and "instance inst-late is past its limit (TTL passed" in warnings[0]
+    assert f"warning: {warnings[0]}" in r.err  # and still said to the person
+    (remote_project(sandbox) / "checkpoints").mkdir(parents=True)
+    (remote_project(sandbox) / "checkpoints" / "m.pt").write_text("m")
+    r = gpuops("fetch", "-p", "late", "--json")
+    assert r.code == 0, r.all
+    fetched = json.loads(r.out)["warnings"]  # the seconds in "TTL passed 10m01s ago" move on
+    assert len(fetched) == 1 and "instance inst-late is past its limit (TTL passed" in fetched[0]
+    r = gpuops("sync", "-p", "sandbox", "--json")
+    assert r.code == 0 and json.loads(r.out)["warnings"] == []
+
+
+# -- 5. sync NAME --------------------------------------------------------------------------------------------------
+def test_sync_takes_the_profile_as_its_argument_as_setup_and_verify_do(sandbox, gpuops, isolated):
+    (isolated / "b.txt").write_text("b")
+    r = gpuops("sync", "sandbox", "--json")
+    assert r.code == 0, r.all
+    assert json.loads(r.out)["profile"] == "sandbox"
+    r = gpuops("sync", "sandbox", "-p", "other")
+    assert r.code == 2 and "two profiles given" in r.err
+
+
+def test_fetch_given_a_profile_as_its_argument_says_what_it_means(sandbox, gpuops):
+    r = gpuops("fetch", "sandbox")
+    assert r.code == 2, r.all
+    assert "'sandbox' is a profile, not a name in the fetch: map" in r.err and "gpuops fetch -p sandbox" in r.err
+    r = gpuops("fetch", "nonesuch")  # not a profile: fetch's own message, as before
+    assert r.code == 2 and "'nonesuch' is not in the profile's fetch: map" in r.err
