@@ -239,6 +239,11 @@ def test_credentials_env_then_dotenv_then_key_file(monkeypatch, isolated):
     key, src = c.load_api_key(isolated)
     assert key.reveal() == "from_file_123" and src == str(f)
     (isolated / ".env").write_text("LAMBDA_API_KEY=from_dotenv_456\n")
+    os.chmod(isolated / ".env", 0o644)  # a .env others can read: refused as lambda_keys is
+    with pytest.raises(Exception) as e:
+        c.load_api_key(isolated)
+    assert e.value.code == ExitCode.CONNECTION and e.value.hint.startswith("chmod 600 ")
+    os.chmod(isolated / ".env", 0o600)
     assert c.load_api_key(isolated)[0].reveal() == "from_dotenv_456"
     monkeypatch.setenv("LAMBDA_API_KEY", "from_env_789")
     assert c.load_api_key(isolated)[0].reveal() == "from_env_789"

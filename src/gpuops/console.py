@@ -32,6 +32,7 @@ class Output:
         self.json_mode = json_mode
         self.debug = debug
         self.quiet = quiet
+        self.warnings: list[str] = []  # every warning shown, for the JSON document of commands that carry them
         self.rich = (not json_mode) and _wants_rich(self.stdout)
         self._out_console = None
         self._err_console = None
@@ -76,6 +77,7 @@ class Output:
             self._msg(text, "green", "✓ " if self.rich else "ok: ")
 
     def warn(self, text: str) -> None:
+        self.warnings.append(text)
         self._msg(text, "yellow", "warning: ")
 
     def error(self, text: str, hint: str | None = None) -> None:

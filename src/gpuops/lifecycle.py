@@ -66,9 +66,24 @@ def _prepare_run(prof, out, project: Path, *, script: str, name: Optional[str], 
     plan = core.plan_env(preset=prof.env_preset, presets_doc=presets_doc, profile_env=prof.env, cli_env=cli_env,
                          secret_names=prof.secrets, local_env=profiles.environment(project), run_id=rid,
                          profile_name=prof.name, seed=seed, dotenv_names=[k for k in dotenv if k not in os.environ])
-    for w in plan.warnings:
+    for w in plan.warnings + dotenv_warnings(project / ".env", plan.secret_origin):
         out.warn(w)
     return script_rel, presets_doc, started, rid, plan
+
+
+def dotenv_warnings(dotenv: Path, origins: dict[str, str]) -> list[str]:
+    """A .env others may read that holds secrets the job is sent: said, with the chmod (docs/security.md: the Lambda
+    API key is refused from such a file, the job's own secrets are sent with this warning)."""
+    import shlex
+
+    from .paths import loose_mode
+
+    names = sorted(n for n, o in origins.items() if o == ".env")
+    mode = loose_mode(dotenv) if names else None
+    if mode is None:
+        return []
+    return [f"{dotenv} is readable by others (mode {mode:04o}) and holds the secret(s) {', '.join(names)} sent to "
+            f"the job: chmod 600 {shlex.quote(str(dotenv))}"]
 
 
 def train(prof, out, project: Path, *, script: str, name: Optional[str] = None, env: Iterable[str] = (),

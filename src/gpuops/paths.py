@@ -70,3 +70,15 @@ def write_atomic(path: Path, data: str | bytes) -> None:
     except BaseException:
         tmp.unlink(missing_ok=True)
         raise
+
+
+def loose_mode(path: Path) -> int | None:
+    """The permission bits of a file group or others may read or write (a file holding a secret should not be), or
+    None: private, or no such file."""
+    import stat
+
+    try:
+        mode = stat.S_IMODE(path.stat().st_mode)
+    except OSError:
+        return None
+    return mode if mode & 0o077 else None

@@ -61,8 +61,21 @@ def output(json_mode: bool = False):
     return Output(json_mode=json_mode, debug=main.DEBUG)
 
 
-def pick_profile(name: Optional[str], option: Optional[str] = None):
-    """Positional name wins, then --profile, then the chain in profiles.resolve()."""
+def with_warnings(doc: dict, *outs) -> dict:
+    """The --json document with every warning shown while it was made (`warnings`, a list, empty when none): a
+    warning printed only on stderr is lost to a script reading stdout."""
+    seen: list[str] = []
+    for o in outs:
+        seen += [w for w in o.warnings if w not in seen]
+    if doc.get("warning") and doc["warning"] not in seen:
+        seen.append(doc["warning"])
+    doc["warnings"] = seen
+    return doc
+
+
+def pick_profile(name: Optional[str], option: Optional[str] = None, out=None):
+    """Positional name wins, then --profile, then the chain in profiles.resolve(). The profile's warnings go to `out`
+    (so a --json document can carry them), else to a fresh Output."""
     from .. import profiles
 
     if name and option and name != option:
@@ -74,7 +87,7 @@ def pick_profile(name: Optional[str], option: Optional[str] = None):
         from ..cloud.guardrail import warnings
 
         for w in warnings(prof):
-            output().warn(w)
+            (out or output()).warn(w)
     return prof
 
 

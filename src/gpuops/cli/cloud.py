@@ -11,7 +11,11 @@ import typer
 from .app import Group, JsonOpt, app, output
 
 cloud_app = typer.Typer(cls=Group, help="Lambda Cloud account: instance types with prices and capacity, SSH keys. "
-                                        "Launch with `gpuops up`, list with `gpuops ls`.", no_args_is_help=True)
+                                        "Launch with `gpuops up`, list with `gpuops ls`.\n\n"
+                                        "The API key: LAMBDA_API_KEY, else ./.env, else ~/.lambda_cloud/lambda_keys "
+                                        "(api_key = ...). A file holding it that others can read is refused (exit 3, "
+                                        "chmod 600); a key with a line break or non-ASCII character inside is refused "
+                                        "(exit 2). It is never printed (docs/cloud.md).", no_args_is_help=True)
 app.add_typer(cloud_app, name="cloud")
 
 

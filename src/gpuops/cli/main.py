@@ -52,14 +52,19 @@ def run(argv: list[str] | None = None) -> int:
 
 
 def _report(message: str, hint: str | None, exc: BaseException | None) -> None:
+    """The one error line (+hint) and, with --debug, the traceback: every text scrubbed of the API key in each form
+    it can take (an exception of any library may carry it, escaped or as bytes)."""
     from ..console import Output
 
+    api = sys.modules.get("gpuops.cloud.api")  # a key is only ever loaded through it: not imported, nothing to hide
+    scrub = api.redact if api else (lambda text: text)
     out = Output(debug=DEBUG)
     if DEBUG and exc is not None:
         import traceback
 
-        traceback.print_exception(type(exc), exc, exc.__traceback__, file=sys.stderr)
-    out.error(message, hint)
+        sys.stderr.write(scrub("".join(traceback.format_exception(type(exc), exc, exc.__traceback__))))
+        sys.stderr.flush()
+    out.error(scrub(message), scrub(hint) if hint else None)
 
 
 def _click_or_internal(exc: Exception) -> int:

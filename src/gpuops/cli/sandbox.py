@@ -5,7 +5,7 @@ from typing import List, Optional
 
 import typer
 
-from .app import Group, JsonOpt, app, output
+from .app import Group, JsonOpt, app, output, with_warnings
 
 sandbox_app = typer.Typer(cls=Group, help="The local sandbox host: a real sshd on 127.0.0.1 with emulated GPUs. "
                                "Rehearse a run before paying for GPU time.", no_args_is_help=True)
@@ -39,7 +39,8 @@ def up(
     json_: bool = JsonOpt,
 ) -> None:
     """Start the sandbox host (or change its emulated GPUs) and write the profile 'sandbox'.
-    With --cloud: start the Lambda Cloud API emulator (see docs/sandbox.md)."""
+    With --cloud: start the Lambda Cloud API emulator (see docs/sandbox.md). --json: one document whose `warnings`
+    list holds every warning (e.g. its port was taken and it moved to another)."""
     out = output(json_)
     if cloud:
         return _cloud_up(out, json_, port or 0, boot_seconds, launch_window, python)
@@ -47,13 +48,14 @@ def up(
 
     st = host.up(gpu=gpu, gpus=gpus, port=port, driver=driver, cuda=cuda, fail=fail, header=header, python=python,
                  faults=fault or [])
-    if json_:
-        out.emit_json({"running": True, "port": st["port"], "profile": str(host.profile_path()), "gpu": st["gpu"]})
-        return
-    g = st["gpu"]
     if st.get("port_moved_from"):
         out.warn(f"port {st['port_moved_from']} is taken by another program; the sandbox now listens on {st['port']} "
                  "(profile 'sandbox' updated)")
+    if json_:
+        out.emit_json(with_warnings({"running": True, "port": st["port"], "profile": str(host.profile_path()),
+                                     "gpu": st["gpu"]}, out))
+        return
+    g = st["gpu"]
     what = "started" if st.get("started") else "running"
     out.success(f"sandbox host {what} on 127.0.0.1:{st['port']} ({g['count']}x {g['gpu']} emulated"
                 f"{', failing: ' + g['fail'] if g.get('fail') else ''}"
@@ -67,8 +69,8 @@ def _cloud_up(out, json_: bool, port: int, boot_seconds: float, launch_window: f
 
     info, started = daemon.start(port=port, boot_seconds=boot_seconds, launch_window=launch_window, python=python)
     if json_:
-        out.emit_json({"running": True, "url": info["url"], "api_key": info["api_key"], "user": info["user"],
-                       "dir": str(daemon.emulator_dir())})
+        out.emit_json(with_warnings({"running": True, "url": info["url"], "api_key": info["api_key"],
+                                     "user": info["user"], "dir": str(daemon.emulator_dir())}, out))
         return
     out.success(f"Lambda API emulator {'started' if started else 'running'} on {info['url']}")
     out.info(f"instances are sandbox hosts on 127.0.0.N:22; log in as {info['user']} (Lambda's images: ubuntu)")
@@ -84,14 +86,16 @@ def down(
     cloud: bool = typer.Option(False, "--cloud", help="Stop the Lambda API emulator and every instance it runs."),
     json_: bool = JsonOpt,
 ) -> None:
-    """Stop the sandbox host and the jobs its sessions left running (keys, profile and its home stay)."""
+    """Stop the sandbox host and the jobs its sessions left running, detached ones too; only those: never the calling
+    shell, its other processes, or anything that merely has GPUOPS_SANDBOX_DIR set. Keys, profile and home stay.
+    --json: {"stopped", "warnings"}."""
     out = output(json_)
     if cloud:
         from ..cloud.emulator import daemon
 
         stopped = daemon.stop()
         if json_:
-            out.emit_json({"stopped": stopped})
+            out.emit_json(with_warnings({"stopped": stopped}, out))
         elif stopped:
             out.success("Lambda API emulator stopped; its instances are terminated")
         else:
@@ -101,7 +105,7 @@ def down(
 
     stopped = host.down()
     if json_:
-        out.emit_json({"stopped": stopped})
+        out.emit_json(with_warnings({"stopped": stopped}, out))
     elif stopped:
         out.success("sandbox host stopped")
     else:
@@ -121,7 +125,7 @@ def status(
 
     st = host.status()
     if json_:
-        out.emit_json(st)
+        out.emit_json(with_warnings(st, out))
         return
     if not st["running"]:
         out.print("sandbox host: not running (start it with: gpuops sandbox up)")
@@ -144,7 +148,7 @@ def _cloud_status(out, json_: bool) -> None:
     info = daemon.read_info()
     if not info:
         if json_:
-            out.emit_json({"running": False})
+            out.emit_json(with_warnings({"running": False}, out))
             return
         out.print("Lambda API emulator: not running (start it with: gpuops sandbox up --cloud)")
         raise typer.Exit(1)
@@ -155,7 +159,7 @@ def _cloud_status(out, json_: bool) -> None:
     insts = [{k: v for k, v in i.items() if k in ("id", "status", "ip", "name")} | {"type": i["instance_type"]["name"]}
              for i in st["instances"]]
     if json_:
-        out.emit_json({"running": True, "url": info["url"], "user": info["user"], "instances": insts})
+        out.emit_json(with_warnings({"running": True, "url": info["url"], "user": info["user"], "instances": insts}, out))
         return
     out.print(f"Lambda API emulator: running on {info['url']} (pid {info['pid']})")
     for i in insts:

@@ -6,12 +6,14 @@ from typing import List, Optional
 
 import typer
 
-from .completion import fetch_names
-from .app import HostOpt, JsonOpt, ProfileOpt, app, output, pick_profile
+from .completion import fetch_names, profile_names
+from .app import HostOpt, JsonOpt, ProfileOpt, app, output, pick_profile, with_warnings
 
 
 @app.command()
 def sync(
+    name: Optional[str] = typer.Argument(None, help="Profile name (or -p NAME).", show_default=False,
+                                         autocompletion=profile_names),
     profile: Optional[str] = ProfileOpt,
     delete: bool = typer.Option(False, "--delete", help="Also remove remote files that no longer exist locally. "
                                                         "Excluded paths (checkpoints, outputs, logs, ...) are never "
@@ -27,20 +29,22 @@ def sync(
 ) -> None:
     """Copy the current project to the profile's remote_dir (created if missing), skipping the profile's
     sync.exclude, .gpuopsignore and --exclude patterns. Never deletes remote files unless --delete.
-    A fleet profile is synced to every host in parallel (or --host N)."""
+    A fleet profile is synced to every host in parallel (or --host N). `gpuops sync NAME` = `gpuops sync -p NAME`.
+    --json: the summary with a `warnings` list."""
     from .. import profiles
     from ..remote.connection import connect
     from ..remote.rsync import require_local_rsync
     from ..transfer_ops import render_sync, sync_project
 
     out = output(json_)
-    prof = pick_profile(None, profile)
+    prof = pick_profile(name, profile, out)
     require_local_rsync()  # before connecting: nothing to do without it
 
     def one(node, node_out):
         with connect(node, announce=node_out.info) as remote:
-            return sync_project(node, remote, node_out, Path.cwd(), delete=delete, dry_run=dry_run,
-                                excludes=exclude or (), gitignore=gitignore)
+            summary = sync_project(node, remote, node_out, Path.cwd(), delete=delete, dry_run=dry_run,
+                                   excludes=exclude or (), gitignore=gitignore)
+        return with_warnings(summary, out, node_out)
 
     if prof.is_fleet and host is None:
         from ..fleet import for_each_buffered
@@ -56,8 +60,8 @@ def sync(
 
 @app.command()
 def fetch(
-    name: str = typer.Argument("checkpoints", help="A name from the profile's fetch: map (default: checkpoints).",
-                                autocompletion=fetch_names),
+    name: str = typer.Argument("checkpoints", help="A name from the profile's fetch: map (default: checkpoints); "
+                                "not a profile: that is -p PROFILE.", autocompletion=fetch_names),
     profile: Optional[str] = ProfileOpt,
     dest: Optional[Path] = typer.Option(None, "--dest", "-d",
                                         help="Local directory to fetch into (default: ./NAME); a single-file entry "
@@ -72,7 +76,8 @@ def fetch(
     host: Optional[int] = HostOpt,
 ) -> None:
     """Pull remote checkpoints or outputs: resumable, verified by size and SHA-256 against the remote, and each
-    file appears under its final name only once everything fetched has verified. A fleet: from host 0 (--host N)."""
+    file appears under its final name only once everything fetched has verified. A fleet: from host 0 (--host N).
+    --json: the summary with a `warnings` list (--list: the map of fetch names as before)."""
     from .. import profiles
     from ..errors import UsageError
     from ..remote.connection import connect
@@ -85,14 +90,36 @@ def fetch(
         raise UsageError("--latest and --step are mutually exclusive")
     if list_ and (latest or step is not None or dest is not None):
         raise UsageError("--list only lists; drop --latest/--step/--dest")
-    fleet_prof = pick_profile(None, profile)
+    try:
+        fleet_prof = pick_profile(None, profile, out)
+    except UsageError as exc:
+        raise (_fetch_name_is_a_profile(name, profile) or exc) from None
     prof = fleet_prof.node(host)
     if not list_:
+        err = _fetch_name_is_a_profile(name, profile, prof)
+        if err:
+            raise err
         require_local_rsync()  # before connecting: nothing to do without it
     with connect(prof, announce=out.info) as remote:
         if list_:
-            render_list(out, list_remote(prof, remote, Path.cwd()))
+            render_list(out, list_remote(prof, remote, Path.cwd()))  # keyed by fetch names: no `warnings` key
         else:
             summary = do_fetch(prof, remote, out, name, dest=dest, latest=latest, step=step, project_dir=Path.cwd())
-            render_fetch(out, summary)
+            render_fetch(out, with_warnings(summary, out))
     profiles.remember(fleet_prof)
+
+
+def _fetch_name_is_a_profile(name: str, option: Optional[str], prof=None):
+    """`gpuops fetch PROFILE`, typed as `gpuops verify PROFILE` is: fetch's positional NAME is what to fetch, so when
+    NAME is a profile and no fetch: name of the profile in use (none given with -p), the error that says so, with the
+    command meant; else None. Nothing is guessed: the command still fetches only what it was told."""
+    from .. import profiles
+    from ..errors import UsageError
+
+    if option is not None or name == "checkpoints" or (prof is not None and name in prof.fetch):
+        return None
+    if name not in profiles.available(Path.cwd()):
+        return None
+    where = f" of profile '{prof.name}'" if prof is not None else ""
+    return UsageError(f"'{name}' is a profile, not a name in the fetch: map{where}; fetch's argument is what to "
+                      "fetch, the profile is -p", hint=f"gpuops fetch -p {name}   (or: gpuops fetch NAME -p {name})")

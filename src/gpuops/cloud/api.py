@@ -7,17 +7,21 @@
   trouble) and `ambiguous` (the request may have been carried out: a timeout after sending, a dropped connection, a 5xx).
 - Idempotent requests (GET, terminate) are retried with backoff on transient failures, honouring Retry-After.
   A launch is never retried here: the caller adopts by tag after an ambiguous failure (lifecycle.py).
-- The API key never appears in output, exception text or a repr: `Secret` hides it and `redact()` scrubs any text.
+- The API key never appears in output, exception text or a repr: `Secret` hides it and `redact()` scrubs any text of
+  every form the key can take there (raw, escaped, as bytes, URL-encoded, base64 as in a Basic header).
+- A request that cannot even be sent (a header or URL httpx refuses) is a local error (exit 2), never retried as a
+  network failure; an answer that is not Lambda's (a proxy's HTML page) gets the exit code of its HTTP status.
 """
 from __future__ import annotations
 
 import random
+import re
 import time
 from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any, Callable, Optional
 
-from ..errors import ExitCode, GpuopsError
+from ..errors import ExitCode, GpuopsError, UsageError
 
 LAMBDA_API_URL = "https://cloud.lambda.ai/api/v1"
 AUTH_CODES = ("global/invalid-api-key", "global/account-inactive", "global/invalid-address")
@@ -33,12 +37,13 @@ AUTH_HINTS = {
 
 
 class Secret:
-    """An API key that never prints itself."""
+    """An API key that never prints itself. Every Secret made is scrubbed by `redact` from then on."""
 
     __slots__ = ("_value",)
 
     def __init__(self, value: str):
         self._value = value
+        _register(value)
 
     def reveal(self) -> str:
         return self._value
@@ -49,15 +54,63 @@ class Secret:
     __str__ = __repr__
 
 
+def key_problem(value: str) -> str | None:
+    """Why a text cannot be an API key (it goes into an HTTP header as it is: visible ASCII only), or None. Says where
+    the first bad character is and what it is, never the key."""
+    if not value:
+        return "it is empty"
+    for i, ch in enumerate(value, 1):
+        n = ord(ch)
+        if 0x21 <= n <= 0x7E:
+            continue
+        what = {"\n": "a line break (\\n)", "\r": "a carriage return (\\r)", "\t": "a tab",
+                " ": "a space"}.get(ch) or (f"a control character (U+{n:04X})" if n < 0x20 or n == 0x7F
+                                            else f"a non-ASCII character (U+{n:04X})")
+        return f"it holds {what} at character {i} of {len(value)}"
+    return None
+
+
 _SECRETS: set[str] = set()
+_MIN_SECRET = 4  # shorter stand-ins (tests' "k") would blank out ordinary words; no real key is that short
+_MIN_PIECE = 8  # the visible pieces of a key cut by a line break are scrubbed on their own from this length
+_PATTERN: list = [None]  # every form of every secret, compiled once per set of secrets
+
+
+def _register(value: str) -> None:
+    if isinstance(value, str) and len(value) >= _MIN_SECRET and value not in _SECRETS:
+        _SECRETS.add(value)
+        _PATTERN[0] = None
+
+
+def secret_forms(key: str) -> set[str]:
+    """Every way a key can be written into a text: as it is; escaped as repr, JSON and `unicode_escape` write it; as
+    bytes repr shows it (httpx's "Illegal header value b'Bearer ...'"); URL-encoded (upper and lower case hex, `+` or
+    `%20` for a space); base64 as in a Basic header (`KEY:` and `KEY`, standard and URL-safe, padded or not); and each
+    visible piece of a key cut by a control character, a space or a non-ASCII character."""
+    import base64
+    import json
+    from urllib.parse import quote, quote_plus
+
+    raw = key.encode("utf-8", "surrogateescape")
+    forms = {key, repr(key)[1:-1], json.dumps(key)[1:-1], json.dumps(key, ensure_ascii=False)[1:-1],
+             key.encode("unicode_escape").decode("ascii"), repr(raw)[2:-1], quote(key, safe=""), quote(key),
+             quote_plus(key)}
+    forms |= {re.sub(r"%[0-9A-F]{2}", lambda m: m.group(0).lower(), f) for f in list(forms) if "%" in f}
+    for data in (raw, raw + b":"):
+        for enc in (base64.b64encode(data), base64.urlsafe_b64encode(data)):
+            forms |= {enc.decode(), enc.decode().rstrip("=")}
+    forms |= {p for p in re.split(r"[^\x21-\x7e]+", key) if len(p) >= _MIN_PIECE}
+    return {f for f in forms if len(f) >= _MIN_SECRET}
 
 
 def redact(text: str) -> str:
-    """Remove every API key this process has loaded from a text."""
-    for s in _SECRETS:
-        if s:
-            text = text.replace(s, "***")
-    return text
+    """Remove every API key this process has loaded from a text, in every form it can take there (secret_forms)."""
+    if not _SECRETS or not text:
+        return text
+    if _PATTERN[0] is None:
+        forms = set().union(*(secret_forms(s) for s in _SECRETS))
+        _PATTERN[0] = re.compile("|".join(re.escape(f) for f in sorted(forms, key=len, reverse=True)))
+    return _PATTERN[0].sub("***", text)
 
 
 class LambdaError(GpuopsError):
@@ -65,7 +118,7 @@ class LambdaError(GpuopsError):
 
     def __init__(self, message: str, *, api_code: str = "", suggestion: str | None = None, status: int | None = None,
                  transient: bool = False, ambiguous: bool = False, retry_after: float | None = None,
-                 method: str = "", path: str = ""):
+                 method: str = "", path: str = "", code: ExitCode | None = None):
         self.api_code = api_code
         self.api_message = message
         self.suggestion = suggestion
@@ -76,7 +129,7 @@ class LambdaError(GpuopsError):
         self.method, self.path = method, path
         where = f"{method} {path}".strip()
         text = f"Lambda API: {api_code + ': ' if api_code else ''}{message}" + (f" ({where}" + (f", HTTP {status})" if status else ")") if where else "")
-        code = ExitCode.CONNECTION if api_code in AUTH_CODES else ExitCode.FAILED
+        code = code or (ExitCode.CONNECTION if api_code in AUTH_CODES else ExitCode.FAILED)
         hint = AUTH_HINTS.get(api_code) or suggestion
         super().__init__(redact(text), hint=redact(hint) if hint else None, code=code)
 
@@ -86,7 +139,9 @@ class LambdaError(GpuopsError):
 
     @property
     def not_found(self) -> bool:
-        return self.api_code == NOT_FOUND or self.status == 404
+        """Lambda said the object does not exist. A 404 without Lambda's error code (a proxy's page, a wrong API URL)
+        says nothing about an instance: reading it as "already gone" would stop tracking one that bills."""
+        return self.api_code == NOT_FOUND
 
     @property
     def rate_limited(self) -> bool:
@@ -213,8 +268,40 @@ def parse_retry_after(value: str | None) -> float | None:
         return None
 
 
-def error_from_response(status: int, body: Any, headers: dict, method: str, path: str) -> LambdaError:
-    """A non-2xx answer -> LambdaError (pure: tested on Lambda's recorded shapes)."""
+FOREIGN_HINTS = {  # an answer that is not Lambda's (no {"error": {"code": ...}}): who else may have answered
+    401: "the answer came from something in front of Lambda's API (a proxy or gateway asking for its own login?), or "
+         "the key is wrong: check the key (LAMBDA_API_KEY, ./.env, ~/.lambda_cloud/lambda_keys), GPUOPS_LAMBDA_API_URL "
+         "and HTTPS_PROXY",
+    403: "something in front of Lambda's API (a proxy or firewall?) refused the request: check GPUOPS_LAMBDA_API_URL "
+         "and HTTPS_PROXY, or the key",
+    407: "a proxy asks for its own login: give it in HTTPS_PROXY, or reach the API without that proxy",
+}
+FOREIGN_HINT = "check GPUOPS_LAMBDA_API_URL (it should end in /api/v1) and any proxy between this machine and the API"
+
+
+def foreign_answer(status: int, headers: dict, text: str) -> str:
+    """'not an answer of Lambda's API: Unauthorized, text/html "401 Authorization Required"': what a person needs to
+    recognise a proxy's or portal's page; one line, no control characters, at most 80 of the page's characters."""
+    from http import HTTPStatus
+
+    try:
+        phrase = HTTPStatus(status).phrase
+    except ValueError:
+        phrase = f"HTTP {status}"
+    kind = (headers.get("content-type") or "").split(";", 1)[0].strip() or "no content type"
+    m = re.search(r"<title[^>]*>(.*?)</title>", text, re.I | re.S)
+    gist = m.group(1) if m else re.sub(r"<[^>]*>", " ", text)
+    gist = " ".join(re.sub(r"[\x00-\x1f\x7f-\x9f]", " ", gist).split())
+    gist = gist[:77] + "..." if len(gist) > 80 else gist
+    return f"not an answer of Lambda's API: {phrase}, {kind}" + (f' "{gist}"' if gist else "")
+
+
+def error_from_response(status: int, body: Any, headers: dict, method: str, path: str, text: str = "") -> LambdaError:
+    """A non-2xx answer -> LambdaError (pure: tested on Lambda's recorded shapes and on proxies' pages).
+
+    Lambda's errors carry {"error": {"code", "message", "suggestion"}}. Anything else did not come from Lambda's API
+    (a proxy, a captive portal, a wrong GPUOPS_LAMBDA_API_URL): 401, 403 and 407 are authentication (exit 3), 429 and
+    5xx are retried, the rest exit 1; each names the status and what the page says, and never reads as "not found"."""
     err = body.get("error") if isinstance(body, dict) else None
     retry_after = parse_retry_after(headers.get("retry-after"))
     if isinstance(err, dict) and isinstance(err.get("code"), str):
@@ -225,8 +312,12 @@ def error_from_response(status: int, body: Any, headers: dict, method: str, path
                            method=method, path=path)
     if status == 429:
         return LambdaError("too many requests", status=429, transient=True, retry_after=retry_after, method=method, path=path)
-    return LambdaError(f"unexpected HTTP {status} answer", status=status, transient=status >= 500,
-                       ambiguous=status >= 500, retry_after=retry_after, method=method, path=path)
+    hint = FOREIGN_HINTS.get(status, FOREIGN_HINT)
+    if 300 <= status < 400 and headers.get("location"):
+        hint = f"the API URL redirects to {headers['location'][:200]}: {FOREIGN_HINT}"
+    return LambdaError(foreign_answer(status, headers, text), status=status, transient=status >= 500,
+                       ambiguous=status >= 500, retry_after=retry_after, method=method, path=path, suggestion=hint,
+                       code=ExitCode.CONNECTION if status in FOREIGN_HINTS else None)
 
 
 def backoff_delay(attempt: int, retry_after: float | None, rng: Callable[[], float] = random.random,
@@ -244,7 +335,9 @@ class Client:
                  rng: Callable[[], float] = random.random, backoff_base: float = 1.0, transport=None):
         import httpx
 
-        _SECRETS.add(api_key.reveal())
+        problem = key_problem(api_key.reveal())
+        if problem:  # credentials.load_api_key refuses such a key first; this is for any other caller
+            raise UsageError(f"the Lambda API key cannot be sent: {problem}")
         self.base_url = base_url.rstrip("/")
         self.attempts = attempts
         self.sleep = sleep
@@ -252,14 +345,18 @@ class Client:
         self.backoff_base = backoff_base
         self.calls: Counter = Counter()
         self.on_retry: Callable[[LambdaError, float], None] | None = None
-        self._http = httpx.Client(
-            base_url=self.base_url,
-            headers={"Authorization": f"Bearer {api_key.reveal()}", "Accept": "application/json",
-                     "User-Agent": "gpuops"},
-            timeout=httpx.Timeout(timeout, connect=connect_timeout),
-            transport=transport,
-            follow_redirects=False,
-        )
+        try:
+            self._http = httpx.Client(
+                base_url=self.base_url,
+                headers={"Authorization": f"Bearer {api_key.reveal()}", "Accept": "application/json",
+                         "User-Agent": "gpuops"},
+                timeout=httpx.Timeout(timeout, connect=connect_timeout),
+                transport=transport,
+                follow_redirects=False,
+            )
+        except (httpx.InvalidURL, UnicodeError) as exc:
+            raise UsageError(f"cannot use the Lambda API URL {redact(self.base_url)!r}: {redact(str(exc))}",
+                             hint="set GPUOPS_LAMBDA_API_URL to an http(s):// URL, or unset it for Lambda's own") from None
 
     def __repr__(self) -> str:
         return f"Client({self.base_url!r})"
@@ -284,6 +381,13 @@ class Client:
         self.calls[(method, template)] += 1
         try:
             resp = self._http.request(method, path, json=body)
+        except (httpx.LocalProtocolError, httpx.UnsupportedProtocol, httpx.InvalidURL, UnicodeError) as exc:
+            # refused on this machine before anything was sent (a header or URL httpx will not write): retrying
+            # cannot help, and it is not the network's fault
+            raise LambdaError(f"request not sent: {redact(str(exc)) or type(exc).__name__}", method=method,
+                              path=template, code=ExitCode.USAGE,
+                              suggestion="check GPUOPS_LAMBDA_API_URL (an http(s):// URL ending in /api/v1) and the "
+                                         "API key (LAMBDA_API_KEY, ./.env, ~/.lambda_cloud/lambda_keys)") from None
         except httpx.ConnectError as exc:
             raise LambdaError(f"cannot reach {self.base_url}: {redact(str(exc)) or 'connection refused'}",
                               transient=True, method=method, path=template) from None
@@ -298,12 +402,17 @@ class Client:
             doc = resp.json()
         except ValueError:
             doc = None
+        headers = {k.lower(): v for k, v in resp.headers.items()}
+        text = resp.content[:4096].decode("utf-8", "replace") if doc is None else ""
         if 200 <= resp.status_code < 300:
             if isinstance(doc, dict) and "data" in doc:
                 return doc["data"]
+            if doc is None:
+                raise LambdaError(foreign_answer(resp.status_code, headers, text), status=resp.status_code,
+                                  method=method, path=template, suggestion=FOREIGN_HINT)
             raise LambdaError(f"answer without 'data' (HTTP {resp.status_code})", status=resp.status_code,
                               method=method, path=template)
-        raise error_from_response(resp.status_code, doc, {k.lower(): v for k, v in resp.headers.items()}, method, template)
+        raise error_from_response(resp.status_code, doc, headers, method, template, text)
 
     def request(self, method: str, path: str, body: Any = None, *, template: str | None = None,
                 retry: bool = True) -> Any:

@@ -75,11 +75,14 @@ def _keygen(path: Path, comment: str) -> None:
 
 
 def _pid(d: Path) -> int | None:
+    """The pid of the host's running sshd: its pid file's, if that process is alive and is this host's sshd (its
+    command line names this host's sshd_config), never a process that reused the pid of an sshd gone meanwhile."""
     try:
         pid = int((d / "sshd.pid").read_text().strip())
-        return pid if _alive(pid) else None
+        cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ")
     except (OSError, ValueError):
         return None
+    return pid if _alive(pid) and str(d / "sshd_config").encode() in cmdline else None
 
 
 def _alive(pid: int) -> bool:
@@ -298,6 +301,7 @@ HOME={shlex.quote(str(d / 'home'))}
 PATH={shlex.quote(path)}
 GPUOPS_SANDBOX_DIR={shlex.quote(str(d))}
 export HOME PATH GPUOPS_SANDBOX_DIR
+{SESSION_MARK}={shlex.quote(_session_mark(d))}; export {SESSION_MARK}
 unset VIRTUAL_ENV PYTHONPATH PYTHONHOME
 cd "$HOME" || exit 1
 if [ -z "$SSH_ORIGINAL_COMMAND" ]; then exec /bin/sh -l; fi
@@ -345,19 +349,67 @@ def _preset(smi_name: str) -> str | None:
     return row.preset if row else None
 
 
-def _session_processes(d: Path) -> list[int]:
-    """Processes started through this sandbox host's sessions (their environment names its directory)."""
-    mark = f"GPUOPS_SANDBOX_DIR={d}".encode()
-    found = []
+SESSION_MARK = "GPUOPS_SANDBOX_SESSION"  # bin/session exports it into every session of the host
+
+
+def _session_mark(d: Path, create: bool = True) -> str | None:
+    """This host's session marker: a random value kept in <d>/session_mark, which only bin/session exports (as
+    GPUOPS_SANDBOX_SESSION) into the sessions it starts. Unlike GPUOPS_SANDBOX_DIR, a user never has it in a shell of
+    their own by accident, so it tells the host's jobs from everything else."""
+    f = d / "session_mark"
+    try:
+        value = f.read_text().strip()
+    except OSError:
+        value = ""
+    if not value and create:
+        import secrets
+
+        value = secrets.token_hex(12)
+        write_private(f, value + "\n")
+    return value or None
+
+
+def _process_table() -> dict[int, tuple[int, bytes]]:
+    """pid -> (parent pid, environment as started) of every process this user may read."""
+    table = {}
     for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit() or int(entry.name) == os.getpid():
+        if not entry.name.isdigit():
             continue
         try:
-            if mark in (entry / "environ").read_bytes().split(b"\0"):
-                found.append(int(entry.name))
-        except OSError:
+            ppid = int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1])
+            environ = (entry / "environ").read_bytes()
+        except (OSError, IndexError, ValueError):
             continue
-    return found
+        table[int(entry.name)] = (ppid, environ)
+    return table
+
+
+def _session_processes(d: Path) -> list[int]:
+    """The processes this host's sessions started: every one carrying its session marker (a job detached with setsid
+    or a double fork keeps its environment when it leaves the session's process tree) and every descendant of its
+    sshd (a session that cleared its environment). Never the sshd itself, this process or any of its ancestors: a
+    caller whose shell exported GPUOPS_SANDBOX_DIR, its other shells and editors are not the host's."""
+    table = _process_table()
+    mark = _session_mark(d, create=False)
+    needle = f"{SESSION_MARK}={mark}".encode() if mark else None
+    found = {pid for pid, (_, env) in table.items() if needle and needle in env.split(b"\0")}
+    sshd = _pid(d)
+    if sshd:
+        children: dict[int, list[int]] = {}
+        for pid, (ppid, _) in table.items():
+            children.setdefault(ppid, []).append(pid)
+        todo = list(children.get(sshd, []))
+        while todo:
+            pid = todo.pop()
+            if pid not in found:
+                found.add(pid)
+                todo.extend(children.get(pid, []))
+    spared = {sshd} if sshd else set()
+    pid = os.getpid()
+    while pid > 1 and pid not in spared:  # this process and its ancestors
+        spared.add(pid)
+        pid = table[pid][0] if pid in table else 0
+    return sorted(found - spared)
 
 
 def down() -> bool:
@@ -366,26 +418,30 @@ def down() -> bool:
 
 
 def stop(d: Path) -> bool:
-    """Stop sshd of the host in `d` and, as a host going down does, the jobs its sessions left running. The profile
-    and keys stay, so the host key is the same on the next start."""
-    for pid in _session_processes(d):
+    """Stop sshd of the host in `d` and, as a host going down does, the jobs its sessions left running (see
+    _session_processes: only those). The profile and keys stay, so the host key is the same on the next start.
+    Returns whether its sshd was running."""
+    doomed = set(_session_processes(d))  # while sshd runs: its sessions are its descendants
+    pid = _pid(d)
+    stopped = False
+    if pid:
         try:
-            os.kill(pid, signal.SIGKILL)
+            os.kill(pid, signal.SIGTERM)  # no new sessions from here
+            stopped = True
         except OSError:
             pass
-    pid = _pid(d)
-    if not pid:
-        return False
-    try:
-        os.kill(pid, signal.SIGTERM)
-    except OSError:
-        return False
-    for _ in range(100):
-        if not _alive(pid):
-            break
-        time.sleep(0.02)
-    (d / "sshd.pid").unlink(missing_ok=True)
-    return True
+        for _ in range(100):
+            if not _alive(pid):
+                break
+            time.sleep(0.02)
+        (d / "sshd.pid").unlink(missing_ok=True)
+    doomed |= set(_session_processes(d))  # a job a session forked meanwhile carries the marker
+    for p in sorted(doomed):
+        try:
+            os.kill(p, signal.SIGKILL)
+        except OSError:
+            pass
+    return stopped
 
 
 def status() -> dict:

@@ -28,6 +28,7 @@ import threading
 import time
 import uuid
 from datetime import datetime, timezone
+from http import HTTPStatus
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
@@ -72,8 +73,14 @@ FAULTS = {
     "unhealthy": "instances launched while set become `unhealthy` instead of `active`",
     "old-driver": "instances launched while set run NVIDIA driver version= (default 535.183.01, CUDA 12.2), as an "
                   "instance from an older image does",
+    "proxy-page": "the next matching request (path= substring) is answered by a proxy in front of the API, before the "
+                  "key is checked: HTTP status= (default 502) with nginx's HTML error page, not Lambda's JSON",
 }
-ONCE_BY_DEFAULT = {"5xx", "launch-5xx-after-create", "drop-launch-response"}
+ONCE_BY_DEFAULT = {"5xx", "launch-5xx-after-create", "drop-launch-response", "proxy-page"}
+# the titles of nginx's own error pages (what a reverse proxy in front of an API answers)
+NGINX_TITLES = {401: "401 Authorization Required", 403: "403 Forbidden", 404: "404 Not Found", 407: "407 Proxy "
+                "Authentication Required", 502: "502 Bad Gateway", 503: "503 Service Temporarily Unavailable",
+                504: "504 Gateway Time-out"}
 HOSTNAME = re.compile(r"^[a-z0-9][0-9a-z-]{0,62}$")
 TAG_KEY = re.compile(r"^[a-z][a-z0-9-:]+$")
 FS_NAME = re.compile(r"^[a-zA-Z]+[0-9a-zA-Z-]*$")
@@ -300,6 +307,20 @@ class Emulator:
             if f["times"] <= 0:
                 del self._faults[name]
         return f
+
+    def proxy_page(self, path: str) -> tuple[int, str] | None:
+        """The `proxy-page` fault: (status, nginx's HTML error page) for this API path, or None."""
+        if not path.startswith("/api/v1/"):
+            return None
+        with self.lock:
+            f = self._take_fault("proxy-page", path.split("?", 1)[0][len("/api/v1"):])
+            if f is None:
+                return None
+            self._save()
+        status = int(f.get("status") or 502)
+        title = NGINX_TITLES.get(status) or f"{status} {HTTPStatus(status).phrase}"
+        return status, (f"<html>\r\n<head><title>{title}</title></head>\r\n<body>\r\n<center><h1>{title}</h1></center>"
+                        "\r\n<hr><center>nginx</center>\r\n</body>\r\n</html>\r\n")
 
     # -- instances -----------------------------------------------------------------------------------------------
     def _advance(self, inst: dict) -> None:
@@ -670,9 +691,12 @@ def _handler(emu: Emulator):
             self.end_headers()
             self.wfile.write(body)
 
-        def _body(self):
+        def _body_bytes(self) -> bytes:
             n = int(self.headers.get("Content-Length") or 0)
-            raw = self.rfile.read(n) if n else b""
+            return self.rfile.read(n) if n else b""
+
+        def _body(self):
+            raw = self._body_bytes()
             if not raw:
                 return None
             try:
@@ -680,7 +704,22 @@ def _handler(emu: Emulator):
             except ValueError:
                 raise ApiError("invalid-parameters", "The request body is not valid JSON.") from None
 
+        def _page(self, status: int, html: str) -> None:
+            body = html.encode()
+            self.send_response(status)
+            self.send_header("Server", "nginx")
+            if status == 401:
+                self.send_header("WWW-Authenticate", 'Basic realm="proxy"')
+            self.send_header("Content-Type", "text/html")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
         def _any(self) -> None:
+            page = emu.proxy_page(self.path)
+            if page:
+                self._body_bytes()  # read the request's body, so the connection stays usable
+                return self._page(*page)
             try:
                 if not emu.authorized(self.headers.get("Authorization")):
                     raise ApiError("invalid-api-key")
