@@ -117,6 +117,20 @@ def test_a_script_in_a_subfolder_finds_modules_from_its_folder_first(tmp_path):
     assert got["common"].local_root == "" and "rich" in got and "httpx" in got
 
 
+def test_a_file_that_changes_sys_path_needs_only_what_the_project_does_not_have(tmp_path):
+    root = project(tmp_path, {
+        "scripts/train.py": "import os, sys\nsys.path.insert(0, os.path.join(os.path.dirname(__file__), '..'))\n"
+                            "import wandb\nfrom utils.io import load\nimport models\n",
+        "utils/io.py": "", "models/__init__.py": "",
+        "run.sh": "export PYTHONPATH=$PWD/lib:$PYTHONPATH\npython main.py\n",
+        "main.py": "import helper\nimport einops\n", "lib/helper.py": "",
+        "venv/pyvenv.cfg": "", "venv/lib/wandb/__init__.py": ""})
+    assert names(root, "scripts/train.py") == ["os", "sys", "wandb"]
+    assert names(root, "run.sh") == ["einops"]
+    assert ji.project_module_names(root, limit=3) is None  # too big to search: nothing loose is required
+    assert ji.project_module_names(root) >= {"utils", "io", "models", "lib", "helper", "scripts", "train"}
+
+
 def test_shell_scripts_python_module_and_torchrun_lines():
     text = r"""#!/bin/bash
 set -euo pipefail
@@ -182,6 +196,8 @@ def test_a_shell_jobs_needs_follow_its_scripts_and_modules(tmp_path):
     # a bash script without .sh, by its #! line; a script of another kind yields nothing
     (root / "go").write_text("#!/usr/bin/env bash\npython train.py\n")
     assert "wandb" in names(root, "go")
+    (root / "py.sh").write_text("#!/usr/bin/env python3\nimport os\nos.system('python train.py')\n")
+    assert names(root, "py.sh") == []  # another interpreter runs it: not read
     (root / "job.pl").write_text("system('python train.py')\n")
     assert names(root, "job.pl") == [] and names(root, "nosuch.py") == []
 

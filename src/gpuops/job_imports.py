@@ -15,6 +15,8 @@ What counts as needed, so that a refusal is never a false alarm:
   the project's own module: its imports one level), and `torchrun ... X.py` / `python -m torch.distributed.run ...
   X.py` (torch, and X.py's imports). A word with a shell variable, a line that sets PYTHONPATH, a python given by
   path, and a script that switches environment (`activate`, `conda`) are not read: nothing is inferred from them.
+- a file that changes sys.path (or a shell script that sets PYTHONPATH) may import the project's modules from any of
+  its folders: its imports whose name is a folder or a .py file anywhere in the project are not required.
 
 Dotted names that are their own distribution's root (`google.protobuf`: `google` is a namespace many distributions
 share) come from playbooks/modules.yaml, with the module -> distribution names that differ (`cv2` -> opencv-python).
@@ -24,11 +26,14 @@ from __future__ import annotations
 import ast
 import re
 import shlex
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path, PurePosixPath
 from typing import Iterable, Iterator, Optional
 
 GUARDS = {"ImportError", "ModuleNotFoundError", "Exception", "BaseException"}
+PATH_CHANGE = re.compile(rb"\bsys\.path\b|\baddsitedir\b")  # a file that may import from a folder of its choosing
+SKIP_DIRS = {"__pycache__", "node_modules", "runs", "site-packages", "dist-packages"}
+WALK_LIMIT = 20000  # files: a project bigger than this is not searched (its loose needs are not required)
 NEVER = {"__future__", "__main__"}
 PYTHON = re.compile(r"python(3(\.\d+)?)?\Z")
 ASSIGN = re.compile(r"[A-Za-z_][A-Za-z0-9_]*=")
@@ -58,6 +63,8 @@ class Need:
     path0: str  # sys.path[0] of that python, relative to the project folder ("" = the project folder)
     local: Optional[str] = None  # the project's own file that provides it (then: a module of the project)
     local_root: str = ""  # the folder (relative to the project) where that file's top-level module was found
+    loose: bool = False  # its file changes sys.path (or its shell script PYTHONPATH): needed only if no folder or
+    #                      .py file of the project has its name, which the changed path might reach
 
 
 # -- a Python file's required imports --------------------------------------------------------------------------
@@ -188,14 +195,17 @@ def _file_needs(project: Path, file: Path, source: str, path0: str, namespaces: 
     roots = _search_roots(project, path0)
     needs: list[Need] = []
     files_run: list[Path] = []
-    for dotted, names in required_imports(_read(file) or b"", as_main=as_main):
+    text = _read(file) or b""
+    loose = bool(PATH_CHANGE.search(text))
+    for dotted, names in required_imports(text, as_main=as_main):
         top = check_name(dotted, namespaces)
         if top in NEVER:
             continue
         root, files = module_files(project, roots, dotted)
         for name in names:  # `from pkg import sub`: pkg/sub.py runs too
             files += [f for f in module_files(project, roots, f"{dotted}.{name}")[1] if f not in files]
-        needs.append(Need(top, top, source, "imports", path0, _rel(project, files[0]) if files else None, root))
+        needs.append(Need(top, top, source, "imports", path0, _rel(project, files[0]) if files else None, root,
+                          loose))
         files_run += [f for f in files if f != file and f not in files_run]
     return needs, files_run
 
@@ -393,6 +403,13 @@ def _normal_dir(path: str) -> str:
 
 
 def _shell_needs(project: Path, script: str, text: str, namespaces: list[str]) -> list[Need]:
+    needs = _shell_runs(project, script, text, namespaces)
+    if "PYTHONPATH" in text:  # set somewhere in the script: what it adds is unknown here
+        needs = [replace(n, loose=True) for n in needs]
+    return needs
+
+
+def _shell_runs(project: Path, script: str, text: str, namespaces: list[str]) -> list[Need]:
     sh_dir = PurePosixPath(script).parent.as_posix()
     sh_dir = "" if sh_dir == "." else sh_dir
     needs: list[Need] = []
@@ -437,12 +454,16 @@ def job_needs(project: Path, script: str, namespaces: Iterable[str] = ()) -> lis
     text = _read(path)
     if text is None:
         return []
-    if script.endswith(".py"):
+    shell = re.match(rb"#!\s*\S*(/|env\s+)(ba|da|z)?sh\b", text[:80])
+    if script.endswith(".py"):  # run by the profile's python whatever its #! line says (runs.job_argv)
         needs = _python_needs(project, path, script, namespaces)
-    elif script.endswith(".sh") or re.match(rb"#!\s*\S*(/|env\s+)(ba|da|z)?sh\b", text[:80]):
+    elif shell or (script.endswith(".sh") and not text.startswith(b"#!")):  # as job_argv runs it: bash, or its #!
         needs = _shell_needs(project, script, text.decode("utf-8", "replace"), namespaces)
     else:
         return []
+    if any(n.loose for n in needs):
+        names = project_module_names(project)
+        needs = [n for n in needs if not n.loose or (names is not None and n.module.split(".")[0] not in names)]
     seen: set[tuple[str, str]] = set()
     out = []
     for n in needs:
@@ -450,6 +471,25 @@ def job_needs(project: Path, script: str, namespaces: Iterable[str] = ()) -> lis
             seen.add((n.module, n.path0))
             out.append(n)
     return out
+
+
+def project_module_names(project: Path, limit: int = WALK_LIMIT) -> Optional[set[str]]:
+    """Every name a changed sys.path might import from the project: its folders (namespace packages included) and
+    its .py files and extension modules (virtual environments, hidden and generated folders left out). None for a
+    project of more than `limit` files."""
+    import os
+
+    names: set[str] = set()
+    count = 0
+    for dirpath, dirnames, filenames in os.walk(project):
+        dirnames[:] = [d for d in dirnames if not d.startswith(".") and d not in SKIP_DIRS
+                       and not os.path.exists(os.path.join(dirpath, d, "pyvenv.cfg"))]
+        names.update(dirnames)
+        names.update(f.split(".", 1)[0] for f in filenames if f.endswith((".py", ".so", ".pyd")))
+        count += len(filenames)
+        if count > limit:
+            return None
+    return names
 
 
 def probe_groups(needs: Iterable[Need]) -> dict[str, list[str]]:
