@@ -68,11 +68,6 @@ class Need:
 
 
 # -- a Python file's required imports --------------------------------------------------------------------------
-def _is_type_checking(test: ast.expr) -> bool:
-    return (isinstance(test, ast.Name) and test.id == "TYPE_CHECKING") or \
-           (isinstance(test, ast.Attribute) and test.attr == "TYPE_CHECKING")
-
-
 def _is_main_test(test: ast.expr) -> bool:
     if not (isinstance(test, ast.Compare) and len(test.ops) == 1 and isinstance(test.ops[0], ast.Eq)):
         return False
