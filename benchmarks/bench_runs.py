@@ -35,6 +35,8 @@ def gpuops(*args: str, cwd: Path, **kw) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-m", "gpuops", *args], cwd=cwd, capture_output=True, text=True, **kw)
 
 
+# what a typical training script imports (the gate asks the host's python to find each; none is imported)
+MODULES = ["os", "sys", "json", "time", "math", "numpy", "torch", "wandb", "yaml", "transformers", "datasets", "tqdm"]
 TEST_CACHE = os.environ.get("GPUOPS_TEST_CACHE") or str(Path.home() / ".cache" / "gpuops-tests")
 
 
@@ -57,18 +59,19 @@ def preflight_figures(remote_proj: Path, project: Path) -> None:
     try:
         for label, py in pythons:
             node = prof.model_copy(update={"python": py})
-            rows = []
-            for gate in (False, True):
-                ts = []
-                for _ in range(5):
+            full = core.gate_params(node, "~/proj", env={"CUDA_VISIBLE_DEVICES": "0"}, modules={"": MODULES})
+            stack = {**full, "gpu_apps": False, "find_modules": {}}
+            ts: list[list[float]] = [[], [], []]
+            for _ in range(7):  # interleaved, so a busy moment of a shared machine weighs on each alike
+                for i, params in enumerate((None, stack, full)):
                     t0 = time.perf_counter()
-                    pf, _ = rl.preflight(remote, "~/proj", "job.py", py, ["vllm"],
-                                         core.gate_params(node, "~/proj") if gate else None)
-                    ts.append(time.perf_counter() - t0)
-                rows.append(statistics.median(ts))
+                    rl.preflight(remote, "~/proj", "job.py", py, ["vllm"], params)
+                    ts[i].append(time.perf_counter() - t0)
+            rows = [statistics.median(t) for t in ts]
             print(f"train preflight round trip, {label}: median {rows[0] * 1000:.0f} ms without the launch gate, "
-                  f"{rows[1] * 1000:.0f} ms with it (torch/CUDA/GPU count/flash-attn facts + py_compile), "
-                  f"one remote execution either way (n=5)")
+                  f"{rows[1] * 1000:.0f} ms with its stack facts (torch/CUDA/GPU count/flash-attn + py_compile), "
+                  f"{rows[2] * 1000:.0f} ms with the whole gate (+ {len(MODULES)} imports looked up, the GPUs' "
+                  "processes), one remote execution each (n=7, interleaved)")
     finally:
         remote.close()
 
@@ -106,7 +109,7 @@ def main() -> None:
             while not (remote / ".gpuops" / "runs" / rid / "exit_code").exists():
                 time.sleep(0.02)
 
-        # 0. train's preflight round trip, with and without the launch gate (stack facts + script compile)
+        # 0. train's preflight round trip, without the launch gate, with its stack part, with all of it
         preflight_figures(remote, project)
 
         # 1. train -> running

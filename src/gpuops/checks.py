@@ -338,6 +338,12 @@ def _job_gpus(c: Context) -> set[int] | None:
     preset over the host's environment; indexes or GPU UUIDs); None = all."""
     value = next((env["CUDA_VISIBLE_DEVICES"] for env in (c.p.env, c.preset_env, c.f.env)
                   if env.get("CUDA_VISIBLE_DEVICES") is not None), None)
+    return visible_gpus(value, c.f.gpus)
+
+
+def visible_gpus(value: str | None, gpus) -> set[int] | None:
+    """nvidia-smi indexes of the GPUs a CUDA_VISIBLE_DEVICES value names (indexes or GPU UUID prefixes); None (the
+    variable not set) = all."""
     if value is None:
         return None
     seen: set[int] = set()
@@ -345,7 +351,7 @@ def _job_gpus(c: Context) -> set[int] | None:
         if item.isdigit():
             seen.add(int(item))
         else:
-            seen.update(g.index for g in c.f.gpus if g.uuid and g.uuid.startswith(item))
+            seen.update(g.index for g in gpus if g.uuid and g.uuid.startswith(item))
     return seen
 
 

@@ -36,11 +36,41 @@ def resolve(run: Optional[str], prof, project: Path) -> dict:
                 "price_per_hour": prof.price_per_hour}
 
 
-def _gate(pf, prof, project: Path) -> list:
-    """The launch gate's failed checks (runs.gate_results) on the facts the preflight gathered."""
-    from . import knowledge as kb
+class _Gate:
+    """What the launch gate reads locally, once per run: the modules the job needs (job_imports, from the project's
+    files) and the module -> distribution table (playbooks/modules.yaml)."""
 
-    return core.gate_results(pf.facts, prof, kb.knowledge(project))
+    def __init__(self, project: Path, script_rel: str, plan: core.EnvPlan):
+        from . import job_imports as ji
+        from . import knowledge as kb
+
+        self.project, self.script, self.env = project, script_rel, core.job_env(plan)
+        self.table = kb.load_playbook("modules", project).get("modules") or []
+        self.needs = ji.job_needs(project, script_rel, ji.namespaces(self.table))
+
+    def preflight(self, remote, node, remote_dir: str, packages: list[str], *, force: bool, sync: bool,
+                  launcher: str = "none"):
+        """One remote execution (remote/launch.preflight), then the verdict: the stack (runs.gate_results), the GPUs
+        the job will see held by other processes (runs.gpu_holders), the modules its python cannot find. Sets
+        pf.job_gpus, the GPUs the job is given."""
+        from . import job_imports as ji
+        from . import knowledge as kb
+        from .remote import launch as rl
+
+        script_rel = self.script
+        pf, found = rl.preflight(remote, remote_dir, script_rel, node.python, packages,
+                                 core.gate_params(node, remote_dir, env=self.env, modules=ji.probe_groups(self.needs)))
+        pf.job_gpus = core.job_gpu_count(pf.facts, self.env, len(pf.gpus))
+        extra = core.gpu_holders(pf.facts, pf.active_pids, self.env)
+        gone = ji.missing(self.needs, core.found_modules(pf.facts))
+        if gone:
+            extra += ji.problems(gone, python=node.python, declared_names=ji.declared(self.project), table=self.table,
+                                 project_table=ji.has_project_table(self.project))
+        verdict = core.judge_preflight(pf, script_found=found, script=script_rel, remote_dir=remote_dir,
+                                       min_disk_gb=node.expect.min_disk_gb, force=force, synced=sync,
+                                       stack=core.gate_results(pf.facts, node, kb.knowledge(self.project), self.env),
+                                       launcher=launcher, python=node.python, extra=extra)
+        return pf, verdict
 
 
 def _remember(prof, project: Path) -> None:
@@ -97,6 +127,7 @@ def train(prof, out, project: Path, *, script: str, name: Optional[str] = None, 
     script_rel, presets_doc, started, rid, plan = _prepare_run(prof, out, project, script=script, name=name, env=env,
                                                                sync=sync, seed=seed, clock=clock)
     remote_dir = prof.remote_dir_for(project)
+    gate = _Gate(project, script_rel, plan)
 
     remote = connect(prof, out)
     try:
@@ -105,12 +136,10 @@ def train(prof, out, project: Path, *, script: str, name: Optional[str] = None, 
 
             out.step(f"syncing {project.name}/ to {prof.name}:{remote_dir}")
             sync_project(prof, remote, out, project)
-        out.step("preflight: GPUs, free disk, other runs, the stack (torch, CUDA, flash-attn), the script")
-        pf, found = rl.preflight(remote, remote_dir, script_rel, prof.python, core.conflict_packages(presets_doc),
-                                 core.gate_params(prof, remote_dir))
-        verdict = core.judge_preflight(pf, script_found=found, script=script_rel, remote_dir=remote_dir,
-                                       min_disk_gb=prof.expect.min_disk_gb, force=force, synced=sync,
-                                       stack=_gate(pf, prof, project))
+        out.step("preflight: GPUs and their other processes, free disk, other runs, the stack (torch, CUDA, "
+                 "flash-attn), the script and what it imports")
+        pf, verdict = gate.preflight(remote, prof, remote_dir, core.conflict_packages(presets_doc), force=force,
+                                     sync=sync)
         for w in verdict.warnings:
             out.warn(w)
         if verdict.error:
@@ -159,6 +188,7 @@ def train_fleet(prof, out, project: Path, *, script: str, launcher: str = "none"
     nodes = prof.nodes()
     script_rel, presets_doc, started, rid, plan = _prepare_run(prof, out, project, script=script, name=name, env=env,
                                                                sync=sync, seed=seed, clock=clock)
+    gate = _Gate(project, script_rel, plan)
     remotes: dict[int, object] = {}
     forced: dict[int, list] = {}
     quiet = type(out)(json_mode=True, stdout=out.stderr, stderr=out.stderr, quiet=True)
@@ -171,11 +201,8 @@ def train_fleet(prof, out, project: Path, *, script: str, launcher: str = "none"
 
             sync_project(node, remote, quiet, project)
         need = [launchers.NEEDS[launcher]] if launcher in launchers.NEEDS else []
-        pf, found = rl.preflight(remote, remote_dir, script_rel, node.python,
-                                 core.conflict_packages(presets_doc) + need, core.gate_params(node, remote_dir))
-        verdict = core.judge_preflight(pf, script_found=found, script=script_rel, remote_dir=remote_dir,
-                                       min_disk_gb=prof.expect.min_disk_gb, force=force, synced=sync,
-                                       stack=_gate(pf, node, project), launcher=launcher, python=node.python)
+        pf, verdict = gate.preflight(remote, node, remote_dir, core.conflict_packages(presets_doc) + need, force=force,
+                                     sync=sync, launcher=launcher)
         if verdict.error:
             raise verdict.error
         forced[node.rank] = verdict.forced
@@ -191,7 +218,7 @@ def train_fleet(prof, out, project: Path, *, script: str, launcher: str = "none"
                 out.warn(f"host #{r.rank}: {w}")
         if bad:
             raise _fleet_error("not launching", bad)
-        counts = [len(r.value[0].gpus) for r in prepared]
+        counts = [r.value[0].job_gpus for r in prepared]  # the GPUs each node's job is given (CUDA_VISIBLE_DEVICES)
         if nproc == "auto":
             per_node = max(1, min(counts)) if counts else 1
             if len(set(counts)) > 1:

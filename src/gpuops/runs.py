@@ -411,8 +411,10 @@ class Preflight:
     gpu_error: Optional[str] = None
     free_gb: Optional[float] = None
     active: list[str] = field(default_factory=list)  # ids of gpuops runs still running on the host
+    active_pids: list[int] = field(default_factory=list)  # their launchers' pids (= process group and session ids)
     packages: Optional[dict[str, Optional[str]]] = None
     has_setsid_fork: bool = True
+    job_gpus: int = 0  # the GPUs the job is given: all listed, or those its CUDA_VISIBLE_DEVICES names (job_gpu_count)
     compile_error: Optional[str] = None  # the launch gate: the script does not compile (.py) or is unreadable
     facts: Optional[dict] = None  # the launch gate: the verify probe's document (stack facts), when gathered
 
@@ -448,8 +450,11 @@ def parse_preflight(text: str) -> Preflight:
             if len(parts) >= 4 and parts[3].isdigit():
                 pf.free_gb = int(parts[3]) / 1024 / 1024
         elif section == "active":
-            if line.strip():
-                pf.active.append(line.strip())
+            parts = line.split()
+            if parts:
+                pf.active.append(parts[0])
+                if len(parts) > 1 and parts[1].isdigit():
+                    pf.active_pids.append(int(parts[1]))
         elif section == "pkg":
             if pf.packages is None:
                 pf.packages = {}
@@ -480,17 +485,55 @@ def flash_attn_expected(profile) -> bool:
     return "flash-attn" in e.packages or "flash_attn" in e.packages or "flash_attn" in e.imports
 
 
-def gate_params(profile, remote_dir: str) -> dict:
-    """The verify probe's parameters for the launch gate: only the facts it judges (it runs inside the preflight)."""
+CVD = "CUDA_VISIBLE_DEVICES"
+
+
+def job_env(plan: EnvPlan) -> dict[str, Optional[str]]:
+    """The job's plain variables as the launcher sets them (None: unset); the gate's checks run with them."""
+    return {k: v.value for k, v in plan.vars.items()}
+
+
+def gate_params(profile, remote_dir: str, *, env: Optional[dict[str, Optional[str]]] = None,
+                modules: Optional[dict[str, list[str]]] = None) -> dict:
+    """The verify probe's parameters for the launch gate: only the facts it judges (it runs inside the preflight).
+    env: the job's variables (job_env): the CUDA test and the module check run with them, as the job will.
+    modules: job_imports.probe_groups (sys.path[0] -> names the job's python must find)."""
     return {"remote_dir": remote_dir, "packages": sorted(set(GATE_PACKAGES) | set(profile.expect.packages)),
             "imports": ["flash_attn"] if flash_attn_expected(profile) else [], "cuda_check": True,
-            "skip": list(GATE_SKIP), "timeouts": {"cuda_check": 60, "imports": 60}}
+            "skip": list(GATE_SKIP), "timeouts": {"cuda_check": 60, "imports": 60}, "env": [CVD],
+            "job_env": env or {}, "gpu_apps": True, "find_modules": {"cwd": remote_dir, "groups": modules or {}}}
 
 
-def gate_results(facts_doc: Optional[dict], profile, knowledge: dict) -> list:
+def job_cvd(facts, env: Optional[dict[str, Optional[str]]]) -> Optional[str]:
+    """CUDA_VISIBLE_DEVICES as the job will have it: the run's environment plan, else the host's (None: not set)."""
+    if env and CVD in env:
+        return env[CVD]
+    return facts.env.get(CVD)
+
+
+def _given(facts, env: Optional[dict[str, Optional[str]]]) -> tuple[Optional[str], Optional[set[int]]]:
+    """The job's CUDA_VISIBLE_DEVICES and the host's GPUs it names (None: not set, every GPU)."""
+    from .checks import visible_gpus
+
+    cvd = job_cvd(facts, env)
+    given = visible_gpus(cvd, facts.gpus)
+    return cvd, None if given is None else given & {g.index for g in facts.gpus}
+
+
+def job_gpu_count(facts_doc: Optional[dict], env: Optional[dict[str, Optional[str]]], listed: int) -> int:
+    """How many GPUs the job is given: those its CUDA_VISIBLE_DEVICES names, else all `listed` (nvidia-smi)."""
+    from .facts import from_probe
+
+    given = _given(from_probe(facts_doc), env)[1] if facts_doc else None
+    return listed if given is None else len(given)
+
+
+def gate_results(facts_doc: Optional[dict], profile, knowledge: dict,
+                 env: Optional[dict[str, Optional[str]]] = None) -> list:
     """The failed checks that make a run worthless, as verify words them (title, measured, fix): a CPU-only torch
-    on a GPU host, torch.cuda.is_available() False, fewer GPUs than expected (nvidia-smi or torch), flash-attn not
-    importing when expected, torch or flash-attn expected and not installed. Pure."""
+    on a GPU host, torch.cuda.is_available() False, fewer GPUs than expected (nvidia-smi; torch: the GPUs the job's
+    CUDA_VISIBLE_DEVICES gives it, else expect.gpu_count), flash-attn not importing when expected, torch or
+    flash-attn expected and not installed. env: the job's variables (job_env). Pure."""
     from . import checks as ck
     from .facts import from_probe
 
@@ -510,14 +553,65 @@ def gate_results(facts_doc: Optional[dict], profile, knowledge: dict) -> list:
         out += [r for r in ck.check_imports(c) if r.status == ck.FAIL and r.id == "packages.flash_attn"]
     out += [r for r in ck.check_gpu_count(c) if r.status == ck.FAIL]
     rt = facts.cuda_runtime or {}
-    want = profile.expect.gpu_count
+    cvd, given = _given(facts, env)
+    if given is None:
+        want, expected = profile.expect.gpu_count, str(profile.expect.gpu_count)
+    else:  # the job is given these GPUs: torch must see each of them, whatever the host has
+        want, expected = len(given), f"{len(given)}: CUDA_VISIBLE_DEVICES={cvd}"
     if want and rt.get("available") and (rt.get("device_count") or 0) < want and c.gpu_host \
             and len(facts.gpus) >= want:
         out.append(ck.CheckResult("cuda.device_count", "GPUs visible to torch", ck.FAIL,
-                                  f"torch sees {rt.get('device_count')} GPU(s)", str(want),
+                                  f"torch sees {rt.get('device_count')} GPU(s)", expected,
                                   remediation="CUDA_VISIBLE_DEVICES hides some GPUs (check the profile's env: and "
                                               "--env), or a GPU is unusable"))
     return out
+
+
+APPS_COMMAND = "nvidia-smi --query-compute-apps=pid,process_name,used_memory --format=csv"
+
+
+def gpu_holders(facts_doc: Optional[dict], active_pids: Iterable[int],
+                env: Optional[dict[str, Optional[str]]] = None) -> list[tuple[str, list[str]]]:
+    """The GPUs the job will see (CUDA_VISIBLE_DEVICES of `env`, else the host's) holding memory of a process that is
+    not a gpuops run: one (problem, fix lines) per process. A gpuops run's process: its process group or session is
+    an active run's launcher (active_pids), or its environment names GPUOPS_RUN_ID. Pure: the probe's gpu_apps fact
+    (nvidia-smi's compute processes, raw, and /proc facts per pid)."""
+    from .facts import fact_value, from_probe
+
+    apps = fact_value(facts_doc or {}, "gpu_apps")
+    if not isinstance(apps, dict) or apps.get("rc") != 0:
+        return []
+    facts = from_probe(facts_doc)
+    index = {g.uuid: g.index for g in facts.gpus if g.uuid}
+    seen = _given(facts, env)[1]
+    ours = set(active_pids)
+    out = []
+    for line in (apps.get("stdout") or "").splitlines():
+        parts = [p.strip() for p in line.split(",", 3)]
+        if len(parts) < 4 or not parts[0].isdigit():
+            continue
+        pid, mem, uuid, name = int(parts[0]), parts[1], parts[2], parts[3]
+        gpu = index.get(uuid)
+        if seen is not None and gpu not in seen:
+            continue
+        who = (apps.get("procs") or {}).get(str(pid)) or {}
+        if who.get("run_id") or who.get("pgid") in ours or who.get("sid") in ours:
+            continue
+        held = f"{mem} MiB" if mem.isdigit() else f"memory ({mem})"
+        owner = f", user {who['user']}" if who.get("user") else ""
+        out.append((f"GPU {gpu if gpu is not None else uuid} holds {held} of process {pid} ({name}{owner}), "
+                    "which is not a gpuops run",
+                    [f"fix (process {pid}): see it with `{APPS_COMMAND}` and `ps -o pid,user,etime,cmd -p {pid}`; "
+                     "stop it, or give the job another GPU (CUDA_VISIBLE_DEVICES in the profile's env: or --env)"]))
+    return out
+
+
+def found_modules(facts_doc: Optional[dict]) -> Optional[dict]:
+    """The probe's find_modules answer: {sys.path[0]: {module: found}}, or None when it was not gathered."""
+    from .facts import fact_value
+
+    value = fact_value(facts_doc or {}, "find_modules")
+    return value.get("result") if isinstance(value, dict) else None
 
 
 def gate_line(r) -> str:
@@ -528,11 +622,13 @@ def gate_line(r) -> str:
 
 def judge_preflight(pf: Preflight, *, script_found: bool, script: str, remote_dir: str, min_disk_gb: Optional[float],
                     force: bool, synced: bool, stack: Iterable = (), launcher: str = "none",
-                    python: str = "python3") -> PreflightVerdict:
+                    python: str = "python3", extra: Iterable[tuple[str, list[str]]] = ()) -> PreflightVerdict:
     """Launch or not: no GPU, less disk than the profile expects, another run still running, a broken stack
-    (`stack`: gate_results), a script that does not compile and a launcher whose package the profile's python lacks
-    (torchrun: torch, ray: ray) are problems (--force turns them into warnings, recorded in verdict.forced); a
-    missing script is a usage error; under 1 GB free is a warning."""
+    (`stack`: gate_results), a script that does not compile, a launcher whose package the profile's python lacks
+    (torchrun: torch, ray: ray), and `extra` (problem, fix lines) other judges found (a module the script imports
+    that the job's python cannot find: job_imports.problems; a GPU held by another process: gpu_holders) are
+    problems (--force turns them into warnings, recorded in verdict.forced); a missing script is a usage error;
+    under 1 GB free is a warning."""
     from .launchers import NEEDS
 
     verdict = PreflightVerdict()
@@ -549,6 +645,9 @@ def judge_preflight(pf: Preflight, *, script_found: bool, script: str, remote_di
     if script_found and pf.compile_error:
         problems.append(f"script {script} does not compile: {pf.compile_error}")
         fixes.append(f"fix: correct {script} (python -m py_compile {script} shows the error locally)")
+    for problem, fix in extra:
+        problems.append(problem)
+        fixes += fix
     if pf.gpu_error:
         problems.append(f"no GPU visible: {pf.gpu_error}")
     if pf.free_gb is not None and min_disk_gb is not None and pf.free_gb < min_disk_gb:

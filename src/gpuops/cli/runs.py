@@ -19,16 +19,18 @@ RunArg = typer.Argument(None, help="Run id or a unique prefix (default: the prof
 @app.command()
 def train(
     script: str = typer.Option(..., "--script", "-s", help="Training script, relative to the project folder "
-                                                           "(.py runs with the profile's python, .sh with sh)."),
+                                                           "(.py runs with the profile's python, .sh with bash)."),
     profile: Optional[str] = ProfileOpt,
     name: Optional[str] = typer.Option(None, "--name", help="Run name (default: the script's stem)."),
     env: List[str] = typer.Option([], "--env", "-e", help="NAME=VALUE for the job (repeatable; wins over the "
                                                           "preset and the profile). NAME= unsets NAME."),
     no_sync: bool = typer.Option(False, "--no-sync", help="Do not sync the project first."),
     force: bool = typer.Option(False, "--force", help="Launch even if preflight finds another gpuops run, no "
-                                                      "GPU, too little disk, or a broken stack (CPU-only torch, CUDA "
-                                                      "unavailable, GPUs missing, flash-attn not importing) or a "
-                                                      "script that does not compile; recorded in meta.json."),
+                                                      "GPU, too little disk, a broken stack (CPU-only torch, CUDA "
+                                                      "unavailable, GPUs missing, flash-attn not importing), a "
+                                                      "script that does not compile or imports a module the job's "
+                                                      "python cannot import, or a GPU the job will see held by "
+                                                      "another process; recorded in meta.json."),
     seed: Optional[int] = typer.Option(None, "--seed", help="Export GPUOPS_SEED and PYTHONHASHSEED; recorded."),
     no_snapshot: bool = typer.Option(False, "--no-snapshot", help="Skip the environment snapshot taken at launch."),
     launcher: str = typer.Option("none", "--launcher", metavar="none|torchrun|ray",
@@ -36,14 +38,16 @@ def train(
                                       "--master_addr/port); ray: a Ray head on host 0, workers on the others, the "
                                       "script on the head with RAY_ADDRESS. none: the script itself on every host."),
     nproc: str = typer.Option("auto", "--nproc-per-node", metavar="auto|N",
-                              help="torchrun processes per host (auto: the GPUs the preflight saw)."),
+                              help="torchrun processes per host (auto: the GPUs the job is given, "
+                                   "all or those its CUDA_VISIBLE_DEVICES names)."),
     master_port: Optional[int] = typer.Option(None, "--master-port", min=1, max=65535,
                                               help="Rendezvous port on host 0 (default 29500).", show_default=False),
     json_: bool = JsonOpt,
     args: Optional[List[str]] = typer.Argument(None, help="Arguments for the script, after --.", show_default=False),
 ) -> None:
-    """Launch a training script detached on the profile's host (every host of a fleet profile): sync, preflight,
-    environment, secrets, run."""
+    """Launch a training script detached on the profile's host (every host of a fleet profile): sync, preflight
+    (the launch gate: the stack, the script and what it imports, GPUs held by other processes), environment,
+    secrets, run."""
     from .. import lifecycle
     from ..errors import UsageError
     from ..launchers import LAUNCHERS

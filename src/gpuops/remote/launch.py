@@ -141,7 +141,7 @@ echo @active
 for f in {ACTIVE_DIR}/*; do
   [ -f "$f" ] || continue
   rd=$(cat "$f"); id=$(basename "$f")
-  if [ ! -f "$rd/exit_code" ] && gpuops_alive "$rd" "$id"; then echo "$id"; else rm -f "$f"; fi
+  if [ ! -f "$rd/exit_code" ] && gpuops_alive "$rd" "$id"; then echo "$id $(cat "$rd/pid" 2>/dev/null)"; else rm -f "$f"; fi
 done
 {check_script}{pkg}echo @end
 """

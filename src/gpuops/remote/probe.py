@@ -82,6 +82,23 @@ for name in sys.argv[1:]:
 print(json.dumps(res))
 '''
 
+# the launch gate (train): can the job's python find each module its script imports? find_spec only (no import),
+# with sys.path[0] set as `python script.py` (or `python -m`) would set it, in the project folder, the job's env
+FIND_CHECK = r'''
+import importlib.util, json, os, sys
+res = {}
+for path0, names in json.loads(sys.argv[1]).items():
+    sys.path[0] = os.path.abspath(path0 or ".")
+    importlib.invalidate_caches()
+    got = res.setdefault(path0, {})
+    for name in names:
+        try:
+            got[name] = importlib.util.find_spec(name) is not None
+        except BaseException as e:
+            got[name] = "%s: %s" % (type(e).__name__, str(e)[:300])
+print(json.dumps(res))
+'''
+
 
 # `verify --bench` (issue #15): per GPU a bf16 matmul and a device-to-device copy for ~`seconds` each, sampling
 # nvidia-smi half-way through the matmul (what slows the GPU at that moment), then an all-reduce across the GPUs
@@ -278,8 +295,9 @@ def timed(name, fn, timeout, facts):
     facts[name] = entry
 
 
-def run(argv, timeout, cwd=None, shell=False):
-    p = subprocess.run(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, timeout=timeout, cwd=cwd, shell=shell)
+def run(argv, timeout, cwd=None, shell=False, env=None):
+    p = subprocess.run(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, timeout=timeout, cwd=cwd, shell=shell,
+                       env=env)
     return {"rc": p.returncode, "stdout": p.stdout.decode("utf-8", "replace")[-200000:],
             "stderr": p.stderr.decode("utf-8", "replace")[-20000:]}
 
@@ -381,9 +399,9 @@ def pip_freeze():
     return dists
 
 
-def sub_python(code, args, timeout):
+def sub_python(code, args, timeout, cwd=None, env=None):
     try:
-        r = run([sys.executable, "-c", code] + list(args), timeout)
+        r = run([sys.executable, "-c", code] + list(args), timeout, cwd=cwd, env=env)
     except subprocess.TimeoutExpired:
         return {"timeout": True, "error": "timed out after %ss" % timeout}
     try:
@@ -391,6 +409,64 @@ def sub_python(code, args, timeout):
     except Exception:
         return {"rc": r["rc"], "error": (r["stderr"].strip().splitlines() or ["no output"])[-1][:2000],
                 "stderr": r["stderr"][-4000:]}
+
+
+def job_environ(changes):
+    """This environment with the job's variables (None: unset), or None (inherit) when there are none."""
+    if not changes:
+        return None
+    env = dict(os.environ)
+    for k, v in changes.items():
+        if v is None:
+            env.pop(k, None)
+        else:
+            env[k] = str(v)
+    return env
+
+
+def proc_info(pid):
+    """Who a GPU process is: process group, session, owner, and the gpuops run id in its environment (None when
+    it has none; `environ` False when it cannot be read). Unknown fields are left out."""
+    d = "/proc/%d" % pid
+    info = {"exists": os.path.isdir(d)}
+    try:
+        with open(d + "/stat") as fh:
+            fields = fh.read().rsplit(")", 1)[1].split()
+        info["pgid"], info["sid"] = int(fields[2]), int(fields[3])
+    except (OSError, ValueError, IndexError):
+        pass
+    try:
+        import pwd
+        uid = os.stat(d).st_uid
+        try:
+            info["user"] = pwd.getpwuid(uid).pw_name
+        except KeyError:
+            info["user"] = str(uid)
+    except (OSError, ImportError):
+        pass
+    try:
+        with open(d + "/environ", "rb") as fh:
+            env = fh.read().split(b"\0")
+        info["environ"] = True
+        run = [e[len(b"GPUOPS_RUN_ID="):].decode("utf-8", "replace") for e in env if e.startswith(b"GPUOPS_RUN_ID=")]
+        info["run_id"] = run[0] if run else None
+    except OSError:
+        info["environ"] = False
+    return info
+
+
+def gpu_apps(timeout):
+    """The GPUs' compute processes as nvidia-smi lists them (raw), and who each process is (proc_info)."""
+    r = tool("nvidia-smi", ["--query-compute-apps=pid,used_memory,gpu_uuid,process_name",
+                            "--format=csv,noheader,nounits"], timeout)
+    procs = {}
+    if r.get("rc") == 0:
+        for line in r.get("stdout", "").splitlines():
+            pid = line.split(",", 1)[0].strip()
+            if pid.isdigit():
+                procs[pid] = proc_info(int(pid))
+    r["procs"] = procs
+    return r
 
 
 def user_check(chk, cwd, timeout):
@@ -530,6 +606,10 @@ def main():
     timed("python", python_info, 5, facts)
     smi_facts(lim.get("nvidia_smi", 15), facts)
     health_facts(P, lim, facts)
+    q = (facts.get("nvidia_smi_query") or {}).get("value") or {}
+    if P.get("gpu_apps") and q.get("rc") == 0 and not q.get("timeout"):  # not on a failed or hung nvidia-smi
+        t = lim.get("gpu_apps", 10)
+        timed("gpu_apps", lambda: gpu_apps(t), t + 2, facts)
     timed("nvcc", lambda: tool("nvcc", ["--version"], 10), 12, facts)
     timed("packages", lambda: packages(sorted(set(P.get("packages", [])) | set(P.get("auto_imports") or {}))), 20, facts)
     if P.get("freeze"):
@@ -539,7 +619,7 @@ def main():
     facts["env"] = {"ok": True, "value": {k: os.environ.get(k) for k in env_names if k in os.environ}}
     if P.get("cuda_check", True):
         ct = lim.get("cuda_check", 90)
-        timed("cuda", lambda: sub_python(CUDA_CHECK, [], ct), ct + 5, facts)
+        timed("cuda", lambda: sub_python(CUDA_CHECK, [], ct, env=job_environ(P.get("job_env"))), ct + 5, facts)
     mods = list(P.get("imports", []))
     installed = (facts.get("packages") or {}).get("value") or {}
     for pkg, mod in (P.get("auto_imports") or {}).items():
@@ -551,6 +631,12 @@ def main():
     if mods:
         it = lim.get("imports", 60)
         timed("imports", lambda: sub_python(IMPORT_CHECK, mods, it), it + 5, facts)
+    fm = P.get("find_modules") or {}
+    fm_cwd = os.path.expanduser(fm.get("cwd") or "~")
+    if fm.get("groups") and os.path.isdir(fm_cwd):  # the project folder: the job's cwd (not synced: not judged)
+        ft = lim.get("find_modules", 30)
+        timed("find_modules", lambda: sub_python(FIND_CHECK, [json.dumps(fm["groups"])], ft, cwd=fm_cwd,
+                                                 env=job_environ(P.get("job_env"))), ft + 5, facts)
     if P.get("reach"):
         r = P["reach"]
         timed("reach", lambda: reach(r["host"], r["port"], r.get("timeout", 5)), r.get("timeout", 5) + 2, facts)

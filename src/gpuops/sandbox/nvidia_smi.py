@@ -10,7 +10,10 @@ It answers the forms gpuops uses, in nvidia-smi's own formats, exit codes and fa
 State comes from $GPUOPS_SANDBOX_DIR/gpu.json (written by `gpuops sandbox up`). It says it is emulated:
 in the table, in -L, and in every UUID ("GPU-e3e3e3e3-...": e3 for emulated).
 A process whose environment holds GPUOPS_RUN_ID (and this host's GPUOPS_SANDBOX_DIR) counts as a GPU process
-and drives utilisation.
+and drives utilisation. Any other process of this host holds emulated GPU memory when its environment says so:
+GPUOPS_SANDBOX_HOLD=GPU:MiB[,GPU:MiB...] (e.g. `GPUOPS_SANDBOX_HOLD=0:61440 sleep 600`, a process of another user
+or a notebook holding 60 GiB of GPU 0); it is listed by --query-compute-apps and the table under its argv[0], and
+its MiB count in memory.used (utilisation stays idle).
 """
 import json
 import os
@@ -118,8 +121,22 @@ def load_state():
     return state
 
 
+SHELLS = ("bash", "sh", "dash", "nohup", "setsid", "tail", "timeout", "env")
+
+
+def parse_hold(text):
+    """GPUOPS_SANDBOX_HOLD's value 'GPU:MiB[,GPU:MiB...]' -> [(gpu, mib)] (malformed items are ignored)."""
+    out = []
+    for item in text.split(","):
+        gpu, _, mib = item.strip().partition(":")
+        if gpu.isdigit() and mib.isdigit():
+            out.append((int(gpu), int(mib)))
+    return out
+
+
 def gpu_processes():
-    """Processes of this user that carry GPUOPS_RUN_ID: a gpuops job 'on the GPU'."""
+    """Processes of this host on the emulated GPUs: gpuops jobs (GPUOPS_RUN_ID; "mem" None: the GPU's busy share)
+    and processes holding memory (GPUOPS_SANDBOX_HOLD; "mem": their MiB)."""
     procs = []
     here = os.environ.get("GPUOPS_SANDBOX_DIR")
     mine = ("GPUOPS_SANDBOX_DIR=" + here).encode() if here else None
@@ -133,14 +150,23 @@ def gpu_processes():
                 comm = fh.read().strip()
         except OSError:
             continue
-        if comm in ("bash", "sh", "dash", "nohup", "setsid", "sleep", "tail", "timeout"):
+        if comm in SHELLS or (mine and mine not in env):
+            continue  # a shell around the real process, or a process of another sandbox host on this machine
+        hold = [e.split(b"=", 1)[1].decode("utf-8", "replace") for e in env if e.startswith(b"GPUOPS_SANDBOX_HOLD=")]
+        if hold:
+            try:
+                with open("/proc/%s/cmdline" % pid, "rb") as fh:
+                    name = fh.read().split(b"\0")[0].decode("utf-8", "replace") or comm
+            except OSError:
+                name = comm
+            procs += [{"pid": int(pid), "name": name, "gpu": gpu, "mem": mib} for gpu, mib in parse_hold(hold[0])]
             continue
         run = [e for e in env if e.startswith(b"GPUOPS_RUN_ID=")]
-        if not run or (mine and mine not in env):
-            continue  # not a gpuops job, or a job of another sandbox host on this machine
+        if not run or comm == "sleep":
+            continue  # not a gpuops job (or a job's sleep, not its GPU process)
         vis = [e.split(b"=", 1)[1].decode() for e in env if e.startswith(b"CUDA_VISIBLE_DEVICES=")]
         gpu = int(vis[0].split(",")[0]) if vis and vis[0].split(",")[0].isdigit() else 0
-        procs.append({"pid": int(pid), "name": comm, "gpu": gpu})
+        procs.append({"pid": int(pid), "name": comm, "gpu": gpu, "mem": None})
     return procs
 
 
@@ -149,9 +175,12 @@ def gpus(state, procs):
     out = []
     for i in range(int(state["count"])):
         mine = [p for p in procs if p["gpu"] == i]
-        busy = bool(mine)
+        busy = any(p["mem"] is None for p in mine)  # a gpuops job computes; a holder only holds memory
         wobble = int(time.time()) % 7
-        used = (spec["memory"] * 6 // 10 + 13 * wobble) if busy else 1
+        share = (spec["memory"] * 6 // 10 + 13 * wobble) if busy else 0  # the gpuops jobs' memory
+        held = sum(p["mem"] for p in mine if p["mem"] is not None)
+        used = min(spec["memory"], share + held) if mine else 1
+        mine = [dict(p, mem=share if p["mem"] is None else p["mem"]) for p in mine]
         bus = spec["bus"][:-7] + "%02X" % (int(spec["bus"][-7:-5], 16) + i) + spec["bus"][-5:]
         out.append({
             "index": i, "name": spec["name"], "uuid": "GPU-e3e3e3e3-%04d-4000-8000-%012d" % (i, i),
@@ -295,8 +324,8 @@ def query_apps(fields, fmt, state):
         lines.append(", ".join("used_gpu_memory [MiB]" if f in ("used_memory", "used_gpu_memory") else f for f in fields))
     for g in gpus(state, gpu_processes()):
         for p in g["procs"]:
-            vals = {"pid": p["pid"], "process_name": p["name"], "used_memory": g["memory.used"],
-                    "used_gpu_memory": g["memory.used"], "gpu_uuid": g["uuid"], "gpu_bus_id": g["pci.bus_id"],
+            vals = {"pid": p["pid"], "process_name": p["name"], "used_memory": p["mem"],
+                    "used_gpu_memory": p["mem"], "gpu_uuid": g["uuid"], "gpu_bus_id": g["pci.bus_id"],
                     "gpu_name": g["name"]}
             row = []
             for f in fields:
@@ -348,7 +377,7 @@ def table(state):
     if not procs:
         out.append("|  No running processes found".ljust(w - 1) + "|")
     for g, p in procs:
-        out.append("|  %3d   N/A  N/A  %15d      C   %-32s %8sMiB |" % (g["index"], p["pid"], p["name"][:32], g["memory.used"]))
+        out.append("|  %3d   N/A  N/A  %15d      C   %-32s %8sMiB |" % (g["index"], p["pid"], p["name"][:32], p["mem"]))
     out.append("+" + "-" * (w - 2) + "+")
     sys.stdout.write("\n".join(out) + "\n")
     return 0
