@@ -8,15 +8,21 @@ from __future__ import annotations
 
 import json
 import os
+import re
+import shutil
 import signal
 import socket
+import subprocess
+import sys
+import tempfile
 import time
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 import yaml
 
-from test_runs_e2e import group_alive, kill_run_groups, wait_for, write
+from test_runs_e2e import alive, group_alive, kill_run_groups, wait_for, write
 
 DDP = """\
 import os, torch, torch.distributed as dist
@@ -30,12 +36,10 @@ dist.destroy_process_group()
 """
 
 RAY_JOB = """\
-import os, time, ray
+import os, ray
 ray.init()
-deadline = time.time() + 90
-while len([n for n in ray.nodes() if n["Alive"]]) < int(os.environ["GPUOPS_NUM_NODES"]):
-    assert time.time() < deadline, "workers did not join"
-    time.sleep(0.5)
+alive = [n for n in ray.nodes() if n["Alive"]]
+print("RAYNODES", len(alive), flush=True)
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
 @ray.remote(num_cpus=0)
@@ -43,8 +47,31 @@ def node_rank():
     return os.environ["GPUOPS_NODE_RANK"]
 
 ranks = ray.get([node_rank.options(scheduling_strategy=NodeAffinitySchedulingStrategy(n["NodeID"], soft=False)).remote()
-                 for n in ray.nodes() if n["Alive"]])
+                 for n in alive])
 print("ray tasks ran on nodes", sorted(ranks), flush=True)
+"""
+
+# a detached actor on each node (a Ray worker in its own process group, outliving the driver), each with a child
+# process of its own (what a task's data loader or tool would be)
+RAY_HOLDERS = """\
+import os, subprocess, time, ray
+from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+ray.init()
+alive = [n for n in ray.nodes() if n["Alive"]]
+
+@ray.remote(num_cpus=0)
+class Holder:
+    def __init__(self):
+        self.child = subprocess.Popen(["sleep", "300"])
+
+    def pids(self):
+        return [os.getpid(), self.child.pid]
+
+holders = [Holder.options(name=f"holder{i}", lifetime="detached",
+                          scheduling_strategy=NodeAffinitySchedulingStrategy(n["NodeID"], soft=False)).remote()
+           for i, n in enumerate(alive)]
+print("RAYNODES", len(alive), "holders", *[p for h in holders for p in ray.get(h.pids.remote())], flush=True)
+time.sleep(300)
 """
 
 SLEEPER = """\
@@ -79,10 +106,83 @@ def fleet_profile(sandbox, n: int = 2, pythons: list | None = None, name: str = 
     return name
 
 
+def ray_dirs(sandbox, rid: str, n: int = 2) -> list[str]:
+    """Each node's Ray temp dir, as the node's launcher was given it (`--temp-dir` in its recorded command)."""
+    dirs = []
+    for i in range(n):
+        m = json.loads((node_dir(sandbox, i) / ".gpuops" / "runs" / rid / "meta.json").read_text())
+        dirs.append(re.search(r"--temp-dir=(/[^\s'\"]+)", m["command_shell"]).group(1))
+    return dirs
+
+
+def ray_processes(dirs) -> dict[int, str]:
+    """The live processes of the Ray nodes with these temp dirs: {pid: command line}. Ray's daemons name the dir
+    on their command lines; its workers rename themselves `ray::...` but keep their logs there open."""
+    found = {}
+    for p in Path("/proc").iterdir():
+        if not p.name.isdigit() or int(p.name) == os.getpid():
+            continue
+        try:
+            if (p / "stat").read_text().rsplit(")", 1)[1].split()[0] == "Z":
+                continue
+            cmd = (p / "cmdline").read_bytes().replace(b"\0", b" ").decode("utf-8", "replace").strip()
+            files = []
+            for fd in (p / "fd").iterdir():
+                try:
+                    files.append(os.readlink(fd))
+                except OSError:
+                    pass
+        except OSError:
+            continue
+        if any(f"{d}/" in cmd or any(f.startswith(f"{d}/") for f in files) for d in dirs):
+            found[int(p.name)] = cmd
+    return found
+
+
+def end_ray(dirs) -> None:
+    for pid in ray_processes(dirs):
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except OSError:
+            pass
+    for d in dirs:
+        shutil.rmtree(d, ignore_errors=True)
+
+
 @pytest.fixture
 def cleanup(sandbox):
     yield
-    kill_run_groups(Path(sandbox["dir"], "home").glob(f"{Path.cwd().name}-n*/.gpuops/runs/*"))
+    runs = list(Path(sandbox["dir"], "home").glob(f"{Path.cwd().name}-n*/.gpuops/runs/*"))
+    kill_run_groups(runs)
+    for d in runs:  # a failed test's Ray nodes, and the Ray files every run leaves in /tmp
+        try:
+            text = (d / "meta.json").read_text()
+        except OSError:
+            continue
+        end_ray(re.findall(r"--temp-dir=(/tmp/gpuops-ray-[0-9a-f]+-[0-9]+)", text))
+
+
+@pytest.fixture(scope="module")
+def other_ray(dist_python):
+    """A Ray cluster that is not this run's (another run's, or the user's own) on the same machine: gpuops must leave
+    it running."""
+    d = tempfile.mkdtemp(prefix="gpuops-other-ray-", dir="/tmp")
+    port = free_port()
+    subprocess.run([dist_python, "-m", "ray.scripts.scripts", "start", "--head", f"--port={port}",
+                    "--node-ip-address=127.0.0.1", f"--temp-dir={d}", "--disable-usage-stats",
+                    "--include-dashboard=false", "--num-cpus=1"],
+                   check=True, capture_output=True, start_new_session=True, timeout=180)
+    daemons = {pid for pid, cmd in ray_processes([d]).items() if f"{d}/" in cmd}  # not its workers: Ray ends idle ones
+    assert len(daemons) >= 3, daemons  # GCS, raylet, the monitors: what a `ray stop` would end
+
+    def alive() -> bool:
+        with socket.socket() as s:
+            s.settimeout(2)
+            reachable = s.connect_ex(("127.0.0.1", port)) == 0
+        return reachable and daemons <= set(ray_processes([d]))
+
+    yield SimpleNamespace(dir=d, port=port, daemons=daemons, alive=alive)
+    end_ray([d])
 
 
 pytestmark = pytest.mark.usefixtures("cleanup")
@@ -154,21 +254,84 @@ def test_torchrun_across_two_hosts_all_reduces(sandbox, gpuops, dist_python):
     assert m["command"][:4] == [dist_python, "-m", "torch.distributed.run", "--nnodes"]
 
 
-def test_ray_cluster_across_two_hosts_runs_a_task_on_each(sandbox, gpuops, dist_python):
-    p = fleet_profile(sandbox, 2, pythons=[dist_python, dist_python])
-    write(Path.cwd() / "rayjob.py", RAY_JOB)
-    port = free_port()
-    res = gpuops("train", "-p", p, "--script", "rayjob.py", "--launcher", "ray", "--master-port", str(port),
-                 "--no-snapshot", "--json", "--force")  # CPU torch on emulated GPUs: the launch gate's refusal
+def ray_fleet(sandbox, dist_python, pythons=None) -> str:
+    return fleet_profile(sandbox, 2, pythons=pythons or [dist_python, dist_python])
+
+
+def train_ray(gpuops, p: str, script: str, *extra) -> str:
+    res = gpuops("train", "-p", p, "--script", script, "--launcher", "ray", "--master-port", str(free_port()),
+                 "--no-snapshot", "--json", "--force", *extra)  # --force: CPU torch on emulated GPUs (the gate)
     assert res.code == 0, res.all
-    rid = json.loads(res.out)["run_id"]
+    return json.loads(res.out)["run_id"]
+
+
+def test_ray_cluster_across_two_hosts_runs_a_task_on_each(sandbox, gpuops, dist_python, other_ray):
+    p = ray_fleet(sandbox, dist_python)
+    write(Path.cwd() / "rayjob.py", RAY_JOB)
+    rid = train_ray(gpuops, p, "rayjob.py")
     res = gpuops("logs", "-f", rid, "-p", p)
     assert res.code == 0, res.all
+    assert "RAYNODES 2" in res.out  # every node joined before the script started: it waits for nothing itself
     assert "ray tasks ran on nodes ['0', '1']" in res.out
+    assert "gpuops: 2 of 2 Ray nodes joined" in res.out
     m = json.loads((Path.cwd() / "runs" / rid / "meta.json").read_text())
-    assert f"--port={port}" in m["command_shell"] and "--dashboard-host=127.0.0.1" in m["command_shell"]
+    assert "--port=" in m["command_shell"] and "--dashboard-host=127.0.0.1" in m["command_shell"]
     res = gpuops("logs", "--all", rid, "-p", p)
     assert "[#1 127.0.0.1] gpuops: the Ray head has gone; leaving the cluster" in res.out
+    dirs = ray_dirs(sandbox, rid)
+    wait_for(lambda: not ray_processes(dirs), timeout=5, what=f"no Ray process of {rid} left")
+    assert other_ray.alive()  # another cluster on the same machine is not this run's to end
+
+
+def test_stop_ends_every_ray_process_of_the_run_and_only_those(sandbox, gpuops, dist_python, other_ray):
+    p = ray_fleet(sandbox, dist_python)
+    write(Path.cwd() / "holders.py", RAY_HOLDERS)
+    rid = train_ray(gpuops, p, "holders.py")
+    runs = [node_dir(sandbox, i) / ".gpuops" / "runs" / rid for i in range(2)]
+    line = wait_for(lambda: next((x for x in (runs[0] / "log").read_text().splitlines() if x.startswith("RAYNODES")),
+                                 None), timeout=120, what="the job's detached actors")
+    pids = [int(x) for x in line.split()[3:]]
+    assert line.startswith("RAYNODES 2 holders") and len(pids) == 4, line
+    dirs = ray_dirs(sandbox, rid)
+    for d in dirs:  # each node has its Ray processes, the actors and their children (own process groups) among them
+        assert any("raylet" in c for c in ray_processes([d]).values())
+    assert set(pids) <= set(ray_processes(dirs))
+    res = gpuops("stop", rid, "-p", p, "--grace", "2")
+    assert res.code == 0, res.all
+    wait_for(lambda: not ray_processes(dirs), timeout=3, what=f"no Ray process of {rid} left")
+    assert not [pid for pid in pids if alive(pid)]
+    assert other_ray.alive()
+
+
+def test_a_node_that_never_joins_fails_the_run_in_the_bounded_wait(sandbox, gpuops, dist_python, other_ray):
+    # host #1's python has no Ray: its node never starts, so it never joins the head (the preflight names this;
+    # --force, needed anyway for CPU torch on emulated GPUs, launches regardless)
+    p = ray_fleet(sandbox, dist_python, pythons=[dist_python, sys.executable])
+    write(Path.cwd() / "rayjob.py", RAY_JOB)
+    t0 = time.monotonic()
+    rid = train_ray(gpuops, p, "rayjob.py", "--env", "GPUOPS_RAY_JOIN_TIMEOUT=8")
+    res = gpuops("logs", "-f", rid, "-p", p)  # until every host's job has ended
+    assert res.code == 1, res.all
+    assert time.monotonic() - t0 < 40  # the head's start, then 8 s for the nodes: not the default 3 minutes
+    head = node_dir(sandbox, 0) / ".gpuops" / "runs" / rid
+    assert (head / "exit_code").read_text().strip() == "69"
+    assert "RAYNODES" not in res.out  # the script never started
+    assert "1 of 2 Ray nodes joined in 8 s; missing: host #1 (127.0.0.1)" in res.out, res.out
+    res = gpuops("logs", "--all", rid, "-p", p)
+    assert "[#1 127.0.0.1] gpuops: this host could not join the Ray cluster at 127.0.0.1:" in res.out, res.out
+    dirs = ray_dirs(sandbox, rid)
+    wait_for(lambda: not ray_processes(dirs), timeout=5, what=f"no Ray process of {rid} left")
+    assert other_ray.alive()
+
+
+def test_a_join_timeout_that_is_not_seconds_is_refused_before_anything_happens(sandbox, gpuops):
+    p = fleet_profile(sandbox, 2)
+    write(Path.cwd() / "rayjob.py", RAY_JOB)
+    res = gpuops("train", "-p", p, "--script", "rayjob.py", "--launcher", "ray", "--env",
+                 "GPUOPS_RAY_JOIN_TIMEOUT=soon")
+    assert res.code == 2, res.all
+    assert "GPUOPS_RAY_JOIN_TIMEOUT must be a whole number of seconds, at least 1 (got 'soon')" in res.err
+    assert not node_dir(sandbox, 0).exists()  # not even synced
 
 
 def test_stop_ends_the_job_on_every_host_and_status_shows_each(sandbox, gpuops):

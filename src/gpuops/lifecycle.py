@@ -6,7 +6,6 @@ returns what cli/runs.py renders. Nothing here prints a report.
 """
 from __future__ import annotations
 
-import hashlib
 import os
 import time
 from datetime import datetime
@@ -189,6 +188,7 @@ def train_fleet(prof, out, project: Path, *, script: str, launcher: str = "none"
     script_rel, presets_doc, started, rid, plan = _prepare_run(prof, out, project, script=script, name=name, env=env,
                                                                sync=sync, seed=seed, clock=clock)
     gate = _Gate(project, script_rel, plan)
+    join_wait = launchers.join_timeout(plan.exported) if launcher == "ray" else None  # a bad value: exit 2 now
     remotes: dict[int, object] = {}
     forced: dict[int, list] = {}
     quiet = type(out)(json_mode=True, stdout=out.stderr, stderr=out.stderr, quiet=True)
@@ -232,7 +232,8 @@ def train_fleet(prof, out, project: Path, *, script: str, launcher: str = "none"
                  f"{per_node} process(es) per host, rendezvous {fl.master_addr}:{fl.master_port}):")
         for line in plan.lines():
             out.info("  " + line)
-        ray_tmp = "/tmp/gpuops-ray-" + hashlib.sha1(rid.encode()).hexdigest()[:8]
+        ray_dirs = tuple(launchers.ray_temp_dir(rid, n.rank, f"{n.user}@{n.host}:{n.port}:{n.remote_dir_for(project)}")
+                         for n in nodes)
         git = core.git_info(project)
 
         def launch_node(node):
@@ -243,9 +244,9 @@ def train_fleet(prof, out, project: Path, *, script: str, launcher: str = "none"
                 argv = launchers.torchrun_argv(job, python=node.python, fleet=fl, rank=node.rank,
                                                nproc_per_node=per_node)
             elif launcher == "ray":
-                command = launchers.ray_command(job, python=node.python, fleet=fl, rank=node.rank,
+                command = launchers.ray_command(job, python=node.python, fleet=fl, rank=node.rank, temp_dirs=ray_dirs,
                                                 port=master_port or launchers.RAY_PORT, num_gpus=counts[node.rank],
-                                                temp_dir=f"{ray_tmp}-{node.rank}")
+                                                join_timeout=join_wait)
             env_vars = {**plan.exported, **launchers.node_env(fl, node.rank)}
             run_dir = rl.run_dir_of(remote_dir, rid)
             meta = core.build_meta(run_id=rid, script=script_rel, args=args, argv=argv, profile=node, plan=plan,

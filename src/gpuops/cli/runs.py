@@ -36,7 +36,9 @@ def train(
     launcher: str = typer.Option("none", "--launcher", metavar="none|torchrun|ray",
                                  help="torchrun: torch.distributed.run on every host (--nnodes, --node_rank, "
                                       "--master_addr/port); ray: a Ray head on host 0, workers on the others, the "
-                                      "script on the head with RAY_ADDRESS. none: the script itself on every host."),
+                                      "script on the head with RAY_ADDRESS once every host has joined (at most "
+                                      "GPUOPS_RAY_JOIN_TIMEOUT s, default 180). none: the script itself on every "
+                                      "host."),
     nproc: str = typer.Option("auto", "--nproc-per-node", metavar="auto|N",
                               help="torchrun processes per host (auto: the GPUs the job is given, "
                                    "all or those its CUDA_VISIBLE_DEVICES names)."),
