@@ -379,6 +379,7 @@ class Plan:
     disk_mb: int = 0
     free_mb: Optional[int] = None
     refusal: Optional[str] = None  # the plan cannot fit: setup refuses before it starts
+    cannot: Optional[str] = None  # the plan cannot start (no interpreter to make the environment from)
     notes: list[str] = field(default_factory=list)
     stamp: dict = field(default_factory=dict)
 
@@ -414,6 +415,8 @@ class Plan:
             lines.append(f"  cache: {self.cache_dir}")
         if self.refusal:
             lines.append(f"  DOES NOT FIT: {self.refusal}")
+        if self.cannot:
+            lines.append(f"  CANNOT START: {self.cannot}")
         return lines
 
     def to_dict(self) -> dict:
@@ -424,7 +427,7 @@ class Plan:
                 "index_url": redact_url(self.index_url),
                 "extra_index_urls": [redact_url(u) for u in self.extra_index_urls],
                 "pip_config": self.pip_config, "cache_dir": self.cache_dir, "disk_mb": self.disk_mb,
-                "free_mb": self.free_mb, "refusal": self.refusal, "notes": self.notes,
+                "free_mb": self.free_mb, "refusal": self.refusal, "cannot": self.cannot, "notes": self.notes,
                 "nothing_to_do": self.nothing_to_do}
 
 
@@ -581,8 +584,9 @@ def _plan_environment(c: _Ctx) -> None:
         plan.notes.append("no uv on the host" + ("" if S.install_uv and f.pip_user_ok else
                                                  " and pip cannot install it for the user")
                           + ": the environment is made with python3 -m venv and filled with pip")
-    if f.python3 is None:
-        plan.notes.append(f"{plan.base_python} was not found on the host: the environment cannot be made from it")
+    if f.python3 is None:  # uv would make it from any python it finds, pip has none to run
+        plan.cannot = (f"{plan.base_python} is not on the host, and the environment {plan.env_dir} is made from it "
+                       f"({'setup.base_python' if c.profile.setup.base_python else 'the default base python'})")
     E, B = shell_path(plan.env_dir), shell_command(plan.base_python)
     site = " --system-site-packages" if plan.system_site else ""
     sees = (f"; it sees {plan.base_python}'s packages" + (f" (the image's torch {f.base_torch})" if f.base_torch else "")
@@ -699,7 +703,7 @@ def _plan_deps(c: _Ctx) -> bool:
     why = ("--force" if c.force else "the environment is new" if c.created else
            "not installed yet" if not f.stamp else "the files it installs from changed since the last setup")
     if p.kind == "none":
-        if not f.files:
+        if not f.files and (f.python3 or f.env_python):  # else no python could read them
             plan.notes.append(f"no uv.lock, pyproject.toml or {', '.join(c.profile.setup.requirements)} in "
                               f"{c.remote_dir}: no project dependencies (sync the project first: gpuops sync)")
         return False

@@ -88,7 +88,8 @@ def pip_config(env_dir, strip):
 
 # Run by the host's base python3 (stdlib only): the dependency files setup would install from (their SHA-256, the
 # text of the small ones, every `-r`/`-c` include followed), the base Python itself (version, pip, its torch) and pip's
-# configuration as pip itself would read it (files and PIP_* variables). Index URLs are printed with any user:password
+# configuration as pip itself would read it (files and PIP_* variables). On a host without the base python, the
+# profile's python runs it with `files` as its 4th argument: the files and pip's configuration, no base facts. Index URLs are printed with any user:password
 # removed; setup.sh reads the real values again on the host (PIP_CONFIG_TO_ENV), so they never leave it.
 HOST_FACTS = r"""
 import base64, hashlib, json, os, re, sys
@@ -133,27 +134,28 @@ add("pyproject.toml", True)
 add("setup.py", False)
 add("setup.cfg", False)
 
-print("base_python_version=%d.%d.%d" % sys.version_info[:3])
-try:
-    import importlib.util, sysconfig
-    em = os.path.exists(os.path.join(sysconfig.get_path("stdlib"), "EXTERNALLY-MANAGED"))
-    print("pip_user_ok=%d" % (importlib.util.find_spec("pip") is not None and not em))
-except Exception:
-    print("pip_user_ok=0")
-print("base_prefix=%s" % sys.prefix)
-try:
-    import importlib.util as u
-    print("base_pip=%d" % (u.find_spec("pip") is not None))
-except Exception:
-    print("base_pip=0")
-try:
-    from importlib import metadata as m
-    d = m.distribution("torch")
-    print("base_torch=%s" % d.version)
-    print("base_torch_path=%s" % os.path.dirname(str(d.locate_file("torch"))))
-except Exception:
-    pass
 print("arch=%s" % os.uname().machine)
+if sys.argv[4:] != ["files"]:  # not run by the environment's python for want of a base python
+    print("base_python_version=%d.%d.%d" % sys.version_info[:3])
+    try:
+        import importlib.util, sysconfig
+        em = os.path.exists(os.path.join(sysconfig.get_path("stdlib"), "EXTERNALLY-MANAGED"))
+        print("pip_user_ok=%d" % (importlib.util.find_spec("pip") is not None and not em))
+    except Exception:
+        print("pip_user_ok=0")
+    print("base_prefix=%s" % sys.prefix)
+    try:
+        import importlib.util as u
+        print("base_pip=%d" % (u.find_spec("pip") is not None))
+    except Exception:
+        print("base_pip=0")
+    try:
+        from importlib import metadata as m
+        d = m.distribution("torch")
+        print("base_torch=%s" % d.version)
+        print("base_torch_path=%s" % os.path.dirname(str(d.locate_file("torch"))))
+    except Exception:
+        pass
 
 print("@pipconf " + json.dumps(pip_config(ENV, strip=True), sort_keys=True))
 """
@@ -226,6 +228,8 @@ echo "uv=$u"
 echo "python3=$(command -v {base} 2>/dev/null)"
 if command -v {base} >/dev/null 2>&1; then
   {base} -c {shlex.quote(HOST_FACTS)} {P} {shlex.quote(reqs)} {shlex.quote(env)} 2>/dev/null
+elif {py} -c 'import sys' >/dev/null 2>&1; then
+  {py} -c {shlex.quote(HOST_FACTS)} {P} {shlex.quote(reqs)} {shlex.quote(env)} files 2>/dev/null
 fi
 if {py} -c 'import sys' >/dev/null 2>&1; then
   echo env_python=1
