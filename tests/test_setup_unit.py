@@ -231,6 +231,28 @@ def test_a_changed_include_is_not_nothing_to_do():
     assert [r.name for r in sp.parse_requirements(sp.parse_facts("").texts | files, "requirements.txt")] == ["six"]
 
 
+def test_requirements_markers_are_evaluated_for_the_host():
+    """A requirements file with a torch per platform (a Mac for development, Linux for training) used to plan
+    `install torch==2.3.0 torch==2.10.0` (pip refuses both at once) from the first line whatever its marker, and to
+    count packages for other platforms in the disk estimate."""
+    reqs = ('torch==2.3.0 ; sys_platform == "darwin"\n'
+            "torch==2.10.0 ; sys_platform == 'linux' and platform_machine == 'x86_64'\n"
+            'tensorflow ; platform_machine == "arm64"\nsix ; python_version >= "3.8"\n')
+    f = facts({"requirements.txt": reqs})
+    plan = sp.make_plan(f, profile(expect={}), KNOW, remote_dir="~/proj")
+    torch = next(s for s in plan.steps if s.id == "torch")
+    assert "--reinstall-torch torch==2.10.0 --index-url" in torch.command and "2.3.0" not in torch.command
+    assert plan.torch_source.startswith("torch==2.10.0 from")
+    deps = next(s for s in plan.steps if s.id == "deps")
+    assert deps.disk_mb == KNOW["setup_disk_mb"]["package"]  # six; not tensorflow (arm64 only), not torch again
+    # the same in a pyproject's dependencies
+    pyproject = ('[project]\nname = "p"\nversion = "0"\n'
+                 'dependencies = ["torch==2.3.0; sys_platform == \'darwin\'", "torch>=2.5; sys_platform == \'linux\'"]\n')
+    plan = sp.make_plan(facts({"pyproject.toml": pyproject}), profile(expect={}), KNOW, remote_dir="~/proj")
+    assert [s.id for s in plan.steps] == ["environment", "deps"]  # the image's 2.9.0+cu128 satisfies torch>=2.5
+    assert "satisfies pyproject.toml's torch>=2.5" in plan.torch_source
+
+
 def test_a_plan_that_cannot_fit_is_refused_with_its_estimate():
     f = facts({"requirements.txt": "torch==2.10.0\nvllm\n"}, free_kb=3 * 2**20)  # 3 GB free
     plan = sp.make_plan(f, profile(expect={}), KNOW, remote_dir="~/proj")

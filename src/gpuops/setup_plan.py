@@ -191,9 +191,34 @@ def _norm(name: str) -> str:
 _INCLUDE = re.compile(r"^\s*(-r|--requirement|-c|--constraint)(?:\s*=\s*|\s+)(\S+)")
 
 
-def parse_requirements(texts: dict[str, str], start: str) -> list[Req]:
+def marker_env(facts: HostFacts) -> dict:
+    """The environment markers (`; sys_platform == "linux"`) of the host's python, as far as the facts tell: Linux,
+    the host's machine, the version of the environment's python (else the base one)."""
+    ver = facts.env_python_version or facts.base_python_version
+    env = {"sys_platform": "linux", "platform_system": "Linux", "os_name": "posix", "extra": "",
+           "platform_machine": facts.arch or "x86_64", "implementation_name": "cpython",
+           "platform_python_implementation": "CPython"}
+    if ver:
+        env.update(python_full_version=ver, python_version=".".join(ver.split(".")[:2]))
+    return env
+
+
+def _applies(req, env: Optional[dict]) -> bool:
+    """A requirement's marker holds on the host (one that cannot be judged counts as holding)."""
+    if req.marker is None or env is None:
+        return True
+    from packaging.markers import default_environment
+
+    try:
+        return bool(req.marker.evaluate({**default_environment(), **env}))
+    except Exception:
+        return True
+
+
+def parse_requirements(texts: dict[str, str], start: str, env: Optional[dict] = None) -> list[Req]:
     """The named requirements of a requirements file and every file it includes with -r (constraints files -c are
-    read for the no-op check on the host, not installed). Lines that are options, URLs or paths are skipped."""
+    read for the no-op check on the host, not installed), those whose marker does not hold in `env` (marker_env)
+    left out. Lines that are options, URLs or paths are skipped."""
     import posixpath
 
     from packaging.requirements import InvalidRequirement, Requirement
@@ -221,7 +246,8 @@ def parse_requirements(texts: dict[str, str], start: str) -> list[Req]:
                 r = Requirement(line)
             except InvalidRequirement:
                 continue
-            out.append(Req(_norm(r.name), str(r.specifier), rel))
+            if _applies(r, env):
+                out.append(Req(_norm(r.name), str(r.specifier), rel))
 
     walk(start)
     return out
@@ -263,6 +289,7 @@ def read_project(facts: HostFacts, settings) -> Project:
     from packaging.requirements import InvalidRequirement, Requirement
 
     pp = parse_pyproject(facts.texts.get("pyproject.toml"))
+    env = marker_env(facts)
     reqs_files = [r for r in settings.requirements if r in facts.files]
     want_extras = settings.extras
     p = Project("none")
@@ -279,7 +306,8 @@ def read_project(facts: HostFacts, settings) -> Project:
                 r = Requirement(d)
             except InvalidRequirement:
                 continue
-            p.reqs.append(Req(_norm(r.name), str(r.specifier), "pyproject.toml"))
+            if _applies(r, env):
+                p.reqs.append(Req(_norm(r.name), str(r.specifier), "pyproject.toml"))
         if "uv.lock" in facts.files:
             p.kind = "uv-lock"
             if reqs_files:
@@ -298,7 +326,7 @@ def read_project(facts: HostFacts, settings) -> Project:
         if p.kind == "none":
             p.kind = "requirements"
         for rf in reqs_files:
-            p.reqs = [r for r in parse_requirements(facts.texts, rf)] + p.reqs
+            p.reqs = parse_requirements(facts.texts, rf, env) + p.reqs
     for miss in facts.missing:
         p.notes.append(f"a requirements file includes {miss}, which is not on the host (sync it, or fix the -r line)")
     return p
