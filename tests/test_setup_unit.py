@@ -253,6 +253,34 @@ def test_requirements_markers_are_evaluated_for_the_host():
     assert "satisfies pyproject.toml's torch>=2.5" in plan.torch_source
 
 
+def test_expect_packages_torch_is_installed_once_and_before_a_project_that_names_it():
+    """expect.packages pins torch and the project's requirements name it too: the pin used to come after the
+    project's install, which fetched the project's torch from its own index first (a second CUDA torch of GBs,
+    replaced a minute later and counted once in the estimate). A pin the image already satisfies used to be
+    reinstalled after every project install (6.5 GB in the estimate, a second copy with uv)."""
+    f = facts({"requirements.txt": "torch==2.8.0\nsix\n"})
+    plan = sp.make_plan(f, profile(expect={"packages": {"torch": "2.8.0"}}), KNOW, remote_dir="~/proj")
+    assert [s.id for s in plan.steps] == ["environment", "torch", "deps"]
+    assert plan.disk_mb < KNOW["setup_disk_mb"]["torch_cuda"] + 1000
+    # a project torch the pin does not satisfy: the pin comes after (expect.packages wins)
+    f = facts({"requirements.txt": "torch==2.10.0\nsix\n"})
+    plan = sp.make_plan(f, profile(expect={"packages": {"torch": "2.8.0"}}), KNOW, remote_dir="~/proj")
+    assert [s.id for s in plan.steps] == ["environment", "deps", "torch"]
+    # the image's torch is the one expect.packages asks for: the project's install keeps it, nothing to re-pin
+    for reqs, base_pip in (("six\n", True), ("torch>=2.5\nsix\n", True), ("six\n", False)):
+        plan = sp.make_plan(facts({"requirements.txt": reqs}, base_pip=base_pip),
+                            profile(expect={"packages": {"torch": "2.9.0"}}), KNOW, remote_dir="~/proj")
+        assert [s.id for s in plan.steps] == ["environment", "deps"], (reqs, base_pip)
+        assert plan.disk_mb < 1000
+        assert plan.torch_source.startswith("torch 2.9.0+cu128 from the image's python")
+    # ... but uv (no pip to run) does not see it: the pin goes into the environment before the project's install,
+    # which then finds it there instead of fetching another torch from the project's index
+    plan = sp.make_plan(facts({"requirements.txt": "torch>=2.5\nsix\n"}, base_pip=False),
+                        profile(expect={"packages": {"torch": "2.9.0"}}), KNOW, remote_dir="~/proj")
+    assert plan.installer == "uv" and [s.id for s in plan.steps] == ["environment", "torch", "deps"]
+    assert "uv does not see the image's torch" in plan.steps[1].reason
+
+
 def test_a_plan_that_cannot_fit_is_refused_with_its_estimate():
     f = facts({"requirements.txt": "torch==2.10.0\nvllm\n"}, free_kb=3 * 2**20)  # 3 GB free
     plan = sp.make_plan(f, profile(expect={}), KNOW, remote_dir="~/proj")

@@ -660,21 +660,33 @@ def _visible_torch(c: _Ctx) -> tuple[Optional[str], Optional[str]]:
 
 
 def _plan_torch(c: _Ctx) -> tuple[Optional[Step], Optional[Step]]:
-    """(a step before the project's install, a step after it), and the plan's torch_source. expect.packages pins
-    come after (they win over the project's); a torch the project pins that the image's does not satisfy comes before
-    (so the install finds it present and takes nothing from PyPI's default build)."""
+    """(a step before the project's install, a step after it), and the plan's torch_source. A torch that
+    expect.packages pins goes before the project's install when the project's own torch requirement (if any) accepts
+    it, so the install finds it present and fetches no other torch; after it (it wins) when the project asks for
+    another torch or uv.lock decides. A torch the project pins that the image's does not satisfy comes before (so the
+    install takes nothing from PyPI's default build)."""
     f, prof, plan = c.facts, c.profile, c.plan
     wants = _torch_wants(prof, f, c.knowledge)
     have, where = _visible_torch(c)
+    r = c.project.req("torch")
+    hidden = plan.installer == "uv" and bool(where and where.startswith("the image"))  # uv does not look past the env
     if wants:
         plan.torch_index = torch_index_for(prof, f, c.knowledge)
         cpu_index = _cpu_index(plan.torch_index)
         wrong = [n for n, spec in wants.items() if not spec_matches(f.packages.get(n) if f.env_python else
                                                                    (have if n == "torch" else None), spec)]
         cpu_build = f.gpu_count > 0 and not cpu_index and _local_tag(have) == "cpu"
+        pinned = _exact(wants.get("torch", "*"))
+        first = c.project.kind in ("requirements", "pyproject") and (
+            r is None or not r.spec or (pinned is not None and bool(spec_matches(pinned, r.spec))))
         if not (wrong or cpu_build):
             plan.torch_source = f"torch {have} from {where}, as expect.packages asks"
-            c.repin = True
+            if r is not None and hidden and first:
+                return _pin_step(c, f"uv does not see the image's torch {have}: the pin goes into the environment "
+                                    f"before the project's install, which would fetch another torch for "
+                                    f"{r.source}'s torch{r.spec}"), None
+            # the project's install may replace it: uv.lock decides, or the project asks for another torch
+            c.repin = c.project.kind == "uv-lock" or (r is not None and not spec_matches(have, r.spec or "*"))
             return None, None
         why = []
         if wrong:
@@ -683,13 +695,13 @@ def _plan_torch(c: _Ctx) -> tuple[Optional[Step], Optional[Step]]:
         if cpu_build:
             why.append(f"torch {have} is a CPU-only build on a GPU host")
         plan.torch_source = f"{pin('torch', wants.get('torch', '*'))} from {plan.torch_index} (expect.packages)"
-        return None, _pin_step(c, "; ".join(why))
+        step = _pin_step(c, "; ".join(why))
+        return (step, None) if first else (None, step)
     if c.project.kind == "uv-lock":
         plan.torch_source = "torch as uv.lock pins it (uv sync installs it into the environment)" \
             if c.project.req("torch") or (c.lock_text and re.search(r'(?m)^name = "torch"$', c.lock_text)) else \
             (f"torch {have} from {where}" if have else "no torch (the project does not need one)")
         return None, None
-    r = c.project.req("torch")
     if r is None:
         plan.torch_source = f"torch {have} from {where}" if have else "no torch (the project does not name one)"
         return None, None
@@ -697,8 +709,7 @@ def _plan_torch(c: _Ctx) -> tuple[Optional[Step], Optional[Step]]:
     plan.torch_index = torch_index_for(prof, f, c.knowledge)
     cpu_index = _cpu_index(plan.torch_index)
     usable = have and spec_matches(have, spec) and not (f.gpu_count > 0 and not cpu_index and _local_tag(have) == "cpu")
-    uv_reinstalls = plan.installer == "uv" and where and where.startswith("the image")
-    if usable and not uv_reinstalls:
+    if usable and not hidden:
         plan.torch_source = f"torch {have} from {where} (satisfies {r.source}'s torch{r.spec})"
         return None, None
     family = [x for x in c.project.reqs if x.name in TORCH_FAMILY]
@@ -711,6 +722,13 @@ def _plan_torch(c: _Ctx) -> tuple[Optional[Step], Optional[Step]]:
                 f"gpuops_install --reinstall-torch {' '.join(shlex.quote(x) for x in reqs)} "
                 f"--index-url {shlex.quote(plan.torch_index)}", long=True,
                 disk_mb=c.torch_mb(plan.torch_index)), None
+
+
+def _exact(spec: str) -> Optional[str]:
+    """The version an expect.packages spec names exactly ("2.9.0", "==2.9.0"), else None (">=2.8", "*")."""
+    spec = (spec or "").strip()
+    v = spec[2:].strip() if spec.startswith("==") else spec
+    return v if re.match(r"\d+(\.\d+)*([+.-]?\w+)*$", v) and "*" not in v else None
 
 
 def _pin_step(c: _Ctx, why: str) -> Step:
