@@ -307,6 +307,38 @@ wheels = [{ url = "https://x/six-1.17.0-py2.py3-none-any.whl", size = 11000 }]
     assert sp.lock_estimate_mb("not toml [", "x86_64") is None
 
 
+def test_a_torch_step_and_a_lock_count_torchs_cuda_libraries_once():
+    """A uv project whose lock has torch with its nvidia-* CUDA wheels and triton, and an expect.packages torch that
+    replaces it: the torch step's figure (setup_disk_mb.torch_cuda) already holds the CUDA libraries, which the lock's
+    estimate used to count again (GBs more, a false refusal on a tight disk)."""
+    lock = """version = 1
+[[package]]
+name = "torch"
+version = "2.8.0"
+wheels = [{ url = "https://x/torch-2.8.0-cp310-cp310-manylinux_2_28_x86_64.whl", size = 900000000 }]
+[[package]]
+name = "nvidia-cudnn-cu12"
+version = "9.10.2.21"
+wheels = [{ url = "https://x/nvidia_cudnn_cu12-9.10.2.21-py3-none-manylinux_2_27_x86_64.whl", size = 700000000 }]
+[[package]]
+name = "triton"
+version = "3.4.0"
+wheels = [{ url = "https://x/triton-3.4.0-cp310-cp310-manylinux_2_27_x86_64.whl", size = 150000000 }]
+[[package]]
+name = "six"
+version = "1.17.0"
+wheels = [{ url = "https://x/six-1.17.0-py2.py3-none-any.whl", size = 11000 }]
+"""
+    f = facts({"pyproject.toml": UV_PROJECT, "uv.lock": lock})
+    plan = sp.make_plan(f, profile(expect={"packages": {"torch": "2.9.0"}}), KNOW, remote_dir="~/proj",
+                        lock_text=lock)
+    assert [s.id for s in plan.steps] == ["environment", "deps", "torch"]
+    assert next(s for s in plan.steps if s.id == "deps").disk_mb == 0  # six; torch's own are in the torch step
+    # without a torch step the lock's torch and its CUDA libraries are what is installed, counted once
+    plan = sp.make_plan(f, profile(expect={}), KNOW, remote_dir="~/proj", lock_text=lock)
+    assert next(s for s in plan.steps if s.id == "deps").disk_mb == int((900 + 700 + 150) * 1e6 * 2 / 2**20)
+
+
 def test_indexes_reach_the_installers_through_the_environment_not_a_command_line():
     f = facts({"requirements.txt": "privpkg\n"}, base_torch=None)
     prof = profile(expect={}, setup={"index_url": "https://user:tok3n@mirror.example/simple",

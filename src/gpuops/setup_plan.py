@@ -33,6 +33,7 @@ from .profiles import shell_command, shell_path
 
 SETUP_SUBDIR = ".gpuops/setup"
 TORCH_FAMILY = ("torch", "torchvision", "torchaudio")
+TORCH_CUDA_DEPS = ("nvidia-*", "triton")  # what a CUDA torch pulls in: inside setup_disk_mb.torch_cuda's figure
 FLASH = ("flash-attn", "flash_attn")
 DEFAULT_ENV_PYTHON = "~/.venvs/gpuops/bin/python"  # the environment setup makes for a profile that names none
 SYSTEM_PREFIXES = ("/", "/usr", "/usr/local", "/bin", "/opt/conda")  # a python here is the system's, not an env's
@@ -351,7 +352,7 @@ def lock_estimate_mb(lock_text: Optional[str], arch: Optional[str], *, skip: fro
     machine = arch or "x86_64"
     total = 0
     for pkg in doc.get("package") or []:
-        if _norm(str(pkg.get("name", ""))) in skip:
+        if _skipped(_norm(str(pkg.get("name", ""))), skip):
             continue
         wheels = [w for w in pkg.get("wheels") or [] if isinstance(w, dict)]
         names = [(str(w.get("url") or w.get("filename") or w.get("path") or ""), int(w.get("size") or 0))
@@ -362,6 +363,11 @@ def lock_estimate_mb(lock_text: Optional[str], arch: Optional[str], *, skip: fro
         size = max(linux) if linux else max(anyw) if anyw else sdist
         total += size
     return int(total * expand / 2**20)
+
+
+def _skipped(name: str, skip: frozenset) -> bool:
+    """`name` is in `skip`, by name or by a `prefix*` entry (nvidia-*)."""
+    return name in skip or any(x.endswith("*") and name.startswith(x[:-1]) for x in skip)
 
 
 def names_estimate_mb(names: list[str], knowledge: dict, *, torch_mb: int) -> int:
@@ -799,10 +805,10 @@ def _plan_disk(c: _Ctx) -> None:
     if deps is not None:
         skip = set()
         if any(s.id == "torch" for s in plan.steps) or (plan.installer == "pip" and _visible_torch(c)[0]):
-            skip |= set(TORCH_FAMILY)
+            skip |= set(TORCH_FAMILY) | set(TORCH_CUDA_DEPS)  # counted in the torch step, or already there
         est = lock_estimate_mb(c.lock_text, f.arch, skip=frozenset(skip)) if p.kind == "uv-lock" else None
         if est is None:
-            names = [r.name for r in p.reqs if r.name not in skip]
+            names = [r.name for r in p.reqs if not _skipped(r.name, frozenset(skip))]
             est = names_estimate_mb(names, c.knowledge, torch_mb=c.torch_mb(plan.torch_index))
             if p.kind == "pyproject":
                 est += int(c.disk.get("package", 30))
