@@ -352,6 +352,49 @@ def test_indexes_reach_the_installers_through_the_environment_not_a_command_line
     assert "pip_config(" in text and 'eval "$(python3 -c' in text  # the host's pip.conf, read there, for uv
 
 
+def _pip_config_as_read(env: dict) -> dict:
+    """remote/setup.py's pip configuration reader, run as setup runs it on a host (a python of its own)."""
+    import subprocess
+    import sys
+
+    from gpuops.remote.setup import PIPCONF
+
+    code = PIPCONF + "import json\nprint(json.dumps(pip_config('', strip=False)))\n"
+    r = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True)
+    return json.loads(r.stdout)
+
+
+def _pip_looks_in(env: dict) -> str:
+    """The indexes pip itself uses for an install with this environment (its `Looking in indexes:` line)."""
+    import subprocess
+    import sys
+
+    base = Path(sys.base_prefix) / "bin" / "python3"
+    r = subprocess.run([str(base), "-m", "pip", "install", "--dry-run", "--no-deps", "gpuops-no-such-pkg"],
+                       env=env, capture_output=True, text=True)
+    return next((ln for ln in r.stdout.splitlines() if ln.startswith("Looking in indexes:")), "")
+
+
+def test_the_hosts_pip_configuration_is_read_as_pip_reads_it(tmp_path):
+    """[install] beats [global] whichever file each is in (pip merges the files, then the sections): a global file's
+    [install] index-url used to lose to the user file's [global] one, so uv was given another index than pip used.
+    PIP_CONFIG_FILE=/dev/null makes pip read no file at all."""
+    home = tmp_path / "home"
+    (home / ".config" / "pip").mkdir(parents=True)
+    (tmp_path / "xdg" / "pip").mkdir(parents=True)
+    a, b, c = (f"file://{tmp_path}/{n}/simple" for n in "abc")
+    (tmp_path / "xdg" / "pip" / "pip.conf").write_text(f"[install]\nindex-url = {a}\n")
+    (home / ".config" / "pip" / "pip.conf").write_text(f"[global]\nindex-url = {b}\nextra-index-url = {c}\n")
+    env = {"HOME": str(home), "XDG_CONFIG_DIRS": str(tmp_path / "xdg"), "PATH": "/usr/bin:/bin"}
+    cfg = _pip_config_as_read(env)
+    assert cfg["index-url"] == a and cfg["extra-index-url"] == [c]
+    assert f"Looking in indexes: {a}, {c}" == _pip_looks_in(env)  # what pip itself does
+    cfg = _pip_config_as_read({**env, "PIP_INDEX_URL": b})  # a PIP_* variable beats every file
+    assert cfg["index-url"] == b and "environment" in cfg["sources"]
+    cfg = _pip_config_as_read({**env, "PIP_CONFIG_FILE": "/dev/null"})
+    assert "index-url" not in cfg and "extra-index-url" not in cfg and cfg["sources"] == []
+
+
 def test_run_template_takes_a_system_python_as_the_base_of_its_environment():
     from gpuops import run_ops
     from gpuops.errors import UsageError

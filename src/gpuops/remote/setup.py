@@ -25,7 +25,8 @@ def setup_dir_of(remote_dir: str) -> str:
 
 
 # pip's configuration as pip reads it for `pip install`: the global files, the user's (unless PIP_CONFIG_FILE names
-# a file), the environment's own pip.conf, PIP_CONFIG_FILE, then PIP_* variables; [install] over [global].
+# a file), the environment's own pip.conf, PIP_CONFIG_FILE (os.devnull: no file at all), then PIP_* variables. pip
+# merges the files first, then takes [global], then [install] (from any file) over it, then the variables.
 PIPCONF = r"""
 import os, re
 
@@ -34,7 +35,7 @@ def strip_auth(url):
 
 def pip_config(env_dir, strip):
     import configparser
-    over = {}
+    sections = {"global": {}, "install": {}}
     sources = []
     home = os.path.expanduser("~")
     xdg_dirs = [d for d in os.environ.get("XDG_CONFIG_DIRS", "/etc/xdg").split(":") if d]
@@ -45,7 +46,9 @@ def pip_config(env_dir, strip):
                   os.path.join(os.environ.get("XDG_CONFIG_HOME") or os.path.join(home, ".config"), "pip", "pip.conf")]
     if env_dir:
         files.append(os.path.join(os.path.expanduser(env_dir), "pip.conf"))
-    if env_file and env_file != os.devnull:
+    if env_file == os.devnull:
+        files = []
+    elif env_file:
         files.append(env_file)
     for f in files:
         if not os.path.isfile(f):
@@ -59,10 +62,11 @@ def pip_config(env_dir, strip):
         for section in ("global", "install"):
             if cp.has_section(section):
                 for k, v in cp.items(section):
-                    over[k.replace("_", "-")] = v
+                    sections[section][k.replace("_", "-")] = v
                     used = True
         if used:
             sources.append(f)
+    over = dict(sections["global"], **sections["install"])
     for k, v in os.environ.items():
         if k.startswith("PIP_") and k != "PIP_CONFIG_FILE":
             over[k[4:].lower().replace("_", "-")] = v
