@@ -281,6 +281,22 @@ def test_expect_packages_torch_is_installed_once_and_before_a_project_that_names
     assert "uv does not see the image's torch" in plan.steps[1].reason
 
 
+def test_a_torch_pinned_with_its_cuda_build_comes_from_that_builds_index():
+    """`torch==2.3.0+cu121` (with `--extra-index-url .../whl/cu121` in the file, as PyTorch's install page writes it)
+    used to be fetched from the driver's index (cu128), which has no such build: the step failed."""
+    reqs = "--extra-index-url https://download.pytorch.org/whl/cu121\ntorch==2.3.0+cu121\ntorchvision==0.18.0+cu121\n"
+    plan = sp.make_plan(facts({"requirements.txt": reqs}), profile(expect={}), KNOW, remote_dir="~/proj")
+    torch = next(s for s in plan.steps if s.id == "torch")
+    assert "--index-url https://download.pytorch.org/whl/cu121" in torch.command
+    assert plan.torch_index == "https://download.pytorch.org/whl/cu121"
+    plan = sp.make_plan(facts({"requirements.txt": "six\n"}), profile(expect={"packages": {"torch": "2.3.0+cu118"}}),
+                        KNOW, remote_dir="~/proj")
+    assert "whl/cu118" in next(s for s in plan.steps if s.id == "torch").command
+    mirror = profile(expect={}, setup={"torch_index": "https://mirror.example/whl"})  # the profile's index wins
+    plan = sp.make_plan(facts({"requirements.txt": reqs}), mirror, KNOW, remote_dir="~/proj")
+    assert plan.torch_index == "https://mirror.example/whl"
+
+
 def test_a_plan_that_cannot_fit_is_refused_with_its_estimate():
     f = facts({"requirements.txt": "torch==2.10.0\nvllm\n"}, free_kb=3 * 2**20)  # 3 GB free
     plan = sp.make_plan(f, profile(expect={}), KNOW, remote_dir="~/proj")

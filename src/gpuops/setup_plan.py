@@ -480,12 +480,14 @@ def pin(name: str, spec: str) -> str:
     return f"{name}{spec}"
 
 
-def torch_index_for(profile, facts: HostFacts, knowledge: dict) -> str:
-    """The profile's setup.torch_index, else the PyTorch index of the CUDA the profile expects, else of the CUDA the
-    driver supports (nvidia-smi's header), else the CPU index on a host without a driver."""
+def torch_index_for(profile, facts: HostFacts, knowledge: dict, spec: str = "") -> str:
+    """The profile's setup.torch_index, else the index of the build the torch spec names (`==2.3.0+cu121` -> cu121),
+    else the PyTorch index of the CUDA the profile expects, else of the CUDA the driver supports (nvidia-smi's
+    header), else the CPU index on a host without a driver."""
     if profile.setup.torch_index:
         return profile.setup.torch_index
-    tag = _cuda_tag(profile.expect.cuda) or _cuda_tag(facts.cuda_driver) or "cpu"
+    build = re.search(r"\+(cu\d+|cpu|rocm[\d.]+)\b", spec or "")
+    tag = (build.group(1) if build else None) or _cuda_tag(profile.expect.cuda) or _cuda_tag(facts.cuda_driver) or "cpu"
     return (knowledge.get("torch_index") or TORCH_INDEX).format(tag=tag)
 
 
@@ -677,7 +679,7 @@ def _plan_torch(c: _Ctx) -> tuple[Optional[Step], Optional[Step]]:
     r = c.project.req("torch")
     hidden = plan.installer == "uv" and bool(where and where.startswith("the image"))  # uv does not look past the env
     if wants:
-        plan.torch_index = torch_index_for(prof, f, c.knowledge)
+        plan.torch_index = torch_index_for(prof, f, c.knowledge, wants.get("torch", ""))
         cpu_index = _cpu_index(plan.torch_index)
         wrong = [n for n, spec in wants.items() if not spec_matches(f.packages.get(n) if f.env_python else
                                                                    (have if n == "torch" else None), spec)]
@@ -712,7 +714,7 @@ def _plan_torch(c: _Ctx) -> tuple[Optional[Step], Optional[Step]]:
         plan.torch_source = f"torch {have} from {where}" if have else "no torch (the project does not name one)"
         return None, None
     spec = r.spec or "*"
-    plan.torch_index = torch_index_for(prof, f, c.knowledge)
+    plan.torch_index = torch_index_for(prof, f, c.knowledge, r.spec)
     cpu_index = _cpu_index(plan.torch_index)
     usable = have and spec_matches(have, spec) and not (f.gpu_count > 0 and not cpu_index and _local_tag(have) == "cpu")
     if usable and not hidden:
@@ -722,9 +724,11 @@ def _plan_torch(c: _Ctx) -> tuple[Optional[Step], Optional[Step]]:
     reqs = [f"{x.name}{x.spec}" for x in family]
     why = (f"{r.source} asks for torch{r.spec}" + (f"; the image's {have} does not match" if have else
                                                    "; none installed")
-           + f"; built for the driver's CUDA, from {plan.torch_index}")
+           + (f"; the {_local_tag(r.spec)} build it names" if _local_tag(r.spec) else "; built for the driver's CUDA")
+           + f", from {plan.torch_index}")
     plan.torch_source = f"torch{r.spec} from {plan.torch_index} ({r.source} pins it)"
-    return Step("torch", f"install {' '.join(reqs)} for the driver's CUDA", why,
+    for_what = f"(its {_local_tag(r.spec)} build)" if _local_tag(r.spec) else "for the driver's CUDA"
+    return Step("torch", f"install {' '.join(reqs)} {for_what}", why,
                 f"gpuops_install --reinstall-torch {' '.join(shlex.quote(x) for x in reqs)} "
                 f"--index-url {shlex.quote(plan.torch_index)}", long=True,
                 disk_mb=c.torch_mb(plan.torch_index)), None
