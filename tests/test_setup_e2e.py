@@ -100,6 +100,32 @@ def test_a_system_python_is_a_profile_error_and_no_python_gets_setups_environmen
     assert (home(sandbox) / ".venvs" / "gpuops" / "pyvenv.cfg").read_text().count("include-system-site-packages = true")
 
 
+def test_a_base_python_the_host_lacks_is_refused_and_does_not_hide_the_project(sandbox, gpuops):
+    """setup.base_python naming an interpreter the host does not have (or a host without python3) used to make the
+    environment from whatever uv found, skip the project's requirements ("sync the project first", though it was
+    synced: the files are read by the base python) and end with `ok`."""
+    py = fresh_env(sandbox, "senv-nobase")
+    set_profile(sandbox, python=py, setup={"index_url": LOCAL_INDEX, "base_python": "python3.99"})
+    Path("requirements.txt").write_text("six==1.17.0\n")
+    assert gpuops("sync", "-p", "sandbox").code == 0
+    r = gpuops("setup", "sandbox", "--dry-run")
+    assert r.code == 0 and "CANNOT START: python3.99 is not on the host" in r.out, r.all
+    assert "sync the project first" not in r.all  # it was synced: no python there could read it
+    r = gpuops("setup", "sandbox")
+    assert r.code == 1, r.all
+    assert "setup cannot start on sandbox: python3.99 is not on the host" in r.err and "nothing was installed" in r.err
+    assert "setup.base_python" in r.err  # the hint names the key to fix
+    assert not (home(sandbox) / "senv-nobase").exists()
+    # the environment exists: the project's files are still read (by the environment's python) and installed
+    set_profile(sandbox, setup={"index_url": LOCAL_INDEX, "base_python": "python3"})
+    assert gpuops("setup", "sandbox", "--no-verify").code == 0
+    Path("requirements.txt").write_text("six==1.17.0\nidna\n")
+    assert gpuops("sync", "-p", "sandbox").code == 0
+    set_profile(sandbox, setup={"index_url": LOCAL_INDEX, "base_python": "python3.99"})
+    r = gpuops("setup", "sandbox", "--dry-run", "--json")
+    assert [s["id"] for s in json.loads(r.out)["plan"]["steps"]] == ["deps"], r.all
+
+
 def make_wheel(folder: Path, name: str, version: str, code: str) -> Path:
     """A real, minimal pure-Python wheel (RECORD with hashes), built by hand."""
     import base64

@@ -231,6 +231,72 @@ def test_a_changed_include_is_not_nothing_to_do():
     assert [r.name for r in sp.parse_requirements(sp.parse_facts("").texts | files, "requirements.txt")] == ["six"]
 
 
+def test_requirements_markers_are_evaluated_for_the_host():
+    """A requirements file with a torch per platform (a Mac for development, Linux for training) used to plan
+    `install torch==2.3.0 torch==2.10.0` (pip refuses both at once) from the first line whatever its marker, and to
+    count packages for other platforms in the disk estimate."""
+    reqs = ('torch==2.3.0 ; sys_platform == "darwin"\n'
+            "torch==2.10.0 ; sys_platform == 'linux' and platform_machine == 'x86_64'\n"
+            'tensorflow ; platform_machine == "arm64"\nsix ; python_version >= "3.8"\n')
+    f = facts({"requirements.txt": reqs})
+    plan = sp.make_plan(f, profile(expect={}), KNOW, remote_dir="~/proj")
+    torch = next(s for s in plan.steps if s.id == "torch")
+    assert "--reinstall-torch torch==2.10.0 --index-url" in torch.command and "2.3.0" not in torch.command
+    assert plan.torch_source.startswith("torch==2.10.0 from")
+    deps = next(s for s in plan.steps if s.id == "deps")
+    assert deps.disk_mb == KNOW["setup_disk_mb"]["package"]  # six; not tensorflow (arm64 only), not torch again
+    # the same in a pyproject's dependencies
+    pyproject = ('[project]\nname = "p"\nversion = "0"\n'
+                 'dependencies = ["torch==2.3.0; sys_platform == \'darwin\'", "torch>=2.5; sys_platform == \'linux\'"]\n')
+    plan = sp.make_plan(facts({"pyproject.toml": pyproject}), profile(expect={}), KNOW, remote_dir="~/proj")
+    assert [s.id for s in plan.steps] == ["environment", "deps"]  # the image's 2.9.0+cu128 satisfies torch>=2.5
+    assert "satisfies pyproject.toml's torch>=2.5" in plan.torch_source
+
+
+def test_expect_packages_torch_is_installed_once_and_before_a_project_that_names_it():
+    """expect.packages pins torch and the project's requirements name it too: the pin used to come after the
+    project's install, which fetched the project's torch from its own index first (a second CUDA torch of GBs,
+    replaced a minute later and counted once in the estimate). A pin the image already satisfies used to be
+    reinstalled after every project install (6.5 GB in the estimate, a second copy with uv)."""
+    f = facts({"requirements.txt": "torch==2.8.0\nsix\n"})
+    plan = sp.make_plan(f, profile(expect={"packages": {"torch": "2.8.0"}}), KNOW, remote_dir="~/proj")
+    assert [s.id for s in plan.steps] == ["environment", "torch", "deps"]
+    assert plan.disk_mb < KNOW["setup_disk_mb"]["torch_cuda"] + 1000
+    # a project torch the pin does not satisfy: the pin comes after (expect.packages wins)
+    f = facts({"requirements.txt": "torch==2.10.0\nsix\n"})
+    plan = sp.make_plan(f, profile(expect={"packages": {"torch": "2.8.0"}}), KNOW, remote_dir="~/proj")
+    assert [s.id for s in plan.steps] == ["environment", "deps", "torch"]
+    # the image's torch is the one expect.packages asks for: the project's install keeps it, nothing to re-pin
+    for reqs, base_pip in (("six\n", True), ("torch>=2.5\nsix\n", True), ("six\n", False)):
+        plan = sp.make_plan(facts({"requirements.txt": reqs}, base_pip=base_pip),
+                            profile(expect={"packages": {"torch": "2.9.0"}}), KNOW, remote_dir="~/proj")
+        assert [s.id for s in plan.steps] == ["environment", "deps"], (reqs, base_pip)
+        assert plan.disk_mb < 1000
+        assert plan.torch_source.startswith("torch 2.9.0+cu128 from the image's python")
+    # ... but uv (no pip to run) does not see it: the pin goes into the environment before the project's install,
+    # which then finds it there instead of fetching another torch from the project's index
+    plan = sp.make_plan(facts({"requirements.txt": "torch>=2.5\nsix\n"}, base_pip=False),
+                        profile(expect={"packages": {"torch": "2.9.0"}}), KNOW, remote_dir="~/proj")
+    assert plan.installer == "uv" and [s.id for s in plan.steps] == ["environment", "torch", "deps"]
+    assert "uv does not see the image's torch" in plan.steps[1].reason
+
+
+def test_a_torch_pinned_with_its_cuda_build_comes_from_that_builds_index():
+    """`torch==2.3.0+cu121` (with `--extra-index-url .../whl/cu121` in the file, as PyTorch's install page writes it)
+    used to be fetched from the driver's index (cu128), which has no such build: the step failed."""
+    reqs = "--extra-index-url https://download.pytorch.org/whl/cu121\ntorch==2.3.0+cu121\ntorchvision==0.18.0+cu121\n"
+    plan = sp.make_plan(facts({"requirements.txt": reqs}), profile(expect={}), KNOW, remote_dir="~/proj")
+    torch = next(s for s in plan.steps if s.id == "torch")
+    assert "--index-url https://download.pytorch.org/whl/cu121" in torch.command
+    assert plan.torch_index == "https://download.pytorch.org/whl/cu121"
+    plan = sp.make_plan(facts({"requirements.txt": "six\n"}), profile(expect={"packages": {"torch": "2.3.0+cu118"}}),
+                        KNOW, remote_dir="~/proj")
+    assert "whl/cu118" in next(s for s in plan.steps if s.id == "torch").command
+    mirror = profile(expect={}, setup={"torch_index": "https://mirror.example/whl"})  # the profile's index wins
+    plan = sp.make_plan(facts({"requirements.txt": reqs}), mirror, KNOW, remote_dir="~/proj")
+    assert plan.torch_index == "https://mirror.example/whl"
+
+
 def test_a_plan_that_cannot_fit_is_refused_with_its_estimate():
     f = facts({"requirements.txt": "torch==2.10.0\nvllm\n"}, free_kb=3 * 2**20)  # 3 GB free
     plan = sp.make_plan(f, profile(expect={}), KNOW, remote_dir="~/proj")
@@ -257,6 +323,38 @@ wheels = [{ url = "https://x/six-1.17.0-py2.py3-none-any.whl", size = 11000 }]
     assert sp.lock_estimate_mb("not toml [", "x86_64") is None
 
 
+def test_a_torch_step_and_a_lock_count_torchs_cuda_libraries_once():
+    """A uv project whose lock has torch with its nvidia-* CUDA wheels and triton, and an expect.packages torch that
+    replaces it: the torch step's figure (setup_disk_mb.torch_cuda) already holds the CUDA libraries, which the lock's
+    estimate used to count again (GBs more, a false refusal on a tight disk)."""
+    lock = """version = 1
+[[package]]
+name = "torch"
+version = "2.8.0"
+wheels = [{ url = "https://x/torch-2.8.0-cp310-cp310-manylinux_2_28_x86_64.whl", size = 900000000 }]
+[[package]]
+name = "nvidia-cudnn-cu12"
+version = "9.10.2.21"
+wheels = [{ url = "https://x/nvidia_cudnn_cu12-9.10.2.21-py3-none-manylinux_2_27_x86_64.whl", size = 700000000 }]
+[[package]]
+name = "triton"
+version = "3.4.0"
+wheels = [{ url = "https://x/triton-3.4.0-cp310-cp310-manylinux_2_27_x86_64.whl", size = 150000000 }]
+[[package]]
+name = "six"
+version = "1.17.0"
+wheels = [{ url = "https://x/six-1.17.0-py2.py3-none-any.whl", size = 11000 }]
+"""
+    f = facts({"pyproject.toml": UV_PROJECT, "uv.lock": lock})
+    plan = sp.make_plan(f, profile(expect={"packages": {"torch": "2.9.0"}}), KNOW, remote_dir="~/proj",
+                        lock_text=lock)
+    assert [s.id for s in plan.steps] == ["environment", "deps", "torch"]
+    assert next(s for s in plan.steps if s.id == "deps").disk_mb == 0  # six; torch's own are in the torch step
+    # without a torch step the lock's torch and its CUDA libraries are what is installed, counted once
+    plan = sp.make_plan(f, profile(expect={}), KNOW, remote_dir="~/proj", lock_text=lock)
+    assert next(s for s in plan.steps if s.id == "deps").disk_mb == int((900 + 700 + 150) * 1e6 * 2 / 2**20)
+
+
 def test_indexes_reach_the_installers_through_the_environment_not_a_command_line():
     f = facts({"requirements.txt": "privpkg\n"}, base_torch=None)
     prof = profile(expect={}, setup={"index_url": "https://user:tok3n@mirror.example/simple",
@@ -268,6 +366,49 @@ def test_indexes_reach_the_installers_through_the_environment_not_a_command_line
     text = sp.render_script(plan, setup_dir="~/proj/.gpuops/setup")
     assert "GPUOPS_INDEX=https://user:tok3n@mirror.example/simple; export GPUOPS_INDEX" in text
     assert "pip_config(" in text and 'eval "$(python3 -c' in text  # the host's pip.conf, read there, for uv
+
+
+def _pip_config_as_read(env: dict) -> dict:
+    """remote/setup.py's pip configuration reader, run as setup runs it on a host (a python of its own)."""
+    import subprocess
+    import sys
+
+    from gpuops.remote.setup import PIPCONF
+
+    code = PIPCONF + "import json\nprint(json.dumps(pip_config('', strip=False)))\n"
+    r = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True)
+    return json.loads(r.stdout)
+
+
+def _pip_looks_in(env: dict) -> str:
+    """The indexes pip itself uses for an install with this environment (its `Looking in indexes:` line)."""
+    import subprocess
+    import sys
+
+    base = Path(sys.base_prefix) / "bin" / "python3"
+    r = subprocess.run([str(base), "-m", "pip", "install", "--dry-run", "--no-deps", "gpuops-no-such-pkg"],
+                       env=env, capture_output=True, text=True)
+    return next((ln for ln in r.stdout.splitlines() if ln.startswith("Looking in indexes:")), "")
+
+
+def test_the_hosts_pip_configuration_is_read_as_pip_reads_it(tmp_path):
+    """[install] beats [global] whichever file each is in (pip merges the files, then the sections): a global file's
+    [install] index-url used to lose to the user file's [global] one, so uv was given another index than pip used.
+    PIP_CONFIG_FILE=/dev/null makes pip read no file at all."""
+    home = tmp_path / "home"
+    (home / ".config" / "pip").mkdir(parents=True)
+    (tmp_path / "xdg" / "pip").mkdir(parents=True)
+    a, b, c = (f"file://{tmp_path}/{n}/simple" for n in "abc")
+    (tmp_path / "xdg" / "pip" / "pip.conf").write_text(f"[install]\nindex-url = {a}\n")
+    (home / ".config" / "pip" / "pip.conf").write_text(f"[global]\nindex-url = {b}\nextra-index-url = {c}\n")
+    env = {"HOME": str(home), "XDG_CONFIG_DIRS": str(tmp_path / "xdg"), "PATH": "/usr/bin:/bin"}
+    cfg = _pip_config_as_read(env)
+    assert cfg["index-url"] == a and cfg["extra-index-url"] == [c]
+    assert f"Looking in indexes: {a}, {c}" == _pip_looks_in(env)  # what pip itself does
+    cfg = _pip_config_as_read({**env, "PIP_INDEX_URL": b})  # a PIP_* variable beats every file
+    assert cfg["index-url"] == b and "environment" in cfg["sources"]
+    cfg = _pip_config_as_read({**env, "PIP_CONFIG_FILE": "/dev/null"})
+    assert "index-url" not in cfg and "extra-index-url" not in cfg and cfg["sources"] == []
 
 
 def test_run_template_takes_a_system_python_as_the_base_of_its_environment():

@@ -33,6 +33,7 @@ from .profiles import shell_command, shell_path
 
 SETUP_SUBDIR = ".gpuops/setup"
 TORCH_FAMILY = ("torch", "torchvision", "torchaudio")
+TORCH_CUDA_DEPS = ("nvidia-*", "triton")  # what a CUDA torch pulls in: inside setup_disk_mb.torch_cuda's figure
 FLASH = ("flash-attn", "flash_attn")
 DEFAULT_ENV_PYTHON = "~/.venvs/gpuops/bin/python"  # the environment setup makes for a profile that names none
 SYSTEM_PREFIXES = ("/", "/usr", "/usr/local", "/bin", "/opt/conda")  # a python here is the system's, not an env's
@@ -191,9 +192,34 @@ def _norm(name: str) -> str:
 _INCLUDE = re.compile(r"^\s*(-r|--requirement|-c|--constraint)(?:\s*=\s*|\s+)(\S+)")
 
 
-def parse_requirements(texts: dict[str, str], start: str) -> list[Req]:
+def marker_env(facts: HostFacts) -> dict:
+    """The environment markers (`; sys_platform == "linux"`) of the host's python, as far as the facts tell: Linux,
+    the host's machine, the version of the environment's python (else the base one)."""
+    ver = facts.env_python_version or facts.base_python_version
+    env = {"sys_platform": "linux", "platform_system": "Linux", "os_name": "posix", "extra": "",
+           "platform_machine": facts.arch or "x86_64", "implementation_name": "cpython",
+           "platform_python_implementation": "CPython"}
+    if ver:
+        env.update(python_full_version=ver, python_version=".".join(ver.split(".")[:2]))
+    return env
+
+
+def _applies(req, env: Optional[dict]) -> bool:
+    """A requirement's marker holds on the host (one that cannot be judged counts as holding)."""
+    if req.marker is None or env is None:
+        return True
+    from packaging.markers import default_environment
+
+    try:
+        return bool(req.marker.evaluate({**default_environment(), **env}))
+    except Exception:
+        return True
+
+
+def parse_requirements(texts: dict[str, str], start: str, env: Optional[dict] = None) -> list[Req]:
     """The named requirements of a requirements file and every file it includes with -r (constraints files -c are
-    read for the no-op check on the host, not installed). Lines that are options, URLs or paths are skipped."""
+    read for the no-op check on the host, not installed), those whose marker does not hold in `env` (marker_env)
+    left out. Lines that are options, URLs or paths are skipped."""
     import posixpath
 
     from packaging.requirements import InvalidRequirement, Requirement
@@ -221,7 +247,8 @@ def parse_requirements(texts: dict[str, str], start: str) -> list[Req]:
                 r = Requirement(line)
             except InvalidRequirement:
                 continue
-            out.append(Req(_norm(r.name), str(r.specifier), rel))
+            if _applies(r, env):
+                out.append(Req(_norm(r.name), str(r.specifier), rel))
 
     walk(start)
     return out
@@ -263,6 +290,7 @@ def read_project(facts: HostFacts, settings) -> Project:
     from packaging.requirements import InvalidRequirement, Requirement
 
     pp = parse_pyproject(facts.texts.get("pyproject.toml"))
+    env = marker_env(facts)
     reqs_files = [r for r in settings.requirements if r in facts.files]
     want_extras = settings.extras
     p = Project("none")
@@ -279,7 +307,8 @@ def read_project(facts: HostFacts, settings) -> Project:
                 r = Requirement(d)
             except InvalidRequirement:
                 continue
-            p.reqs.append(Req(_norm(r.name), str(r.specifier), "pyproject.toml"))
+            if _applies(r, env):
+                p.reqs.append(Req(_norm(r.name), str(r.specifier), "pyproject.toml"))
         if "uv.lock" in facts.files:
             p.kind = "uv-lock"
             if reqs_files:
@@ -298,7 +327,7 @@ def read_project(facts: HostFacts, settings) -> Project:
         if p.kind == "none":
             p.kind = "requirements"
         for rf in reqs_files:
-            p.reqs = [r for r in parse_requirements(facts.texts, rf)] + p.reqs
+            p.reqs = parse_requirements(facts.texts, rf, env) + p.reqs
     for miss in facts.missing:
         p.notes.append(f"a requirements file includes {miss}, which is not on the host (sync it, or fix the -r line)")
     return p
@@ -323,7 +352,7 @@ def lock_estimate_mb(lock_text: Optional[str], arch: Optional[str], *, skip: fro
     machine = arch or "x86_64"
     total = 0
     for pkg in doc.get("package") or []:
-        if _norm(str(pkg.get("name", ""))) in skip:
+        if _skipped(_norm(str(pkg.get("name", ""))), skip):
             continue
         wheels = [w for w in pkg.get("wheels") or [] if isinstance(w, dict)]
         names = [(str(w.get("url") or w.get("filename") or w.get("path") or ""), int(w.get("size") or 0))
@@ -334,6 +363,11 @@ def lock_estimate_mb(lock_text: Optional[str], arch: Optional[str], *, skip: fro
         size = max(linux) if linux else max(anyw) if anyw else sdist
         total += size
     return int(total * expand / 2**20)
+
+
+def _skipped(name: str, skip: frozenset) -> bool:
+    """`name` is in `skip`, by name or by a `prefix*` entry (nvidia-*)."""
+    return name in skip or any(x.endswith("*") and name.startswith(x[:-1]) for x in skip)
 
 
 def names_estimate_mb(names: list[str], knowledge: dict, *, torch_mb: int) -> int:
@@ -379,6 +413,7 @@ class Plan:
     disk_mb: int = 0
     free_mb: Optional[int] = None
     refusal: Optional[str] = None  # the plan cannot fit: setup refuses before it starts
+    cannot: Optional[str] = None  # the plan cannot start (no interpreter to make the environment from)
     notes: list[str] = field(default_factory=list)
     stamp: dict = field(default_factory=dict)
 
@@ -414,6 +449,8 @@ class Plan:
             lines.append(f"  cache: {self.cache_dir}")
         if self.refusal:
             lines.append(f"  DOES NOT FIT: {self.refusal}")
+        if self.cannot:
+            lines.append(f"  CANNOT START: {self.cannot}")
         return lines
 
     def to_dict(self) -> dict:
@@ -424,7 +461,7 @@ class Plan:
                 "index_url": redact_url(self.index_url),
                 "extra_index_urls": [redact_url(u) for u in self.extra_index_urls],
                 "pip_config": self.pip_config, "cache_dir": self.cache_dir, "disk_mb": self.disk_mb,
-                "free_mb": self.free_mb, "refusal": self.refusal, "notes": self.notes,
+                "free_mb": self.free_mb, "refusal": self.refusal, "cannot": self.cannot, "notes": self.notes,
                 "nothing_to_do": self.nothing_to_do}
 
 
@@ -443,12 +480,14 @@ def pin(name: str, spec: str) -> str:
     return f"{name}{spec}"
 
 
-def torch_index_for(profile, facts: HostFacts, knowledge: dict) -> str:
-    """The profile's setup.torch_index, else the PyTorch index of the CUDA the profile expects, else of the CUDA the
-    driver supports (nvidia-smi's header), else the CPU index on a host without a driver."""
+def torch_index_for(profile, facts: HostFacts, knowledge: dict, spec: str = "") -> str:
+    """The profile's setup.torch_index, else the index of the build the torch spec names (`==2.3.0+cu121` -> cu121),
+    else the PyTorch index of the CUDA the profile expects, else of the CUDA the driver supports (nvidia-smi's
+    header), else the CPU index on a host without a driver."""
     if profile.setup.torch_index:
         return profile.setup.torch_index
-    tag = _cuda_tag(profile.expect.cuda) or _cuda_tag(facts.cuda_driver) or "cpu"
+    build = re.search(r"\+(cu\d+|cpu|rocm[\d.]+)\b", spec or "")
+    tag = (build.group(1) if build else None) or _cuda_tag(profile.expect.cuda) or _cuda_tag(facts.cuda_driver) or "cpu"
     return (knowledge.get("torch_index") or TORCH_INDEX).format(tag=tag)
 
 
@@ -581,8 +620,9 @@ def _plan_environment(c: _Ctx) -> None:
         plan.notes.append("no uv on the host" + ("" if S.install_uv and f.pip_user_ok else
                                                  " and pip cannot install it for the user")
                           + ": the environment is made with python3 -m venv and filled with pip")
-    if f.python3 is None:
-        plan.notes.append(f"{plan.base_python} was not found on the host: the environment cannot be made from it")
+    if f.python3 is None:  # uv would make it from any python it finds, pip has none to run
+        plan.cannot = (f"{plan.base_python} is not on the host, and the environment {plan.env_dir} is made from it "
+                       f"({'setup.base_python' if c.profile.setup.base_python else 'the default base python'})")
     E, B = shell_path(plan.env_dir), shell_command(plan.base_python)
     site = " --system-site-packages" if plan.system_site else ""
     sees = (f"; it sees {plan.base_python}'s packages" + (f" (the image's torch {f.base_torch})" if f.base_torch else "")
@@ -628,21 +668,33 @@ def _visible_torch(c: _Ctx) -> tuple[Optional[str], Optional[str]]:
 
 
 def _plan_torch(c: _Ctx) -> tuple[Optional[Step], Optional[Step]]:
-    """(a step before the project's install, a step after it), and the plan's torch_source. expect.packages pins
-    come after (they win over the project's); a torch the project pins that the image's does not satisfy comes before
-    (so the install finds it present and takes nothing from PyPI's default build)."""
+    """(a step before the project's install, a step after it), and the plan's torch_source. A torch that
+    expect.packages pins goes before the project's install when the project's own torch requirement (if any) accepts
+    it, so the install finds it present and fetches no other torch; after it (it wins) when the project asks for
+    another torch or uv.lock decides. A torch the project pins that the image's does not satisfy comes before (so the
+    install takes nothing from PyPI's default build)."""
     f, prof, plan = c.facts, c.profile, c.plan
     wants = _torch_wants(prof, f, c.knowledge)
     have, where = _visible_torch(c)
+    r = c.project.req("torch")
+    hidden = plan.installer == "uv" and bool(where and where.startswith("the image"))  # uv does not look past the env
     if wants:
-        plan.torch_index = torch_index_for(prof, f, c.knowledge)
+        plan.torch_index = torch_index_for(prof, f, c.knowledge, wants.get("torch", ""))
         cpu_index = _cpu_index(plan.torch_index)
         wrong = [n for n, spec in wants.items() if not spec_matches(f.packages.get(n) if f.env_python else
                                                                    (have if n == "torch" else None), spec)]
         cpu_build = f.gpu_count > 0 and not cpu_index and _local_tag(have) == "cpu"
+        pinned = _exact(wants.get("torch", "*"))
+        first = c.project.kind in ("requirements", "pyproject") and (
+            r is None or not r.spec or (pinned is not None and bool(spec_matches(pinned, r.spec))))
         if not (wrong or cpu_build):
             plan.torch_source = f"torch {have} from {where}, as expect.packages asks"
-            c.repin = True
+            if r is not None and hidden and first:
+                return _pin_step(c, f"uv does not see the image's torch {have}: the pin goes into the environment "
+                                    f"before the project's install, which would fetch another torch for "
+                                    f"{r.source}'s torch{r.spec}"), None
+            # the project's install may replace it: uv.lock decides, or the project asks for another torch
+            c.repin = c.project.kind == "uv-lock" or (r is not None and not spec_matches(have, r.spec or "*"))
             return None, None
         why = []
         if wrong:
@@ -651,34 +703,42 @@ def _plan_torch(c: _Ctx) -> tuple[Optional[Step], Optional[Step]]:
         if cpu_build:
             why.append(f"torch {have} is a CPU-only build on a GPU host")
         plan.torch_source = f"{pin('torch', wants.get('torch', '*'))} from {plan.torch_index} (expect.packages)"
-        return None, _pin_step(c, "; ".join(why))
+        step = _pin_step(c, "; ".join(why))
+        return (step, None) if first else (None, step)
     if c.project.kind == "uv-lock":
         plan.torch_source = "torch as uv.lock pins it (uv sync installs it into the environment)" \
             if c.project.req("torch") or (c.lock_text and re.search(r'(?m)^name = "torch"$', c.lock_text)) else \
             (f"torch {have} from {where}" if have else "no torch (the project does not need one)")
         return None, None
-    r = c.project.req("torch")
     if r is None:
         plan.torch_source = f"torch {have} from {where}" if have else "no torch (the project does not name one)"
         return None, None
     spec = r.spec or "*"
-    plan.torch_index = torch_index_for(prof, f, c.knowledge)
+    plan.torch_index = torch_index_for(prof, f, c.knowledge, r.spec)
     cpu_index = _cpu_index(plan.torch_index)
     usable = have and spec_matches(have, spec) and not (f.gpu_count > 0 and not cpu_index and _local_tag(have) == "cpu")
-    uv_reinstalls = plan.installer == "uv" and where and where.startswith("the image")
-    if usable and not uv_reinstalls:
+    if usable and not hidden:
         plan.torch_source = f"torch {have} from {where} (satisfies {r.source}'s torch{r.spec})"
         return None, None
     family = [x for x in c.project.reqs if x.name in TORCH_FAMILY]
     reqs = [f"{x.name}{x.spec}" for x in family]
     why = (f"{r.source} asks for torch{r.spec}" + (f"; the image's {have} does not match" if have else
                                                    "; none installed")
-           + f"; built for the driver's CUDA, from {plan.torch_index}")
+           + (f"; the {_local_tag(r.spec)} build it names" if _local_tag(r.spec) else "; built for the driver's CUDA")
+           + f", from {plan.torch_index}")
     plan.torch_source = f"torch{r.spec} from {plan.torch_index} ({r.source} pins it)"
-    return Step("torch", f"install {' '.join(reqs)} for the driver's CUDA", why,
+    for_what = f"(its {_local_tag(r.spec)} build)" if _local_tag(r.spec) else "for the driver's CUDA"
+    return Step("torch", f"install {' '.join(reqs)} {for_what}", why,
                 f"gpuops_install --reinstall-torch {' '.join(shlex.quote(x) for x in reqs)} "
                 f"--index-url {shlex.quote(plan.torch_index)}", long=True,
                 disk_mb=c.torch_mb(plan.torch_index)), None
+
+
+def _exact(spec: str) -> Optional[str]:
+    """The version an expect.packages spec names exactly ("2.9.0", "==2.9.0"), else None (">=2.8", "*")."""
+    spec = (spec or "").strip()
+    v = spec[2:].strip() if spec.startswith("==") else spec
+    return v if re.match(r"\d+(\.\d+)*([+.-]?\w+)*$", v) and "*" not in v else None
 
 
 def _pin_step(c: _Ctx, why: str) -> Step:
@@ -699,7 +759,7 @@ def _plan_deps(c: _Ctx) -> bool:
     why = ("--force" if c.force else "the environment is new" if c.created else
            "not installed yet" if not f.stamp else "the files it installs from changed since the last setup")
     if p.kind == "none":
-        if not f.files:
+        if not f.files and (f.python3 or f.env_python):  # else no python could read them
             plan.notes.append(f"no uv.lock, pyproject.toml or {', '.join(c.profile.setup.requirements)} in "
                               f"{c.remote_dir}: no project dependencies (sync the project first: gpuops sync)")
         return False
@@ -749,10 +809,10 @@ def _plan_disk(c: _Ctx) -> None:
     if deps is not None:
         skip = set()
         if any(s.id == "torch" for s in plan.steps) or (plan.installer == "pip" and _visible_torch(c)[0]):
-            skip |= set(TORCH_FAMILY)
+            skip |= set(TORCH_FAMILY) | set(TORCH_CUDA_DEPS)  # counted in the torch step, or already there
         est = lock_estimate_mb(c.lock_text, f.arch, skip=frozenset(skip)) if p.kind == "uv-lock" else None
         if est is None:
-            names = [r.name for r in p.reqs if r.name not in skip]
+            names = [r.name for r in p.reqs if not _skipped(r.name, frozenset(skip))]
             est = names_estimate_mb(names, c.knowledge, torch_mb=c.torch_mb(plan.torch_index))
             if p.kind == "pyproject":
                 est += int(c.disk.get("package", 30))

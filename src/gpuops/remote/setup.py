@@ -25,7 +25,8 @@ def setup_dir_of(remote_dir: str) -> str:
 
 
 # pip's configuration as pip reads it for `pip install`: the global files, the user's (unless PIP_CONFIG_FILE names
-# a file), the environment's own pip.conf, PIP_CONFIG_FILE, then PIP_* variables; [install] over [global].
+# a file), the environment's own pip.conf, PIP_CONFIG_FILE (os.devnull: no file at all), then PIP_* variables. pip
+# merges the files first, then takes [global], then [install] (from any file) over it, then the variables.
 PIPCONF = r"""
 import os, re
 
@@ -34,7 +35,7 @@ def strip_auth(url):
 
 def pip_config(env_dir, strip):
     import configparser
-    over = {}
+    sections = {"global": {}, "install": {}}
     sources = []
     home = os.path.expanduser("~")
     xdg_dirs = [d for d in os.environ.get("XDG_CONFIG_DIRS", "/etc/xdg").split(":") if d]
@@ -45,7 +46,9 @@ def pip_config(env_dir, strip):
                   os.path.join(os.environ.get("XDG_CONFIG_HOME") or os.path.join(home, ".config"), "pip", "pip.conf")]
     if env_dir:
         files.append(os.path.join(os.path.expanduser(env_dir), "pip.conf"))
-    if env_file and env_file != os.devnull:
+    if env_file == os.devnull:
+        files = []
+    elif env_file:
         files.append(env_file)
     for f in files:
         if not os.path.isfile(f):
@@ -59,10 +62,11 @@ def pip_config(env_dir, strip):
         for section in ("global", "install"):
             if cp.has_section(section):
                 for k, v in cp.items(section):
-                    over[k.replace("_", "-")] = v
+                    sections[section][k.replace("_", "-")] = v
                     used = True
         if used:
             sources.append(f)
+    over = dict(sections["global"], **sections["install"])
     for k, v in os.environ.items():
         if k.startswith("PIP_") and k != "PIP_CONFIG_FILE":
             over[k[4:].lower().replace("_", "-")] = v
@@ -88,7 +92,8 @@ def pip_config(env_dir, strip):
 
 # Run by the host's base python3 (stdlib only): the dependency files setup would install from (their SHA-256, the
 # text of the small ones, every `-r`/`-c` include followed), the base Python itself (version, pip, its torch) and pip's
-# configuration as pip itself would read it (files and PIP_* variables). Index URLs are printed with any user:password
+# configuration as pip itself would read it (files and PIP_* variables). On a host without the base python, the
+# profile's python runs it with `files` as its 4th argument: the files and pip's configuration, no base facts. Index URLs are printed with any user:password
 # removed; setup.sh reads the real values again on the host (PIP_CONFIG_TO_ENV), so they never leave it.
 HOST_FACTS = r"""
 import base64, hashlib, json, os, re, sys
@@ -133,27 +138,28 @@ add("pyproject.toml", True)
 add("setup.py", False)
 add("setup.cfg", False)
 
-print("base_python_version=%d.%d.%d" % sys.version_info[:3])
-try:
-    import importlib.util, sysconfig
-    em = os.path.exists(os.path.join(sysconfig.get_path("stdlib"), "EXTERNALLY-MANAGED"))
-    print("pip_user_ok=%d" % (importlib.util.find_spec("pip") is not None and not em))
-except Exception:
-    print("pip_user_ok=0")
-print("base_prefix=%s" % sys.prefix)
-try:
-    import importlib.util as u
-    print("base_pip=%d" % (u.find_spec("pip") is not None))
-except Exception:
-    print("base_pip=0")
-try:
-    from importlib import metadata as m
-    d = m.distribution("torch")
-    print("base_torch=%s" % d.version)
-    print("base_torch_path=%s" % os.path.dirname(str(d.locate_file("torch"))))
-except Exception:
-    pass
 print("arch=%s" % os.uname().machine)
+if sys.argv[4:] != ["files"]:  # not run by the environment's python for want of a base python
+    print("base_python_version=%d.%d.%d" % sys.version_info[:3])
+    try:
+        import importlib.util, sysconfig
+        em = os.path.exists(os.path.join(sysconfig.get_path("stdlib"), "EXTERNALLY-MANAGED"))
+        print("pip_user_ok=%d" % (importlib.util.find_spec("pip") is not None and not em))
+    except Exception:
+        print("pip_user_ok=0")
+    print("base_prefix=%s" % sys.prefix)
+    try:
+        import importlib.util as u
+        print("base_pip=%d" % (u.find_spec("pip") is not None))
+    except Exception:
+        print("base_pip=0")
+    try:
+        from importlib import metadata as m
+        d = m.distribution("torch")
+        print("base_torch=%s" % d.version)
+        print("base_torch_path=%s" % os.path.dirname(str(d.locate_file("torch"))))
+    except Exception:
+        pass
 
 print("@pipconf " + json.dumps(pip_config(ENV, strip=True), sort_keys=True))
 """
@@ -226,6 +232,8 @@ echo "uv=$u"
 echo "python3=$(command -v {base} 2>/dev/null)"
 if command -v {base} >/dev/null 2>&1; then
   {base} -c {shlex.quote(HOST_FACTS)} {P} {shlex.quote(reqs)} {shlex.quote(env)} 2>/dev/null
+elif {py} -c 'import sys' >/dev/null 2>&1; then
+  {py} -c {shlex.quote(HOST_FACTS)} {P} {shlex.quote(reqs)} {shlex.quote(env)} files 2>/dev/null
 fi
 if {py} -c 'import sys' >/dev/null 2>&1; then
   echo env_python=1
