@@ -9,6 +9,7 @@ from pathlib import Path
 
 import yaml
 
+from indexes import make_wheel
 from proxy import Proxy
 
 LOCAL_INDEX = "file:///opt/pypi/simple"  # this machine kind's local package index (pip config: extra-index-url)
@@ -124,30 +125,6 @@ def test_a_base_python_the_host_lacks_is_refused_and_does_not_hide_the_project(s
     set_profile(sandbox, setup={"index_url": LOCAL_INDEX, "base_python": "python3.99"})
     r = gpuops("setup", "sandbox", "--dry-run", "--json")
     assert [s["id"] for s in json.loads(r.out)["plan"]["steps"]] == ["deps"], r.all
-
-
-def make_wheel(folder: Path, name: str, version: str, code: str) -> Path:
-    """A real, minimal pure-Python wheel (RECORD with hashes), built by hand."""
-    import base64
-    import hashlib
-    import zipfile
-
-    mod = name.replace("-", "_")
-    dist = f"{mod}-{version}.dist-info"
-    files = {f"{mod}/__init__.py": code,
-             f"{dist}/METADATA": f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n",
-             f"{dist}/WHEEL": "Wheel-Version: 1.0\nGenerator: gpuops-tests\nRoot-Is-Purelib: true\nTag: py3-none-any\n"}
-    record = []
-    for path, text in files.items():
-        digest = base64.urlsafe_b64encode(hashlib.sha256(text.encode()).digest()).rstrip(b"=").decode()
-        record.append(f"{path},sha256={digest},{len(text.encode())}")
-    record.append(f"{dist}/RECORD,,")
-    whl = folder / f"{mod}-{version}-py3-none-any.whl"
-    with zipfile.ZipFile(whl, "w") as z:
-        for path, text in files.items():
-            z.writestr(path, text)
-        z.writestr(f"{dist}/RECORD", "\n".join(record) + "\n")
-    return whl
 
 
 class SlowIndex:
