@@ -465,3 +465,28 @@ def test_compile_error_parsed_and_refused():
                              synced=True)
     assert "does not compile" in v.error.message
     assert core.parse_preflight("@gpu\n0\n@gpu_rc 0\n@compile ok\n").compile_error is None
+
+
+def test_an_include_that_is_not_on_the_host_stops_the_plan_before_it_starts():
+    f = facts({"requirements.txt": "six\n-r reqs/gone.txt\n"})
+    f.missing.append("reqs/gone.txt")
+    plan = sp.make_plan(f, profile(expect={}), KNOW, remote_dir="~/proj")
+    assert plan.cannot and "includes reqs/gone.txt, which is not on the host" in plan.cannot
+
+
+def test_pips_constraint_files_reach_uv_too():
+    """This kind of machine caps torch with a pip constraint file (/etc/xdg/pip/pip.conf); uv must honour it as pip
+    does, through UV_CONSTRAINT."""
+    import os
+    import subprocess
+    import sys
+    import tempfile
+
+    from gpuops.remote.setup import PIP_TO_ENV
+
+    with tempfile.TemporaryDirectory() as d:
+        conf = Path(d) / "pip.conf"
+        conf.write_text("[global]\nconstraint = ~/caps.txt\ncert = /etc/ssl/ca.pem\n")
+        env = {"PATH": os.environ["PATH"], "HOME": d, "PIP_CONFIG_FILE": str(conf)}
+        out = subprocess.run([sys.executable, "-c", PIP_TO_ENV, ""], env=env, capture_output=True, text=True).stdout
+    assert f"UV_CONSTRAINT={d}/caps.txt; export UV_CONSTRAINT" in out and "SSL_CERT_FILE=/etc/ssl/ca.pem" in out

@@ -584,6 +584,9 @@ def make_plan(facts: HostFacts, profile, knowledge: dict, *, remote_dir: str, fo
     if early_torch:
         plan.steps.append(early_torch)
     deps_ran = _plan_deps(c)
+    if deps_ran and facts.missing and not plan.cannot:  # pip and uv stop at an include that is not there
+        plan.cannot = (f"a requirements file includes {', '.join(facts.missing)}, which is not on the host (sync it, "
+                       "or fix the -r/-c line)")
     if late_torch or (deps_ran and c.repin):
         plan.steps.append(late_torch or _pin_step(c, "pinned again after the project's dependencies"))
     _plan_flash_attn(c)

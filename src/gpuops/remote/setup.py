@@ -76,9 +76,11 @@ def pip_config(env_dir, strip):
     for key in ("index-url", "cert", "client-cert"):
         if over.get(key):
             out[key] = os.path.expanduser(over[key].strip()) if key != "index-url" else over[key].strip()
-    for key in ("extra-index-url", "find-links", "trusted-host"):
+    for key in ("extra-index-url", "find-links", "trusted-host", "constraint"):
         if over.get(key):
             out[key] = over[key].split()
+    if "constraint" in out:
+        out["constraint"] = [os.path.expanduser(c) for c in out["constraint"]]
     if over.get("no-index", "").lower() in ("1", "true", "yes", "on"):
         out["no-index"] = True
     if strip and "index-url" in out:
@@ -189,6 +191,7 @@ if extra:
 put("UV_FIND_LINKS", ",".join(cfg.get("find-links", [])))
 put("SSL_CERT_FILE", cfg.get("cert"))
 put("UV_INSECURE_HOST", " ".join(cfg.get("trusted-host", [])))
+put("UV_CONSTRAINT", " ".join(cfg.get("constraint", [])))
 """
 
 
