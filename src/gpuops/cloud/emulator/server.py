@@ -55,13 +55,23 @@ ERRORS = {
     "duplicate": (400, "global/duplicate", "A filesystem with this name already exists.", None),
     "internal-error": (500, "global/internal-error", "An internal server error occurred.",
                        "Try again later. Contact Support if the problem persists."),
+    "unknown": (500, "global/unknown", "An unknown error occurred.", "Try again later."),  # seen live on terminate
     "not-found": (404, "global/object-does-not-exist", "Not found.", None),
     "too-many-requests": (429, "global/too-many-requests", "Too many requests.", "Wait and try again."),
 }
 
 # faults: name -> what it does (a fault with times=N fires N times, then clears; times=None: until cleared)
 FAULTS = {
-    "5xx": "the next matching request (path= substring, default every API path) answers 500 global/internal-error",
+    "5xx": "the next matching request (path= substring, default every API path) answers 500 global/internal-error "
+           "(error=unknown: global/unknown, as seen live on terminate)",
+    "slow-answer": "matching requests (path= substring) wait seconds= (default 3) before they are carried out",
+    "slow-launch-answer": "a launch creates the instance, then answers only after seconds= (default 10)",
+    "null-data": "matching requests (path= substring) answer 200 with {\"data\": null}",
+    "no-price": "GET /instance-types lists type= (default every type) without price_cents_per_hour",
+    "key-added-elsewhere": "the next POST /ssh-keys meets the same key, registered under the same name a moment "
+                           "before by another client (refused as a duplicate)",
+    "recycle-ip": "the next instance launched gets the address of the instance that ended last (address= to choose "
+                  "it): Lambda hands a freed IP to a new machine",
     "launch-5xx-after-create": "a launch creates the instance, then answers 500 (an ambiguous failure)",
     "drop-launch-response": "a launch creates the instance, then closes the connection without an answer",
     "slow-boot": "instances launched while set boot in seconds= (default 60) instead of boot_seconds",
@@ -73,7 +83,8 @@ FAULTS = {
     "old-driver": "instances launched while set run NVIDIA driver version= (default 535.183.01, CUDA 12.2), as an "
                   "instance from an older image does",
 }
-ONCE_BY_DEFAULT = {"5xx", "launch-5xx-after-create", "drop-launch-response"}
+ONCE_BY_DEFAULT = {"5xx", "launch-5xx-after-create", "drop-launch-response", "slow-launch-answer",
+                   "key-added-elsewhere", "recycle-ip"}
 HOSTNAME = re.compile(r"^[a-z0-9][0-9a-z-]{0,62}$")
 TAG_KEY = re.compile(r"^[a-z][a-z0-9-:]+$")
 FS_NAME = re.compile(r"^[a-zA-Z]+[0-9a-zA-Z-]*$")
@@ -93,6 +104,14 @@ class ApiError(Exception):
 
 class _Drop(Exception):
     """Close the connection without an answer."""
+
+
+class _Delayed(Exception):
+    """The request was carried out; its answer leaves only after `seconds` (slept outside the emulator's lock)."""
+
+    def __init__(self, status: int, doc, seconds: float):
+        super().__init__("delayed")
+        self.status, self.doc, self.seconds = status, doc, seconds
 
 
 def _iso(t: float) -> str:
@@ -320,6 +339,13 @@ class Emulator:
                                 "reason_description": "The instance is terminating or terminated."} for a in ACTIONS}
         return v
 
+    def _type_view(self, t: str) -> dict:
+        view = catalog.instance_type(t)
+        f = self._faults.get("no-price")
+        if f is not None and f.get("type") in (None, t):
+            del view["price_cents_per_hour"]
+        return view
+
     def _get(self, iid: str) -> dict:
         inst = self._instances.get(iid)
         if inst is None:
@@ -394,8 +420,14 @@ class Emulator:
         d = self.dir / "hosts" / inst["id"]
         old = self._take_fault("old-driver")
         stack = {"driver": str(old.get("version", "535.183.01")), "cuda": str(old.get("cuda", "12.2"))} if old else {}
+        recycle = self._take_fault("recycle-ip")
+        address = host.AUTO
+        if recycle:
+            ended = sorted((i for i in self._instances.values() if i.get("_ended") and i.get("_address")),
+                           key=lambda i: i["_ended"])
+            address = recycle.get("address") or (ended[-1]["_address"] if ended else host.AUTO)
         try:
-            st = host.start(d, address=host.AUTO, port=22, gpu=gpu, gpus=count, host_key=host_key,
+            st = host.start(d, address=address, port=22, gpu=gpu, gpus=count, host_key=host_key,
                             authorized_keys=[public_key], python=self.python, **stack)
         except Exception as e:  # noqa: BLE001 - the API answers 500, as a provider failing to start a VM would
             shutil.rmtree(d, ignore_errors=True)
@@ -456,11 +488,14 @@ class Emulator:
         p = path[len("/api/v1"):]
         if self._take_fault("account-inactive"):
             raise ApiError("account-inactive")
-        if self._take_fault("5xx", p):
-            raise ApiError("internal-error")
+        f = self._take_fault("5xx", p)
+        if f:
+            raise ApiError(f.get("error") or "internal-error")
+        if self._take_fault("null-data", p):
+            return 200, {"data": None}
         m = method
         if m == "GET" and p == "/instance-types":
-            return 200, {"data": {t: {"instance_type": catalog.instance_type(t), "regions_with_capacity_available": [
+            return 200, {"data": {t: {"instance_type": self._type_view(t), "regions_with_capacity_available": [
                 {"name": r, "description": catalog.REGIONS[r]} for r in catalog.REGIONS
                 if self._capacity.get(t, {}).get(r, 0) > 0 or [t, r] in self._failing]}
                 for t in catalog.available_types()}}
@@ -533,6 +568,9 @@ class Emulator:
             raise _Drop()
         if self._take_fault("launch-5xx-after-create"):
             raise ApiError("internal-error")
+        slow = self._take_fault("slow-launch-answer")
+        if slow:
+            raise _Delayed(200, {"data": {"instance_ids": [iid]}}, float(slow.get("seconds", 10)))
         return 200, {"data": {"instance_ids": [iid]}}
 
     def _add_key(self, body) -> dict:
@@ -541,6 +579,8 @@ class Emulator:
         name, pub = body.get("name"), body.get("public_key")
         if not isinstance(name, str) or not 1 <= len(name) <= 64:
             raise ApiError("invalid-parameters", "name must be 1 to 64 characters.")
+        if self._take_fault("key-added-elsewhere") and isinstance(pub, str):
+            self._keys.append({"id": uuid.uuid4().hex, "name": name, "public_key": pub.strip()})
         if any(k["name"] == name for k in self._keys):
             raise ApiError("invalid-parameters", f"An SSH key named {name!r} already exists.")
         private = None
@@ -667,10 +707,18 @@ def _handler(emu: Emulator):
                     status, doc = self._admin(body)
                 else:
                     with emu.lock:
-                        try:
-                            status, doc = emu.handle(self.command, self.path, body)
-                        finally:
-                            emu._save()
+                        slow = emu._take_fault("slow-answer", self.path.split("?", 1)[0])
+                    if slow:  # outside the lock: the other requests go on meanwhile
+                        time.sleep(float(slow.get("seconds", 3)))
+                    try:
+                        with emu.lock:
+                            try:
+                                status, doc = emu.handle(self.command, self.path, body)
+                            finally:
+                                emu._save()
+                    except _Delayed as d:
+                        time.sleep(d.seconds)
+                        status, doc = d.status, d.doc
                 self._send(status, doc)
             except ApiError as e:
                 self._send(e.status, {"error": e.body}, e.headers)
