@@ -3,7 +3,8 @@ error codes, Bearer auth, and instances that are real sandbox hosts (sshd on the
 
 In-process:   emu = Emulator(state_dir, api_key="..."); emu.start(); emu.url -> "http://127.0.0.1:PORT/api/v1"
               knobs: capacity(), set_capacity(), fault(), clear_faults(), boot_seconds(), terminate_seconds(),
-              launch_window(), advance(), preempt(), set_status(), instances(), launch_requests(), reset(), close()
+              launch_window(), advance(), preempt(), set_status(), drop_connections(), instances(), launch_requests(),
+              reset(), close()
 Other processes: the same knobs under POST /_emulator/<knob> with a JSON object of keyword arguments, GET
               /_emulator/state (Bearer key required, like the API). `gpuops sandbox up --cloud` runs it as a daemon.
 
@@ -231,6 +232,8 @@ class Emulator:
         else until clear_faults)."""
         if name not in FAULTS:
             raise ValueError(f"unknown fault {name!r}; known: {', '.join(FAULTS)}")
+        if params.get("error") is not None and params["error"] not in ERRORS:
+            raise ValueError(f"unknown error {params['error']!r}; known: {', '.join(ERRORS)}")
         with self.lock:
             self._faults[name] = {"times": (1 if name in ONCE_BY_DEFAULT else None) if times == -1 else times,
                                   **params}
@@ -273,6 +276,29 @@ class Emulator:
                 self._stop_host(inst)
             self._save()
 
+    def drop_connections(self, instance_id: str) -> int:
+        """The instance's network drops for a moment: every SSH connection to it is cut (its sshd's per-connection
+        processes end); sshd keeps listening, the jobs keep running and the API keeps saying `active`. Returns how
+        many connections were cut."""
+        from ...sandbox import host
+
+        with self.lock:
+            inst = self._get(instance_id)
+            listener = host._pid(Path(inst["_dir"])) if inst.get("_dir") else None
+        cut = 0
+        for stat in Path("/proc").glob("[0-9]*/stat"):
+            try:
+                ppid = int(stat.read_text().rsplit(")", 1)[1].split()[1])
+            except (OSError, IndexError, ValueError):
+                continue
+            if listener and ppid == listener:
+                try:
+                    os.kill(int(stat.parent.name), signal.SIGKILL)
+                    cut += 1
+                except OSError:
+                    pass
+        return cut
+
     def instances(self) -> list:
         """Every instance as GET /instances shows it (terminated ones too), plus `_dir` and `_address` (its sandbox host)."""
         with self.lock:
@@ -294,7 +320,7 @@ class Emulator:
                     "launch_requests": self._launches, "instances": self.instances()}
 
     KNOBS = ("reset", "capacity", "set_capacity", "fault", "clear_faults", "boot_seconds", "terminate_seconds",
-             "launch_window", "advance", "preempt", "set_status")
+             "launch_window", "advance", "preempt", "set_status", "drop_connections")
 
     # -- faults --------------------------------------------------------------------------------------------------
     def _take_fault(self, name: str, path: str = "") -> dict | None:
