@@ -216,6 +216,7 @@ def up(spec: UpSpec, ctx: Context) -> dict:
                          region=(node_spec.regions or ["?"])[0], price_cents_per_hour=itype.price_cents_per_hour,
                          created_at=ctx.clock(), ttl_deadline=ttl_deadline, idle_limit_s=spec.idle_s,
                          node=i if n > 1 else None, bringup=bringup, pid=os.getpid(), host=socket.gethostname())
+            nodes.append(st)  # first: an interrupt right after the write below finds (and closes) the record
             if i == 0:  # before any request that could create it, and the name is ours from here
                 why = ctx.ledger.reserve(rec, lambda others: _name_taken(spec.name, others))
                 if why:
@@ -223,7 +224,6 @@ def up(spec: UpSpec, ctx: Context) -> dict:
                                                "another NAME")
             else:
                 ctx.ledger.add(rec)
-            nodes.append(st)
             if key_name is None:
                 key_name = ensure_ssh_key(client, public_line, out)
             label = f"gpuops-{spec.name}" + (f"-{i}" if n > 1 else "")
@@ -1086,8 +1086,13 @@ def _terminate_confirmed(ctx: Context, ids: list[str]) -> list[Optional[Instance
     try:
         _terminate(ctx, ids)
     except LambdaError as exc:
-        if exc.transient or any(st not in d.OVER_STATUSES for st in _statuses(ctx, ids)):
+        if exc.transient:
             raise
+        alive = [i for i, st in zip(ids, _statuses(ctx, ids)) if st not in d.OVER_STATUSES]
+        if alive == list(ids):
+            raise
+        if alive:  # refused because some had ended meanwhile: the others on their own
+            _terminate(ctx, alive)
     deadline = ctx.clock() + TERMINATE_CONFIRM_S
     done: dict[str, Optional[Instance]] = {}
     while True:
