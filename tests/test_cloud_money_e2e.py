@@ -173,6 +173,20 @@ def test_sigterm_and_sighup_during_up_terminate_what_was_launched(cloud, gpuops,
     assert not [x for x in Ledger().records() if x.open]
 
 
+def test_a_hangup_ignored_by_nohup_stays_ignored(cloud, gpuops):
+    cloud.capacity(TYPE, ["us-east-1"])
+    cloud.boot_seconds(3)
+    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+    p = subprocess.Popen([sys.executable, "-m", "gpuops", "up", "nohup", "--type", TYPE, "--key", str(cloud.key),
+                          "--yes", "--no-verify"], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                         preexec_fn=lambda: signal.signal(signal.SIGHUP, signal.SIG_IGN))  # as `nohup` starts it
+    _wait(lambda: any(r.instance_id for r in Ledger().records()), p, what="the launch")
+    p.send_signal(signal.SIGHUP)
+    out, err = p.communicate(timeout=60)
+    assert p.returncode == 0, err
+    assert _profile("nohup")["cloud"]["state"] == "active" and len(_live(cloud)) == 1
+
+
 def test_sigterm_during_down_and_reap_ends_cleanly(cloud, gpuops):
     cloud.capacity(TYPE, ["us-east-1"])
     assert _up(gpuops, cloud, "d1", "--no-verify", "--ttl", "1s").code == 0

@@ -3,7 +3,8 @@
 A closed terminal (SIGHUP), a dropped ssh session, `timeout`, `kill`, systemd and container runtimes (SIGTERM) would
 otherwise kill gpuops on the spot, skipping the clean-up Ctrl-C gets (terminating what a bring-up launched, saving a
 run's record). `as_interrupt()` turns the first of them into KeyboardInterrupt, so the one Ctrl-C path runs; later
-ones are ignored while that clean-up runs (Ctrl-C itself keeps its own meaning). After SIGHUP the terminal is gone:
+ones are ignored while that clean-up runs (Ctrl-C itself keeps its own meaning). A signal already ignored (`nohup`)
+stays ignored. After SIGHUP the terminal is gone:
 the standard streams that were on it are pointed at /dev/null, so the clean-up's messages cannot fail on it.
 Light (stdlib only): imported by the CLI modules.
 """
@@ -60,6 +61,8 @@ def as_interrupt() -> Iterator[None]:
         sig = getattr(signal, name, None)
         if sig is None:
             continue
+        if signal.getsignal(sig) == signal.SIG_IGN:
+            continue  # `nohup gpuops ...`: the user asked for the hangup to be ignored, and so it is
         before[sig] = signal.getsignal(sig)
         signal.signal(sig, _handler)
     _received.clear()
