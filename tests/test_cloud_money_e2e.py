@@ -134,6 +134,10 @@ def test_down_refuses_an_instance_gpuops_did_not_launch(cloud, gpuops):
     assert [i["id"] for i in _live(cloud)] == [iid]
     r = gpuops("down", "nothing-here", "--yes")
     assert r.code == 2 and "nothing named 'nothing-here'" in r.err, r.all
+    (Path.cwd() / "profiles").mkdir()
+    (Path.cwd() / "profiles" / "hand.yaml").write_text("host: example.invalid\n")
+    r = gpuops("down", "hand", "--yes")
+    assert r.code == 2 and "was not created by `gpuops up`" in r.err, r.all
 
 
 # -- High 2: two `up twin` at once -----------------------------------------------------------------------------------
@@ -289,6 +293,8 @@ def test_no_type_data_or_no_price_launches_nothing(cloud, gpuops):
     cloud.fault("null-data", times=None, path="/instance-types")
     r = _up(gpuops, cloud, "null", "--no-verify")
     assert r.code == 1 and "listed no instance types" in r.err and "unknown instance type" not in r.err, r.all
+    r = gpuops("cloud", "types")
+    assert "listed no instance types" in r.err and "no instance type matches" not in r.out, r.all
     cloud.clear_faults()
     cloud.fault("no-price", type=TYPE)
     r = _up(gpuops, cloud, "free", "--no-verify")

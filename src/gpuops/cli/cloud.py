@@ -65,11 +65,14 @@ def types_(
         if max_price is not None and t.price_per_hour > max_price:
             continue
         rows.append({**t.to_dict(), "regions_with_capacity": list(a.regions)})
+    if not avail:  # `data: null` or an empty map: not "nothing matches"
+        out.warn("the Lambda API listed no instance types at all (GET /instance-types answered no data)")
     if json_:
         out.emit_json({"instance_types": rows})
         return
     if not rows:
-        out.print("no instance type matches")
+        if avail:
+            out.print("no instance type matches")
         return
     out.print(f"{'TYPE':<28} {'GPUS':>4} {'GPU':<26} {'VCPU':>4} {'RAM GiB':>7} {'$/HOUR':>8}  CAPACITY NOW")
     for r in rows:

@@ -938,6 +938,9 @@ def down_target(target: str, ctx: Context, project_dir: Path | None = None) -> D
         tgt.price_per_hour = (prof.price_per_hour or 0.0) * len(tgt.ids)
     if prof is not None and all(r.instance_id in tgt.ids for r in recs):
         return tgt  # the usual case: the profile and its own records, no listing needed
+    if plain is not None and not recs:
+        raise UsageError(f"profile '{plain.name}' was not created by `gpuops up`; gpuops will not terminate what it "
+                         "did not launch", hint="gpuops ls shows the instances it manages")
     listed = ctx.client.instances()
     by_id = {i.id: i for i in listed}
     if prof is None and target in by_id:  # an instance id
@@ -973,9 +976,6 @@ def down_target(target: str, ctx: Context, project_dir: Path | None = None) -> D
             if inst.ip:
                 tgt.ips[iid] = inst.ip
     if not tgt.ids and not tgt.launches:
-        if plain is not None:
-            raise UsageError(f"profile '{plain.name}' was not created by `gpuops up`; gpuops will not terminate what "
-                             "it did not launch", hint="gpuops ls shows the instances it manages")
         from ..errors import ProfileError
 
         raise ProfileError(f"nothing named '{target}': no profile written by `gpuops up`, no open launch and no "
