@@ -170,16 +170,62 @@ def test_ls_rows_marks_managed_and_raises_alerts():
     insts = [_inst("i-mine", tags={d.TAG_LAUNCH: "L1"}), _inst("i-other"), _inst("i-orphan", tags={d.TAG_LAUNCH: "L2",
                                                                                                d.TAG_PROFILE: "lost"})]
     recs = [_rec("L1", "i-mine", "train", ttl_deadline=3600.0), _rec("L3", None, "coming", state=LAUNCHING)]
-    rows, alerts = d.ls_rows(insts, recs, {"train": {}}, now)
+    rows, alerts = d.ls_rows(insts, recs, {"train": {"instance_id": "i-mine", "state": "active"}}, now)
     by = {r["id"]: r for r in rows}
     assert by["i-mine"]["managed"] and by["i-mine"]["expired"] and by["i-mine"]["cost_so_far"] == 4.98
-    assert by["i-mine"]["ttl_left_s"] == -3600
+    assert by["i-mine"]["ttl_left_s"] == -3600 and by["i-mine"]["has_profile"] and not by["i-mine"]["flags"]
     assert not by["i-other"]["managed"] and by["i-other"]["cost_so_far"] is None
     assert by["i-orphan"]["managed"] and by["i-orphan"]["profile"] == "lost"
-    assert any("i-mine" in a and "TTL passed" in a for a in alerts)
-    assert any("i-orphan" in a and "no profile 'lost'" in a for a in alerts)
+    assert any("i-mine" in a and "TTL passed" in a and "gpuops down train" in a for a in alerts)
+    assert any("i-orphan" in a and "no launch record on this machine" in a and "gpuops down i-orphan" in a
+               for a in alerts)
     assert any("L3" in a and "launching" in a for a in alerts)
     assert [r["id"] for r in d.reap_candidates(rows)] == ["i-mine"]
+
+
+def test_a_launch_cut_off_in_flight_is_one_row_judged_by_its_record_and_flagged():
+    """kill -9 while the launch request was in flight: the record stays `launching` (no instance id) but carries the
+    TTL; the instance carries the launch id. One row, its TTL, a loud line; not while its process still runs."""
+    inst = _inst("i-1", status="booting", tags={d.TAG_LAUNCH: "L1", d.TAG_PROFILE: "k1"})
+    rec = _rec("L1", None, "k1", state=LAUNCHING, ttl_deadline=100.0, launched_at=None)
+    rows, alerts = d.ls_rows([inst], [rec], {}, 200.0)
+    assert len(rows) == 1 and rows[0]["id"] == "i-1" and rows[0]["launch_id"] == "L1"
+    assert rows[0]["expired"] and "cut off before writing profile 'k1'" in rows[0]["flags"][0]
+    assert any("i-1" in a and "cut off" in a and "gpuops down i-1" in a for a in alerts)
+    assert [r["id"] for r in d.reap_candidates(rows)] == ["i-1"]
+    rows, alerts = d.ls_rows([inst], [rec], {}, 50.0, live_owners={"L1"})  # `up` still at work: nothing to flag
+    assert not rows[0]["flags"] and not alerts
+
+
+def test_ttl_from_the_instance_tag_when_this_machine_has_no_record():
+    inst = _inst("i-2", tags={d.TAG_LAUNCH: "LX", d.TAG_PROFILE: "far", d.TAG_TTL: "1000"})
+    rows, alerts = d.ls_rows([inst], [], {}, 1500.0)
+    assert rows[0]["ttl_left_s"] == -500 and rows[0]["expired"]
+    assert [r["id"] for r in d.reap_candidates(rows)] == ["i-2"]
+    assert d.launch_tags("L", "p", 1234.9)[d.TAG_TTL] == "1234" and d.TAG_TTL not in d.launch_tags("L", "p")
+
+
+def test_a_closed_record_whose_instance_still_runs_is_flagged_and_ended_instances_are_not():
+    recs = [_rec("L1", "i-1", "p", state="terminated"), _rec("L2", "i-2", "q", ttl_deadline=1.0)]
+    insts = [_inst("i-1", tags={d.TAG_LAUNCH: "L1"}), _inst("i-2", status="preempted", tags={d.TAG_LAUNCH: "L2"})]
+    rows, alerts = d.ls_rows(insts, recs, {}, 1000.0)
+    by = {r["id"]: r for r in rows}
+    assert "the ledger has it terminated but the API shows it active" in by["i-1"]["flags"][0]
+    assert not by["i-2"]["flags"] and by["i-2"]["cost_so_far"] is None and not by["i-2"]["expired"]
+    assert d.reap_candidates(rows) == [] and len(alerts) == 1
+
+
+def test_limits_are_above_zero_and_at_most_a_year():
+    assert d.parse_limit("90m", "--ttl") == 5400
+    for bad in ("0", "0s", "99999999999999d", "366d"):
+        with pytest.raises(UsageError):
+            d.parse_limit(bad, "--ttl")
+
+
+def test_type_names_whatever_their_case():
+    types = {"gpu_1x_a10": "A10", "gpu_1x_h100_pcie": "H100"}
+    assert d.find_type(types, "GPU_1X_A10") == "A10" and d.find_type(types, "gpu_1x_a10") == "A10"
+    assert d.find_type(types, "gpu_1x_a1") is None and "gpu_1x_a10" in d.type_suggestion(types, "GPU_1X_A1")
 
 
 def test_terminated_instances_cost_nothing_and_are_not_reaped():

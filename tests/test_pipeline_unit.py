@@ -121,3 +121,32 @@ def test_fleet_verify_lines_name_failing_hosts_and_differences():
         ("fail", "host #1 (10.0.0.2): connection refused"),
         ("warn", "fleet: same NVIDIA driver on every host: 535 on #0; 570 on #1")]
     assert fleet_verify_lines("") == [("fail", "the fleet verify gave no report")]
+
+
+def test_a_run_whose_instance_ended_under_it_only_goes_down():
+    r = done(rec(), "up", "setup", "sync", "train")
+    r.stage("watch").started = 40
+    r.lost = "instance i-1 is preempted"
+    assert pl.next_stage(r) == "down"
+    done(r, "down", t0=50)
+    assert pl.next_stage(r) is None
+    k = done(rec(keep=True, lost="instance i-1 is terminated"), "up")
+    assert pl.next_stage(k) == "down"  # with --keep too: down only confirms and closes the records
+
+
+def test_a_resumed_stage_keeps_its_first_start(tmp_path):
+    r = rec()
+    pl.begin(r, "watch", tmp_path, clock=lambda: 100.0)
+    pl.begin(r, "watch", tmp_path, clock=lambda: 500.0)  # resumed after the process was gone 400 s
+    pl.end(r, "watch", tmp_path, ok=True, clock=lambda: 600.0)
+    assert r.stages["watch"].started == 100.0
+    assert pl.summary(r, 600.0)[0]["seconds"] == 500.0
+
+
+def test_run_names_are_checked_and_script_stems_made_usable():
+    assert pl.run_name("exp-1.b_2", "train.py") == "exp-1.b_2"
+    for bad in ("../../x", "a/b", ".hidden", "-x", "", "x" * 39, "a b"):
+        with pytest.raises(pl.UsageError):
+            pl.run_name(bad, "train.py")
+    assert pl.run_name(None, "scripts/my train (v2).py") == "my-train-v2"
+    assert pl.run_name(None, "___.py") == "run"

@@ -7,16 +7,22 @@ starts and after it ends, so a crash of the local process leaves a record `gpuop
 from __future__ import annotations
 
 import json
+import re
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Optional
+
+from .errors import UsageError
 
 STAGES = ("up", "sync", "setup", "train", "watch", "fetch", "down")  # sync first: setup installs from the synced files
 LABELS = {"up": "waiting for capacity, booting", "setup": "setup", "sync": "sync", "train": "launch",
           "watch": "training", "fetch": "fetch", "down": "termination"}
 # outcomes of a whole run
 RUNNING, SUCCEEDED, FAILED, KEPT, DETACHED = "running", "succeeded", "failed", "kept", "detached"
+LOST = "lost"  # the instance ended under the run (terminated by someone else, preempted): the job went with it
+NAME_MAX = 38  # run-<name>-YYYYmmdd-HHMMSS-xxxx stays a profile name (63 characters at most)
+_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
 
 
 @dataclass
@@ -49,6 +55,7 @@ class Record:
     run_id: Optional[str] = None  # the training run's id, once launched
     job_state: Optional[str] = None  # succeeded / failed / stopped, once the job ended
     stop_reason: Optional[str] = None  # max-cost, interrupted, ...
+    lost: Optional[str] = None  # why the instance is gone under the run (its status and what went with it)
     outcome: str = RUNNING
     stages: dict = field(default_factory=dict)  # name -> Stage
 
@@ -81,10 +88,14 @@ def next_stage(rec: Record) -> Optional[str]:
     - a launch refused or failed (`train` not ok): nothing to watch or fetch; straight to `down`;
     - a job that failed (`watch` ended, job not succeeded): its logs are still fetched, then `down`;
     - a fetch that failed: the instance is kept (the data is only there), nothing more;
-    - `--keep`: no `down`."""
+    - `--keep`: no `down`;
+    - the instance ended under the run (`lost`: terminated by someone else, preempted): nothing is left to set up, run
+      or fetch; `down` confirms it and closes its records (also with --keep)."""
     st = rec.stages
     if st.get("down") is not None and st["down"].ok:
         return None
+    if rec.lost:
+        return "down"
     for name in STAGES:
         s = st.get(name)
         if s is None or s.ended is None:
@@ -186,9 +197,24 @@ def find(project: Path, run: Optional[str]) -> Optional[Record]:
 
 
 def begin(rec: Record, name: str, project: Path, clock=time.time) -> None:
+    """A stage starts; one run again (resumed after a crash, or retried) keeps its first start, so the summary covers
+    the whole run, the time the local process was gone included (the instance billed meanwhile)."""
     st = rec.stage(name)
-    st.started, st.ended, st.ok, st.detail = clock(), None, None, None
+    st.started, st.ended, st.ok, st.detail = st.started or clock(), None, None, None
     save(rec, project)
+
+
+def run_name(name: Optional[str], script: str) -> str:
+    """The run's name (its record file and its profile, run-<name>-<time>-<random>): --name as given, checked before
+    anything is written (no '/', no leading '.', letters, digits, '-', '_', '.'); else the script's stem made one."""
+    if name is not None:
+        if not _NAME.match(name) or len(name) > NAME_MAX:
+            raise UsageError(f"--name {name!r}: letters, digits, '-', '_' and '.' only, starting with a letter or digit, "
+                             f"at most {NAME_MAX} characters", hint="the name becomes a file under runs/pipelines/ and "
+                                                                    "the run's profile name")
+        return name
+    stem = re.sub(r"[^A-Za-z0-9_.-]+", "-", Path(script).stem).strip("-._")[:NAME_MAX].rstrip("-._")
+    return stem or "run"
 
 
 def end(rec: Record, name: str, project: Path, *, ok: bool, detail: Optional[str] = None, clock=time.time) -> None:

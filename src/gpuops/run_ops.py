@@ -3,8 +3,11 @@ it starts and after it ends (pipeline.py decides what comes next, also after a c
 
 Money rules: the instance is terminated when the job ends, fails, or its launch is refused, and when the user presses
 Ctrl-C twice; never before everything named in --fetch is on the local disk and verified (a fetch that fails after
-retries keeps the instance and says so, leaving it to `gpuops ls` and `gpuops reap`). --max-cost stops the job and
-fetches what exists. The cloud TTL set by `up` stays in force whatever happens to this process.
+retries keeps the instance and says so, leaving it to `gpuops ls` and `gpuops reap`). --max-cost is checked from the
+launch on (boot, between stages, while training): it stops the job and fetches what exists, or ends a run that has not
+trained yet. A lost connection is never judged alone: the API says whether the instance still runs (reconnect), or
+ended under the run (terminated elsewhere, preempted: said at once, the run closed as `lost`). The cloud TTL set by
+`up` stays in force whatever happens to this process.
 """
 from __future__ import annotations
 
@@ -64,7 +67,22 @@ SECOND_CTRL_C_S = 10.0
 
 
 class BudgetReached(Exception):
-    """Raised from watch's event callback when --max-cost is reached."""
+    """Raised from watch's event callback (or up's wait hook) when --max-cost is reached."""
+
+    def __init__(self, reason: str = "--max-cost reached"):
+        super().__init__(reason)
+        self.reason = reason
+
+
+class InstanceLost(Exception):
+    """The API says an instance of the run ended (terminated, terminating, preempted) or is unhealthy."""
+
+    def __init__(self, instance_id: str, status: str):
+        super().__init__(f"instance {instance_id} is {status}")
+        self.instance_id, self.status = instance_id, status
+
+
+FATE_EVERY_S = 30.0  # while reconnecting, the API is asked again at most this often
 
 
 @dataclass
@@ -88,6 +106,26 @@ def new_record(*, type_name: str, script: str, args: list, regions: list, nodes:
                      fetch=list(fetch),
                      keep=keep, ttl_s=ttl_s,
                      max_cost=max_cost, key=str(key) if key else None, created=clock())
+
+
+def amend_for_resume(rec: pl.Record, *, fetch: list, keep: bool, max_cost: Optional[float]) -> None:
+    """`run --resume` with --fetch / --keep / --max-cost: the run goes on with them. New --fetch names are added
+    (the fetch runs again if it had ended: what is already here is not sent again); refused once the instance is
+    gone, since its disk went with it."""
+    new = [n for n in fetch if n not in rec.fetch]
+    if new:
+        down = rec.stages.get("down")
+        if rec.lost or (down is not None and down.ok):
+            raise UsageError(f"--fetch {','.join(new)}: run {rec.id}'s instance is gone, and its disk with it; "
+                             "nothing more can be fetched")
+        rec.fetch = list(rec.fetch) + new
+        st = rec.stages.get("fetch")
+        if st is not None and st.ended is not None:
+            st.ended, st.ok, st.detail = None, None, None
+    if keep:
+        rec.keep = True
+    if max_cost is not None:
+        rec.max_cost = max_cost
 
 
 class Runner:
@@ -126,12 +164,31 @@ class Runner:
         pl.save(self.rec, self.project)
         self.out.info(f"run {self.rec.id}: record {pl.records_dir(self.project) / (self.rec.id + '.json')} "
                       f"(gpuops run --resume --id {self.rec.id} continues it)")
+        try:
+            return self._loop()
+        except _ConnectionGaveUp as exc:
+            return self._connection_lost(exc.error)
+
+    def _loop(self) -> int:
+        try:
+            if self._instance_known() and not self.rec.lost:  # resumed: is the instance still there at all?
+                self._check_fate(pl.next_stage(self.rec))
+        except KeyboardInterrupt:
+            return self._detached()
         while True:
             name = pl.next_stage(self.rec)
             if name is None:
                 break
             try:
+                if name in ("setup", "sync", "train") and pl.over_budget(self.rec, self.seams.clock()):
+                    self._budget_stop_before(name)
+                    continue
                 getattr(self, f"stage_{name}")()
+                st = self.rec.stages.get(name)
+                if name == "down" and st is not None and st.ok is False:
+                    break  # the instance could not be terminated: said loudly; `--resume` or `down` tries again
+                if name not in ("up", "down") and st is not None and st.ok is False and not self.rec.lost:
+                    self._check_fate(name)  # a failed stage: was it the instance ending under us?
             except KeyboardInterrupt:
                 if not self._second_press(name):
                     return self._detached()
@@ -140,15 +197,106 @@ class Runner:
                 self._stop_job()
                 self._finish_after_stop()
                 continue
+            except InstanceLost as exc:
+                self._lost(name, exc)
+            except GpuopsError:
+                if name in ("up", "down") or not self._check_fate(name):
+                    raise
         return self._final()
+
+    # -- the instance's fate, from the API -------------------------------------------------------------------------
+    def _fate(self) -> Optional[InstanceLost]:
+        """What the API says of the run's instances: InstanceLost for the first one not running (ended, ending,
+        preempted, unhealthy), or None (all active or booting, or the API could not be asked: said)."""
+        from .cloud.api import LambdaError
+        from .cloud.lifecycle import managed_profile
+
+        prof = managed_profile(self.rec.profile)
+        if prof is None:
+            return None
+        try:
+            ctx = self.ctx_factory()
+            with ctx.client:
+                for iid in prof.cloud.instance_ids:
+                    try:
+                        status = ctx.client.instance(iid).status
+                    except LambdaError as exc:
+                        if not exc.not_found:
+                            raise
+                        status = "terminated"
+                    if status not in ("active", "booting"):
+                        return InstanceLost(iid, status)
+        except GpuopsError as exc:
+            self.out.warn(f"could not ask the Lambda API about {self.rec.profile}'s instance: {exc.message}")
+        return None
+
+    def _check_fate(self, stage: Optional[str]) -> bool:
+        """Ask the API; an instance gone under the run closes the run as lost (True)."""
+        lost = self._fate()
+        if lost is None:
+            return False
+        self._lost(stage, lost)
+        return True
+
+    def _lost(self, stage: Optional[str], exc: InstanceLost) -> None:
+        """The instance ended under the run: say so at once, what is lost with it, and end the run (down confirms the
+        termination and closes its records; the summary follows). Unhealthy: the instance still bills; the run is
+        left to resume or to end."""
+        rec = self.rec
+        price = (rec.price_per_hour or 0) * max(1, rec.nodes)
+        if exc.status == "unhealthy":
+            raise _ConnectionGaveUp(GpuopsError(
+                f"instance {exc.instance_id} is unhealthy (Lambda's status): it cannot be reached and the job's state "
+                f"is unknown; it still bills ${price:.2f}/h",
+                hint=f"gpuops run --resume --id {rec.id} once it is active again, or gpuops down {rec.profile} "
+                     "(its disk is wiped)"))
+        who = ("Lambda took it back" if exc.status == "preempted" else
+               "not by this run: another gpuops, `gpuops reap` at its TTL, or Lambda's console")
+        rec.lost = f"instance {exc.instance_id} is {exc.status} ({who})"
+        unfetched = [n for n in rec.fetch if n not in self.fetched]
+        lost_what = ("the job " + (rec.run_id or "") + " ended with it" if rec.run_id else "nothing was trained yet")
+        disk = (f"what was only on its disk is lost ({', '.join(unfetched)} not fetched)" if unfetched else
+                "what was only on its disk is lost")
+        self.out.error(f"{rec.lost}; {lost_what}; {disk}")
+        if rec.run_id and rec.job_state is None:
+            rec.job_state = "lost"
+        for name in pl.STAGES[:-1]:  # the stage it happened in, and the ones that will not run
+            st = rec.stages.get(name)
+            if st is not None and st.started is not None and st.ended is None:
+                self._end(name, ok=False, detail=rec.lost)
+        pl.save(rec, self.project)
+
+    def _connection_lost(self, err: GpuopsError) -> int:
+        """The instance is still there (or the API cannot tell) but unreachable: the run is left to resume, with
+        the summary and the ways on."""
+        rec = self.rec
+        self.out.error(err.message, err.hint or f"the instance bills ${(rec.price_per_hour or 0):.2f}/h: "
+                       f"gpuops run --resume --id {rec.id} continues the run, gpuops down {rec.profile} ends it")
+        rec.outcome = pl.DETACHED  # the stage stays open: --resume takes it up again
+        pl.save(rec, self.project)
+        return int(err.code) if int(err.code) else 3
+
+    def _budget_stop_before(self, name: str) -> None:
+        """--max-cost reached before the job runs (boot, setup, sync took it): nothing more is started; down."""
+        rec = self.rec
+        rec.stop_reason = f"--max-cost ${rec.max_cost:.2f} reached"
+        self.out.warn(f"{rec.stop_reason} ({self._cost()}) before {pl.LABELS[name]}: not going on; terminating")
+        self._begin(name)
+        self._end(name, ok=False, detail=rec.stop_reason)
 
     def _second_press(self, stage: str) -> bool:
         """First Ctrl-C: detach (everything keeps running). A second one within a few seconds: end it now."""
+        from .interrupts import received
+
         rec = self.rec
-        self.out.warn(f"detached: the run keeps going on {rec.profile} ({self._cost()}). "
-                      f"Re-attach: gpuops watch -p {rec.profile}; resume this run: gpuops run --resume --id {rec.id}; "
-                      f"end it: gpuops down {rec.profile}")
         if stage == "up" or not self._instance_known():
+            self.out.warn(f"interrupted{f' ({received()})' if received() else ''} while bringing the instance up: "
+                          f"what was launched is terminated; gpuops run --resume --id {rec.id} starts again")
+            return False
+        self.out.warn(f"detached{f' ({received()})' if received() else ''}: the run keeps going on {rec.profile} "
+                      f"({self._cost()}). Re-attach: gpuops watch -p {rec.profile}; resume this run: gpuops run "
+                      f"--resume --id {rec.id}; end it: gpuops down {rec.profile}")
+        if received():  # SIGTERM / SIGHUP: nobody is there to press again
             return False
         self.out.warn(f"press Ctrl-C again within {self.seams.second_press_s:g}s to stop the job, fetch what exists "
                       "and terminate the instance now")
@@ -181,7 +329,11 @@ class Runner:
         rec = self.rec
         fetch = rec.stages.get("fetch")
         down = rec.stages.get("down")
-        if fetch is not None and fetch.ended is not None and not fetch.ok:
+        if rec.lost:
+            rec.outcome = pl.LOST
+        elif down is not None and down.ended is not None and not down.ok:
+            rec.outcome = pl.KEPT  # the termination failed: still billing, said loudly
+        elif fetch is not None and fetch.ended is not None and not fetch.ok:
             rec.outcome = pl.KEPT
         elif rec.keep and (down is None):
             rec.outcome = pl.KEPT
@@ -207,9 +359,14 @@ class Runner:
             return
         ctx = self.ctx_factory()
 
+        def tick(info: dict) -> None:  # --max-cost from the launch on: capacity, boot, SSH
+            rec.price_per_hour = info["price_per_hour"]
+            if pl.over_budget(rec, self.seams.clock()):
+                raise BudgetReached(f"--max-cost ${rec.max_cost:.2f} reached while bringing the instance up")
+
         spec = UpSpec(name=rec.profile, type_name=rec.instance_type, key=Path(rec.key).expanduser() if rec.key else
                       Path("~/.ssh/id_ed25519").expanduser(), regions=list(rec.regions), ttl_s=rec.ttl_s,
-                      verify=False, confirm=self.confirm, nodes=rec.nodes, template=rec.template)
+                      verify=False, confirm=self.confirm, nodes=rec.nodes, template=rec.template, tick=tick)
         try:
             with ctx.client:
                 if again:  # resumed after `up` launched but before it wrote the profile: those instances are ours
@@ -217,6 +374,11 @@ class Runner:
 
                     reclaim_unwritten(ctx, rec.profile)
                 res = up(spec, ctx)
+        except BudgetReached as exc:  # up terminated what it had launched
+            rec.stop_reason = exc.reason
+            self.out.warn(f"{exc.reason} ({self._cost()}): the instance was terminated before anything ran")
+            self._end("up", ok=False, detail=exc.reason)
+            return
         except GpuopsError as exc:
             self._end("up", ok=False, detail=exc.message)
             raise
@@ -357,10 +519,16 @@ class Runner:
         prof, meta = fleet_prof.node(0), core.node_meta(fleet_meta, 0)  # a fleet: rank 0's log, then every node's end
         dash = w.Dashboard(meta, price_per_hour=(prof.price_per_hour or 0) * max(1, rec.nodes), log_lines=15)
         budget_said = [False]
+        asked = [None]  # when the API was last asked about the instance during this outage
 
         def on_event(ev: dict) -> None:
             if ev.get("type") == "log" and not self.out.json_mode:
                 self.out.print(ev["line"])
+            elif ev.get("type") == "reconnecting":
+                self._reconnecting(ev, asked)
+            elif ev.get("type") == "connected":
+                asked[0] = None
+                self.out.info(f"reconnected to {prof.host}; resuming the log")
             if pl.over_budget(rec, self.seams.clock()) and not budget_said[0]:
                 budget_said[0] = True
                 raise BudgetReached()
@@ -370,6 +538,11 @@ class Runner:
                                    interval=self.seams.poll_s, on_event=on_event)
         except BudgetReached:
             return self._budget_stop()
+        except GpuopsError as exc:  # gave up reconnecting, a host key that is not the instance's, ...
+            lost = self._fate()  # the API first: never a stranger's fingerprint for an instance that is gone
+            if lost is not None:
+                raise lost
+            raise _ConnectionGaveUp(exc)
         if res["interrupted"]:
             raise KeyboardInterrupt
         info = res["info"]
@@ -393,6 +566,20 @@ class Runner:
             self._end("watch", ok=ok, detail=detail)
             return
         self._end("watch", ok=ok, detail=rec.job_state)
+
+    def _reconnecting(self, ev: dict, asked: list) -> None:
+        """The connection dropped: ask the API (at once, then at most every FATE_EVERY_S) before saying anything; an
+        instance that ended is said at once (InstanceLost), a running one is reconnected to, saying so."""
+        now = self.seams.clock()
+        said = ""
+        if asked[0] is None or now - asked[0] >= FATE_EVERY_S:
+            asked[0] = now
+            lost = self._fate()
+            if lost is not None:
+                raise lost
+            said = "; the Lambda API shows the instance running"
+        self.out.info(f"connection to {self.rec.profile} lost ({ev['error']}){said}: reconnecting (attempt "
+                      f"{ev['attempt']}, in {ev['delay']:g}s; {self._cost()})")
 
     def _budget_stop(self) -> None:
         """--max-cost reached while watching: stop the job (every node), then fetch what exists and terminate."""
@@ -496,19 +683,37 @@ class Runner:
     def stage_down(self) -> None:
         from .cloud.lifecycle import down
 
+        rec = self.rec
         self._begin("down")
         ctx = self.ctx_factory()
         try:
             with ctx.client:
-                res = down(self.rec.profile, ctx, project_dir=self.project)
-        except GpuopsError as exc:
+                res = down(rec.profile, ctx, project_dir=self.project)
+        except GpuopsError as exc:  # e.g. the terminate request refused (5xx) after its retries: still billing
+            from .cloud.lifecycle import managed_profile
+
+            prof = managed_profile(rec.profile)
+            ids = prof.cloud.instance_ids if prof is not None else []
+            what = (f"instance {ids[0]}" if len(ids) == 1 else f"instances {', '.join(ids)}") if ids else "the instance"
             self._end("down", ok=False, detail=exc.message)
-            raise
+            self.out.error(f"could not terminate {what} ({exc.message}): STILL BILLING "
+                           f"${(rec.price_per_hour or 0) * max(1, rec.nodes):.2f}/h",
+                           f"gpuops down {rec.profile} ends it (gpuops run --resume --id {rec.id} too, closing the "
+                           "run); gpuops ls shows it")
+            return
         if len(res.get("instance_ids") or []) > 1:
             self._end("down", ok=True, detail=", ".join(f"instance {i} {st}" for i, st in
                                                          zip(res["instance_ids"], res["statuses"])))
         else:
             self._end("down", ok=True, detail=f"instance {res['instance_id']} {res['status']}")
+
+
+class _ConnectionGaveUp(Exception):
+    """The instance cannot be reached, and the API does not say it ended: the run is left to resume."""
+
+    def __init__(self, error: GpuopsError):
+        super().__init__(error.message)
+        self.error = error
 
 
 def fleet_verify_lines(text: str) -> list[tuple[str, str]]:

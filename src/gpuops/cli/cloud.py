@@ -69,11 +69,14 @@ def types_(
         if max_price is not None and t.price_per_hour > max_price:
             continue
         rows.append({**t.to_dict(), "regions_with_capacity": list(a.regions)})
+    if not avail:  # `data: null` or an empty map: not "nothing matches"
+        out.warn("the Lambda API listed no instance types at all (GET /instance-types answered no data)")
     if json_:
         out.emit_json({"instance_types": rows})
         return
     if not rows:
-        out.print("no instance type matches")
+        if avail:
+            out.print("no instance type matches")
         return
     out.print(f"{'TYPE':<28} {'GPUS':>4} {'GPU':<26} {'VCPU':>4} {'RAM GiB':>7} {'$/HOUR':>8}  CAPACITY NOW")
     for r in rows:
@@ -125,17 +128,20 @@ def keys(
 @app.command("up")
 def up(
     name: str = typer.Argument(..., help="Profile name to write (user config folder); every command then works on it."),
-    type_: str = typer.Option(..., "--type", "-t", help="Instance type, e.g. gpu_1x_h100_pcie (gpuops cloud types)."),
+    type_: str = typer.Option(..., "--type", "-t", help="Instance type, e.g. gpu_1x_h100_pcie (gpuops cloud types; "
+                                                        "any case)."),
     region: List[str] = typer.Option([], "--region", "-r", help="Region to try, in order (repeatable; default: every "
                                                                 "region listing capacity for the type)."),
     wait_for_capacity: Optional[str] = typer.Option(None, "--wait-for-capacity", metavar="DURATION",
                                                     help="Keep re-reading capacity every 30-60 s this long "
                                                          "(default: fail at once).", show_default=False),
-    ttl: Optional[str] = typer.Option(None, "--ttl", metavar="DURATION", help="Time to live, e.g. 8h: after it every "
-                                      "command warns, `gpuops ls` says so loudly and `gpuops reap` terminates.",
+    ttl: Optional[str] = typer.Option(None, "--ttl", metavar="DURATION", help="Time to live, e.g. 8h (above 0, at most "
+                                      "365d), counted from the launch request and recorded before it (ledger and the "
+                                      "instance's tags): after it every command warns, `gpuops ls` says so loudly and "
+                                      "`gpuops reap` (from any machine of the account) terminates.",
                                       show_default=False),
     idle: Optional[str] = typer.Option(None, "--idle", metavar="DURATION", help="Idle limit: no gpuops run and GPU "
-                                       "utilisation under 5 % for this long.", show_default=False),
+                                       "utilisation under 5 % for this long (above 0).", show_default=False),
     fs: List[str] = typer.Option([], "--fs", help="Lambda filesystem to attach (repeatable).", show_default=False),
     key: Optional[Path] = typer.Option(None, "--key", help="Private SSH key (default: ~/.ssh/id_ed25519); its public "
                                                           "half is registered on the account when missing.",
@@ -161,10 +167,12 @@ def up(
 ) -> None:
     """Launch a Lambda instance (or --nodes N of them, a fleet), wait until it answers SSH (host key pinned before
     the first connection), write the profile NAME and verify it. Prints the price per hour and asks first (unless
-    --yes or not a terminal)."""
+    --yes or not a terminal). NAME is reserved in the ledger before the launch: a second `up NAME` meanwhile is
+    refused (exit 2). Ctrl-C, SIGTERM and SIGHUP terminate what was launched."""
     from ..cloud import decisions as d
     from ..cloud.lifecycle import UpSpec, template_for, up as do_up
     from ..errors import UsageError
+    from ..interrupts import as_interrupt
 
     out = output(json_)
     if guard not in (None, "on-instance"):
@@ -177,13 +185,14 @@ def up(
                          hint="--key PATH, or create one: ssh-keygen -t ed25519")
     spec = UpSpec(name=name, type_name=type_, key=keyfile, regions=list(region),
                   wait_for_capacity_s=d.parse_duration(wait_for_capacity) if wait_for_capacity else 0.0,
-                  ttl_s=d.parse_duration(ttl) if ttl else None, idle_s=d.parse_duration(idle) if idle else None,
+                  ttl_s=d.parse_limit(ttl, "--ttl") if ttl is not None else None,
+                  idle_s=d.parse_limit(idle, "--idle") if idle is not None else None,
                   file_systems=list(fs), verify=not no_verify, keep_on_failure=keep_on_failure,
-                  timeout_s=d.parse_duration(timeout) if timeout else None, trust_new=trust_new,
+                  timeout_s=d.parse_limit(timeout, "--timeout") if timeout is not None else None, trust_new=trust_new,
                   guard_on_instance=guard == "on-instance", confirm=None if yes else _ask, nodes=nodes,
                   template=template_for(from_, Path.cwd()))
     ctx = _context(out, with_key=bool(guard))
-    with ctx.client:
+    with as_interrupt(), ctx.client:
         res = do_up(spec, ctx)
     if json_:
         out.emit_json(res)
@@ -205,8 +214,10 @@ def up(
 
 @app.command("ls")
 def ls(json_: bool = JsonOpt) -> None:
-    """Every instance on the Lambda account (gpuops-managed ones marked *), with status, IP, type, region, uptime,
-    cost so far and time left before its TTL; loud lines for managed instances without a profile or past a limit."""
+    """Every instance on the Lambda account (gpuops-managed ones marked *: a ledger record or gpuops' tags), with
+    status, IP, type, region, uptime, cost so far and time left before its TTL (the ledger's, or the instance's TTL
+    tag); open launches the API does not list yet. Loud lines for anything that may bill with nothing here using it:
+    no profile names it, its bring-up was cut off, the ledger says it ended, or it is past a limit."""
     from ..cloud import decisions as d
     from ..cloud.lifecycle import listing
 
@@ -221,10 +232,11 @@ def ls(json_: bool = JsonOpt) -> None:
         if not rows:
             out.print("no instances on the account")
         else:
-            out.print(f"  {'ID':<34} {'PROFILE':<16} {'STATUS':<11} {'IP':<15} {'TYPE':<22} {'REGION':<14} "
+            w = max([7] + [len(_profile_label(r)) for r in rows])  # whole names: a run's profile is pasted into down
+            out.print(f"  {'ID':<34} {'PROFILE':<{w}} {'STATUS':<11} {'IP':<15} {'TYPE':<22} {'REGION':<14} "
                       f"{'UPTIME':>8} {'COST':>9} {'TTL LEFT':>9}")
             for r in rows:
-                out.print(f"{'*' if r['managed'] else ' '} {str(r['id'] or '(launching)'):<34} {_profile_label(r)[:16]:<16} "
+                out.print(f"{'*' if r['managed'] else ' '} {str(r['id'] or '(launching)'):<34} {_profile_label(r):<{w}} "
                           f"{r['status']:<11} {str(r['ip'] or '-'):<15} {str(r['type'])[:22]:<22} "
                           f"{str(r['region'] or '-'):<14} {d.format_duration(r['uptime_s']):>8} "
                           f"{_money(r['cost_so_far']):>9} {d.format_duration(r['ttl_left_s']):>9}")
@@ -235,43 +247,48 @@ def ls(json_: bool = JsonOpt) -> None:
 
 @app.command("down")
 def down(
-    name: str = typer.Argument(..., help="Profile written by `gpuops up`."),
+    name: str = typer.Argument(..., help="A profile written by `gpuops up` (or the name of a launch whose profile was "
+                                         "never written), or an instance id gpuops launched."),
     fetch_first: bool = typer.Option(False, "--fetch-first", help="Run `gpuops fetch` (verified) for every fetch: "
                                                                   "entry first: termination wipes the disk."),
     yes: bool = typer.Option(False, "--yes", "-y", help="Do not ask before terminating."),
     json_: bool = JsonOpt,
 ) -> None:
-    """Terminate the instance behind profile NAME (every instance of a fleet), confirm it by reading it back, forget
-    its host key, mark the profile gone."""
-    from ..cloud.lifecycle import down as do_down
+    """Terminate the instance behind profile NAME (every instance of a fleet, and any other open launch of that
+    name), confirm it by reading it back, forget its host key, mark the profile gone. Without a profile: the open
+    launches and gpuops instances of that name, or one instance by its id."""
+    from ..cloud.lifecycle import down as do_down, down_target
     from ..errors import GpuopsError
-    from ..profiles import resolve
+    from ..interrupts import as_interrupt
 
     out = output(json_)
-    prof = resolve(name)
-    if prof.cloud is not None and prof.cloud.state == "active" and not yes:
-        ids = prof.cloud.instance_ids
-        what = (f"instance {ids[0]}" if len(ids) == 1 else f"all {len(ids)} instances ({', '.join(ids)})")
-        disks = "its disk is" if len(ids) == 1 else "their disks are"
-        if not _ask(f"terminate {what} ({prof.name}, {prof.instance_type}); {disks} wiped?"):
-            raise GpuopsError("not terminated")
     ctx = _context(out)
-    with ctx.client:
-        res = do_down(name, ctx, fetch_first=fetch_first, project_dir=Path.cwd())
+    with as_interrupt(), ctx.client:
+        tgt = down_target(name, ctx, project_dir=Path.cwd())
+        prof = tgt.profile
+        live = tgt.ids and (prof is None or prof.cloud.state == "active" or not tgt.whole_profile)
+        if live and not yes:
+            disks = "its disk is" if len(tgt.ids) == 1 else "their disks are"
+            if not _ask(f"terminate {tgt.describe()} ({tgt.name}, ${tgt.price_per_hour:.2f}/h); {disks} wiped?"):
+                raise GpuopsError("not terminated")
+        res = do_down(tgt, ctx, fetch_first=fetch_first, project_dir=Path.cwd())
     if json_:
         out.emit_json(res)
+    elif not res["instance_ids"]:
+        out.success(f"{res['profile']}: no instance carries its launch; closed launch record(s) "
+                    + ", ".join(res["records_closed"]))
     elif len(res["instance_ids"]) > 1:
         states = ", ".join(f"{i} {st}" for i, st in zip(res["instance_ids"], res["statuses"]))
         if res.get("already"):
             out.info(f"{res['profile']}: every instance was already ended ({states})")
         else:
             out.success(f"{res['profile']}: all {len(res['instance_ids'])} instances ended ({states}); host keys "
-                        "forgotten, profile marked gone")
+                        "forgotten" + (", profile marked gone" if prof is not None else ""))
     elif res.get("already"):
         out.info(f"{res['profile']}: instance {res['instance_id']} was already {res['status']}")
     else:
-        out.success(f"{res['profile']}: instance {res['instance_id']} is {res['status']}; host key forgotten, "
-                    "profile marked gone")
+        out.success(f"{res['profile']}: instance {res['instance_id']} is {res['status']}; host key forgotten"
+                    + (", profile marked gone" if prof is not None and tgt.whole_profile else ""))
 
 
 @app.command("reap")
@@ -279,13 +296,15 @@ def reap(
     yes: bool = typer.Option(False, "--yes", "-y", help="Terminate without asking (for cron)."),
     json_: bool = JsonOpt,
 ) -> None:
-    """Terminate gpuops-managed instances past their TTL or idle limit (idle confirmed by one sample on the host).
-    Safe from cron: `gpuops reap --yes`."""
+    """Terminate gpuops-managed instances past their TTL or idle limit (idle confirmed by one sample on the host),
+    judged by the ledger and the instances' gpuops tags: one without a profile, or launched from another machine
+    (its TTL tag), too. Safe from cron: `gpuops reap --yes`."""
     from ..cloud.lifecycle import reap as do_reap
+    from ..interrupts import as_interrupt
 
     out = output(json_)
     ctx = _context(out)
-    with ctx.client:
+    with as_interrupt(), ctx.client:
         res = do_reap(ctx, confirm=None if yes else _ask, project_dir=Path.cwd())
     if json_:
         out.emit_json(res)

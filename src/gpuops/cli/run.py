@@ -20,16 +20,21 @@ def run(
     fetch: Optional[str] = typer.Option(None, "--fetch", metavar="NAME[,NAME...]",
                                         help="What to pull back, verified, before terminating: names of the "
                                              "profile's fetch: map, or folders under the project (checkpoints,"
-                                             "outputs). The job's log is always kept in runs/<run id>/log."),
+                                             "outputs). The job's log is always kept in runs/<run id>/log. With "
+                                             "--resume: added to what the run fetches."),
     keep: bool = typer.Option(False, "--keep", help="Do not terminate at the end (gpuops down NAME later)."),
     ttl: Optional[str] = typer.Option(None, "--ttl", metavar="DURATION", help="Time to live of the instance "
-                                      "(`gpuops reap` ends it after), e.g. 8h.", show_default=False),
+                                      "(`gpuops reap` ends it after), e.g. 8h (above 0, at most 365d).",
+                                      show_default=False),
     max_cost: Optional[float] = typer.Option(None, "--max-cost", metavar="DOLLARS", min=0.01,
-                                             help="Stop the job (and fetch what exists) when the run has spent this.",
+                                             help="A budget, checked from the launch on: reached while booting or "
+                                                  "before the job starts, the run ends there; while training, the "
+                                                  "job is stopped and what exists fetched. Then terminated.",
                                              show_default=False),
     key: Optional[Path] = typer.Option(None, "--key", help="Private SSH key (default: ~/.ssh/id_ed25519).",
                                        show_default=False),
-    name: Optional[str] = typer.Option(None, "--name", help="Run name (default: the script's stem)."),
+    name: Optional[str] = typer.Option(None, "--name", help="Run name: letters, digits, '-', '_', '.' (default: the "
+                                                            "script's stem)."),
     nodes: int = typer.Option(1, "--nodes", min=1, max=64, help="Instances, all in one region: N > 1 launches a "
                                                                  "fleet (gpuops up --nodes) and runs the job on every "
                                                                  "node, fetching from node 0."),
@@ -43,7 +48,9 @@ def run(
                                              "secrets, fetch, sync) on the launched instances (gpuops up --from).",
                                         show_default=False),
     resume: bool = typer.Option(False, "--resume", help="Continue a run whose local process ended (crash, laptop "
-                                                        "closed, Ctrl-C): the newest unfinished one, or --id RUN."),
+                                                        "closed, Ctrl-C): the newest unfinished one, or --id RUN. "
+                                                        "--fetch, --keep and --max-cost apply to it; the options "
+                                                        "that describe a new run are refused."),
     run_id: Optional[str] = typer.Option(None, "--id", metavar="RUN", help="With --resume: which run.",
                                          show_default=False),
     yes: bool = typer.Option(False, "--yes", "-y", help="Do not ask before launching."),
@@ -53,7 +60,8 @@ def run(
     """up -> setup -> sync -> train -> watch -> fetch (verified) -> down, with the running cost on screen. The
     instance is terminated when the job ends, fails or its launch is refused, and on a second Ctrl-C (the first one
     detaches); never before everything named in --fetch is here and verified. --nodes N: a fleet in one region,
-    the job started on every node (torchrun by default), every node terminated at the end."""
+    the job started on every node (torchrun by default), every node terminated at the end. SIGTERM and SIGHUP
+    count as one Ctrl-C (the run detaches at once; during `up`, what was launched is terminated)."""
     import sys
     import time
 
@@ -62,14 +70,24 @@ def run(
     from ..cloud import decisions as d
     from ..cloud.lifecycle import make_context, template_for
     from ..errors import UsageError
+    from ..interrupts import as_interrupt
 
     out = output(json_)
     project = Path.cwd()
+    fetch_names = [f.strip() for f in (fetch or "").split(",") if f.strip()]
     if resume:
+        new_run = {"--type": type_, "--script": script, "--region": region, "--ttl": ttl, "--key": key,
+                   "--name": name, "--nodes": nodes != 1, "--launcher": launcher != "auto",
+                   "--nproc-per-node": nproc != "auto", "--from": from_, "ARGS": args}
+        given = [k for k, v in new_run.items() if v]
+        if given:
+            raise UsageError(f"--resume continues the run as it was recorded; {', '.join(given)} describe a new run",
+                             hint="with --resume only --id, --fetch, --keep, --max-cost, --yes and --json apply")
         rec = pl.find(project, run_id)
         if rec is None:
             raise UsageError("no unfinished run to resume here" + (f" named {run_id!r}" if run_id else ""),
                              hint=f"records are in {pl.records_dir(project)}")
+        run_ops.amend_for_resume(rec, fetch=fetch_names, keep=keep, max_cost=max_cost)
         out.info(f"resuming run {rec.id} at stage '{pl.next_stage(rec) or 'summary'}'")
         rec.outcome = pl.RUNNING
     else:
@@ -90,9 +108,9 @@ def run(
         if note:
             out.info(note)
         rec = run_ops.new_record(type_name=type_, script=script, args=args or [], regions=region, nodes=nodes,
-                                 fetch=[f.strip() for f in (fetch or "").split(",") if f.strip()], keep=keep,
-                                 ttl_s=d.parse_duration(ttl) if ttl else None, max_cost=max_cost,
-                                 key=(key or Path("~/.ssh/id_ed25519")).expanduser(), name=name,
+                                 fetch=fetch_names, keep=keep,
+                                 ttl_s=d.parse_limit(ttl, "--ttl") if ttl is not None else None, max_cost=max_cost,
+                                 key=(key or Path("~/.ssh/id_ed25519")).expanduser(), name=pl.run_name(name, script),
                                  launcher=launcher, nproc=nproc, template=template)
 
     def confirm(question: str) -> bool:
@@ -101,6 +119,7 @@ def run(
         return typer.confirm(question, default=False, err=True)
 
     runner = run_ops.Runner(rec, out, project, lambda: make_context(out, project_dir=project), confirm=confirm)
-    code = runner.run()
-    run_ops.render_summary(out, runner.rec, runner.fetched, time.time())
+    with as_interrupt():
+        code = runner.run()
+        run_ops.render_summary(out, runner.rec, runner.fetched, time.time())
     raise typer.Exit(code)

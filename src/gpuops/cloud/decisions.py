@@ -20,9 +20,13 @@ LAUNCH_INTERVAL_S = 12.0  # Lambda: one launch request per 12 s
 MIN_POLL_S = 5.0  # readiness polling, no more often than this against the real API
 IDLE_UTIL_PCT = 5.0
 TAG_LAUNCH, TAG_PROFILE = "gpuops-launch-id", "gpuops-profile"
+TAG_TTL = "gpuops-ttl-deadline"  # epoch seconds: any gpuops of the account judges the instance's TTL by it
 GONE_STATUSES = ("terminated",)
 ENDING_STATUSES = ("terminating", "terminated")
 DEAD_STATUSES = ("terminated", "preempted")
+OVER_STATUSES = ("terminating", "terminated", "preempted")  # not billing any more (or about to stop)
+MAX_LIMIT_S = 365 * 86400.0  # --ttl / --idle / --timeout: above a year is a typo, not a plan
+STALE_LAUNCH_S = 900.0  # a launch request unanswered this long (its process gone) is not in flight any more
 
 _DUR = re.compile(r"(\d+(?:\.\d+)?)\s*([dhms])")
 
@@ -37,6 +41,16 @@ def parse_duration(text: str) -> float:
         raise UsageError(f"not a duration: {text!r}", hint="write e.g. 45s, 30m, 2h, 1h30m or 1d")
     mult = {"d": 86400, "h": 3600, "m": 60, "s": 1}
     return sum(float(n) * mult[u] for n, u in parts)
+
+
+def parse_limit(text: str, flag: str, *, most: float = MAX_LIMIT_S) -> float:
+    """A limit such as --ttl: a duration above 0 and at most `most` (a year): 0 would silently mean "no limit" and a
+    huge one overflows every date."""
+    s = parse_duration(text)
+    if not 0 < s <= most:
+        raise UsageError(f"{flag} {text}: give a duration above 0 and at most {format_duration(most)}",
+                         hint="no limit at all: leave the option out")
+    return s
 
 
 def format_duration(seconds: Optional[float]) -> str:
@@ -60,6 +74,24 @@ def launch_order(listed: Iterable[str], requested: Iterable[str] = ()) -> list[s
     if not requested:
         return listed
     return [r for r in requested if r in listed]
+
+
+def find_type(types: dict, name: str):
+    """The type named `name` in the API's map, whatever its case (Lambda's names are lower case: GPU_1X_A10 is
+    gpu_1x_a10), or None."""
+    if name in types:
+        return types[name]
+    same = [v for k, v in types.items() if k.lower() == name.strip().lower()]
+    return same[0] if len(same) == 1 else None
+
+
+def type_suggestion(types: dict, name: str) -> str:
+    """'; did you mean a, b?' for an unknown type name (compared in lower case), or ''."""
+    import difflib
+
+    lower = {k.lower(): k for k in types}
+    close = [lower[c] for c in difflib.get_close_matches(name.strip().lower(), list(lower), n=3)]
+    return f"; did you mean {', '.join(close)}?" if close else ""
 
 
 def next_region(order: list[str], cold: set[str]) -> Optional[str]:
@@ -166,8 +198,19 @@ def cloud_config(host_private: str, host_public: str) -> str:
             f"  ed25519_public: {host_public.strip()}\n")
 
 
-def launch_tags(launch_id: str, profile: str) -> dict[str, str]:
-    return {TAG_LAUNCH: launch_id, TAG_PROFILE: profile[:128]}
+def launch_tags(launch_id: str, profile: str, ttl_deadline: Optional[float] = None) -> dict[str, str]:
+    tags = {TAG_LAUNCH: launch_id, TAG_PROFILE: profile[:128]}
+    if ttl_deadline is not None:
+        tags[TAG_TTL] = str(int(ttl_deadline))
+    return tags
+
+
+def tag_deadline(tags: dict) -> Optional[float]:
+    """The TTL deadline an instance carries in its tags (set by the gpuops that launched it), or None."""
+    try:
+        return float(tags[TAG_TTL])
+    except (KeyError, TypeError, ValueError):
+        return None
 
 
 def adopt(instances: Iterable, launch_id: str) -> list:
@@ -176,57 +219,105 @@ def adopt(instances: Iterable, launch_id: str) -> list:
 
 
 # -- ls and reap -----------------------------------------------------------------------------------------------------
-def ls_rows(instances: list, records: list, profiles: dict[str, dict], now: float) -> tuple[list[dict], list[str]]:
-    """Every instance on the account (managed ones marked) plus ledger records whose instance the API does not show
-    (a launch in flight or lost): rows, and the loud lines.
+def profile_names_instance(cloud: Optional[dict], instance_id: str) -> bool:
+    """Does a managed profile's `cloud:` block name this instance as one it runs (state active)?"""
+    if not isinstance(cloud, dict) or cloud.get("state", "active") != "active":
+        return False
+    ids = [n.get("instance_id") for n in cloud.get("nodes") or [] if isinstance(n, dict)] or [cloud.get("instance_id")]
+    return instance_id in ids
 
-    `profiles`: profile name -> its `cloud:` block (for the profiles that exist locally)."""
+
+def ls_rows(instances: list, records: list, profiles: dict[str, dict], now: float,
+            live_owners: Iterable[str] = ()) -> tuple[list[dict], list[str]]:
+    """Every instance on the account (managed ones marked: a ledger record or gpuops' launch tag) plus ledger records
+    whose instance the API does not show (a launch in flight or lost): rows, and the loud lines.
+
+    An instance is judged by its ledger record and its tags, never by a profile file: its TTL is the record's or, with
+    no record here (launched from another machine or HOME), its tag's. Flagged (a loud line) when it may bill with
+    nothing here using it: no profile names it, its launch was cut off (the process that launched it is gone), the
+    ledger says it ended while the API shows it alive, or it is past a limit.
+
+    `profiles`: profile name -> its `cloud:` block (the managed profiles of the user config folder).
+    `live_owners`: launch ids whose launching gpuops process is still running (a bring-up in progress)."""
+    live_owners = set(live_owners)
     by_instance = {r.instance_id: r for r in records if r.instance_id}
+    by_launch = {r.launch_id: r for r in records}
     rows, alerts = [], []
-    seen = set()
+    seen, seen_launches = set(), set()
     for inst in instances:
-        rec = by_instance.get(inst.id)
         tagged = inst.tags.get(TAG_LAUNCH)
-        if rec is None and tagged:
-            rec = next((r for r in records if r.launch_id == tagged), None)
+        rec = by_instance.get(inst.id) or (by_launch.get(tagged) if tagged else None)
+        if rec is not None and rec.instance_id not in (None, inst.id):
+            rec = None  # the launch id names another instance (a duplicate the launch created): judged by its tags
         managed = rec is not None or bool(tagged)
         profile = rec.profile if rec else inst.tags.get(TAG_PROFILE)
         price = inst.type.price_per_hour if inst.type else (rec.price_cents_per_hour / 100 if rec else None)
         since = (rec.launched_at or rec.created_at) if rec else None
-        g = guard(now, ttl_deadline=rec.ttl_deadline, idle_limit_s=rec.idle_limit_s, last_active=rec.last_active,
-                  launched_at=since) if rec else Guard(None, None)
+        ttl = rec.ttl_deadline if rec and rec.ttl_deadline is not None else tag_deadline(inst.tags)
+        g = guard(now, ttl_deadline=ttl, idle_limit_s=rec.idle_limit_s if rec else None,
+                  last_active=rec.last_active if rec else None, launched_at=since)
         live = inst.status not in GONE_STATUSES
-        ending = inst.status in ENDING_STATUSES  # terminate requested: nothing left to warn about
+        over = inst.status in OVER_STATUSES  # ended or ending: nothing left to warn about
+        owner_alive = rec is not None and rec.launch_id in live_owners
+        named = profile is not None and profile_names_instance(profiles.get(profile), inst.id)
+        flags = []
+        if managed and not over:
+            if rec is None:
+                flags.append("no launch record on this machine (launched from another machine or HOME)")
+            elif not rec.open:
+                flags.append(f"the ledger has it {rec.state} but the API shows it {inst.status}: still billing")
+            elif not named and not owner_alive:
+                flags.append(f"its bring-up was cut off before writing profile '{profile}'"
+                             if rec.state == "launching" or profile not in profiles else
+                             f"profile '{profile}' does not name it (it names another instance or is marked gone)")
         row = {"id": inst.id, "managed": managed, "profile": profile, "status": inst.status, "ip": inst.ip,
                "type": inst.type_name, "region": inst.region, "price_per_hour": price,
                "uptime_s": (now - since) if since and live else None,
-               "cost_so_far": cost_so_far(price, since, now) if live else None,
-               "ttl_left_s": g.ttl_left if live else None, "idle_left_s": g.idle_left if live else None,
-               "expired": not ending and live and g.expired, "reasons": g.reasons() if live and not ending else [],
-               "launch_id": rec.launch_id if rec else tagged, "node": rec.node if rec else None}
+               "cost_so_far": cost_so_far(price, since, now) if live and not over else None,
+               "ttl_left_s": g.ttl_left if live and not over else None,
+               "idle_left_s": g.idle_left if live and not over else None,
+               "expired": managed and not over and g.expired, "reasons": g.reasons() if managed and not over else [],
+               "launch_id": rec.launch_id if rec else tagged, "node": rec.node if rec else None,
+               "has_profile": named, "flags": flags}
         seen.add(inst.id)
+        if rec is not None:
+            seen_launches.add(rec.launch_id)
         rows.append(row)
-        if managed and live and not ending:
-            if profile and profile not in profiles:
-                alerts.append(f"instance {inst.id} ({inst.type_name}, ${price or 0:.2f}/h) is managed by gpuops but has "
-                              f"no profile '{profile}' here: gpuops reap or terminate it")
-            if g.expired:
-                alerts.append(f"instance {inst.id} (profile {profile}) is past its limit: {'; '.join(g.reasons())} — "
-                              f"`gpuops down {profile}` or `gpuops reap`")
+        if not managed or over:
+            continue
+        end = f"gpuops down {profile}" if named else f"gpuops down {inst.id}"
+        ttl_note = ("" if ttl is None else
+                    f"; its TTL passed {format_duration(now - ttl)} ago" if ttl <= now else
+                    f"; `gpuops reap` ends it at its TTL (in {format_duration(ttl - now)})")
+        for f in flags:
+            alerts.append(f"instance {inst.id} ({inst.type_name}, ${price or 0:.2f}/h, profile {profile or '-'}): {f}"
+                          f"{ttl_note}: `{end}` ends it")
+        if g.expired:
+            alerts.append(f"instance {inst.id} (profile {profile}) is past its limit: {'; '.join(g.reasons())} — "
+                          f"`{end}` or `gpuops reap`")
     for rec in records:
-        if not rec.open or (rec.instance_id and rec.instance_id in seen):
+        if not rec.open or (rec.instance_id and rec.instance_id in seen) or rec.launch_id in seen_launches:
             continue
         status = "launching?" if rec.state == "launching" else "unseen"
+        stale = now - rec.created_at > STALE_LAUNCH_S
         rows.append({"id": rec.instance_id, "managed": True, "profile": rec.profile, "status": status, "ip": None,
                      "type": rec.instance_type, "region": rec.region, "price_per_hour": rec.price_cents_per_hour / 100,
                      "uptime_s": None, "cost_so_far": None, "ttl_left_s": None, "idle_left_s": None, "expired": False,
-                     "reasons": [], "launch_id": rec.launch_id, "node": rec.node})
+                     "reasons": [], "launch_id": rec.launch_id, "node": rec.node, "has_profile": False,
+                     "flags": ["recorded as launching, no instance listed"]})
+        if rec.launch_id in live_owners and not stale:
+            why = "its gpuops process is still launching it"
+        elif rec.state == "launching":
+            why = ("its gpuops process ended while the launch request was in flight" +
+                   (" and no instance has appeared since" if stale else ""))
+        else:
+            why = "the API lists no such instance"
         alerts.append(f"launch {rec.launch_id} (profile {rec.profile}, {rec.instance_type}) is recorded as "
-                      f"{rec.state} but the API lists no such instance: it may still appear and bill; "
-                      "run `gpuops ls` again, `gpuops reap` closes records the API confirms gone")
+                      f"{rec.state}: {why}; an instance it creates carries its launch id, and `gpuops ls` shows it "
+                      f"then; `gpuops down {rec.profile}` ends it, `gpuops reap` closes records the API confirms gone")
     return rows, alerts
 
 
 def reap_candidates(rows: list[dict]) -> list[dict]:
     """Managed, alive, and past a limit."""
-    return [r for r in rows if r["managed"] and r["id"] and r["expired"] and r["status"] not in ENDING_STATUSES]
+    return [r for r in rows if r["managed"] and r["id"] and r["expired"] and r["status"] not in OVER_STATUSES]

@@ -12,13 +12,21 @@ def _epoch(dt) -> Optional[float]:
     return dt.timestamp() if dt is not None else None
 
 
-def _record(prof):
+def _records(prof) -> dict:
+    """The ledger's records of the profile's instances, by instance id ({} when unreadable: `ls` reports that)."""
     from .ledger import Ledger
 
     try:
-        return Ledger().by_instance(prof.cloud.instance_id)
+        ids = set(prof.cloud.instance_ids)
+        return {r.instance_id: r for r in Ledger().records() if r.instance_id in ids}
     except Exception:  # an unreadable ledger must not break `status`; `ls` reports it loudly
-        return None
+        return {}
+
+
+def billing_nodes(prof, records: dict) -> list[str]:
+    """The profile's instances still billing as far as this machine knows: a fleet node whose record is closed (ended
+    by `down <id>`, `reap`, or seen terminated or preempted by `ls`/`reap`) no longer counts."""
+    return [i for i in prof.cloud.instance_ids if i not in records or records[i].open]
 
 
 def summary(prof, now: float | None = None) -> Optional[dict]:
@@ -27,14 +35,17 @@ def summary(prof, now: float | None = None) -> Optional[dict]:
     if c is None:
         return None
     now = time.time() if now is None else now
-    rec = _record(prof)
+    records = _records(prof)
+    rec = records.get(c.instance_id)
     launched = _epoch(c.launched_at)
     g = d.guard(now, ttl_deadline=_epoch(c.ttl_deadline), idle_limit_s=c.idle_limit_s,
                 last_active=rec.last_active if rec else None, launched_at=launched)
     alive = c.state == "active"
-    n = len(c.instance_ids)  # a fleet bills every node
+    billing = billing_nodes(prof, records) or c.instance_ids
+    n = len(billing) if alive else len(c.instance_ids)  # a fleet bills every node still running
     price = prof.price_per_hour * n if prof.price_per_hour is not None else None
-    return {"instance_id": c.instance_id, "instances": n, "state": c.state, "price_per_hour": price,
+    return {"instance_id": billing[0] if alive else c.instance_id, "instances": n, "state": c.state,
+            "price_per_hour": price,
             "uptime_s": (now - launched) if launched and alive else None,
             "cost_so_far": d.cost_so_far(price, launched, now) if alive else None,
             "ttl_left_s": g.ttl_left if alive else None, "idle_left_s": g.idle_left if alive else None,

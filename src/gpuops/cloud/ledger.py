@@ -1,8 +1,11 @@
 """The local record of every launch: the source of truth for "what might be billing".
 
 A record is written BEFORE the launch request (state `launching`: a request may be in flight), under an exclusive file
-lock, and the instance id is added after (`launched`). `terminated` closes it; `failed` means the API said no and nothing
-was created. Writes are atomic and private (0600). The lock also carries the time of the last launch request, so that
+lock, with the profile name, the TTL deadline and the idle limit, and the instance id is added after (`launched`).
+`terminated` closes it; `failed` means the API said no and nothing was created. Writes are atomic and private (0600).
+The first record of a bring-up reserves its profile name (`reserve`): under the same lock, a name with an open record
+of another bring-up is refused. Each record names the process that wrote it (pid, host), so `gpuops ls` tells a launch
+in progress from one whose process is gone. The lock also carries the time of the last launch request, so that
 several gpuops processes together stay under Lambda's one launch per 12 s.
 """
 from __future__ import annotations
@@ -38,6 +41,9 @@ class Record:
     regions_tried: list = field(default_factory=list)
     note: str = ""
     node: Optional[int] = None  # a fleet's node rank (`up --nodes N`)
+    bringup: Optional[str] = None  # one `gpuops up` (every node of a fleet): the owner of the profile name
+    pid: Optional[int] = None  # the gpuops process that launches it, on `host`
+    host: Optional[str] = None
 
     @property
     def open(self) -> bool:
@@ -116,6 +122,20 @@ class Ledger:
             r = doc["records"][launch_id]
             r.update(changes)
             return Record.from_dict(r)
+
+    def reserve(self, rec: Record, taken) -> Optional[str]:
+        """Add `rec` unless its profile name is taken: `taken(open records of that name from other bring-ups)` returns
+        why (then nothing is added) or None. Checked and written under one lock, so of two `gpuops up NAME` at once
+        exactly one gets the name."""
+        with self.transaction() as doc:
+            others = [Record.from_dict(r) for r in doc["records"].values()
+                      if r.get("profile") == rec.profile and r.get("state") in OPEN_STATES
+                      and (r.get("bringup") is None or r.get("bringup") != rec.bringup)]
+            why = taken(others)
+            if why:
+                return why
+            doc["records"][rec.launch_id] = asdict(rec)
+            return None
 
     def claim_launch_slot(self, now: float, interval: float) -> float:
         """0 and the slot is taken (last_launch_at = now) if `interval` has passed since the last launch request by any

@@ -47,13 +47,15 @@ class Context:
     capacity_recheck_s: tuple = d.CAPACITY_RECHECK_S
     api_key: object = None  # Secret, only for --guard on-instance
     ssh_user: str = "ubuntu"  # Lambda's images; an emulator may log in as another user
+    progress_s: float = 15.0  # a long wait (boot, SSH) says where it stands at least this often
     events: dict = field(default_factory=dict)  # timings for benchmarks: launched_at, active_at, ssh_at, verified_at
 
 
 def make_context(out, *, with_key: bool = False, project_dir: Path | None = None) -> Context:
     """The Context every cloud command uses: the API key (credentials.py), the base URL, the ledger. Against anything but
     Lambda's own service (the emulator, tests), GPUOPS_CLOUD_POLL_S, GPUOPS_CLOUD_LAUNCH_INTERVAL_S,
-    GPUOPS_CLOUD_CAPACITY_RECHECK_S and GPUOPS_CLOUD_BACKOFF_S may shorten the waits; against Lambda they are ignored.
+    GPUOPS_CLOUD_CAPACITY_RECHECK_S, GPUOPS_CLOUD_BACKOFF_S and GPUOPS_CLOUD_PROGRESS_S may shorten the waits; against
+    Lambda they are ignored.
     with_key: keep the key in the context (only --guard on-instance sends it anywhere but the API)."""
     from .credentials import base_url, is_production, load_api_key
 
@@ -75,6 +77,8 @@ def make_context(out, *, with_key: bool = False, project_dir: Path | None = None
             ctx.ssh_user = env["GPUOPS_CLOUD_SSH_USER"]
         if env.get("GPUOPS_CLOUD_BACKOFF_S"):
             client.backoff_base = float(env["GPUOPS_CLOUD_BACKOFF_S"])
+        if env.get("GPUOPS_CLOUD_PROGRESS_S"):
+            ctx.progress_s = float(env["GPUOPS_CLOUD_PROGRESS_S"])
     return ctx
 
 
@@ -96,6 +100,9 @@ class UpSpec:
     confirm: Optional[Callable[[str], bool]] = None  # asked with the price line; False: nothing is launched
     nodes: int = 1  # > 1: a fleet profile (hosts:), every instance in one region
     template: Optional[dict] = None  # --from PROFILE: its settings (template_settings), the host part from the launch
+    # called while up waits (capacity, launch, boot, SSH) with {"phase", "price_per_hour", "nodes"}; an exception it
+    # raises ends the bring-up like any failure (what was launched is terminated): `gpuops run --max-cost`
+    tick: Optional[Callable[[dict], None]] = None
 
 
 def profile_file(name: str) -> Path:
@@ -134,7 +141,15 @@ def ensure_ssh_key(client: Client, public_line: str, out) -> str:
         if d.same_key(k.public_key, public_line):
             return k.name
     name = d.ssh_key_name(public_line)
-    client.add_ssh_key(name, " ".join(public_line.split()[:2]) + " gpuops")
+    try:
+        client.add_ssh_key(name, " ".join(public_line.split()[:2]) + " gpuops")
+    except LambdaError as exc:  # another gpuops (a second first `up`) may have registered it a moment ago
+        if exc.transient:
+            raise
+        for k in client.ssh_keys():
+            if d.same_key(k.public_key, public_line):
+                return k.name
+        raise
     out.info(f"registered SSH key {name} ({d.fingerprint(public_line)}) on the Lambda account")
     return name
 
@@ -178,35 +193,45 @@ def up(spec: UpSpec, ctx: Context) -> dict:
     `spec.nodes` > 1: a fleet. Lambda launches one instance per request (quantity above 1 is refused) and one
     request per 12 s, so the nodes are launched one after another, the first wherever there is capacity and the others
     in the same region (their private addresses must reach each other); each has its own launch record (written
-    before its request), launch tag and host key. Any node failing ends the bring-up and terminates them all."""
+    before its request, with the profile name, TTL deadline and idle limit; node 0's reserves the name), launch tag
+    (with the TTL deadline) and host key. Any node failing ends the bring-up and terminates them all."""
     out, client = ctx.out, ctx.client
     public_line, avail = _preflight(spec, ctx)
     itype = avail.type
     price = itype.price_per_hour
     n = spec.nodes  # 1..MAX_NODES, checked by _preflight
-    key_name = ensure_ssh_key(client, public_line, out)
-    nodes: list[dict] = []  # per node: launch_id, instance_id, in_flight, region, instance, host_pub
-    ttl_deadline = None
+    bringup = uuid.uuid4().hex[:16]
+    nodes: list[dict] = []  # per node: launch_id, instance_id, in_flight, region, instance, host_pub, ttl_deadline
+    key_name = None
     try:
         node_spec = spec
         for i in range(n):
             host_priv, host_pub = make_host_key()
             launch_id = uuid.uuid4().hex[:16]
+            # the TTL counts from node 0's launch request (set again just before it); the fleet ends together
+            ttl_deadline = nodes[0]["ttl_deadline"] if nodes else (ctx.clock() + spec.ttl_s if spec.ttl_s else None)
             st = {"launch_id": launch_id, "instance_id": None, "in_flight": False, "instance": None,
-                  "host_pub": host_pub, "region": None}
-            nodes.append(st)
-            ctx.ledger.add(Record(launch_id=launch_id, profile=spec.name, instance_type=itype.name,
-                                  region=(node_spec.regions or ["?"])[0], price_cents_per_hour=itype.price_cents_per_hour,
-                                  created_at=ctx.clock(), ttl_deadline=ttl_deadline, idle_limit_s=spec.idle_s,
-                                  node=i if n > 1 else None))  # before any request that could create it
+                  "host_pub": host_pub, "region": None, "ttl_deadline": ttl_deadline, "ttl_from_request": i == 0}
+            rec = Record(launch_id=launch_id, profile=spec.name, instance_type=itype.name,
+                         region=(node_spec.regions or ["?"])[0], price_cents_per_hour=itype.price_cents_per_hour,
+                         created_at=ctx.clock(), ttl_deadline=ttl_deadline, idle_limit_s=spec.idle_s,
+                         node=i if n > 1 else None, bringup=bringup, pid=os.getpid(), host=socket.gethostname())
+            nodes.append(st)  # first: an interrupt right after the write below finds (and closes) the record
+            if i == 0:  # before any request that could create it, and the name is ours from here
+                why = ctx.ledger.reserve(rec, lambda others: _name_taken(spec.name, others))
+                if why:
+                    raise UsageError(why, hint=f"`gpuops ls` shows it; `gpuops down {spec.name}` ends it, or pick "
+                                               "another NAME")
+            else:
+                ctx.ledger.add(rec)
+            if key_name is None:
+                key_name = ensure_ssh_key(client, public_line, out)
             label = f"gpuops-{spec.name}" + (f"-{i}" if n > 1 else "")
             st["instance_id"] = _launch(node_spec, ctx, avail, key_name, launch_id, d.cloud_config(host_priv, host_pub),
                                         st, label=label)
             launched_at = ctx.clock()
-            if ttl_deadline is None and spec.ttl_s:
-                ttl_deadline = launched_at + spec.ttl_s  # the first node's clock: the fleet ends together
-            ctx.ledger.update(launch_id, instance_id=st["instance_id"], state=LAUNCHED, launched_at=launched_at,
-                              ttl_deadline=ttl_deadline)
+            ctx.ledger.update(launch_id, instance_id=st["instance_id"], state=LAUNCHED, launched_at=launched_at)
+            _tick(spec, "launched", price)
             if i == 0:
                 ctx.events["launched_at"] = launched_at
                 launched_at0 = launched_at
@@ -214,8 +239,9 @@ def up(spec: UpSpec, ctx: Context) -> dict:
                     node_spec = UpSpec(**{**spec.__dict__, "regions": [st["region"]]})
             out.info(f"launched instance {st['instance_id']} (launch {launch_id})"
                      + (f", node {i} of {n}" if n > 1 else "") + "; waiting until it is active")
+        ttl_deadline = nodes[0]["ttl_deadline"]
         for st in nodes:
-            st["instance"] = _wait_active(spec, ctx, st["instance_id"], itype.gpus)
+            st["instance"] = _wait_active(spec, ctx, st["instance_id"], itype.gpus, price)
         ctx.events["active_at"] = ctx.clock()
         insts = [st["instance"] for st in nodes]
         for st in nodes:
@@ -232,7 +258,7 @@ def up(spec: UpSpec, ctx: Context) -> dict:
         out.info(f"profile '{spec.name}' written" + (f" ({n} hosts)" if n > 1 else ""))
         deadline = ctx.clock() + (spec.timeout_s or d.readiness_deadline(itype.gpus))
         for node in prof.nodes():
-            _wait_ssh(spec, ctx, node, node.host, deadline=deadline)
+            _wait_ssh(spec, ctx, node, node.host, deadline=deadline, price=price)
         ctx.events["ssh_at"] = ctx.clock()
         if spec.guard_on_instance:
             for node, st in zip(prof.nodes(), nodes):
@@ -249,7 +275,8 @@ def up(spec: UpSpec, ctx: Context) -> dict:
     except BaseException as exc:
         interrupted = isinstance(exc, KeyboardInterrupt)
         keep = spec.keep_on_failure and not interrupted
-        _after_failure(ctx, spec, nodes, price, keep=keep, interrupted=interrupted)
+        why = getattr(exc, "reason", None) or ("interrupted" if interrupted else "bring-up failed")
+        _after_failure(ctx, spec, nodes, price, keep=keep, why=why)
         raise
     inst = insts[0]
     res = {"profile": spec.name, "profile_file": str(prof.source), "instance_id": inst.id,
@@ -272,16 +299,22 @@ def _preflight(spec: UpSpec, ctx: Context):
     if not 1 <= spec.nodes <= MAX_NODES:
         raise UsageError(f"--nodes {spec.nodes}: between 1 and {MAX_NODES}")
     _check_name_free(spec.name)
+    _check_launches_free(spec.name, ctx.ledger)
     public_line = public_key_of(spec.key)
     types = ctx.client.instance_types()
-    avail = types.get(spec.type_name)
+    if not types:  # `data: null` or an empty map: nothing to check the type or its price against
+        raise GpuopsError("the Lambda API listed no instance types at all (GET /instance-types answered no data): "
+                          f"gpuops cannot check {spec.type_name!r} or its price, so nothing was launched",
+                          hint="try again in a minute; `gpuops cloud types` shows what the API lists")
+    avail = d.find_type(types, spec.type_name)
     if avail is None:
-        import difflib
-
-        close = difflib.get_close_matches(spec.type_name, list(types), n=3)
-        raise UsageError(f"unknown instance type {spec.type_name!r}" + (f"; did you mean {', '.join(close)}?" if close else ""),
+        raise UsageError(f"unknown instance type {spec.type_name!r}" + d.type_suggestion(types, spec.type_name),
                          hint="gpuops cloud types lists them")
     itype = avail.type
+    if itype.price_cents_per_hour <= 0:
+        raise GpuopsError(f"the Lambda API gives no price for {itype.name}: gpuops does not launch what it cannot price "
+                          "(the cost guard, `gpuops ls` and --max-cost need it), so nothing was launched",
+                          hint="try again later; `gpuops cloud types` shows the prices the API lists")
     where = ", ".join(spec.regions) if spec.regions else "any region"
     if spec.nodes > 1:
         question = (f"launch {spec.nodes} x {itype.name} ({itype.description or itype.gpu_description}), all in one "
@@ -319,6 +352,38 @@ def _verify(prof, out) -> tuple[bool, Optional[dict]]:
         return code == 0, None
 
 
+def owner_alive(rec: Record) -> bool:
+    """Is the gpuops process that wrote this launch record still running (on this machine)? A record of another
+    machine, or of a process that is gone, is not: its launch was cut off."""
+    if not rec.pid or rec.host != socket.gethostname():
+        return False
+    if rec.pid == os.getpid():
+        return True
+    try:
+        os.kill(rec.pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    try:  # the pid may have been reused since by another program
+        return b"gpuops" in Path(f"/proc/{rec.pid}/cmdline").read_bytes()
+    except OSError:
+        return True
+
+
+def _name_taken(name: str, others: list[Record]) -> Optional[str]:
+    """Why profile name NAME cannot be launched under (open launch records of another bring-up), or None."""
+    if not others:
+        return None
+    r = others[0]
+    what = f"instance {r.instance_id}" if r.instance_id else "its launch request may have created an instance"
+    if owner_alive(r):
+        return (f"profile name '{name}' is taken: gpuops process {r.pid} is launching it right now "
+                f"(launch {r.launch_id}, {what})")
+    return (f"profile name '{name}' still has an open launch {r.launch_id} ({r.state}, {what}) whose bring-up was cut "
+            "off before it finished: it may be billing")
+
+
 def _check_name_free(name: str) -> None:
     from ..profiles import available
 
@@ -343,6 +408,12 @@ def _check_name_free(name: str) -> None:
                          hint=f"gpuops down {name} first, or pick another NAME")
 
 
+def _check_launches_free(name: str, ledger: Ledger) -> None:
+    why = _name_taken(name, [r for r in ledger.records() if r.profile == name and r.open])
+    if why:
+        raise UsageError(why, hint=f"`gpuops ls` shows it; `gpuops down {name}` ends it, or pick another NAME")
+
+
 def reclaim_unwritten(ctx: Context, profile: str) -> list[str]:
     """Instances an earlier bring-up of `profile` launched but never wrote the profile for (its process died between
     the launch and the profile: a crash, a kill, a closed laptop), found by their open ledger records (and a launch
@@ -350,11 +421,16 @@ def reclaim_unwritten(ctx: Context, profile: str) -> list[str]:
     caller that owns the name (`gpuops run --resume`: the run's own profile)."""
     found = []
     for rec in ctx.ledger.open_for_profile(profile):
+        if owner_alive(rec):
+            raise UsageError(f"gpuops process {rec.pid} is bringing up '{profile}' right now (launch {rec.launch_id})",
+                             hint="let it finish, or stop it first")
         iid = rec.instance_id
         if iid is None:
             inst = adopt_launch(ctx, rec.launch_id, attempts=1)
-            if inst is None:
-                continue  # nothing carries its tag (yet): `gpuops ls` keeps showing the record
+            if inst is None:  # nothing carries its tag: if an instance appears later, its tags name it and its TTL
+                ctx.ledger.update(rec.launch_id, state=FAILED, ended_at=ctx.clock(),
+                                  note="cut off in flight; no instance carries its launch id")
+                continue
             iid = inst.id
             ctx.ledger.update(rec.launch_id, instance_id=iid, state=LAUNCHED, launched_at=ctx.clock())
         found.append((rec.launch_id, iid))
@@ -417,20 +493,25 @@ def _launch(spec: UpSpec, ctx: Context, avail, key_name: str, launch_id: str, us
             delay = min(remaining, d.capacity_recheck_delay(ctx.rng, ctx.capacity_recheck_s))
             out.info(f"waiting for capacity: {avail.type.name} in {want}; checking again in {delay:.0f}s "
                      f"({d.format_duration(remaining)} left)")
+            _tick(spec, "capacity", avail.type.price_per_hour)
             ctx.sleep(delay)
             fresh = client.instance_types().get(avail.type.name)
             avail = fresh or avail
             cold.clear()
             continue
         _wait_launch_slot(ctx)
-        ctx.ledger.update(launch_id, region=region, state=LAUNCHING, regions_tried=tried + [region])
+        if state.get("ttl_from_request") and spec.ttl_s:  # the TTL counts from this request (node 0's)
+            state["ttl_deadline"] = ctx.clock() + spec.ttl_s
+        ctx.ledger.update(launch_id, region=region, state=LAUNCHING, regions_tried=tried + [region],
+                          ttl_deadline=state.get("ttl_deadline"))
         tried.append(region)
         out.step(f"launching {avail.type.name} in {region}")
         state["in_flight"], state["region"] = True, region
         try:
             try:
                 ids = client.launch(region=region, type_name=avail.type.name, ssh_key=key_name,
-                                    name=label[:64], tags=d.launch_tags(launch_id, spec.name),
+                                    name=label[:64],
+                                    tags=d.launch_tags(launch_id, spec.name, state.get("ttl_deadline")),
                                     user_data=user_data, file_systems=spec.file_systems or None)
             finally:
                 ctx.ledger.launch_answered(ctx.clock())
@@ -478,14 +559,26 @@ def _launch(spec: UpSpec, ctx: Context, avail, key_name: str, launch_id: str, us
         return ids[0]
 
 
-def _wait_active(spec: UpSpec, ctx: Context, instance_id: str, gpus: int) -> Instance:
-    deadline = ctx.clock() + (spec.timeout_s or d.readiness_deadline(gpus))
-    shown = None
+def _tick(spec: UpSpec, phase: str, price: float) -> None:
+    if spec.tick is not None:
+        spec.tick({"phase": phase, "price_per_hour": price, "nodes": spec.nodes})
+
+
+def _wait_active(spec: UpSpec, ctx: Context, instance_id: str, gpus: int, price: float = 0.0) -> Instance:
+    start = ctx.clock()
+    deadline = start + (spec.timeout_s or d.readiness_deadline(gpus))
+    shown, said = None, start
     while True:
         inst = ctx.client.instance(instance_id)
         if inst.status != shown:
             ctx.out.step(f"instance {instance_id}: {inst.status}")
-            shown = inst.status
+            shown, said = inst.status, ctx.clock()
+        elif ctx.clock() - said >= ctx.progress_s:  # a boot takes minutes: never silent that long
+            said = ctx.clock()
+            ctx.out.step(f"instance {instance_id}: still {inst.status} after {d.format_duration(said - start)} "
+                         f"(Lambda boots take a few minutes; giving up in {d.format_duration(deadline - said)}; "
+                         f"${price:.2f}/h from the launch on)")
+        _tick(spec, "boot", price)
         if inst.status == "active" and inst.ip:
             return inst
         if inst.status in d.DEAD_STATUSES or inst.status == "terminating":
@@ -569,15 +662,21 @@ def _banner(ip: str, port: int, timeout: float) -> bool:
         return False
 
 
-def _wait_ssh(spec: UpSpec, ctx: Context, prof, ip: str, *, deadline: float) -> None:
+def _wait_ssh(spec: UpSpec, ctx: Context, prof, ip: str, *, deadline: float, price: float = 0.0) -> None:
     """The SSH banner, then a key login with the pinned host key (cloud-init may still be installing the key)."""
     from ..remote import hostkeys
     from ..remote.connection import connect
 
     out = ctx.out
+    start = said = ctx.clock()
     while not _banner(ip, prof.port, 5.0):
         if ctx.clock() > deadline:
             raise BringUpFailed(f"{ip}:{prof.port} does not answer SSH", hint="--timeout raises the limit")
+        if ctx.clock() - said >= ctx.progress_s:
+            said = ctx.clock()
+            out.step(f"waiting for SSH on {ip} for {d.format_duration(said - start)} (giving up in "
+                     f"{d.format_duration(deadline - said)})")
+        _tick(spec, "ssh", price)
         ctx.sleep(min(2.0, ctx.poll_s))
     while True:
         try:
@@ -599,15 +698,14 @@ def _wait_ssh(spec: UpSpec, ctx: Context, prof, ip: str, *, deadline: float) -> 
             if ctx.clock() > deadline:
                 raise
             out.step(f"waiting for SSH login on {ip} ({exc.message})")
+            _tick(spec, "ssh", price)
             ctx.sleep(min(3.0, ctx.poll_s))
 
 
-def _after_failure(ctx: Context, spec: UpSpec, nodes: list[dict], price: float, *, keep: bool,
-                   interrupted: bool) -> None:
+def _after_failure(ctx: Context, spec: UpSpec, nodes: list[dict], price: float, *, keep: bool, why: str) -> None:
     """A failed or interrupted bring-up: terminate what was launched, every node of a fleet in one request (or keep
     it recorded and say so)."""
     out = ctx.out
-    why = "interrupted" if interrupted else "bring-up failed"
     ids = []
     try:
         for st in nodes:
@@ -773,44 +871,180 @@ def install_guard(prof, ctx: Context, instance_id: str, ttl_deadline: Optional[f
 
 
 # -- down ----------------------------------------------------------------------------------------------------------
-def down(name: str, ctx: Context, *, fetch_first: bool = False, project_dir: Path | None = None) -> dict:
-    """Terminate the instance of managed profile NAME (every instance of a fleet, in one request), confirm by reading
-    them back, forget their host keys, mark the profile gone. `fetch_first` pulls every fetch: entry (verified, from
-    rank 0) before, since termination wipes the disk."""
+@dataclass
+class DownTarget:
+    """What `gpuops down X` ends: the managed profile X (every instance it names, and any other open launch of that
+    name), or, without a profile, the open launches and gpuops-tagged instances of name X, or the gpuops-launched
+    instance whose id is X (one node of a fleet: that node only)."""
+
+    name: str
+    profile: object = None  # the managed profile, when there is one
+    ids: list = field(default_factory=list)  # instances to end, rank order first
+    launches: list = field(default_factory=list)  # open launch records no listed instance carries (cut off in flight)
+    ips: dict = field(default_factory=dict)  # instance id -> IP, for instances without a profile (pins to forget)
+    price_per_hour: float = 0.0  # all of them together
+    whole_profile: bool = True  # False: one node of the profile, by its id
+
+    def describe(self) -> str:
+        what = (f"instance {self.ids[0]}" if len(self.ids) == 1 else
+                f"{len(self.ids)} instances ({', '.join(self.ids)})" if self.ids else "no instance")
+        return what + (f" and {len(self.launches)} launch record(s) cut off in flight" if self.launches else "")
+
+
+def managed_profile(name: str):
+    """The profile `gpuops up` wrote for NAME (the user config folder, never a project's profiles/), or None."""
+    from ..profiles import load_profile
+
+    if not NAME_RE.match(name):
+        return None
+    f = profile_file(name)
+    if not f.is_file():
+        return None
+    try:
+        prof = load_profile(f)
+    except GpuopsError:
+        return None
+    return prof if prof.cloud is not None else None
+
+
+def _profile_of_instance(instance_id: str):
+    """The managed profile (user config folder) that names this instance as one it runs, or None."""
+    for name, cloud in local_cloud_profiles().items():
+        if d.profile_names_instance(cloud, instance_id):
+            return managed_profile(name)
+    return None
+
+
+def down_target(target: str, ctx: Context, project_dir: Path | None = None) -> DownTarget:
+    """Resolve `gpuops down TARGET` (a profile name, a profile path, or an instance id) to what it ends."""
     from ..profiles import resolve
+
+    prof = managed_profile(target)
+    plain = None
+    if prof is None:
+        try:
+            found = resolve(target, project_dir)
+        except GpuopsError:
+            found = None
+        if found is not None and found.cloud is not None:
+            prof = found
+        elif found is not None:
+            plain = found
+    name = prof.name if prof is not None else target
+    recs = [r for r in ctx.ledger.records() if r.open and (r.profile == name or r.instance_id == target)]
+    tgt = DownTarget(name=name, profile=prof)
+    if prof is not None:
+        tgt.ids = list(prof.cloud.instance_ids)
+        tgt.price_per_hour = (prof.price_per_hour or 0.0) * len(tgt.ids)
+    if prof is not None and all(r.instance_id in tgt.ids for r in recs):
+        return tgt  # the usual case: the profile and its own records, no listing needed
+    if plain is not None and not recs:
+        raise UsageError(f"profile '{plain.name}' was not created by `gpuops up`; gpuops will not terminate what it "
+                         "did not launch", hint="gpuops ls shows the instances it manages")
+    listed = ctx.client.instances()
+    by_id = {i.id: i for i in listed}
+    if prof is None and target in by_id:  # an instance id
+        inst = by_id[target]
+        rec = next((r for r in ctx.ledger.records() if r.instance_id == target), None)
+        if rec is None and d.TAG_LAUNCH not in inst.tags:
+            raise UsageError(f"instance {target} was not launched by gpuops (no launch record here, no gpuops tag); "
+                             "gpuops does not terminate what it did not launch",
+                             hint="terminate it in Lambda's console if it is yours")
+        owner = _profile_of_instance(target)
+        tgt = DownTarget(name=(owner.name if owner else inst.tags.get(d.TAG_PROFILE) or (rec.profile if rec else target)),
+                         profile=owner, ids=[target], whole_profile=owner is None or owner.cloud.instance_ids == [target],
+                         price_per_hour=inst.type.price_per_hour if inst.type else 0.0)
+        if owner is None and inst.ip:
+            tgt.ips[target] = inst.ip
+        return tgt
+    tagged = [i for i in listed if i.tags.get(d.TAG_PROFILE) == name and i.status not in d.OVER_STATUSES
+              and i.id not in tgt.ids]
+    for rec in recs:  # open launches of the name: their instance by id, or by the launch tag
+        iid = rec.instance_id or next((i.id for i in listed if i.tags.get(d.TAG_LAUNCH) == rec.launch_id
+                                       and i.status not in d.GONE_STATUSES), None)
+        if iid is None:
+            tgt.launches.append(rec)
+        elif iid not in tgt.ids:
+            tgt.ids.append(iid)
+    for inst in tagged:
+        if inst.id not in tgt.ids:
+            tgt.ids.append(inst.id)
+    for iid in tgt.ids:
+        inst = by_id.get(iid)
+        if inst is not None and prof is None:
+            tgt.price_per_hour += inst.type.price_per_hour if inst.type else 0.0
+            if inst.ip:
+                tgt.ips[iid] = inst.ip
+    if not tgt.ids and not tgt.launches:
+        from ..errors import ProfileError
+
+        raise ProfileError(f"nothing named '{target}': no profile written by `gpuops up`, no open launch and no "
+                           "gpuops instance of that name, and no instance with that id",
+                           hint="gpuops ls shows every instance and launch gpuops knows")
+    return tgt
+
+
+def down(target, ctx: Context, *, fetch_first: bool = False, project_dir: Path | None = None) -> dict:
+    """Terminate what `gpuops down TARGET` names (`down_target`: a managed profile's instances, every one of a fleet
+    in one request; or, without a profile, the open launches and tagged instances of that name, or one instance by
+    id), confirm by reading them back, close their ledger records, forget their host keys, mark the profile gone.
+    `fetch_first` pulls every fetch: entry (verified, from rank 0) before, since termination wipes the disk."""
     from ..remote import hostkeys
 
-    prof = resolve(name, project_dir)
-    if prof.cloud is None:
-        raise UsageError(f"profile '{prof.name}' was not created by `gpuops up`; gpuops will not terminate what it "
-                         "did not launch", hint="gpuops ls shows the instances it manages")
-    ids = prof.cloud.instance_ids
-    if prof.cloud.state == "gone":
-        statuses = []
-        for iid in ids:
-            try:
-                statuses.append(ctx.client.instance(iid).status)
-            except LambdaError as exc:
-                if not exc.not_found:
-                    raise
-                statuses.append("terminated")
-        if all(st in d.ENDING_STATUSES or st in d.DEAD_STATUSES for st in statuses):
-            return {"profile": prof.name, "instance_id": ids[0], "instance_ids": ids, "status": statuses[0],
-                    "statuses": statuses, "host_keys_forgotten": 0, "fetched": [], "already": True}
+    tgt = target if isinstance(target, DownTarget) else down_target(target, ctx, project_dir)
+    prof, ids = tgt.profile, tgt.ids
+    base = {"profile": tgt.name, "instance_id": ids[0] if ids else None, "instance_ids": ids, "fetched": []}
+    if prof is not None and prof.cloud.state == "gone" and tgt.whole_profile and not tgt.launches:
+        statuses = _statuses(ctx, ids)
+        if all(st in d.OVER_STATUSES for st in statuses):
+            return {**base, "status": statuses[0], "statuses": statuses, "host_keys_forgotten": 0, "already": True,
+                    "records_closed": _close_records(ctx, ids, note="seen ended")}
     fetched = []
-    if fetch_first and prof.cloud.state == "active":
+    if fetch_first and prof is not None and prof.cloud.state == "active" and tgt.whole_profile:
         fetched = _fetch_all(prof, ctx.out, project_dir or Path.cwd())
-    insts = _terminate_confirmed(ctx, ids)
+    insts = _terminate_confirmed(ctx, ids) if ids else []
     statuses = [i.status if i else "terminated" for i in insts]
+    closed = _close_records(ctx, ids)
+    for rec in tgt.launches:  # cut off in flight and nothing carries its launch id
+        if owner_alive(rec):
+            ctx.out.warn(f"launch {rec.launch_id} of '{rec.profile}' is still in flight (gpuops process {rec.pid}): "
+                         f"run `gpuops down {rec.profile}` again once it has landed")
+            continue
+        ctx.ledger.update(rec.launch_id, state=FAILED, ended_at=ctx.clock(),
+                          note="closed by down: no instance carries its launch id")
+        closed.append(rec.launch_id)
+    removed = 0
+    if prof is not None:
+        nodes = prof.nodes()
+        removed += sum(hostkeys.forget(n.host, n.port) for n, iid in zip(nodes, prof.cloud.instance_ids) if iid in ids)
+        if prof.source and Path(prof.source).is_file() and (tgt.whole_profile or all(
+                (r := ctx.ledger.by_instance(i)) is not None and not r.open for i in prof.cloud.instance_ids)):
+            mark_profile_gone(Path(prof.source))
+    removed += sum(hostkeys.forget(ip, 22) for ip in tgt.ips.values())
+    return {**base, "status": statuses[0] if statuses else None, "statuses": statuses, "host_keys_forgotten": removed,
+            "fetched": fetched, "records_closed": closed}
+
+
+def _statuses(ctx: Context, ids: list[str]) -> list[str]:
+    out = []
     for iid in ids:
-        rec = ctx.ledger.by_instance(iid)
-        if rec is not None and rec.open:
-            ctx.ledger.update(rec.launch_id, state=TERMINATED, ended_at=ctx.clock())
-    removed = sum(hostkeys.forget(node.host, node.port) for node in prof.nodes())
-    if prof.source and prof.source.is_file():
-        mark_profile_gone(prof.source)
-    return {"profile": prof.name, "instance_id": ids[0], "instance_ids": ids, "status": statuses[0],
-            "statuses": statuses, "host_keys_forgotten": removed, "fetched": fetched}
+        try:
+            out.append(ctx.client.instance(iid).status)
+        except LambdaError as exc:
+            if not exc.not_found:
+                raise
+            out.append("terminated")
+    return out
+
+
+def _close_records(ctx: Context, ids: list[str], note: str = "") -> list[str]:
+    """Close the open ledger records of these instances (terminated); their launch ids."""
+    closed = []
+    for rec in ctx.ledger.records():
+        if rec.open and rec.instance_id in ids:
+            ctx.ledger.update(rec.launch_id, state=TERMINATED, ended_at=ctx.clock(), note=note)
+            closed.append(rec.launch_id)
+    return closed
 
 
 def _fetch_all(prof, out, project_dir: Path) -> list[str]:
@@ -848,8 +1082,17 @@ def _terminate(ctx: Context, ids: list[str]) -> None:
 
 def _terminate_confirmed(ctx: Context, ids: list[str]) -> list[Optional[Instance]]:
     """Terminate (one request for them all) and read back until each is terminating/terminated (or gone from the
-    API: None). One id given as a string: that one instance (or None)."""
-    _terminate(ctx, ids)
+    API: None). A refusal (not a transient failure) for instances that have ended meanwhile is no failure."""
+    try:
+        _terminate(ctx, ids)
+    except LambdaError as exc:
+        if exc.transient:
+            raise
+        alive = [i for i, st in zip(ids, _statuses(ctx, ids)) if st not in d.OVER_STATUSES]
+        if alive == list(ids):
+            raise
+        if alive:  # refused because some had ended meanwhile: the others on their own
+            _terminate(ctx, alive)
     deadline = ctx.clock() + TERMINATE_CONFIRM_S
     done: dict[str, Optional[Instance]] = {}
     while True:
@@ -893,10 +1136,30 @@ def local_cloud_profiles() -> dict[str, dict]:
 
 
 def listing(ctx: Context) -> dict:
+    """`gpuops ls`: every instance of the account judged by its tags and the ledger (decisions.ls_rows). The ledger is
+    brought up to date with what the listing shows (no further request): a launch cut off in flight gets the instance
+    that carries its launch id, a record whose instance the API shows terminated is closed."""
     instances = ctx.client.instances()
     records = ctx.ledger.records()
-    rows, alerts = d.ls_rows(instances, records, local_cloud_profiles(), ctx.clock())
+    live_owners = {r.launch_id for r in records if r.open and owner_alive(r)}
+    rows, alerts = d.ls_rows(instances, records, local_cloud_profiles(), ctx.clock(), live_owners)
+    _reconcile(ctx, rows, live_owners)
     return {"instances": rows, "alerts": alerts, "api_calls": ctx.client.total_calls}
+
+
+def _reconcile(ctx: Context, rows: list[dict], live_owners: set) -> None:
+    by_launch = {r["launch_id"]: r for r in rows if r["id"] and r.get("launch_id")}
+    for rec in ctx.ledger.records():
+        if not rec.open:
+            continue
+        row = by_launch.get(rec.launch_id)
+        if rec.state == LAUNCHING and rec.launch_id in live_owners:
+            continue  # its `gpuops up` is still waiting for the answer and records the id itself
+        if rec.state == LAUNCHING and row is not None and row["status"] not in d.GONE_STATUSES:
+            ctx.ledger.update(rec.launch_id, instance_id=row["id"], state=LAUNCHED,
+                              launched_at=rec.launched_at or rec.created_at, note="adopted by its launch tag")
+        elif row is not None and row["id"] == rec.instance_id and row["status"] in d.DEAD_STATUSES:
+            ctx.ledger.update(rec.launch_id, state=TERMINATED, ended_at=ctx.clock(), note=f"seen {row['status']}")
 
 
 def idle_sample_script() -> str:
@@ -932,23 +1195,22 @@ def idle_confirmed(prof) -> bool:
 
 
 def reap(ctx: Context, *, confirm: Optional[Callable[[str], bool]] = None, project_dir: Path | None = None) -> dict:
-    """Terminate managed instances past their TTL or idle limit (idle is confirmed by one sample on the host)."""
-    from ..profiles import resolve
-
+    """Terminate managed instances past their TTL or idle limit, judged by the ledger and the instances' gpuops tags
+    (an instance launched from another machine or HOME by its TTL tag; one with no profile too). Idle is confirmed by
+    one sample on the host, through the profile `gpuops up` wrote for it (the user config folder, never a project's
+    profile of the same name): without one, an idle-only instance is kept. `project_dir` is not used to find
+    profiles."""
     doc = listing(ctx)
     done, skipped = [], []
     for row in d.reap_candidates(doc["instances"]):
         only_idle = all(r.startswith("idle") for r in row["reasons"])
-        prof = None
-        try:
-            prof = resolve(row["profile"], project_dir) if row["profile"] else None
-        except GpuopsError:
-            prof = None
+        prof = _profile_of_instance(row["id"])
         node = _node_of(prof, row)
         if only_idle:
             if node is None or not idle_confirmed(node):
-                skipped.append({**row, "why": "idle not confirmed by a sample on the host"})
-                if prof is not None:
+                skipped.append({**row, "why": "idle not confirmed by a sample on the host" if node is not None else
+                                "idle, but no profile here to sample it with"})
+                if node is not None:
                     ctx.ledger.note_activity(row["id"], ctx.clock())
                 continue
         text = (f"terminate {row['id']} (profile {row['profile']}, {row['type']}, ${row['price_per_hour'] or 0:.2f}/h): "
@@ -957,17 +1219,20 @@ def reap(ctx: Context, *, confirm: Optional[Callable[[str], bool]] = None, proje
             skipped.append({**row, "why": "not confirmed"})
             continue
         _terminate_confirmed(ctx, [row["id"]])
-        rec = ctx.ledger.by_instance(row["id"])
-        if rec is not None:
-            ctx.ledger.update(rec.launch_id, state=TERMINATED, ended_at=ctx.clock())
-        if node is not None:
-            from ..remote import hostkeys
+        for rec in ctx.ledger.records():
+            if rec.open and (rec.instance_id == row["id"] or (rec.instance_id is None and rec.launch_id == row["launch_id"])):
+                ctx.ledger.update(rec.launch_id, instance_id=row["id"], state=TERMINATED, ended_at=ctx.clock(),
+                                  note="reaped")
+        from ..remote import hostkeys
 
+        if node is not None:
             hostkeys.forget(node.host, node.port)
             ended = {r["id"] for r in done} | {row["id"]} | {r["id"] for r in doc["instances"]
-                                                             if r["status"] in d.GONE_STATUSES + d.ENDING_STATUSES}
+                                                             if r["status"] in d.OVER_STATUSES}
             if prof.source and set(prof.cloud.instance_ids) <= ended:  # a fleet: once its last node is gone
-                mark_profile_gone(prof.source)
+                mark_profile_gone(Path(prof.source))
+        elif row["ip"]:
+            hostkeys.forget(row["ip"], 22)  # pinned by an `up` cut off before it wrote the profile
         ctx.out.info(f"terminated {row['id']} ({'; '.join(row['reasons'])})")
         done.append(row)
     closed = _close_gone_records(ctx, doc["instances"])
@@ -983,7 +1248,7 @@ def _node_of(prof, row: dict):
     return nodes[rank] if rank < len(nodes) else None
 
 
-def _close_gone_records(ctx: Context, rows: list[dict], *, stale_launch_s: float = 900.0) -> list[str]:
+def _close_gone_records(ctx: Context, rows: list[dict], *, stale_launch_s: float = d.STALE_LAUNCH_S) -> list[str]:
     """Reconcile the ledger with the API: records whose instance the API shows terminated (or no longer knows) are
     closed; a `launching` record whose instance appeared (by tag) gets its id; one that never appeared within
     `stale_launch_s` is closed as failed."""
@@ -992,6 +1257,8 @@ def _close_gone_records(ctx: Context, rows: list[dict], *, stale_launch_s: float
     by_launch = {r["launch_id"]: r for r in listed.values() if r.get("launch_id")}
     for rec in ctx.ledger.records():
         if rec.state == LAUNCHING:
+            if owner_alive(rec):
+                continue  # its `gpuops up` is still waiting for the launch answer
             row = by_launch.get(rec.launch_id)
             if row is not None:
                 ctx.ledger.update(rec.launch_id, instance_id=row["id"], state=LAUNCHED,
@@ -1009,7 +1276,7 @@ def _close_gone_records(ctx: Context, rows: list[dict], *, stale_launch_s: float
                 seen = ctx.client.instance(rec.instance_id).status
             except LambdaError as exc:
                 seen = "terminated" if exc.not_found else None
-        if seen == "terminated":
-            ctx.ledger.update(rec.launch_id, state=TERMINATED, ended_at=ctx.clock(), note="seen terminated")
+        if seen in d.DEAD_STATUSES:
+            ctx.ledger.update(rec.launch_id, state=TERMINATED, ended_at=ctx.clock(), note=f"seen {seen}")
             closed.append(rec.launch_id)
     return closed

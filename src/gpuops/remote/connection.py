@@ -249,6 +249,10 @@ def _transient(exc: BaseException) -> bool:
 
 def connect(profile, *, announce=print, attempts: int = 3) -> Remote:
     """Open the profile's connection, checking key file and host key; retries transient failures."""
+    cloud = getattr(profile, "cloud", None)
+    if cloud is not None and cloud.state == "gone":  # its IP may be another machine's now: never offer to trust it
+        raise ConnectError(f"profile '{profile.name}' is marked gone: its instance was terminated, and {profile.host} "
+                           "may belong to another machine now", hint=f"gpuops up {profile.name} launches a new one")
     tg = target(profile)
     if tg.explicit_key:
         for k in tg.keys:

@@ -3,7 +3,8 @@ error codes, Bearer auth, and instances that are real sandbox hosts (sshd on the
 
 In-process:   emu = Emulator(state_dir, api_key="..."); emu.start(); emu.url -> "http://127.0.0.1:PORT/api/v1"
               knobs: capacity(), set_capacity(), fault(), clear_faults(), boot_seconds(), terminate_seconds(),
-              launch_window(), advance(), preempt(), set_status(), instances(), launch_requests(), reset(), close()
+              launch_window(), advance(), preempt(), set_status(), drop_connections(), instances(), launch_requests(),
+              reset(), close()
 Other processes: the same knobs under POST /_emulator/<knob> with a JSON object of keyword arguments, GET
               /_emulator/state (Bearer key required, like the API). `gpuops sandbox up --cloud` runs it as a daemon.
 
@@ -56,13 +57,23 @@ ERRORS = {
     "duplicate": (400, "global/duplicate", "A filesystem with this name already exists.", None),
     "internal-error": (500, "global/internal-error", "An internal server error occurred.",
                        "Try again later. Contact Support if the problem persists."),
+    "unknown": (500, "global/unknown", "An unknown error occurred.", "Try again later."),  # seen live on terminate
     "not-found": (404, "global/object-does-not-exist", "Not found.", None),
     "too-many-requests": (429, "global/too-many-requests", "Too many requests.", "Wait and try again."),
 }
 
 # faults: name -> what it does (a fault with times=N fires N times, then clears; times=None: until cleared)
 FAULTS = {
-    "5xx": "the next matching request (path= substring, default every API path) answers 500 global/internal-error",
+    "5xx": "the next matching request (path= substring, default every API path) answers 500 global/internal-error "
+           "(error=unknown: global/unknown, as seen live on terminate)",
+    "slow-answer": "matching requests (path= substring) wait seconds= (default 3) before they are carried out",
+    "slow-launch-answer": "a launch creates the instance, then answers only after seconds= (default 10)",
+    "null-data": "matching requests (path= substring) answer 200 with {\"data\": null}",
+    "no-price": "GET /instance-types lists type= (default every type) without price_cents_per_hour",
+    "key-added-elsewhere": "the next POST /ssh-keys meets the same key, registered under the same name a moment "
+                           "before by another client (refused as a duplicate)",
+    "recycle-ip": "the next instance launched gets the address of the instance that ended last (address= to choose "
+                  "it): Lambda hands a freed IP to a new machine",
     "launch-5xx-after-create": "a launch creates the instance, then answers 500 (an ambiguous failure)",
     "drop-launch-response": "a launch creates the instance, then closes the connection without an answer",
     "slow-boot": "instances launched while set boot in seconds= (default 60) instead of boot_seconds",
@@ -76,7 +87,8 @@ FAULTS = {
     "proxy-page": "the next matching request (path= substring) is answered by a proxy in front of the API, before the "
                   "key is checked: HTTP status= (default 502) with nginx's HTML error page, not Lambda's JSON",
 }
-ONCE_BY_DEFAULT = {"5xx", "launch-5xx-after-create", "drop-launch-response", "proxy-page"}
+ONCE_BY_DEFAULT = {"5xx", "launch-5xx-after-create", "drop-launch-response", "proxy-page", "slow-launch-answer",
+                   "key-added-elsewhere", "recycle-ip"}
 # the titles of nginx's own error pages (what a reverse proxy in front of an API answers)
 NGINX_TITLES = {401: "401 Authorization Required", 403: "403 Forbidden", 404: "404 Not Found", 407: "407 Proxy "
                 "Authentication Required", 502: "502 Bad Gateway", 503: "503 Service Temporarily Unavailable",
@@ -100,6 +112,14 @@ class ApiError(Exception):
 
 class _Drop(Exception):
     """Close the connection without an answer."""
+
+
+class _Delayed(Exception):
+    """The request was carried out; its answer leaves only after `seconds` (slept outside the emulator's lock)."""
+
+    def __init__(self, status: int, doc, seconds: float):
+        super().__init__("delayed")
+        self.status, self.doc, self.seconds = status, doc, seconds
 
 
 def _iso(t: float) -> str:
@@ -220,6 +240,8 @@ class Emulator:
         else until clear_faults)."""
         if name not in FAULTS:
             raise ValueError(f"unknown fault {name!r}; known: {', '.join(FAULTS)}")
+        if params.get("error") is not None and params["error"] not in ERRORS:
+            raise ValueError(f"unknown error {params['error']!r}; known: {', '.join(ERRORS)}")
         with self.lock:
             self._faults[name] = {"times": (1 if name in ONCE_BY_DEFAULT else None) if times == -1 else times,
                                   **params}
@@ -274,6 +296,29 @@ class Emulator:
                 self._stop_host(inst)
             self._save()
 
+    def drop_connections(self, instance_id: str) -> int:
+        """The instance's network drops for a moment: every SSH connection to it is cut (its sshd's per-connection
+        processes end); sshd keeps listening, the jobs keep running and the API keeps saying `active`. Returns how
+        many connections were cut."""
+        from ...sandbox import host
+
+        with self.lock:
+            inst = self._get(instance_id)
+            listener = host._pid(Path(inst["_dir"])) if inst.get("_dir") else None
+        cut = 0
+        for stat in Path("/proc").glob("[0-9]*/stat"):
+            try:
+                ppid = int(stat.read_text().rsplit(")", 1)[1].split()[1])
+            except (OSError, IndexError, ValueError):
+                continue
+            if listener and ppid == listener:
+                try:
+                    os.kill(int(stat.parent.name), signal.SIGKILL)
+                    cut += 1
+                except OSError:
+                    pass
+        return cut
+
     def instances(self) -> list:
         """Every instance as GET /instances shows it (terminated ones too), plus `_dir` and `_address` (its sandbox host)."""
         with self.lock:
@@ -295,7 +340,7 @@ class Emulator:
                     "launch_requests": self._launches, "instances": self.instances()}
 
     KNOBS = ("reset", "capacity", "set_capacity", "fault", "clear_faults", "boot_seconds", "terminate_seconds",
-             "launch_window", "advance", "preempt", "set_status", "image")
+             "launch_window", "advance", "preempt", "set_status", "image", "drop_connections")
 
     # -- faults --------------------------------------------------------------------------------------------------
     def _take_fault(self, name: str, path: str = "") -> dict | None:
@@ -353,6 +398,13 @@ class Emulator:
             v["actions"] = {a: {"available": False, "reason_code": "vm-is-terminating",
                                 "reason_description": "The instance is terminating or terminated."} for a in ACTIONS}
         return v
+
+    def _type_view(self, t: str) -> dict:
+        view = catalog.instance_type(t)
+        f = self._faults.get("no-price")
+        if f is not None and f.get("type") in (None, t):
+            del view["price_cents_per_hour"]
+        return view
 
     def _get(self, iid: str) -> dict:
         inst = self._instances.get(iid)
@@ -428,13 +480,19 @@ class Emulator:
         d = self.dir / "hosts" / inst["id"]
         old = self._take_fault("old-driver")
         stack = {"driver": str(old.get("version", "535.183.01")), "cuda": str(old.get("cuda", "12.2"))} if old else {}
+        recycle = self._take_fault("recycle-ip")
+        address = host.AUTO
+        if recycle:
+            ended = sorted((i for i in self._instances.values() if i.get("_ended") and i.get("_address")),
+                           key=lambda i: i["_ended"])
+            address = recycle.get("address") or (ended[-1]["_address"] if ended else host.AUTO)
         try:
             image_python = None
             if self._image.get("python"):
                 from ...sandbox import image
 
                 image_python = str(image.build(self.dir / "images" / self._image["python"], self._image["python"]))
-            st = host.start(d, address=host.AUTO, port=22, gpu=gpu, gpus=count, host_key=host_key,
+            st = host.start(d, address=address, port=22, gpu=gpu, gpus=count, host_key=host_key,
                             authorized_keys=[public_key], python=self.python, image_python=image_python, **stack)
             for rel, text in (self._image.get("files") or {}).items():
                 f = d / "home" / rel
@@ -499,11 +557,14 @@ class Emulator:
         p = path[len("/api/v1"):]
         if self._take_fault("account-inactive"):
             raise ApiError("account-inactive")
-        if self._take_fault("5xx", p):
-            raise ApiError("internal-error")
+        f = self._take_fault("5xx", p)
+        if f:
+            raise ApiError(f.get("error") or "internal-error")
+        if self._take_fault("null-data", p):
+            return 200, {"data": None}
         m = method
         if m == "GET" and p == "/instance-types":
-            return 200, {"data": {t: {"instance_type": catalog.instance_type(t), "regions_with_capacity_available": [
+            return 200, {"data": {t: {"instance_type": self._type_view(t), "regions_with_capacity_available": [
                 {"name": r, "description": catalog.REGIONS[r]} for r in catalog.REGIONS
                 if self._capacity.get(t, {}).get(r, 0) > 0 or [t, r] in self._failing]}
                 for t in catalog.available_types()}}
@@ -576,6 +637,9 @@ class Emulator:
             raise _Drop()
         if self._take_fault("launch-5xx-after-create"):
             raise ApiError("internal-error")
+        slow = self._take_fault("slow-launch-answer")
+        if slow:
+            raise _Delayed(200, {"data": {"instance_ids": [iid]}}, float(slow.get("seconds", 10)))
         return 200, {"data": {"instance_ids": [iid]}}
 
     def _add_key(self, body) -> dict:
@@ -584,6 +648,8 @@ class Emulator:
         name, pub = body.get("name"), body.get("public_key")
         if not isinstance(name, str) or not 1 <= len(name) <= 64:
             raise ApiError("invalid-parameters", "name must be 1 to 64 characters.")
+        if self._take_fault("key-added-elsewhere") and isinstance(pub, str):
+            self._keys.append({"id": uuid.uuid4().hex, "name": name, "public_key": pub.strip()})
         if any(k["name"] == name for k in self._keys):
             raise ApiError("invalid-parameters", f"An SSH key named {name!r} already exists.")
         private = None
@@ -728,10 +794,18 @@ def _handler(emu: Emulator):
                     status, doc = self._admin(body)
                 else:
                     with emu.lock:
-                        try:
-                            status, doc = emu.handle(self.command, self.path, body)
-                        finally:
-                            emu._save()
+                        slow = emu._take_fault("slow-answer", self.path.split("?", 1)[0])
+                    if slow:  # outside the lock: the other requests go on meanwhile
+                        time.sleep(float(slow.get("seconds", 3)))
+                    try:
+                        with emu.lock:
+                            try:
+                                status, doc = emu.handle(self.command, self.path, body)
+                            finally:
+                                emu._save()
+                    except _Delayed as d:
+                        time.sleep(d.seconds)
+                        status, doc = d.status, d.doc
                 self._send(status, doc)
             except ApiError as e:
                 self._send(e.status, {"error": e.body}, e.headers)
