@@ -60,7 +60,7 @@ def up_and_ls(tmp: Path, env: dict) -> None:
     proj = tmp / "proj"
     proj.mkdir()
     os.chdir(proj)
-    from gpuops.cloud.lifecycle import UpSpec, down, listing, make_context, up
+    from gpuops.cloud.instances import UpSpec, down, listing, make_context, up
     from gpuops.console import Output
     import io
 

@@ -43,8 +43,9 @@ TEST_CACHE = os.environ.get("GPUOPS_TEST_CACHE") or str(Path.home() / ".cache" /
 def preflight_figures(remote_proj: Path, project: Path) -> None:
     """The one preflight execution of `train`, timed on one connection: as before the launch gate, with it, and with
     it on a real CPU torch (the cached test venv of tests/distenv.py, when it exists: importing torch dominates)."""
-    from gpuops import profiles, runs as core
-    from gpuops.remote import launch as rl
+    from gpuops.profiles import model as profiles
+    from gpuops.jobs import plan as core
+    from gpuops.jobs import remote as rl
     from gpuops.remote.connection import connect
 
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))

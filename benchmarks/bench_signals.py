@@ -1,4 +1,4 @@
-"""Figures for the training-signal model (src/gpuops/signals.py) that watch runs on every log line.
+"""Figures for the training-signal model (src/gpuops/jobs/signals.py) that watch runs on every log line.
 
 Prints: log lines per second through SignalModel.line (a mixed trainer log: step/loss lines, VERL lines, HF Trainer
 dicts, noise) and the model's memory bound (losses kept). Not a pass/fail test.
@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import time
 
-from gpuops import signals as sg
+from gpuops.jobs import signals as sg
 
 N = 200_000
 

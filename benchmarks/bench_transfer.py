@@ -102,7 +102,7 @@ def main() -> int:
         t_change, (code, change, err) = timed(lambda: cli("sync", "-p", "sandbox", "--json"))
         assert code == 0 and change["files"] == 1, err
 
-        from gpuops import profiles
+        from gpuops.profiles import model as profiles
         from gpuops.remote.connection import ssh_command
 
         prof = profiles.resolve("sandbox")

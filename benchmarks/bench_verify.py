@@ -100,7 +100,9 @@ def health_and_bench(gpuops, env, tmp: Path) -> None:
         print(f"verify 8x H100 SXM5 sandbox {label}: median {med:.2f} s, best {best:.2f} s over 5 runs; "
               f"{len(doc['checks'])} checks, probe {f['probe_seconds']:.2f} s on the host")
     # the health facts' own seconds, from one probe document
-    from gpuops import console, profiles, verify
+    from gpuops import console
+    from gpuops.profiles import model as profiles
+    from gpuops.verify import host as verify
 
     os.environ.update({k: env[k] for k in ("HOME", "GPUOPS_STATE_DIR", "GPUOPS_CONFIG_DIR")})
     import io

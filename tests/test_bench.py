@@ -4,9 +4,9 @@ import json
 import os
 from pathlib import Path
 
-from gpuops.bench import judge, likely_causes, sample_by_gpu
-from gpuops.checks import INFO, PASS, WARN
-from gpuops.facts import Facts, Gpu
+from gpuops.verify.bench import judge, likely_causes, sample_by_gpu
+from gpuops.verify.checks import INFO, PASS, WARN
+from gpuops.verify.facts import Facts, Gpu
 
 FIELDS = ["index", "pci.bus_id", "clocks_event_reasons.active", "clocks_event_reasons.hw_slowdown",
           "clocks_event_reasons.hw_thermal_slowdown", "clocks_event_reasons.sw_thermal_slowdown",
@@ -107,7 +107,9 @@ def test_bench_snippet_runs_on_the_sandbox_with_cpu_torch(sandbox, dist_python, 
     sample taken during the matmul, two all-reduce processes (gloo), and the judgement in the report."""
     import yaml
 
-    from gpuops import console, profiles, verify
+    from gpuops import console
+    from gpuops.profiles import model as profiles
+    from gpuops.verify import host as verify
     from gpuops.sandbox import host
 
     host.up(gpu="h100-sxm5", gpus=2, driver="580.159.04", cuda="13.0")
@@ -138,7 +140,7 @@ def test_bench_snippet_runs_on_the_sandbox_with_cpu_torch(sandbox, dist_python, 
 
 def test_probe_bench_fact_failures_reach_the_judgement():
     """A crashed or timed-out bench (the probe's fact shapes) is a WARN with its reason, never a lost report."""
-    from gpuops.facts import from_probe
+    from gpuops.verify.facts import from_probe
 
     from helpers import fact, probe_doc
 

@@ -2,9 +2,9 @@
 import pytest
 
 from gpuops import knowledge
-from gpuops.checks import FAIL, INFO, PASS, WARN, evaluate, spec_matches, verdict
-from gpuops.facts import from_probe
-from gpuops.profiles import Profile
+from gpuops.verify.checks import FAIL, INFO, PASS, WARN, evaluate, spec_matches, verdict
+from gpuops.verify.facts import from_probe
+from gpuops.profiles.model import Profile
 
 from helpers import healthy_cuda, probe_doc, smi
 

@@ -255,7 +255,7 @@ def test_fingerprint_and_key_name_match_ssh_keygen(tmp_path):
 
 
 def test_cloud_config_hands_our_host_key_to_cloud_init():
-    from gpuops.cloud.lifecycle import make_host_key
+    from gpuops.cloud.instances import make_host_key
 
     priv, pub = make_host_key()
     text = d.cloud_config(priv, pub)
@@ -364,8 +364,8 @@ def test_up_refuses_bad_durations_and_guards_before_any_request(gpuops, monkeypa
 
 
 def test_cuda_error_802_is_recognised_as_transient():
-    from gpuops.checks import FAIL, PASS, CheckResult
-    from gpuops.verify import cuda_error_802
+    from gpuops.verify.checks import FAIL, PASS, CheckResult
+    from gpuops.verify.host import cuda_error_802
 
     e802 = CheckResult("cuda.runtime", "CUDA tensor test", FAIL, "torch.cuda.is_available() is False",
                        detail="CUDA call failed lazily at initialization with error: CUDA error: system not yet "
@@ -391,7 +391,7 @@ def test_a_long_watch_notes_activity_once_a_minute_for_both_nodes_of_a_fleet(tmp
     from types import SimpleNamespace
 
     from gpuops.cloud.guardrail import ActivityNoter
-    from gpuops.profiles import CloudInfo
+    from gpuops.profiles.model import CloudInfo
 
     monkeypatch.setenv("GPUOPS_STATE_DIR", str(tmp_path / "state"))
     led = Ledger()

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from gpuops import profiles
+from gpuops.profiles import model as profiles
 from gpuops.errors import ConnectError, RemoteError
 from gpuops.remote.connection import connect, ssh_command
 

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from gpuops.transfer import unsafe_delete_target
+from gpuops.transfer.plan import unsafe_delete_target
 
 HOME = "/home/ubuntu"
 
@@ -114,7 +114,7 @@ def test_gpuops_own_files_are_never_synced_nor_deleted(sandbox, gpuops, home_wit
     ("~/~a", "\\~a"), ("a\\b", "a\\\\b"), ("/opt/p?", "/opt/p\\?"), ("/data/run1", "/data/run1"),
 ])
 def test_rsync_remote_path_escapes_what_the_remote_shell_would_expand(path, want):
-    from gpuops.transfer import rsync_remote_path
+    from gpuops.transfer.plan import rsync_remote_path
 
     assert rsync_remote_path(path) == want
 
@@ -124,7 +124,7 @@ def test_rsync_remote_path_escapes_what_the_remote_shell_would_expand(path, want
     ("~/../hom[e]", True), ("~/proj", False), ("~", False), ("/data/run-1", False), ("proj", False),
 ])
 def test_remote_dir_spelling(path, bad):
-    from gpuops.transfer import remote_dir_spelling_problem
+    from gpuops.transfer.plan import remote_dir_spelling_problem
 
     assert bool(remote_dir_spelling_problem(path)) is bad
 

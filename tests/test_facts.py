@@ -1,6 +1,6 @@
 """Parsers of nvidia-smi output on recorded outputs of several GPUs and every failure mode."""
 from gpuops import knowledge
-from gpuops.facts import classify_smi_failure, from_probe, parse_smi_header, parse_smi_query
+from gpuops.verify.facts import classify_smi_failure, from_probe, parse_smi_header, parse_smi_query
 
 from helpers import probe_doc, smi
 

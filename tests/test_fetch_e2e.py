@@ -146,7 +146,7 @@ def _cut_profile(sandbox, port: int) -> str:
 
 
 def test_fetch_resumes_after_the_connection_is_cut(sandbox, gpuops):
-    from gpuops import profiles
+    from gpuops.profiles import model as profiles
     from gpuops.remote.connection import connect
 
     size = 3_000_000
@@ -170,7 +170,7 @@ def test_fetch_resumes_after_the_connection_is_cut(sandbox, gpuops):
 
 
 def test_interrupted_fetch_leaves_no_file_under_its_final_name(sandbox, gpuops, monkeypatch):
-    from gpuops import profiles
+    from gpuops.profiles import model as profiles
     from gpuops.remote.connection import connect
 
     monkeypatch.setattr("gpuops.remote.rsync.ATTEMPTS", 1)
@@ -252,7 +252,7 @@ def test_fetch_a_single_file(sandbox, gpuops):
 
 
 def test_single_file_fetch_resumes_and_appears_only_when_verified(sandbox, gpuops, monkeypatch):
-    from gpuops import profiles
+    from gpuops.profiles import model as profiles
     from gpuops.remote.connection import connect
 
     size = 3_000_000

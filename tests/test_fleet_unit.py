@@ -7,10 +7,11 @@ import subprocess
 
 import pytest
 
-from gpuops import fleet, launchers
+from gpuops import fleet
+from gpuops.jobs import launchers
 from gpuops.errors import ConnectError, ProfileError, UsageError
-from gpuops.profiles import Profile, load_profile
-from gpuops.runs import fleet_exit, node_meta, RunInfo
+from gpuops.profiles.model import Profile, load_profile
+from gpuops.jobs.plan import fleet_exit, node_meta, RunInfo
 
 
 def prof(**kw):
@@ -219,7 +220,7 @@ lr-x------ 1 ubuntu ubuntu 64 Nov 25 14:33 3 -> /tmp/gpuops-ray-aa-0/session_x/l
 
 
 def ray_select(temp_dir: str, group: str, self_pid: str) -> set[int]:
-    from gpuops.launchers import RAY_PROCS_FN
+    from gpuops.jobs.launchers import RAY_PROCS_FN
 
     res = subprocess.run(["sh", "-c", RAY_PROCS_FN + 'printf "%s@fd\\n%s" "$PS" "$FDS" | gpuops_ray_select "$@"',
                           "sh", temp_dir, group, self_pid],

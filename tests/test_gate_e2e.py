@@ -236,7 +236,7 @@ def sandbox_host(sandbox) -> str:
 
 def hold_gpu(spec: str) -> int:
     """A real process started on the sandbox host over SSH, holding emulated GPU memory (GPUOPS_SANDBOX_HOLD)."""
-    from gpuops import profiles
+    from gpuops.profiles import model as profiles
     from gpuops.remote.connection import connect
 
     remote = connect(profiles.resolve("sandbox"), announce=lambda m: None)

@@ -6,8 +6,8 @@ import os
 from pathlib import Path
 
 from gpuops import knowledge as kb
-from gpuops import runs as core
-from gpuops.profiles import Profile
+from gpuops.jobs import plan as core
+from gpuops.profiles.model import Profile
 from gpuops.remote import probe
 
 from helpers import fact, healthy_cuda, probe_doc, smi

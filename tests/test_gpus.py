@@ -1,7 +1,7 @@
 """The GPU identity table: every name a GPU goes by leads to one row (pure, on the packaged gpus.yaml)."""
 import pytest
 
-from gpuops import gpus
+from gpuops.verify import gpus
 from gpuops.errors import UsageError
 
 REQUIRED = ["h100-pcie", "h100-sxm5", "h200", "a100-pcie-40gb", "a100-pcie-80gb", "a100-sxm4-40gb", "a100-sxm4-80gb",

@@ -70,7 +70,7 @@ def test_train_reports_a_launcher_that_never_reached_the_job(sandbox, gpuops, ki
     _profile(sandbox, "gone", remote_dir=f"~/{d.name}")
 
     orig = None
-    import gpuops.remote.launch as rl
+    import gpuops.jobs.remote as rl
 
     def no_cd(**kw):  # the project folder vanishes between the preflight and the job
         text = orig(**kw)
@@ -86,7 +86,7 @@ def test_train_reports_a_launcher_that_never_reached_the_job(sandbox, gpuops, ki
 
 
 def test_unexpected_error_is_one_line_and_exit_1(sandbox, gpuops, monkeypatch):
-    import gpuops.lifecycle as lc
+    import gpuops.jobs.actions as lc
 
     def boom(*a, **k):
         raise RuntimeError("boom\nsecond line")
@@ -138,7 +138,7 @@ def test_status_shows_the_whole_script_path(sandbox, gpuops, kill_runs):
 def test_wandb_failure_is_warned_once(sandbox, gpuops, monkeypatch, kill_runs):
     """The W&B library's failure (here: the error log_to_wandb raises for any exception of wandb's) reaches the
     user as one warning, not 'W&B logging failed: W&B logging failed: ...'."""
-    import gpuops.snapshot as snap
+    import gpuops.transfer.snapshot as snap
     from gpuops.errors import GpuopsError
 
     def fails(*a, **k):

@@ -9,9 +9,9 @@ from pathlib import Path
 import pytest
 
 from gpuops import knowledge
-from gpuops.checks import FAIL, INFO, PASS, WARN, evaluate
-from gpuops.facts import SMI_QUERY_FIELDS, from_probe, parse_health, parse_smi_header, parse_xids
-from gpuops.profiles import Profile
+from gpuops.verify.checks import FAIL, INFO, PASS, WARN, evaluate
+from gpuops.verify.facts import SMI_QUERY_FIELDS, from_probe, parse_health, parse_smi_header, parse_xids
+from gpuops.profiles.model import Profile
 from gpuops.remote import probe
 
 from helpers import fact, healthy_cuda, probe_doc, smi
@@ -180,7 +180,7 @@ def test_fail_fix_names_the_instance_to_replace_when_the_profile_knows_it():
     """A cloud profile that records its instance id (cloud commands) gets it in the fix line."""
     from types import SimpleNamespace
 
-    from gpuops.checks import _reset_fix
+    from gpuops.verify.checks import _reset_fix
 
     c = SimpleNamespace(p=SimpleNamespace(instance_id="0920582c7ff041399e34823a0be62549"))
     assert _reset_fix(c, [1, 3]) == ("reset the GPU if you own the host (`sudo nvidia-smi -r -i 1,3` with no process on "
@@ -266,7 +266,7 @@ def test_health_is_off_when_the_playbook_leaves_it_out():
     pb = dict(PLAYBOOK, checks=[c for c in PLAYBOOK["checks"] if c not in ("gpu.health_fields", "gpu.kernel_log")])
     r = run(health_doc("h100_sxm5", {"remapped_rows.pending": "Yes"}), playbook=pb)
     assert "gpu.row_remap" not in r and "gpu.xid" not in r
-    from gpuops.verify import probe_params
+    from gpuops.verify.host import probe_params
     params = probe_params(profile(), pb, PRESETS, Path("."))
     assert params["health"] is False and params["kernel_log"] is False and "bench" not in params
     assert probe_params(profile(), PLAYBOOK, PRESETS, Path("."), bench=True)["bench"]["seconds"] == 1.0

@@ -6,7 +6,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from gpuops import job_imports as ji
+from gpuops.jobs import script_imports as ji
 from gpuops import knowledge
 
 TABLE = knowledge.load_playbook("modules", Path("/nonexistent")).get("modules")

@@ -23,7 +23,7 @@ def test_wheel_carries_playbooks_profiles_and_probe(tmp_path):
     zipfile.ZipFile(wheel).extractall(site)
     elsewhere = tmp_path / "elsewhere"
     elsewhere.mkdir()
-    code = ("import gpuops, sys; from gpuops import profiles, knowledge;"
+    code = ("import gpuops, sys; from gpuops import knowledge; from gpuops.profiles import model as profiles;"
             "assert gpuops.__file__.startswith(sys.argv[1]), gpuops.__file__;"
             "p = profiles.resolve('lambda-h100'); assert '_data' in str(p.source), p.source;"
             "assert knowledge.preset_env('h100')['NVIDIA_TF32_OVERRIDE'] == '1';"

@@ -7,10 +7,10 @@ from pathlib import Path
 import pytest
 from helpers import healthy_cuda, probe_doc, smi
 
-from gpuops import gpus
-from gpuops import profile_text as pt
-from gpuops.facts import from_probe
-from gpuops.profiles import profile_from_text
+from gpuops.verify import gpus
+from gpuops.profiles import text as pt
+from gpuops.verify.facts import from_probe
+from gpuops.profiles.model import profile_from_text
 
 
 def render(**over):
@@ -84,7 +84,7 @@ def test_values_are_quoted_so_yaml_cannot_reinterpret_them():
 
 
 def test_the_default_python_is_left_out_so_setup_can_make_its_environment():
-    from gpuops.setup_ops import with_environment
+    from gpuops.setup.apply import with_environment
 
     prof = load(render())
     assert prof.python == "python3" and "python" not in prof.model_fields_set  # train uses the system python3

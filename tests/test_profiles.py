@@ -4,7 +4,7 @@ from pathlib import Path
 
 import pytest
 
-from gpuops import profiles
+from gpuops.profiles import model as profiles
 from gpuops.errors import ProfileError
 
 

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from gpuops.profiles import load_profile
+from gpuops.profiles.model import load_profile
 
 
 def args_for(sandbox, name="box", *extra):

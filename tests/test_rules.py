@@ -4,10 +4,11 @@ import shlex
 
 import pytest
 
-from gpuops import knowledge, rules
-from gpuops.checks import FAIL, PASS, WARN, evaluate
-from gpuops.facts import from_probe
-from gpuops.profiles import Profile
+from gpuops import knowledge
+from gpuops.verify import rules
+from gpuops.verify.checks import FAIL, PASS, WARN, evaluate
+from gpuops.verify.facts import from_probe
+from gpuops.profiles.model import Profile
 
 from helpers import healthy_cuda, probe_doc, smi
 
@@ -94,7 +95,7 @@ def test_torch_cuda_arch_list_needed_for_extension_builds_on_blackwell_only():
 def test_blackwell_presets_one_per_capability():
     assert knowledge.preset_env("blackwell-b200")["TORCH_CUDA_ARCH_LIST"] == "10.0+PTX"
     assert knowledge.preset_env("blackwell-rtxpro")["TORCH_CUDA_ARCH_LIST"] == "12.0+PTX"
-    from gpuops import gpus
+    from gpuops.verify import gpus
 
     assert gpus.match("NVIDIA B200").preset == "blackwell-b200"
     assert gpus.match("NVIDIA RTX PRO 6000 Blackwell Server Edition").preset == "blackwell-rtxpro"

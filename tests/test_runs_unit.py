@@ -10,10 +10,10 @@ from pathlib import Path
 
 import pytest
 
-from gpuops import runs as core
-from gpuops import watch as w
+from gpuops.jobs import plan as core
+from gpuops.jobs import watch as w
 from gpuops.errors import UsageError
-from gpuops.remote import launch as rl
+from gpuops.jobs import remote as rl
 
 PRESETS = {
     "presets": {"h100": {"env": {
@@ -383,7 +383,7 @@ class LocalRemote:
 
 
 def test_stream_from_returns_the_log_bytes_exactly_in_chunks(tmp_path, sandbox):
-    from gpuops import profiles
+    from gpuops.profiles import model as profiles
     from gpuops.remote.connection import connect
 
     data = b"one\nbad \xff\xfe line\n" + bytes(range(256)) * 600 + b"\nlast \xc3 without newline"

@@ -26,7 +26,7 @@ def hosts(tmp_path):
 
 
 def test_three_hosts_own_address_key_gpu_and_profile(hosts, tmp_path, gpuops):
-    from gpuops.profiles import resolve
+    from gpuops.profiles.model import resolve
     from gpuops.remote.connection import connect
     from gpuops.sandbox import host
 

@@ -8,10 +8,10 @@ from pathlib import Path
 import pytest
 
 from gpuops import knowledge as kb
-from gpuops import runs as core
-from gpuops import setup_plan as sp
+from gpuops.jobs import plan as core
+from gpuops.setup import plan as sp
 from gpuops.errors import ProfileError
-from gpuops.profiles import Profile
+from gpuops.profiles.model import Profile
 
 DATA = Path(__file__).parent / "data" / "snapshot"
 KNOW = kb.knowledge(Path("/nonexistent"))
@@ -34,7 +34,7 @@ eval = ["vllm==0.12.0"]
 """
 TOOLS_ONLY = "[tool.ruff]\nline-length = 100\n\n[tool.black]\nline-length = 100\n"
 
-# what remote/setup.py's facts script prints on a fresh Lambda H100 (Lambda Stack: the system python3 has a CUDA
+# what setup/remote.py's facts script prints on a fresh Lambda H100 (Lambda Stack: the system python3 has a CUDA
 # torch and pip, no uv, no venv yet), for a uv project with its lock
 FRESH_LAMBDA = f"""home=/home/ubuntu
 user=ubuntu
@@ -369,11 +369,11 @@ def test_indexes_reach_the_installers_through_the_environment_not_a_command_line
 
 
 def _pip_config_as_read(env: dict) -> dict:
-    """remote/setup.py's pip configuration reader, run as setup runs it on a host (a python of its own)."""
+    """setup/remote.py's pip configuration reader, run as setup runs it on a host (a python of its own)."""
     import subprocess
     import sys
 
-    from gpuops.remote.setup import PIPCONF
+    from gpuops.setup.plan import PIPCONF
 
     code = PIPCONF + "import json\nprint(json.dumps(pip_config('', strip=False)))\n"
     r = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True)
@@ -412,7 +412,7 @@ def test_the_hosts_pip_configuration_is_read_as_pip_reads_it(tmp_path):
 
 
 def test_run_template_takes_a_system_python_as_the_base_of_its_environment():
-    from gpuops import run_ops
+    from gpuops.pipeline import runner as run_ops
     from gpuops.errors import UsageError
 
     t, note = run_ops.run_template({"python": "python3", "setup": {"extras": ["train"]}}, "h100")
@@ -482,7 +482,7 @@ def test_pips_constraint_files_reach_uv_too():
     import sys
     import tempfile
 
-    from gpuops.remote.setup import PIP_TO_ENV
+    from gpuops.setup.plan import PIP_TO_ENV
 
     with tempfile.TemporaryDirectory() as d:
         conf = Path(d) / "pip.conf"

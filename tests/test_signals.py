@@ -4,8 +4,8 @@ from pathlib import Path
 
 import pytest
 
-from gpuops import signals as sg
-from gpuops.watch import Dashboard, signal_docs, signal_lines
+from gpuops.jobs import signals as sg
+from gpuops.jobs.watch import Dashboard, signal_docs, signal_lines
 
 SPEC = sg.load_spec(Path("/nonexistent"))
 OOM = Path(__file__).parent / "data" / "logs" / "torch-2.11-oom-message.txt"  # copied from a real torch 2.11 OOM
@@ -147,7 +147,7 @@ def test_dashboard_screen_shows_progress_and_signals():
 
     from rich.console import Console
 
-    from gpuops.watch import render
+    from gpuops.jobs.watch import render
 
     t = [100.0]
     dash = Dashboard({"run_id": "r", "started_ts": 100.0}, price_per_hour=2.0, clock=lambda: t[0], signal_spec=SPEC)

@@ -9,7 +9,7 @@ import time
 import pytest
 import yaml
 
-from gpuops import signals as sg
+from gpuops.jobs import signals as sg
 from test_runs_e2e import cleanup_runs, put, run_id_of  # noqa: F401
 
 pytestmark = pytest.mark.usefixtures("cleanup_runs")

@@ -128,8 +128,8 @@ def test_diff_sees_a_gpu_and_driver_change(gpuops, venv_sandbox):
 
 
 def test_capture_is_one_remote_execution(venv_sandbox, isolated):
-    from gpuops import profiles
-    from gpuops import snapshot as core
+    from gpuops.profiles import model as profiles
+    from gpuops.transfer import snapshot as core
     from gpuops.remote.connection import connect
 
     prof = profiles.resolve("sandbox", isolated)
@@ -144,8 +144,8 @@ def test_capture_is_one_remote_execution(venv_sandbox, isolated):
 
 def test_snapshot_for_run_local_remote_and_wandb(venv_sandbox, isolated, tmp_path, monkeypatch, capsys):
     """What `gpuops train` calls: local runs/<id>/environment, the same files remotely, W&B when the key is set."""
-    from gpuops import profiles
-    from gpuops import snapshot as core
+    from gpuops.profiles import model as profiles
+    from gpuops.transfer import snapshot as core
     from gpuops.console import Output
     from gpuops.remote.connection import connect
 
@@ -200,8 +200,8 @@ def test_snapshot_for_run_local_remote_and_wandb(venv_sandbox, isolated, tmp_pat
 
 
 def test_snapshot_for_run_never_raises(venv_sandbox, isolated):
-    from gpuops import profiles
-    from gpuops import snapshot as core
+    from gpuops.profiles import model as profiles
+    from gpuops.transfer import snapshot as core
     from gpuops.console import Output
     from gpuops.remote.connection import connect
 

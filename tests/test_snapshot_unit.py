@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from gpuops import snapshot as core
+from gpuops.transfer import snapshot as core
 from gpuops.errors import RemoteError, UsageError
 
 DATA = Path(__file__).parent / "data" / "snapshot"

@@ -138,10 +138,10 @@ def test_json_summary_and_incremental_resync(sandbox, gpuops):
 
 def test_sync_project_python_entry_point(sandbox):
     """The function `gpuops train` calls."""
-    from gpuops import profiles
+    from gpuops.profiles import model as profiles
     from gpuops.console import Output
     from gpuops.remote.connection import connect
-    from gpuops.transfer_ops import sync_project
+    from gpuops.transfer.ops import sync_project
 
     write(Path.cwd() / "train.py", "print(1)\n")
     write(Path.cwd() / "checkpoints/x.pt")
@@ -155,7 +155,7 @@ def test_sync_project_python_entry_point(sandbox):
 
 def _proxy_profile(sandbox, port: int) -> str:
     """A profile `cut` reaching the sandbox through a proxy on `port`, its host key trusted."""
-    from gpuops import profiles
+    from gpuops.profiles import model as profiles
     from gpuops.paths import config_dir
     from gpuops.remote.connection import connect
 

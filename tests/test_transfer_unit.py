@@ -5,7 +5,7 @@ from pathlib import Path
 
 import pytest
 
-from gpuops import transfer as tr
+from gpuops.transfer import plan as tr
 
 
 @pytest.mark.parametrize("line,rules", [

@@ -120,7 +120,7 @@ def _describe(seen: dict[str, list[int]]) -> str:
 def compare(reports: list[Optional[dict]]) -> list:
     """Fleet checks over the hosts' verify reports (None: host unreachable): the same GPU model and count, driver,
     CUDA, Python and package versions everywhere, differences named per host."""
-    from .checks import FAIL, PASS, WARN, CheckResult
+    from .verify.results import FAIL, PASS, WARN, CheckResult
 
     def gpus(f):
         names = sorted({g["name"] for g in f.get("gpus") or []})
@@ -153,7 +153,7 @@ def compare(reports: list[Optional[dict]]) -> list:
 
 def reach_results(reports: list[Optional[dict]], master: str, port: int) -> list:
     """Does each node reach rank 0 on the rendezvous port? `refused` counts: the path works, nothing listens yet."""
-    from .checks import FAIL, PASS, CheckResult
+    from .verify.results import FAIL, PASS, CheckResult
 
     results = []
     for rank, rep in enumerate(reports):

@@ -53,12 +53,18 @@ HostOpt = typer.Option(None, "--host", metavar="N", min=0, help="Only host N of 
                        show_default=False)
 
 
+def _no_debug() -> bool:
+    return False
+
+
+debug_flag = _no_debug  # cli/main.py points this at its --debug flag (main imports this module, never the reverse)
+
+
 def output(json_mode: bool = False):
     """The Output for this command (console.py decides rich / plain / JSON)."""
     from ..console import Output
-    from . import main
 
-    return Output(json_mode=json_mode, debug=main.DEBUG)
+    return Output(json_mode=json_mode, debug=debug_flag())
 
 
 def with_warnings(doc: dict, *outs) -> dict:
@@ -76,7 +82,7 @@ def with_warnings(doc: dict, *outs) -> dict:
 def pick_profile(name: Optional[str], option: Optional[str] = None, out=None):
     """Positional name wins, then --profile, then the chain in profiles.resolve(). The profile's warnings go to `out`
     (so a --json document can carry them), else to a fresh Output."""
-    from .. import profiles
+    from ..profiles import model as profiles
 
     if name and option and name != option:
         from ..errors import UsageError

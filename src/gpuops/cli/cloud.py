@@ -20,7 +20,7 @@ app.add_typer(cloud_app, name="cloud")
 
 
 def _context(out, *, with_key: bool = False):
-    from ..cloud.lifecycle import make_context
+    from ..cloud.instances import make_context
 
     return make_context(out, with_key=with_key, project_dir=Path.cwd())
 
@@ -93,7 +93,7 @@ def keys(
 ) -> None:
     """The account's SSH keys (name, type, fingerprint); `gpuops up` registers the profile's key itself when missing."""
     from ..cloud import decisions as d
-    from ..cloud.lifecycle import ensure_ssh_key, public_key_of
+    from ..cloud.instances import ensure_ssh_key, public_key_of
     from ..errors import UsageError
 
     out = output(json_)
@@ -170,7 +170,7 @@ def up(
     --yes or not a terminal). NAME is reserved in the ledger before the launch: a second `up NAME` meanwhile is
     refused (exit 2). Ctrl-C, SIGTERM and SIGHUP terminate what was launched."""
     from ..cloud import decisions as d
-    from ..cloud.lifecycle import UpSpec, template_for, up as do_up
+    from ..cloud.instances import UpSpec, template_for, up as do_up
     from ..errors import UsageError
     from ..interrupts import as_interrupt
 
@@ -219,7 +219,7 @@ def ls(json_: bool = JsonOpt) -> None:
     tag); open launches the API does not list yet. Loud lines for anything that may bill with nothing here using it:
     no profile names it, its bring-up was cut off, the ledger says it ended, or it is past a limit."""
     from ..cloud import decisions as d
-    from ..cloud.lifecycle import listing
+    from ..cloud.instances import listing
 
     out = output(json_)
     ctx = _context(out)
@@ -257,7 +257,7 @@ def down(
     """Terminate the instance behind profile NAME (every instance of a fleet, and any other open launch of that
     name), confirm it by reading it back, forget its host key, mark the profile gone. Without a profile: the open
     launches and gpuops instances of that name, or one instance by its id."""
-    from ..cloud.lifecycle import down as do_down, down_target
+    from ..cloud.instances import down as do_down, down_target
     from ..errors import GpuopsError
     from ..interrupts import as_interrupt
 
@@ -299,7 +299,7 @@ def reap(
     """Terminate gpuops-managed instances past their TTL or idle limit (idle confirmed by one sample on the host),
     judged by the ledger and the instances' gpuops tags: one without a profile, or launched from another machine
     (its TTL tag), too. Safe from cron: `gpuops reap --yes`."""
-    from ..cloud.lifecycle import reap as do_reap
+    from ..cloud.instances import reap as do_reap
     from ..interrupts import as_interrupt
 
     out = output(json_)

@@ -14,7 +14,7 @@ import typer
 
 def profile_names(incomplete: str) -> List[str]:
     try:
-        from .. import profiles
+        from ..profiles import model as profiles
 
         return [n for n in profiles.available() if n.startswith(incomplete)]
     except Exception:
@@ -23,7 +23,7 @@ def profile_names(incomplete: str) -> List[str]:
 
 def run_ids(ctx: typer.Context, incomplete: str) -> List[str]:
     try:
-        from .. import runs
+        from ..jobs import plan as runs
 
         prof = ctx.params.get("profile") or ctx.params.get("name")
         found = runs.local_runs(prof if prof and "/" not in prof else None) or runs.local_runs()
@@ -36,7 +36,7 @@ def fetch_names(ctx: typer.Context, incomplete: str) -> List[str]:
     try:
         from pathlib import Path
 
-        from .. import profiles
+        from ..profiles import model as profiles
 
         prof = profiles.resolve(ctx.params.get("profile"), Path.cwd())
         return [n for n in prof.fetch if n.startswith(incomplete)]

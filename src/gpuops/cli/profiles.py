@@ -21,7 +21,7 @@ def list_profiles(ctx: typer.Context, json_: bool = JsonOpt) -> None:
     """List the profiles found (project, user, packaged examples), and which one is selected here."""
     if ctx.invoked_subcommand:
         return
-    from .. import profiles
+    from ..profiles import model as profiles
 
     out = output(json_)
     cwd = Path.cwd()
@@ -85,7 +85,7 @@ def new(
     force: bool = typer.Option(False, "--force", help="Overwrite an existing profile of that name."),
 ) -> None:
     """Write a commented, validated profile from an IP and a key (never overwrites without --force)."""
-    from .. import profile_ops
+    from ..profiles import write as profile_ops
 
     out = output(False)
     dest = profile_ops.new(out, name=name, host=host, key=key, user=user, port=port, instance_type=instance_type,
@@ -109,7 +109,7 @@ def pin(
     expect: block; shows the change as a diff first. Comments outside expect: are kept."""
     import sys
 
-    from .. import profile_ops
+    from ..profiles import write as profile_ops
 
     out = output(json_)
     prof = pick_profile(name)

@@ -65,10 +65,10 @@ def run(
     import sys
     import time
 
-    from .. import pipeline as pl
-    from .. import run_ops
+    from ..pipeline import stages as pl
+    from ..pipeline import runner as run_ops
     from ..cloud import decisions as d
-    from ..cloud.lifecycle import make_context, template_for
+    from ..cloud.instances import make_context, template_for
     from ..errors import UsageError
     from ..interrupts import as_interrupt
 
@@ -93,7 +93,7 @@ def run(
     else:
         if not type_ or not script:
             raise UsageError("--type and --script are needed (or --resume)")
-        from ..launchers import LAUNCHERS
+        from ..jobs.launchers import LAUNCHERS
 
         if launcher == "auto":
             launcher = "torchrun" if nodes > 1 else "none"
@@ -101,7 +101,7 @@ def run(
             raise UsageError(f"--launcher {launcher!r}: choose one of auto, {', '.join(LAUNCHERS)}")
         if nproc != "auto" and not (nproc.isdigit() and int(nproc) > 0):
             raise UsageError(f"--nproc-per-node {nproc!r}: 'auto' or a whole number above 0")
-        from ..runs import script_path
+        from ..jobs.plan import script_path
 
         script = script_path(script, project, must_exist=True)
         template, note = run_ops.run_template(template_for(from_, project), from_)

@@ -27,8 +27,8 @@ def setup(
     pip configuration, torch for the driver's CUDA when the project or expect.packages pins one the image lacks,
     and flash-attn; refuses a plan that does not fit the disk; long steps run detached (run setup again to
     re-attach); ends with verify. Idempotent."""
-    from .. import setup_ops
-    from ..verify import exit_code, show
+    from ..setup import apply as setup_ops
+    from ..verify.host import exit_code, show
 
     out = output(json_)
     fleet_prof = pick_profile(name, profile)
@@ -60,7 +60,7 @@ def setup(
         out.info("dry run: nothing was changed on the host")
     elif code == 0:
         out.success(f"{prof.name} is set up" + ("" if no_verify else " and verify passes"))
-    from .. import profiles
+    from ..profiles import model as profiles
 
     profiles.remember(prof, Path.cwd())
     raise typer.Exit(code)
@@ -69,9 +69,9 @@ def setup(
 def _setup_fleet(prof, out, *, dry_run: bool, verify: bool, force: bool = False) -> int:
     """Every host of a fleet profile in parallel (fleet.for_each: a bounded pool, a section per host in rank order);
     the worst host's exit code."""
-    from .. import setup_ops
+    from ..setup import apply as setup_ops
     from ..fleet import for_each_buffered
-    from ..verify import exit_code, show
+    from ..verify.host import exit_code, show
 
     def one(node, node_out):
         def on_plan(plan) -> None:
@@ -99,7 +99,7 @@ def _setup_fleet(prof, out, *, dry_run: bool, verify: bool, force: bool = False)
 
     code = for_each_buffered(prof, out, one, render, title="setup")
     if code == 0:
-        from .. import profiles
+        from ..profiles import model as profiles
 
         profiles.remember(prof, Path.cwd())
     return code

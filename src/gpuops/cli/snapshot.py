@@ -1,4 +1,4 @@
-"""`gpuops snapshot`, `gpuops diff`, `gpuops matrix`: environment snapshots (core in gpuops/snapshot.py)."""
+"""`gpuops snapshot`, `gpuops diff`, `gpuops matrix`: environment snapshots (core in gpuops/transfer/snapshot.py)."""
 from __future__ import annotations
 
 from pathlib import Path
@@ -14,8 +14,8 @@ DEFAULT_OUT = "environment"
 
 def _live(prof, out) -> dict:
     """Connect, capture in ONE remote execution, remember the profile."""
-    from .. import profiles
-    from .. import snapshot as core
+    from ..profiles import model as profiles
+    from ..transfer import snapshot as core
     from ..remote.connection import connect
 
     out.step(f"capturing the environment of {prof.name} ({prof.python}) in one remote execution")
@@ -32,8 +32,8 @@ def _live(prof, out) -> dict:
 
 def _wandb_settings(prof_name: str, project: Optional[str]) -> dict:
     """Fail before connecting when W&B cannot work (online without a key). The key itself is never shown."""
-    from .. import profiles
-    from .. import snapshot as core
+    from ..profiles import model as profiles
+    from ..transfer import snapshot as core
     from ..errors import UsageError
 
     env = profiles.environment(Path.cwd())
@@ -71,7 +71,7 @@ def snapshot(
 ) -> None:
     """Capture the remote Python environment (pip freeze, Python, CUDA, cuDNN, driver, GPUs) in one remote
     execution into requirements.txt, environment.json and REPRODUCE.md."""
-    from .. import snapshot as core
+    from ..transfer import snapshot as core
 
     out = output(json_)
     prof = pick_profile(name, profile)
@@ -109,8 +109,8 @@ def snapshot(
 
 def _resolve(ref: str, out) -> tuple[str, dict]:
     """A snapshot folder or environment.json, a run id (runs/<id>/environment), or a profile (live snapshot)."""
-    from .. import profiles
-    from .. import snapshot as core
+    from ..profiles import model as profiles
+    from ..transfer import snapshot as core
     from ..errors import UsageError
 
     p = Path(ref)
@@ -138,7 +138,7 @@ def diff(
 ) -> None:
     """What changed between two environments: Python, CUDA, driver, GPUs, packages added/removed/changed.
     Exit 0 when identical, 1 when they differ."""
-    from .. import snapshot as core
+    from ..transfer import snapshot as core
 
     out = output(json_)
     la, sa = _resolve(a, out)
@@ -163,8 +163,8 @@ def matrix(
 ) -> None:
     """The environment matrix in Markdown (component, version, how verified) for a project's docs, from live
     snapshots (-p) or saved ones (--from). Without either: ./environment if saved there, else the default profile."""
-    from .. import profiles
-    from .. import snapshot as core
+    from ..profiles import model as profiles
+    from ..transfer import snapshot as core
     from ..paths import write_atomic
 
     out = output(json_)

@@ -31,10 +31,10 @@ def sync(
     sync.exclude, .gpuopsignore and --exclude patterns. Never deletes remote files unless --delete.
     A fleet profile is synced to every host in parallel (or --host N). `gpuops sync NAME` = `gpuops sync -p NAME`.
     --json: the summary with a `warnings` list."""
-    from .. import profiles
+    from ..profiles import model as profiles
     from ..remote.connection import connect
     from ..remote.rsync import require_local_rsync
-    from ..transfer_ops import render_sync, sync_project
+    from ..transfer.ops import render_sync, sync_project
 
     out = output(json_)
     prof = pick_profile(name, profile, out)
@@ -78,12 +78,12 @@ def fetch(
     """Pull remote checkpoints or outputs: resumable, verified by size and SHA-256 against the remote, and each
     file appears under its final name only once everything fetched has verified. A fleet: from host 0 (--host N).
     --json: the summary with a `warnings` list (--list: the map of fetch names as before)."""
-    from .. import profiles
+    from ..profiles import model as profiles
     from ..errors import UsageError
     from ..remote.connection import connect
     from ..remote.rsync import require_local_rsync
-    from ..transfer_ops import fetch as do_fetch
-    from ..transfer_ops import list_remote, render_fetch, render_list
+    from ..transfer.ops import fetch as do_fetch
+    from ..transfer.ops import list_remote, render_fetch, render_list
 
     out = output(json_)
     if latest and step is not None:
@@ -113,7 +113,7 @@ def _fetch_name_is_a_profile(name: str, option: Optional[str], prof=None):
     """`gpuops fetch PROFILE`, typed as `gpuops verify PROFILE` is: fetch's positional NAME is what to fetch, so when
     NAME is a profile and no fetch: name of the profile in use (none given with -p), the error that says so, with the
     command meant; else None. Nothing is guessed: the command still fetches only what it was told."""
-    from .. import profiles
+    from ..profiles import model as profiles
     from ..errors import UsageError
 
     if option is not None or name == "checkpoints" or (prof is not None and name in prof.fetch):

@@ -29,7 +29,7 @@ def verify(
     Rules from playbooks/rules.yaml (Megatron + numpy 2, torch kernels for the GPU, ...); opt-in checks by name
     with the profile's `checks: [vllm, apex]`.
     A fleet profile (hosts:) is verified on every host in parallel, then as a whole."""
-    from .. import verify as core
+    from ..verify import host as core
 
     out = output(json_)
     prof = pick_profile(name, profile)

@@ -54,7 +54,7 @@ def private_file(path: Path, what: str) -> None:
 def load_api_key(project_dir: Path | None = None) -> tuple[Secret, str]:
     """(key, where it came from). Raises AuthError (exit 3) when there is none or the file holding it is not private,
     UsageError (exit 2) when its file is not a file or the key is malformed."""
-    from ..profiles import read_dotenv
+    from ..profiles.model import read_dotenv
 
     if os.environ.get("LAMBDA_API_KEY"):
         return checked_key(os.environ["LAMBDA_API_KEY"], "LAMBDA_API_KEY"), "LAMBDA_API_KEY"

@@ -2,7 +2,7 @@
 
 It is sent over the SSH channel to `python3 -` with a PARAMS line prepended, and prints one JSON document.
 Every fact is gathered under its own time limit and its own error capture: a broken fact is reported,
-never fatal. Raw tool output (nvidia-smi, nvcc) is returned as is and parsed locally (gpuops/facts.py).
+never fatal. Raw tool output (nvidia-smi, nvcc) is returned as is and parsed locally (gpuops/verify/facts.py).
 Run it locally for a look: python -m gpuops.remote.probe
 """
 import json
@@ -102,7 +102,7 @@ print(json.dumps(res))
 
 # `verify --bench` (issue #15): per GPU a bf16 matmul and a device-to-device copy for ~`seconds` each, sampling
 # nvidia-smi half-way through the matmul (what slows the GPU at that moment), then an all-reduce across the GPUs
-# (one process per GPU, torch.distributed NCCL). The figures are judged locally (gpuops/bench.py).
+# (one process per GPU, torch.distributed NCCL). The figures are judged locally (gpuops/verify/bench.py).
 # device "cpu" runs the same code on CPU torch with gloo (the tests' path; no GPU on a test machine).
 BENCH_CHECK = r"""
 import json, os, socket, subprocess, sys, threading, time

@@ -343,7 +343,7 @@ env_preset: {_preset(spec['name'])}
 
 
 def _preset(smi_name: str) -> str | None:
-    from .. import gpus
+    from ..verify import gpus
 
     row = gpus.match(smi_name)
     return row.preset if row else None

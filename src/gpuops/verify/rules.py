@@ -10,7 +10,7 @@ from __future__ import annotations
 import re
 from typing import Iterable
 
-from .errors import UsageError
+from ..errors import UsageError
 
 
 def rule_packages(rules: dict) -> list[str]:
@@ -26,7 +26,7 @@ def rule_packages(rules: dict) -> list[str]:
 def optional_user_checks(rules: dict, names: list[str], python: str, torch: str | None = None) -> list[dict]:
     """The opt-in checks a profile names, as user_checks entries ({python} and {torch} filled in). Unknown names are
     a profile error (exit 2)."""
-    from .profiles import shell_command
+    from ..profiles.model import shell_command
 
     table = rules.get("optional_checks") or {}
     out = []
@@ -92,7 +92,7 @@ def arch_problem(c) -> dict | None:
 
 
 def check_package_rules(c) -> Iterable:
-    from .checks import FAIL, WARN, CheckResult, spec_matches
+    from .results import FAIL, WARN, CheckResult, spec_matches
 
     rules = c.k.get("rules") or {}
     for r in rules.get("package_rules") or []:
@@ -111,7 +111,7 @@ def check_package_rules(c) -> Iterable:
 
 def check_arch(c) -> Iterable:
     """torch's kernels vs the GPU's compute capability, and extension builds without TORCH_CUDA_ARCH_LIST."""
-    from .checks import FAIL, PASS, WARN, CheckResult
+    from .results import FAIL, PASS, WARN, CheckResult
 
     rules = c.k.get("rules") or {}
     rt = c.f.cuda_runtime or {}

@@ -62,7 +62,7 @@ def from_gpu_row(row, count: int, instance_type: str) -> Expectations:
 
 
 def from_facts(facts, *, packages: tuple = PIN_PACKAGES, match=None) -> Expectations:
-    """What the host has now, as expectations (gpuops.facts.Facts in). `match(name) -> row|None` names the preset."""
+    """What the host has now, as expectations (gpuops.verify.facts.Facts in). `match(name) -> row|None` names the preset."""
     e = Expectations()
     gpus = facts.gpus
     if facts.smi.state == "ok" and gpus:

@@ -1,5 +1,5 @@
 """`gpuops run`, the talking half: up -> setup -> sync -> train -> watch -> fetch -> down, each stage recorded before
-it starts and after it ends (pipeline.py decides what comes next, also after a crash), the running cost on screen.
+it starts and after it ends (pipeline/stages.py decides what comes next, also after a crash), the running cost on screen.
 
 Money rules: the instance is terminated when the job ends, fails, or its launch is refused, and when the user presses
 Ctrl-C twice; never before everything named in --fetch is on the local disk and verified (a fetch that fails after
@@ -18,8 +18,8 @@ from datetime import datetime
 from pathlib import Path
 from typing import Callable, Optional
 
-from . import pipeline as pl
-from .errors import ExitCode, GpuopsError, UsageError
+from . import stages as pl
+from ..errors import ExitCode, GpuopsError, UsageError
 
 FETCH_ATTEMPTS = 3
 RUN_PYTHON = "~/.venvs/gpuops/bin/python"  # the environment `setup` creates on a fresh instance (the runbooks' venv)
@@ -34,7 +34,7 @@ def run_template(template: Optional[dict], name: Optional[str]) -> tuple[Optiona
     import re
     import shlex
 
-    from .setup_plan import env_dir_or_none
+    from ..setup.plan import env_dir_or_none
 
     py = (template or {}).get("python")
     if py is None or env_dir_or_none(str(py)) is not None:
@@ -57,7 +57,7 @@ def _use_env_python(profile_file: Path, python: str) -> None:
     which `setup` creates and fills."""
     import re
 
-    from .paths import write_atomic
+    from ..paths import write_atomic
 
     text = profile_file.read_text()
     if re.search(r"(?m)^python:", text):
@@ -148,7 +148,7 @@ class Runner:
         self.out.step(f"[{i}/{len(pl.STAGES)}] {pl.LABELS[name]} ({self._cost()})")
 
     def _profile(self):
-        from . import profiles
+        from ..profiles import model as profiles
 
         return profiles.resolve(self.rec.profile, self.project)
 
@@ -208,8 +208,8 @@ class Runner:
     def _fate(self) -> Optional[InstanceLost]:
         """What the API says of the run's instances: InstanceLost for the first one not running (ended, ending,
         preempted, unhealthy), or None (all active or booting, or the API could not be asked: said)."""
-        from .cloud.api import LambdaError
-        from .cloud.lifecycle import managed_profile
+        from ..cloud.api import LambdaError
+        from ..cloud.instances import managed_profile
 
         prof = managed_profile(self.rec.profile)
         if prof is None:
@@ -286,7 +286,7 @@ class Runner:
 
     def _second_press(self, stage: str) -> bool:
         """First Ctrl-C: detach (everything keeps running). A second one within a few seconds: end it now."""
-        from .interrupts import received
+        from ..interrupts import received
 
         rec = self.rec
         if stage == "up" or not self._instance_known():
@@ -347,7 +347,7 @@ class Runner:
 
     # -- the stages ----------------------------------------------------------------------------------------------
     def stage_up(self) -> None:
-        from .cloud.lifecycle import UpSpec, up
+        from ..cloud.instances import UpSpec, up
 
         rec = self.rec
         existing = self._managed_profile()
@@ -370,7 +370,7 @@ class Runner:
         try:
             with ctx.client:
                 if again:  # resumed after `up` launched but before it wrote the profile: those instances are ours
-                    from .cloud.lifecycle import reclaim_unwritten
+                    from ..cloud.instances import reclaim_unwritten
 
                     reclaim_unwritten(ctx, rec.profile)
                 res = up(spec, ctx)
@@ -391,7 +391,7 @@ class Runner:
             self._end("up", ok=True, detail=f"instance {res['instance_id']} at {res['ip']}, {res['region']}")
 
     def _managed_profile(self):
-        from . import profiles
+        from ..profiles import model as profiles
 
         try:
             prof = profiles.resolve(self.rec.profile, self.project)
@@ -402,7 +402,7 @@ class Runner:
     def _every_node(self, prof, fn: Callable) -> list:
         """fn(node, node_output) on every host of a fleet in parallel (fleet.for_each, a bounded pool); each host's
         lines replayed as a section in rank order (on stderr, with the stages' progress). Returns the NodeResults."""
-        from . import fleet
+        from .. import fleet
 
         nodes = prof.nodes()
         bufs = {n.rank: fleet.Buffered(json_mode=self.out.json_mode, debug=self.out.debug) for n in nodes}
@@ -419,14 +419,14 @@ class Runner:
         return "; ".join(f"host #{r.rank}: {r.message}" for r in bad) if bad else None
 
     def stage_setup(self) -> None:
-        from .setup_ops import setup
-        from .verify import exit_code, show
+        from ..setup.apply import setup
+        from ..verify.host import exit_code, show
 
         self._begin("setup")
         prof = self._profile()
         if prof.is_fleet:  # every node set up in parallel, then ONE fleet verify: each host, and the hosts together
-            from . import fleet
-            from .verify import run_fleet_verify
+            from .. import fleet
+            from ..verify.host import run_fleet_verify
 
             failed = self._failed_hosts(self._every_node(
                 prof, lambda node, node_out: setup(node, node_out, self.project, verify=False)))
@@ -460,8 +460,8 @@ class Runner:
                   "verify fails after setup: the host does not match the profile")
 
     def stage_sync(self) -> None:
-        from .remote.connection import connect
-        from .transfer_ops import sync_project
+        from ..remote.connection import connect
+        from ..transfer.ops import sync_project
 
         self._begin("sync")
         prof = self._profile()
@@ -485,8 +485,8 @@ class Runner:
         self._end("sync", ok=True, detail=f"{s['files']} files, {s['bytes_sent']} bytes sent")
 
     def stage_train(self) -> None:
-        from . import lifecycle
-        from . import runs as core
+        from ..jobs import actions as lifecycle
+        from ..jobs import plan as core
 
         rec = self.rec
         self._begin("train")
@@ -508,9 +508,9 @@ class Runner:
         self._end("train", ok=True, detail=f"run {res['run_id']}")
 
     def stage_watch(self) -> None:
-        from . import lifecycle
-        from . import runs as core
-        from . import watch as w
+        from ..jobs import actions as lifecycle
+        from ..jobs import plan as core
+        from ..jobs import watch as w
 
         rec = self.rec
         self._begin("watch")
@@ -596,7 +596,7 @@ class Runner:
         self.seams.sleep(s)
 
     def _stop_job(self) -> None:
-        from . import lifecycle
+        from ..jobs import actions as lifecycle
 
         rec = self.rec
         if not rec.run_id:
@@ -615,15 +615,15 @@ class Runner:
             self.out.warn(f"could not stop {rec.run_id}: {exc.message}")
 
     def stage_fetch(self) -> None:
-        from .remote.connection import connect
-        from .transfer_ops import fetch
+        from ..remote.connection import connect
+        from ..transfer.ops import fetch
 
         rec = self.rec
         self._begin("fetch")
         prof = self._fetch_profile()
         failed = []
         if rec.run_id:
-            from . import lifecycle
+            from ..jobs import actions as lifecycle
 
             meta = lifecycle.resolve(rec.run_id, prof, self.project)
             for rank in range(max(1, len(meta.get("nodes") or []))):  # a fleet: every node's log
@@ -669,8 +669,8 @@ class Runner:
         name first."""
         import os
 
-        from . import lifecycle
-        from . import runs as core
+        from ..jobs import actions as lifecycle
+        from ..jobs import plan as core
 
         final = core.registry_dir(self.project) / self.rec.run_id / name
         final.parent.mkdir(parents=True, exist_ok=True)
@@ -681,7 +681,7 @@ class Runner:
         return str(final.relative_to(self.project))
 
     def stage_down(self) -> None:
-        from .cloud.lifecycle import down
+        from ..cloud.instances import down
 
         rec = self.rec
         self._begin("down")
@@ -690,7 +690,7 @@ class Runner:
             with ctx.client:
                 res = down(rec.profile, ctx, project_dir=self.project)
         except GpuopsError as exc:  # e.g. the terminate request refused (5xx) after its retries: still billing
-            from .cloud.lifecycle import managed_profile
+            from ..cloud.instances import managed_profile
 
             prof = managed_profile(rec.profile)
             ids = prof.cloud.instance_ids if prof is not None else []

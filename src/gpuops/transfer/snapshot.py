@@ -24,8 +24,8 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Iterable
 
-from .errors import GpuopsError, RemoteError, UsageError
-from .facts import fact_value
+from ..errors import GpuopsError, RemoteError, UsageError
+from ..verify.facts import fact_value
 
 SCHEMA = 1
 FILES = ("requirements.txt", "environment.json", "REPRODUCE.md")
@@ -106,7 +106,7 @@ def _lookup(packages: dict[str, str], name: str) -> str | None:
 
 def _smi_rows(text: str) -> list[dict]:
     """GPU rows for the snapshot, parsed by facts.parse_smi_query (the parser verify uses)."""
-    from .facts import parse_smi_query
+    from ..verify.facts import parse_smi_query
 
     return [{"index": g.index, "name": g.name,
              "memory_total_mib": int(g.memory_total_mib) if g.memory_total_mib is not None else None,
@@ -195,7 +195,7 @@ def build(facts: dict, *, profile: Any = None, captured_at: str | None = None, e
     else:
         msg = (q.get("stderr") or q.get("stdout") or "").strip().splitlines()
         problems.append(f"nvidia-smi failed (exit {q.get('rc')}): {msg[0] if msg else 'no output'}")
-    from .facts import parse_smi_header
+    from ..verify.facts import parse_smi_header
 
     header = parse_smi_header((fact_value(facts, "nvidia_smi") or {}).get("stdout") or "")  # legacy or R610+ KMD header
     cuda_driver = header["cuda"]
@@ -391,7 +391,7 @@ def render_files(snap: dict) -> dict[str, str]:
 
 def save(snapshot: dict, out_dir: Path | str) -> dict[str, Path]:
     """Write requirements.txt, environment.json and REPRODUCE.md into out_dir, each atomically."""
-    from .paths import write_atomic
+    from ..paths import write_atomic
 
     out = Path(out_dir)
     paths = {}
@@ -578,7 +578,7 @@ def render_matrix(m: dict) -> str:
 # -- remote capture and writing --------------------------------------------------------------------------------
 def capture(remote, profile, *, extra: dict | None = None, project_dir: Path | None = None) -> dict:
     """ONE remote execution: the probe with pip freeze, then build() here."""
-    from .remote.gather import gather
+    from ..remote.gather import gather
 
     params = {"freeze": True, "packages": KEY_PACKAGES, "remote_dir": profile.remote_dir_for(project_dir),
               "cuda_check": True}
@@ -591,7 +591,7 @@ def write_remote(remote, snapshot: dict, remote_dir: str, *, timeout: float = 60
     import tarfile
     import time
 
-    from .profiles import shell_path
+    from ..profiles.model import shell_path
 
     buf = io.BytesIO()
     with tarfile.open(fileobj=buf, mode="w", format=tarfile.PAX_FORMAT) as tar:
@@ -616,7 +616,7 @@ def snapshot_for_run(remote, profile, *, run_id: str, remote_run_dir: str, local
     Never raises for a failed snapshot (the run is already running): it warns through `out` and returns
     {"ok": False, "error": ...}. Returns {"ok", "local_dir", "remote_dir", "files", "snapshot", "wandb", "error"}.
     """
-    from . import profiles
+    from ..profiles import model as profiles
 
     project_dir = project_dir or Path.cwd()
     remote_env_dir = remote_run_dir.rstrip("/") + "/environment"

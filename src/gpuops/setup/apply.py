@@ -1,5 +1,5 @@
 """`gpuops setup`, step by step on one SSH connection: gather the host's facts (ONE execution), plan (pure,
-setup_plan.py), start the plan's script detached, stream its log, then verify. A setup already running on the host is
+setup/plan.py), start the plan's script detached, stream its log, then verify. A setup already running on the host is
 re-attached instead; a host that already matches is left alone after that one execution.
 Nothing here prints a report: cli/setup.py renders what these functions return."""
 from __future__ import annotations
@@ -9,8 +9,8 @@ import re
 from pathlib import Path
 from typing import Callable, Optional
 
-from . import setup_plan as sp
-from .errors import ChecksFailed, ConnectError
+from . import plan as sp
+from ..errors import ChecksFailed, ConnectError
 
 
 def _packages(prof) -> list[str]:
@@ -34,7 +34,7 @@ def record_environment(prof, out) -> None:
     """Write `python: <setup's environment>` into the profile file that named none, so train and verify use it."""
     import re as _re
 
-    from .paths import write_atomic
+    from ..paths import write_atomic
 
     src = prof.source
     if src is None or not Path(src).is_file():
@@ -63,9 +63,9 @@ def _local_lock(project: Path, facts) -> Optional[str]:
 def setup(prof, out, project: Path, *, dry_run: bool = False, verify: bool = True, force: bool = False,
           on_plan: Optional[Callable[[sp.Plan], None]] = None) -> dict:
     """Returns {"plan", "attached", "ran", "rc", "executions", "verify": report or None}."""
-    from . import knowledge as kb
-    from .remote import setup as rs
-    from .remote.connection import connect
+    from .. import knowledge as kb
+    from . import remote as rs
+    from ..remote.connection import connect
 
     prof, adopted = with_environment(prof)
     sp.env_dir_of(prof.python)  # a profile error before connecting
@@ -117,7 +117,7 @@ def setup(prof, out, project: Path, *, dry_run: bool = False, verify: bool = Tru
     if adopted:
         record_environment(prof, out)
     if verify:
-        from .verify import check_host
+        from ..verify.host import check_host
 
         out.step("verify")
         report, results = check_host(prof, out, project_dir=project)
@@ -143,7 +143,7 @@ def _failure(prof, doc: dict, setup_dir: str, tail: list[str]) -> ChecksFailed:
 def _stream(remote, out, remote_dir: str, prof) -> tuple[int, Optional[str], list[str]]:
     """Show the setup log as it grows, until setup.sh ends: (exit code, failed step, the last lines). A lost
     connection or Ctrl-C leaves it running."""
-    from .remote import setup as rs
+    from . import remote as rs
 
     rc: Optional[int] = None
     failed: Optional[str] = None

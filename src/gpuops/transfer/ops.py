@@ -19,11 +19,11 @@ import time
 from pathlib import Path
 from typing import Sequence
 
-from . import transfer as tr
-from .errors import ConnectError, GpuopsError, RemoteError, UsageError
-from .profiles import shell_command, shell_path
-from .remote import rsync as rs
-from .remote.connection import ssh_command
+from . import plan as tr
+from ..errors import ConnectError, GpuopsError, RemoteError, UsageError
+from ..profiles.model import shell_command, shell_path
+from ..remote import rsync as rs
+from ..remote.connection import ssh_command
 
 HASH_CHUNK = 1 << 20
 
@@ -285,7 +285,7 @@ def _run_script_reconnecting(profile, remote, out, spec: dict, *, timeout: float
     try:
         return _run_script(profile, remote, spec, timeout=timeout)
     except ConnectError:
-        from .remote.connection import connect
+        from ..remote.connection import connect
 
         out.step("the SSH connection dropped during the transfer; reconnecting to verify")
         with connect(profile, announce=out.info) as fresh:
@@ -540,7 +540,7 @@ def fetch(profile, remote, out, name: str = "checkpoints", *, dest: Path | None 
     if not v.passed:
         for rel in v.mismatched:  # drop them so the next run downloads them again, comparing checksums
             (staging / rel).unlink(missing_ok=True)
-        from .paths import write_atomic
+        from ..paths import write_atomic
 
         write_atomic(recheck, "".join(r + "\n" for r in v.mismatched))
         bad = v.problems()

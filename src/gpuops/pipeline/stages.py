@@ -1,5 +1,5 @@
 """`gpuops run`, the pure half: the stages in order, the local record that makes a run resumable, what was spent per
-stage, and when a budget is reached. No I/O but the record file; the talking half is run_ops.py.
+stage, and when a budget is reached. No I/O but the record file; the talking half is pipeline/runner.py.
 
 The record is the source of truth for "where did this run get to": it is written (atomically) before each stage
 starts and after it ends, so a crash of the local process leaves a record `gpuops run --resume` continues from.
@@ -13,7 +13,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Optional
 
-from .errors import UsageError
+from ..errors import UsageError
 
 STAGES = ("up", "sync", "setup", "train", "watch", "fetch", "down")  # sync first: setup installs from the synced files
 LABELS = {"up": "waiting for capacity, booting", "setup": "setup", "sync": "sync", "train": "launch",
@@ -166,7 +166,7 @@ def records_dir(project: Path) -> Path:
 
 
 def save(rec: Record, project: Path) -> Path:
-    from .paths import write_atomic
+    from ..paths import write_atomic
 
     path = records_dir(project) / f"{rec.id}.json"
     write_atomic(path, json.dumps(rec.to_json(), indent=1) + "\n")

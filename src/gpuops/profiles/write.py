@@ -6,12 +6,12 @@ import difflib
 from pathlib import Path
 from typing import Callable
 
-from . import profile_text as pt
-from .errors import AuthError, UsageError
+from . import text as pt
+from ..errors import AuthError, UsageError
 
 
 def destination(name: str, *, user_config: bool, project_dir: Path) -> Path:
-    from .paths import config_dir
+    from ..paths import config_dir
 
     folder = config_dir() / "profiles" if user_config else project_dir / "profiles"
     return folder / f"{name}.yaml"
@@ -19,7 +19,7 @@ def destination(name: str, *, user_config: bool, project_dir: Path) -> Path:
 
 def check_key(key: Path | None) -> Path | None:
     """The key as an absolute path, refused (exit 2) when missing, unreadable or readable by others."""
-    from .remote.connection import check_key_file
+    from ..remote.connection import check_key_file
 
     if key is None:
         return None
@@ -32,7 +32,7 @@ def check_key(key: Path | None) -> Path | None:
 
 
 def type_expectations(instance_type: str, project_dir: Path) -> pt.Expectations:
-    from . import gpus
+    from ..verify import gpus
 
     hit = gpus.for_instance_type(instance_type, project_dir)
     if hit is None:
@@ -48,12 +48,12 @@ def type_expectations(instance_type: str, project_dir: Path) -> pt.Expectations:
 
 def host_expectations(profile, out, project_dir: Path) -> pt.Expectations:
     """One connection (trust on first use, fingerprint announced), one probe execution, expectations of what is there."""
-    from . import gpus
-    from . import knowledge as kb
-    from .facts import from_probe
-    from .remote.connection import connect
-    from .remote.gather import gather
-    from .verify import probe_params
+    from ..verify import gpus
+    from .. import knowledge as kb
+    from ..verify.facts import from_probe
+    from ..remote.connection import connect
+    from ..remote.gather import gather
+    from ..verify.host import probe_params
 
     pb = kb.load_playbook("verify", project_dir)
     params = probe_params(profile, pb, kb.presets(project_dir), project_dir)
@@ -73,8 +73,8 @@ def host_expectations(profile, out, project_dir: Path) -> pt.Expectations:
 def new(out, *, name: str, host: str, key: Path | None, user: str, port: int, instance_type: str | None,
         remote_dir: str | None, python: str, user_config: bool, force: bool, from_host: bool,
         project_dir: Path) -> Path:
-    from . import profiles
-    from .paths import write_atomic
+    from . import model as profiles
+    from ..paths import write_atomic
 
     profiles.check_name(name)
     dest = destination(name, user_config=user_config, project_dir=project_dir)
@@ -115,8 +115,8 @@ def new(out, *, name: str, host: str, key: Path | None, user: str, port: int, in
 
 def pin(out, prof, *, project_dir: Path, yes: bool, dry_run: bool, confirm: Callable[[str], bool]) -> int:
     """Record what the profile's host has now in its expect: block, showing the change as a diff first."""
-    from . import profiles
-    from .paths import data_dir, write_atomic
+    from . import model as profiles
+    from ..paths import data_dir, write_atomic
 
     path = prof.source
     if path is None or data_dir("profiles") in path.resolve().parents:

@@ -1,4 +1,4 @@
-"""`gpuops train | watch | logs | status | stop`: the run lifecycle. Parse, call lifecycle.py, render, exit.
+"""`gpuops train | watch | logs | status | stop`: the run lifecycle. Parse, call jobs/actions.py, render, exit.
 
 Typer only at module level (`gpuops --help` stays fast)."""
 from __future__ import annotations
@@ -50,9 +50,9 @@ def train(
     """Launch a training script detached on the profile's host (every host of a fleet profile): sync, preflight
     (the launch gate: the stack, the script and what it imports, GPUs held by other processes), environment,
     secrets, run."""
-    from .. import lifecycle
+    from ..jobs import actions as lifecycle
     from ..errors import UsageError
-    from ..launchers import LAUNCHERS
+    from ..jobs.launchers import LAUNCHERS
 
     out = output(json_)
     if launcher not in LAUNCHERS:
@@ -98,8 +98,8 @@ def watch(
     the end), training signals (OOM, NCCL, GPU idle, RL learning nothing; playbooks/signals.yaml), log tail.
     Exit 0 if it succeeded, 1 if not.
     A fleet run: every host's GPUs and host 0's log (--host N for another), until every host's job has ended."""
-    from .. import lifecycle
-    from .. import watch as w
+    from ..jobs import actions as lifecycle
+    from ..jobs import watch as w
 
     out = output(json_)
     fleet_prof = pick_profile(None, profile)
@@ -170,14 +170,14 @@ def _raw_stdout(out):
 
 def _node(prof, meta: dict, host: Optional[int]):
     """The profile and run meta of host N of a fleet (rank 0 by default)."""
-    from ..runs import node_meta
+    from ..jobs.plan import node_meta
 
     return prof.node(host), node_meta(meta, host)
 
 
 def _whole_fleet(prof, out, project: Path, meta: dict, res: dict) -> dict:
     """After the followed host's job ended: a fleet run ends when every host's job has, with the worst outcome."""
-    from .. import lifecycle
+    from ..jobs import actions as lifecycle
 
     if res["interrupted"] or len(meta.get("nodes") or []) < 2:
         return res
@@ -201,7 +201,7 @@ class _Live:
         self.out, self.dash, self.live = out, dash, None
 
     def update(self, ev: dict) -> None:
-        from .. import watch as w
+        from ..jobs import watch as w
 
         if self.live is None:
             from rich.live import Live
@@ -230,7 +230,7 @@ def _emit(out, ev: dict, dash, json_: bool) -> None:
     """Plain timestamped lines, or one JSON object per line."""
     import time
 
-    from .. import watch as w
+    from ..jobs import watch as w
 
     if json_:
         doc = w.event_doc(ev, time.time())
@@ -258,8 +258,8 @@ def logs(
 ) -> None:
     """Print the last N lines of a run's log, or follow it (-f) to the end of the run (a fleet run: host 0's log,
     until every host's job has ended)."""
-    from .. import lifecycle
-    from .. import watch as w
+    from ..jobs import actions as lifecycle
+    from ..jobs import watch as w
     from ..errors import UsageError
 
     out = output(False)
@@ -302,7 +302,7 @@ def status(
 ) -> None:
     """The profile's runs (id, script, state, started, elapsed, exit code) and the current GPU utilisation
     (every host of a fleet profile, in parallel, or --host N); each running run's progress and training signals."""
-    from .. import lifecycle
+    from ..jobs import actions as lifecycle
 
     out = output(json_)
     prof = pick_profile(None, profile)
@@ -342,8 +342,8 @@ def status(
 def _status_lines(out, prof, doc: dict) -> None:
     from datetime import datetime
 
-    from .. import watch as w
-    from ..runs import fmt_duration
+    from ..jobs import watch as w
+    from ..jobs.plan import fmt_duration
 
     rows, gpus, gpu_error = doc["runs"], doc["gpus"], doc["gpu_error"]
 
@@ -382,7 +382,7 @@ def _status_lines(out, prof, doc: dict) -> None:
 
 def _signal_lines(out, rows: list) -> None:
     """Under the table: each running run's progress and training signals (playbooks/signals.yaml)."""
-    from ..signals import progress_text, signal_text
+    from ..jobs.signals import progress_text, signal_text
 
     for r in rows:
         prog = progress_text(r.get("progress"))
@@ -404,7 +404,7 @@ def stop(
 ) -> None:
     """Stop a run: SIGINT to its process group, then SIGTERM, then SIGKILL; records how it ended. A fleet run is
     stopped on every host (or --host N)."""
-    from .. import lifecycle
+    from ..jobs import actions as lifecycle
 
     out = output(json_)
     fleet_prof = pick_profile(None, profile)

@@ -334,7 +334,7 @@ def _preflight(spec: UpSpec, ctx: Context):
 def _verify(prof, out) -> tuple[bool, Optional[dict]]:
     """gpuops verify on the new host, CUDA error 802 retried for 5 minutes. Under --json the report goes inside up's
     document (one JSON document on stdout)."""
-    from ..verify import run_fleet_verify, run_verify
+    from ..verify.host import run_fleet_verify, run_verify
 
     check = run_fleet_verify if prof.is_fleet else run_verify  # a fleet: every host, and the fleet as a whole
     if not out.json_mode:
@@ -385,7 +385,7 @@ def _name_taken(name: str, others: list[Record]) -> Optional[str]:
 
 
 def _check_name_free(name: str) -> None:
-    from ..profiles import available
+    from ..profiles.model import available
 
     f = profile_file(name)
     other = available(Path.cwd()).get(name)
@@ -394,7 +394,7 @@ def _check_name_free(name: str) -> None:
                          "shadow", hint="pick another NAME")
     if not f.is_file():
         return
-    from ..profiles import load_profile
+    from ..profiles.model import load_profile
 
     try:
         prof = load_profile(f)
@@ -611,7 +611,7 @@ def template_for(name: Optional[str], project_dir: Path) -> Optional[dict]:
     """--from PROFILE (None: no template), read and validated before anything is launched."""
     if not name:
         return None
-    from ..profiles import resolve
+    from ..profiles.model import resolve
 
     return template_settings(resolve(name, project_dir))
 
@@ -623,7 +623,7 @@ def write_profile(name: str, insts: list[Instance], key: Path, itype, cloud: dic
     import yaml
 
     from ..paths import write_atomic
-    from ..profiles import load_profile
+    from ..profiles.model import load_profile
 
     first = insts[0]
     if len(insts) > 1:
@@ -893,7 +893,7 @@ class DownTarget:
 
 def managed_profile(name: str):
     """The profile `gpuops up` wrote for NAME (the user config folder, never a project's profiles/), or None."""
-    from ..profiles import load_profile
+    from ..profiles.model import load_profile
 
     if not NAME_RE.match(name):
         return None
@@ -917,7 +917,7 @@ def _profile_of_instance(instance_id: str):
 
 def down_target(target: str, ctx: Context, project_dir: Path | None = None) -> DownTarget:
     """Resolve `gpuops down TARGET` (a profile name, a profile path, or an instance id) to what it ends."""
-    from ..profiles import resolve
+    from ..profiles.model import resolve
 
     prof = managed_profile(target)
     plain = None
@@ -1049,7 +1049,7 @@ def _close_records(ctx: Context, ids: list[str], note: str = "") -> list[str]:
 
 def _fetch_all(prof, out, project_dir: Path) -> list[str]:
     from ..remote.connection import connect
-    from ..transfer_ops import fetch, list_remote
+    from ..transfer.ops import fetch, list_remote
 
     done = []
     with connect(prof, announce=out.info) as remote:
@@ -1165,7 +1165,7 @@ def _reconcile(ctx: Context, rows: list[dict], live_owners: set) -> None:
 def idle_sample_script() -> str:
     """One remote execution: GPU utilisations, then the ids of gpuops runs alive on this host (its registry of active
     runs, as `gpuops train` keeps it)."""
-    from ..remote.launch import ACTIVE_DIR, STATE_FN
+    from ..jobs.remote import ACTIVE_DIR, STATE_FN
 
     return (STATE_FN + "\nnvidia-smi --query-gpu=utilization.gpu --format=csv,noheader,nounits 2>/dev/null\necho ---\n"
             f"for f in {ACTIVE_DIR}/*; do\n"

@@ -1,7 +1,7 @@
 """Distributed launchers as data plus small renderers: what each node of a fleet runs, and its environment.
 
 gpuops builds no distributed engine: `torchrun` (torch.distributed.run) and Ray do the work. This module only says,
-purely, which command line each node runs with which addresses, ranks and ports; remote/launch.py starts it.
+purely, which command line each node runs with which addresses, ranks and ports; jobs/remote.py starts it.
 """
 from __future__ import annotations
 
@@ -82,7 +82,7 @@ def join_timeout(env: Mapping[str, str]) -> int:
     if not raw:
         return RAY_JOIN_TIMEOUT
     if not raw.isdigit() or int(raw) < 1:
-        from .errors import UsageError
+        from ..errors import UsageError
 
         raise UsageError(f"{RAY_JOIN_ENV} must be a whole number of seconds, at least 1 (got {raw!r})",
                          hint=f"e.g. --env {RAY_JOIN_ENV}=600 for nodes that take long to start")
@@ -116,7 +116,7 @@ def ray_start_argv(*, python: str, fleet: Fleet, rank: int, port: int = RAY_PORT
 
 # -- shell text for launch.sh (every value quoted) ------------------------------------------------------------------
 def _cmd(argv: list[str], python: str) -> str:
-    from .profiles import shell_command
+    from ..profiles.model import shell_command
 
     py = _python_words(python)
     if argv[:len(py)] == py:

@@ -18,8 +18,9 @@ import shlex
 from typing import Iterable, Optional
 
 from ..errors import RemoteError, UsageError
-from ..profiles import shell_command, shell_path
-from ..runs import Preflight, RunInfo, parse_preflight, parse_state_line
+from ..profiles.model import shell_command, shell_path
+from ..remote.shell import heredoc as _heredoc
+from .plan import Preflight, RunInfo, parse_preflight, parse_state_line
 
 RUNS_SUBDIR = ".gpuops/runs"
 ACTIVE_DIR = '"$HOME"/.gpuops/active'
@@ -55,15 +56,6 @@ def run_dir_of(remote_dir: str, run_id: str) -> str:
     return f"{remote_dir.rstrip('/')}/{RUNS_SUBDIR}/{run_id}"
 
 
-def _heredoc(path_expr: str, content: str, *, append: bool = False) -> str:
-    tag = "GPUOPS_EOF_" + _random.token_hex(8)
-    while tag in content:
-        tag = "GPUOPS_EOF_" + _random.token_hex(8)
-    if not content.endswith("\n"):
-        content += "\n"
-    return f"cat {'>>' if append else '>'} {path_expr} <<'{tag}'\n{content}{tag}\n"
-
-
 # -- preflight ------------------------------------------------------------------------------------
 # `python -m py_compile` without writing a .pyc into the project: compile() is what py_compile runs
 COMPILE_CHECK = ("import sys\ntry:\n    compile(open(sys.argv[1], 'rb').read(), sys.argv[1], 'exec')\n"
@@ -85,7 +77,7 @@ def gate_lines(remote_dir: str, script: Optional[str], python: str, probe_params
         else:
             out += f'if [ -e {f} ] && [ ! -r {f} ]; then echo "@compile not readable by $(id -un)"; fi\n'
     if probe_params is not None:
-        from .gather import probe_source
+        from ..remote.gather import probe_source
 
         tag = "GPUOPS_PROBE_" + _random.token_hex(8)
         out += (f"if command -v {first} >/dev/null 2>&1; then echo @facts; {shell_command(python)} - <<'{tag}'\n"
@@ -153,7 +145,7 @@ def preflight(remote, remote_dir: str, script: Optional[str], python: str, packa
                      timeout=180 if probe_params is not None else 60)
     pf = parse_preflight(res.stdout)
     if pf.facts is not None and "@gpu_rc" not in res.stdout:
-        from ..facts import from_probe
+        from ..verify.facts import from_probe
         from ..knowledge import knowledge
 
         f = from_probe(pf.facts, failures=knowledge().get("nvidia_smi_failures", []))
@@ -180,7 +172,7 @@ def launcher_script(*, run_id: str, remote_dir: str, argv: list[str], python: st
     (trapped, deferred until the job ends) and records the job's exit status. `command` (shell text, every value
     in it already quoted) replaces the argv's command line, and `prelude` runs before it: a fleet's launchers."""
     cmd = command or argv_command(argv, python)
-    from ..profiles import ENV_NAME
+    from ..profiles.model import ENV_NAME
 
     bad = [k for k in [*env, *unset] if not ENV_NAME.fullmatch(k)]
     if bad:  # validated when profiles and presets load; never let a name run as a command
@@ -337,7 +329,7 @@ def query_states(remote, runs: list[tuple[str, str]], *, gpu: bool = False, list
     if log_tail:
         script += _tail_lines(runs, list_dir, log_tail)
     if gpu:
-        from ..watch import GPU_QUERY  # the same sample format watch parses
+        from .plan import GPU_QUERY  # the same sample format watch parses
 
         script += ('echo @gpu\nT=; command -v timeout >/dev/null 2>&1 && T="timeout 20"\n'
                    f"$T nvidia-smi --query-gpu={GPU_QUERY} --format=csv,noheader,nounits 2>&1\n")

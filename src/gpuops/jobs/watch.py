@@ -18,11 +18,10 @@ from collections import deque
 from dataclasses import dataclass, field
 from typing import Callable, Iterator, Optional
 
-from .errors import ConnectError, RemoteError
-from .profiles import shell_path
-from .runs import RUNNING, RunInfo, cost, fmt_duration, parse_state_line
+from ..errors import ConnectError, RemoteError
+from ..profiles.model import shell_path
+from .plan import GPU_QUERY, RUNNING, RunInfo, cost, fmt_duration, parse_state_line
 
-GPU_QUERY = "index,name,utilization.gpu,memory.used,memory.total,temperature.gpu,power.draw"
 HEARTBEAT_TICKS = 10  # heartbeat every 10 ticks (5 s at the default tick)
 SPARK = "▁▂▃▄▅▆▇█"
 DASH_LINES_MAX = 500  # the dashboard keeps at most this many log lines (--lines replays more, to stdout only)
@@ -31,7 +30,7 @@ DASH_LINES_MAX = 500  # the dashboard keeps at most this many log lines (--lines
 # -- the remote stream ---------------------------------------------------------------------------------
 def stream_command(run_id: str, run_dir: str, *, offset: int, interval: float = 2.0, samples: bool = True,
                    tick: float = 0.5) -> str:
-    from .remote.launch import STATE_FN
+    from .remote import STATE_FN
 
     D = shell_path(run_dir)
     rid = shlex.quote(run_id)
@@ -71,7 +70,7 @@ done
 
 
 def once_command(run_id: str, run_dir: str, lines: int) -> str:
-    from .remote.launch import STATE_FN
+    from .remote import STATE_FN
 
     D = shell_path(run_dir)
     return STATE_FN + f"""
@@ -86,7 +85,7 @@ echo "@log"
 def start_offset_command(run_id: str, run_dir: str, lines: int) -> str:
     """State, then the byte offset where the last N lines of the log begin (both measured on the same first `sz`
     bytes, so a job writing meanwhile cannot move the offset into the middle of a line)."""
-    from .remote.launch import STATE_FN
+    from .remote import STATE_FN
 
     D = shell_path(run_dir)
     return STATE_FN + f"""
@@ -329,7 +328,7 @@ def stream_once(remote, run_id: str, run_dir: str, fs: FollowState, *, interval:
         raise ConnectError(f"connection to {remote.profile.host} was lost")
     # the run ended: deliver the rest of the log (bytes tail had not sent yet, and a last line without newline),
     # streamed in chunks so memory stays bounded however much is left
-    from .remote.launch import stream_from
+    from .remote import stream_from
 
     size = fs.info.log_size if fs.info else 0
     if size > fs.offset:
@@ -344,7 +343,7 @@ def follow(connect: Callable[[], object], run_id: str, run_dir: str, fs: FollowS
            sleep: Callable[[float], None] = time.sleep, idle_timeout: float = 20.0) -> Iterator[dict]:
     """Events until the run ends, reconnecting with backoff when the connection drops (the log resumes at
     fs.offset). Authentication and host-key errors are not retried."""
-    from .errors import AuthError, HostKeyError
+    from ..errors import AuthError, HostKeyError
 
     delay, down_since, attempt = 1.0, None, 0
     remote = None
@@ -418,9 +417,9 @@ class Dashboard:
         self.errors = 0
         self.link = "connecting"
         self._signal_spec = signal_spec
-        self.sig = None  # the training-signal model (signals.py), made on the first event
+        self.sig = None  # the training-signal model (jobs/signals.py), made on the first event
 
-    # -- training signals (signals.py; patterns in playbooks/signals.yaml) -------------------------------------
+    # -- training signals (jobs/signals.py; patterns in playbooks/signals.yaml) -------------------------------------
     def _signals(self, ev: dict) -> None:
         """Feed the signal model; the signals newly raised go into ev["signals"], a new parsed step into
         ev["progress"], for the renderers (each signal is raised once per run)."""

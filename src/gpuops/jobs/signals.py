@@ -15,13 +15,13 @@ _NUM = r"[-+]?(?:\d+\.?\d*(?:[eE][-+]?\d+)?|nan|inf)"
 
 def load_spec(project_dir=None) -> dict:
     """playbooks/signals.yaml (the project's copy wins over the shipped one)."""
-    from .knowledge import load_playbook
+    from ..knowledge import load_playbook
 
     return load_playbook("signals", project_dir)
 
 
 def _rx(pattern: str, ignore_case: bool = False):
-    from .errors import UsageError
+    from ..errors import UsageError
 
     try:
         return re.compile(pattern, re.I if ignore_case else 0)
@@ -198,7 +198,7 @@ class SignalModel:
 
 def progress_text(p: Optional[dict]) -> Optional[str]:
     """`step 40/200  loss 0.512 ▇▅▃▂  12.0 steps/min  13m20s left  $2.10 at the end`"""
-    from .runs import fmt_duration
+    from .plan import fmt_duration
 
     if not p:
         return None

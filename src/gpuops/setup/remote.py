@@ -12,85 +12,16 @@ import shlex
 from typing import Iterator, Optional
 
 from ..errors import RemoteError
-from ..profiles import shell_command, shell_path
-from .launch import _heredoc
+from ..profiles.model import shell_command, shell_path
+from ..remote.shell import heredoc as _heredoc
+from .plan import PIPCONF, SETUP_SUBDIR, env_dir_or_none, parse_facts
 
 FA_IMPORT = "import flash_attn"
 
 
 def setup_dir_of(remote_dir: str) -> str:
-    from ..setup_plan import SETUP_SUBDIR
-
     return f"{remote_dir.rstrip('/')}/{SETUP_SUBDIR}"
 
-
-# pip's configuration as pip reads it for `pip install`: the global files, the user's (unless PIP_CONFIG_FILE names
-# a file), the environment's own pip.conf, PIP_CONFIG_FILE (os.devnull: no file at all), then PIP_* variables. pip
-# merges the files first, then takes [global], then [install] (from any file) over it, then the variables.
-PIPCONF = r"""
-import os, re
-
-def strip_auth(url):
-    return re.sub(r"^(\w[\w+.-]*://)[^/@\s]*@", r"\1***@", url)
-
-def pip_config(env_dir, strip):
-    import configparser
-    sections = {"global": {}, "install": {}}
-    sources = []
-    home = os.path.expanduser("~")
-    xdg_dirs = [d for d in os.environ.get("XDG_CONFIG_DIRS", "/etc/xdg").split(":") if d]
-    files = [os.path.join(d, "pip", "pip.conf") for d in xdg_dirs] + ["/etc/pip.conf"]
-    env_file = os.environ.get("PIP_CONFIG_FILE")
-    if not (env_file and os.path.exists(env_file)):
-        files += [os.path.join(home, ".pip", "pip.conf"),
-                  os.path.join(os.environ.get("XDG_CONFIG_HOME") or os.path.join(home, ".config"), "pip", "pip.conf")]
-    if env_dir:
-        files.append(os.path.join(os.path.expanduser(env_dir), "pip.conf"))
-    if env_file == os.devnull:
-        files = []
-    elif env_file:
-        files.append(env_file)
-    for f in files:
-        if not os.path.isfile(f):
-            continue
-        cp = configparser.RawConfigParser()
-        try:
-            cp.read(f)
-        except Exception:
-            continue
-        used = False
-        for section in ("global", "install"):
-            if cp.has_section(section):
-                for k, v in cp.items(section):
-                    sections[section][k.replace("_", "-")] = v
-                    used = True
-        if used:
-            sources.append(f)
-    over = dict(sections["global"], **sections["install"])
-    for k, v in os.environ.items():
-        if k.startswith("PIP_") and k != "PIP_CONFIG_FILE":
-            over[k[4:].lower().replace("_", "-")] = v
-            if "environment" not in sources:
-                sources.append("environment")
-    out = {"sources": sources}
-    for key in ("index-url", "cert", "client-cert"):
-        if over.get(key):
-            out[key] = os.path.expanduser(over[key].strip()) if key != "index-url" else over[key].strip()
-    for key in ("extra-index-url", "find-links", "trusted-host", "constraint"):
-        if over.get(key):
-            out[key] = over[key].split()
-    if "constraint" in out:
-        out["constraint"] = [os.path.expanduser(c) for c in out["constraint"]]
-    if over.get("no-index", "").lower() in ("1", "true", "yes", "on"):
-        out["no-index"] = True
-    if strip and "index-url" in out:
-        out["index-url"] = strip_auth(out["index-url"])
-    for key in ("extra-index-url", "find-links"):
-        if strip and key in out:
-            out[key] = [strip_auth(u) for u in out[key]]
-    return out
-
-"""
 
 # Run by the host's base python3 (stdlib only): the dependency files setup would install from (their SHA-256, the
 # text of the small ones, every `-r`/`-c` include followed), the base Python itself (version, pip, its torch) and pip's
@@ -165,35 +96,7 @@ if sys.argv[4:] != ["files"]:  # not run by the environment's python for want of
 
 print("@pipconf " + json.dumps(pip_config(ENV, strip=True), sort_keys=True))
 """
-HOST_FACTS = PIPCONF + HOST_FACTS
-
-# Run on the host by setup.sh (the base python3): export lines that give uv what pip's configuration says, and give
-# both installers the profile's setup.index_url / extra_index_url (GPUOPS_INDEX, GPUOPS_EXTRA_INDEX in the
-# environment). A variable the host's environment already sets is left as it is; extra indexes are merged.
-PIP_TO_ENV = PIPCONF + r"""
-import shlex, sys
-cfg = pip_config(sys.argv[1], strip=False)
-
-def put(name, value, force=False):
-    if value and (force or not os.environ.get(name)):
-        print("%s=%s; export %s" % (name, shlex.quote(value), name))
-
-mine = os.environ.get("GPUOPS_INDEX", "")
-put("UV_INDEX_URL", mine or cfg.get("index-url"))
-put("PIP_INDEX_URL", mine)
-extra = os.environ.get("GPUOPS_EXTRA_INDEX", "").split()
-merged = extra + [u for u in os.environ.get("UV_EXTRA_INDEX_URL", "").split() + cfg.get("extra-index-url", [])
-                  if u not in extra]
-put("UV_EXTRA_INDEX_URL", " ".join(merged), force=True)
-if extra:
-    put("PIP_EXTRA_INDEX_URL", " ".join(extra + [u for u in cfg.get("extra-index-url", []) if u not in extra]),
-        force=True)
-put("UV_FIND_LINKS", ",".join(cfg.get("find-links", [])))
-put("SSL_CERT_FILE", cfg.get("cert"))
-put("UV_INSECURE_HOST", " ".join(cfg.get("trusted-host", [])))
-put("UV_CONSTRAINT", " ".join(cfg.get("constraint", [])))
-"""
-
+HOST_FACTS = PIPCONF + HOST_FACTS  # PIPCONF: setup/plan.py, which renders setup.sh with it
 
 def facts_script(remote_dir: str, python: str, packages: list[str], check_flash: bool, *,
                  base_python: str = "python3", requirements: Optional[list[str]] = None) -> str:
@@ -220,8 +123,6 @@ def facts_script(remote_dir: str, python: str, packages: list[str], check_flash:
                 "    print('env_torch_path=%s' % os.path.dirname(str(d.locate_file('torch'))))\n"
                 "except Exception:\n    pass\n")
     reqs = json.dumps(list(requirements if requirements is not None else ["requirements.txt"]))
-    from ..setup_plan import env_dir_or_none
-
     env = env_dir_or_none(python) or ""
     flash = ""
     if check_flash:
@@ -263,8 +164,6 @@ done
 
 def gather(remote, remote_dir: str, python: str, packages: list[str], check_flash: bool, *,
            base_python: str = "python3", requirements: Optional[list[str]] = None):
-    from ..setup_plan import parse_facts
-
     res = remote.run("sh -s", stdin=facts_script(remote_dir, python, packages, check_flash, base_python=base_python,
                                                  requirements=requirements), timeout=120)
     if "home=" not in res.stdout:

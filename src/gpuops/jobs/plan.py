@@ -1,7 +1,7 @@
 """Run lifecycle, the deciding part: run ids, the job's environment, meta.json, run state and the local registry.
 
-Pure (no network): the remote side lives in remote/launch.py, the sequencing of each command in lifecycle.py, the
-commands (parse, render) in cli/runs.py.
+Pure (no network): the remote side lives in jobs/remote.py, the sequencing of each command in jobs/actions.py, the
+commands (parse, render) in cli/jobs.py.
 
 Layout of a run
   remote   <remote_dir>/.gpuops/runs/<run id>/  meta.json, launch.sh, log, pid, started, ended, exit_code, stop.json
@@ -20,13 +20,15 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Callable, Iterable, Optional
 
-from .errors import ChecksFailed, GpuopsError, UsageError
+from ..errors import ChecksFailed, GpuopsError, UsageError
 
 RUNNING, SUCCEEDED, FAILED, STOPPED, LOST = "running", "succeeded", "failed", "stopped", "lost"
 ENDED = (SUCCEEDED, FAILED, STOPPED, LOST)
 ALWAYS_SECRET = ("WANDB_API_KEY",)
 RESERVED = ("GPUOPS_RUN_ID", "GPUOPS_RUN_DIR")
 _NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
+# the GPU sample format watch parses and the launch scripts ask nvidia-smi for
+GPU_QUERY = "index,name,utilization.gpu,memory.used,memory.total,temperature.gpu,power.draw"
 
 
 # -- run ids ------------------------------------------------------------------------------
@@ -96,7 +98,7 @@ def parse_env_args(items: Iterable[str]) -> dict[str, str]:
 def load_presets(project_dir: Path | None = None) -> dict:
     """playbooks/presets.yaml: ./playbooks/ of the project overrides the built-in one."""
     try:
-        from . import knowledge
+        from .. import knowledge
 
         if hasattr(knowledge, "presets"):
             return knowledge.presets(project_dir) or {}
@@ -104,7 +106,7 @@ def load_presets(project_dir: Path | None = None) -> dict:
         pass
     import yaml
 
-    from .paths import data_dir
+    from ..paths import data_dir
 
     local = (project_dir or Path.cwd()) / "playbooks" / "presets.yaml"
     path = local if local.is_file() else data_dir("playbooks") / "presets.yaml"
@@ -283,7 +285,7 @@ def build_meta(*, run_id: str, script: str, args: list[str], argv: list[str], pr
                remote_dir: str, remote_run_dir: str, git: dict, seed: Optional[int], started: datetime,
                name: Optional[str] = None) -> dict:
     """meta.json: everything about the launch except secret values (their names only)."""
-    from . import __version__ as version
+    from .. import __version__ as version
 
     return {
         "run_id": run_id,
@@ -513,7 +515,7 @@ def job_cvd(facts, env: Optional[dict[str, Optional[str]]]) -> Optional[str]:
 
 def _given(facts, env: Optional[dict[str, Optional[str]]]) -> tuple[Optional[str], Optional[set[int]]]:
     """The job's CUDA_VISIBLE_DEVICES and the host's GPUs it names (None: not set, every GPU)."""
-    from .checks import visible_gpus
+    from ..verify.checks import visible_gpus
 
     cvd = job_cvd(facts, env)
     given = visible_gpus(cvd, facts.gpus)
@@ -522,7 +524,7 @@ def _given(facts, env: Optional[dict[str, Optional[str]]]) -> tuple[Optional[str
 
 def job_gpu_count(facts_doc: Optional[dict], env: Optional[dict[str, Optional[str]]], listed: int) -> int:
     """How many GPUs the job is given: those its CUDA_VISIBLE_DEVICES names, else all `listed` (nvidia-smi)."""
-    from .facts import from_probe
+    from ..verify.facts import from_probe
 
     given = _given(from_probe(facts_doc), env)[1] if facts_doc else None
     return listed if given is None else len(given)
@@ -534,8 +536,8 @@ def gate_results(facts_doc: Optional[dict], profile, knowledge: dict,
     on a GPU host, torch.cuda.is_available() False, fewer GPUs than expected (nvidia-smi; torch: the GPUs the job's
     CUDA_VISIBLE_DEVICES gives it, else expect.gpu_count), flash-attn not importing when expected, torch or
     flash-attn expected and not installed. env: the job's variables (job_env). Pure."""
-    from . import checks as ck
-    from .facts import from_probe
+    from ..verify import checks as ck
+    from ..verify.facts import from_probe
 
     if not facts_doc:
         return []
@@ -576,7 +578,7 @@ def gpu_holders(facts_doc: Optional[dict], active_pids: Iterable[int],
     not a gpuops run: one (problem, fix lines) per process. A gpuops run's process: its process group or session is
     an active run's launcher (active_pids), or its environment names GPUOPS_RUN_ID. Pure: the probe's gpu_apps fact
     (nvidia-smi's compute processes, raw, and /proc facts per pid)."""
-    from .facts import fact_value, from_probe
+    from ..verify.facts import fact_value, from_probe
 
     apps = fact_value(facts_doc or {}, "gpu_apps")
     if not isinstance(apps, dict) or apps.get("rc") != 0:
@@ -608,7 +610,7 @@ def gpu_holders(facts_doc: Optional[dict], active_pids: Iterable[int],
 
 def found_modules(facts_doc: Optional[dict]) -> Optional[dict]:
     """The probe's find_modules answer: {sys.path[0]: {module: found}}, or None when it was not gathered."""
-    from .facts import fact_value
+    from ..verify.facts import fact_value
 
     value = fact_value(facts_doc or {}, "find_modules")
     return value.get("result") if isinstance(value, dict) else None
@@ -690,7 +692,7 @@ def registry_dir(project_dir: Path | None = None) -> Path:
 
 
 def save_local(meta: dict, project_dir: Path | None = None) -> Path:
-    from .paths import write_atomic
+    from ..paths import write_atomic
 
     path = registry_dir(project_dir) / meta["run_id"] / "meta.json"
     write_atomic(path, json.dumps(meta, indent=1, sort_keys=False) + "\n")
@@ -698,7 +700,7 @@ def save_local(meta: dict, project_dir: Path | None = None) -> Path:
 
 
 def save_local_state(run_id: str, info: RunInfo, project_dir: Path | None = None) -> None:
-    from .paths import write_atomic
+    from ..paths import write_atomic
 
     d = registry_dir(project_dir) / run_id
     if d.is_dir():

@@ -1,7 +1,7 @@
 """Rendering of verify reports: rich table, plain lines (also the saved .txt), JSON. No decisions here."""
 from __future__ import annotations
 
-from .checks import AREAS, FAIL, INFO, PASS, WARN, CheckResult
+from .results import AREAS, FAIL, INFO, PASS, WARN, CheckResult
 
 MARK_PLAIN = {PASS: "PASS", WARN: "WARN", FAIL: "FAIL", INFO: "INFO"}
 MARK_RICH = {PASS: "[green]✓[/]", WARN: "[yellow]![/]", FAIL: "[bold red]✗[/]", INFO: "[dim]·[/]"}

@@ -16,8 +16,8 @@ from typing import Any, Dict, List, Literal, Optional, Union
 
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError, field_validator, model_validator
 
-from .errors import ProfileError
-from .paths import config_dir, data_dir, state_dir, write_atomic
+from ..errors import ProfileError
+from ..paths import config_dir, data_dir, state_dir, write_atomic
 
 DEFAULT_EXCLUDES = [".git", "checkpoints", "outputs", "wandb", "__pycache__", "*.pyc", ".venv", "logs"]
 PROFILE_SUFFIXES = (".yaml", ".yml")
@@ -50,7 +50,7 @@ def valid_host(v: Any) -> Any:
 
 def check_name(name: str) -> str:
     """A profile name is its file name: a file-safe word (letters, digits, '-', '_', '.'; 64 at most)."""
-    from .errors import UsageError
+    from ..errors import UsageError
 
     if not NAME_RE.fullmatch(name or "") or name.endswith(PROFILE_SUFFIXES) or ".." in name:
         raise UsageError(f"profile name {name!r} is not a file-safe word",
@@ -160,7 +160,7 @@ def _explicit_remote_dir(v: Any) -> Any:
         raise ValueError("is empty (YAML reads a lone ~ as empty): write the folder, e.g. ~/my-project, or leave "
                          "the key out for the default ~/<project folder>")
     if isinstance(v, str):
-        from .transfer import remote_dir_spelling_problem
+        from ..transfer.plan import remote_dir_spelling_problem
 
         why = remote_dir_spelling_problem(v)
         if why:

@@ -1,7 +1,7 @@
 """`gpuops setup`, the deciding part: host facts + profile + project files + knowledge -> an ordered plan of steps,
-and the shell script that runs it. Pure (no I/O): unit-tested on recorded facts. The talking half is setup_ops.py
+and the shell script that runs it. Pure (no I/O): unit-tested on recorded facts. The talking half is setup/apply.py
 (one execution gathers the facts, one starts the script detached, one streams its log), the remote scripts are in
-remote/setup.py.
+setup/remote.py.
 
 A step is shell text whose every value is quoted; the script runs them in order under `set -e` semantics (a failed
 step ends the script with its exit code), then records a stamp (.gpuops/setup/done.json) that lets the next setup see
@@ -16,7 +16,7 @@ What users bring, and what the plan does with it:
   (installed editable: the job runs the synced source), a requirements.txt with `-r`/`-c` includes (every included
   file is part of the no-op check), a pyproject that only configures tools next to a requirements.txt;
 - the host's pip configuration (index-url, extra-index-url, find-links, cert, trusted-host): pip reads it itself, and
-  setup.sh gives it to uv as uv's own settings (remote/setup.py PIP_TO_ENV).
+  setup.sh gives it to uv as uv's own settings (setup/remote.py PIP_TO_ENV).
 """
 from __future__ import annotations
 
@@ -27,9 +27,9 @@ import shlex
 from dataclasses import asdict, dataclass, field
 from typing import Optional
 
-from .checks import TORCH_INDEX, _cuda_tag, _local_tag, _major_minor, spec_matches
-from .errors import ProfileError
-from .profiles import shell_command, shell_path
+from ..verify.results import TORCH_INDEX, _cuda_tag, _local_tag, _major_minor, spec_matches
+from ..errors import ProfileError
+from ..profiles.model import shell_command, shell_path
 
 SETUP_SUBDIR = ".gpuops/setup"
 TORCH_FAMILY = ("torch", "torchvision", "torchaudio")
@@ -42,7 +42,7 @@ SYSTEM_PREFIXES = ("/", "/usr", "/usr/local", "/bin", "/opt/conda")  # a python 
 # -- facts ----------------------------------------------------------------------------------
 @dataclass
 class HostFacts:
-    """What the facts script (remote/setup.py) reports, parsed."""
+    """What the facts script (setup/remote.py) reports, parsed."""
     home: str = "~"
     user: str = ""
     uv: Optional[str] = None
@@ -869,13 +869,107 @@ def _flash_step(profile, facts: HostFacts, knowledge: dict, spec: str, reason: s
 
 
 # -- the script ------------------------------------------------------------------------------
+# pip's configuration as pip reads it for `pip install`: the global files, the user's (unless PIP_CONFIG_FILE names
+# a file), the environment's own pip.conf, PIP_CONFIG_FILE (os.devnull: no file at all), then PIP_* variables. pip
+# merges the files first, then takes [global], then [install] (from any file) over it, then the variables.
+PIPCONF = r"""
+import os, re
+
+def strip_auth(url):
+    return re.sub(r"^(\w[\w+.-]*://)[^/@\s]*@", r"\1***@", url)
+
+def pip_config(env_dir, strip):
+    import configparser
+    sections = {"global": {}, "install": {}}
+    sources = []
+    home = os.path.expanduser("~")
+    xdg_dirs = [d for d in os.environ.get("XDG_CONFIG_DIRS", "/etc/xdg").split(":") if d]
+    files = [os.path.join(d, "pip", "pip.conf") for d in xdg_dirs] + ["/etc/pip.conf"]
+    env_file = os.environ.get("PIP_CONFIG_FILE")
+    if not (env_file and os.path.exists(env_file)):
+        files += [os.path.join(home, ".pip", "pip.conf"),
+                  os.path.join(os.environ.get("XDG_CONFIG_HOME") or os.path.join(home, ".config"), "pip", "pip.conf")]
+    if env_dir:
+        files.append(os.path.join(os.path.expanduser(env_dir), "pip.conf"))
+    if env_file == os.devnull:
+        files = []
+    elif env_file:
+        files.append(env_file)
+    for f in files:
+        if not os.path.isfile(f):
+            continue
+        cp = configparser.RawConfigParser()
+        try:
+            cp.read(f)
+        except Exception:
+            continue
+        used = False
+        for section in ("global", "install"):
+            if cp.has_section(section):
+                for k, v in cp.items(section):
+                    sections[section][k.replace("_", "-")] = v
+                    used = True
+        if used:
+            sources.append(f)
+    over = dict(sections["global"], **sections["install"])
+    for k, v in os.environ.items():
+        if k.startswith("PIP_") and k != "PIP_CONFIG_FILE":
+            over[k[4:].lower().replace("_", "-")] = v
+            if "environment" not in sources:
+                sources.append("environment")
+    out = {"sources": sources}
+    for key in ("index-url", "cert", "client-cert"):
+        if over.get(key):
+            out[key] = os.path.expanduser(over[key].strip()) if key != "index-url" else over[key].strip()
+    for key in ("extra-index-url", "find-links", "trusted-host", "constraint"):
+        if over.get(key):
+            out[key] = over[key].split()
+    if "constraint" in out:
+        out["constraint"] = [os.path.expanduser(c) for c in out["constraint"]]
+    if over.get("no-index", "").lower() in ("1", "true", "yes", "on"):
+        out["no-index"] = True
+    if strip and "index-url" in out:
+        out["index-url"] = strip_auth(out["index-url"])
+    for key in ("extra-index-url", "find-links"):
+        if strip and key in out:
+            out[key] = [strip_auth(u) for u in out[key]]
+    return out
+
+"""
+
+# Run on the host by setup.sh (the base python3): export lines that give uv what pip's configuration says, and give
+# both installers the profile's setup.index_url / extra_index_url (GPUOPS_INDEX, GPUOPS_EXTRA_INDEX in the
+# environment). A variable the host's environment already sets is left as it is; extra indexes are merged.
+PIP_TO_ENV = PIPCONF + r"""
+import shlex, sys
+cfg = pip_config(sys.argv[1], strip=False)
+
+def put(name, value, force=False):
+    if value and (force or not os.environ.get(name)):
+        print("%s=%s; export %s" % (name, shlex.quote(value), name))
+
+mine = os.environ.get("GPUOPS_INDEX", "")
+put("UV_INDEX_URL", mine or cfg.get("index-url"))
+put("PIP_INDEX_URL", mine)
+extra = os.environ.get("GPUOPS_EXTRA_INDEX", "").split()
+merged = extra + [u for u in os.environ.get("UV_EXTRA_INDEX_URL", "").split() + cfg.get("extra-index-url", [])
+                  if u not in extra]
+put("UV_EXTRA_INDEX_URL", " ".join(merged), force=True)
+if extra:
+    put("PIP_EXTRA_INDEX_URL", " ".join(extra + [u for u in cfg.get("extra-index-url", []) if u not in extra]),
+        force=True)
+put("UV_FIND_LINKS", ",".join(cfg.get("find-links", [])))
+put("SSL_CERT_FILE", cfg.get("cert"))
+put("UV_INSECURE_HOST", " ".join(cfg.get("trusted-host", [])))
+put("UV_CONSTRAINT", " ".join(cfg.get("constraint", [])))
+"""
+
+
 def render_script(plan: Plan, *, setup_dir: str) -> str:
     """setup.sh: run in its own session (setsid nohup) with its output in setup_dir/log; `@@step N/M id title` before
     each step, `@@failed id rc` and exit rc on a failed step, `@@done` after writing the stamp. The indexes reach
     both installers through the environment (never a command line): the profile's as GPUOPS_INDEX/GPUOPS_EXTRA_INDEX,
-    the host's pip configuration read again here and given to uv (remote/setup.py PIP_TO_ENV)."""
-    from .remote.setup import PIP_TO_ENV
-
+    the host's pip configuration read again here and given to uv (setup/remote.py PIP_TO_ENV)."""
     D = shell_path(setup_dir)
     lines = [
         "#!/bin/sh",

@@ -1,8 +1,8 @@
 """The run lifecycle's commands, step by step on one SSH connection: train, watch, logs, status, stop.
 
 Each function takes the profile and the Output (progress and warnings go through it, as in transfer_ops), talks to
-the host through remote/launch.py and watch.py, decides with the pure functions of runs.py, records locally, and
-returns what cli/runs.py renders. Nothing here prints a report.
+the host through jobs/remote.py and jobs/watch.py, decides with the pure functions of jobs/plan.py, records locally, and
+returns what cli/jobs.py renders. Nothing here prints a report.
 """
 from __future__ import annotations
 
@@ -12,19 +12,19 @@ from datetime import datetime
 from pathlib import Path
 from typing import Callable, Iterable, Optional
 
-from . import runs as core
-from .errors import RemoteError, UsageError
+from . import plan as core
+from ..errors import RemoteError, UsageError
 
 
 def connect(prof, out):
-    from .remote.connection import connect as open_connection
+    from ..remote.connection import connect as open_connection
 
     return open_connection(prof, announce=out.info)
 
 
 def resolve(run: Optional[str], prof, project: Path) -> dict:
     """The run's local record, or, for an id not recorded here, where it would be on the host."""
-    from .remote.launch import run_dir_of
+    from .remote import run_dir_of
 
     try:
         return core.resolve_run(run, prof.name, project)
@@ -40,8 +40,8 @@ class _Gate:
     files) and the module -> distribution table (playbooks/modules.yaml)."""
 
     def __init__(self, project: Path, script_rel: str, plan: core.EnvPlan):
-        from . import job_imports as ji
-        from . import knowledge as kb
+        from . import script_imports as ji
+        from .. import knowledge as kb
 
         self.project, self.script, self.env = project, script_rel, core.job_env(plan)
         self.table = kb.load_playbook("modules", project).get("modules") or []
@@ -52,9 +52,9 @@ class _Gate:
         """One remote execution (remote/launch.preflight), then the verdict: the stack (runs.gate_results), the GPUs
         the job will see held by other processes (runs.gpu_holders), the modules its python cannot find. Sets
         pf.job_gpus, the GPUs the job is given."""
-        from . import job_imports as ji
-        from . import knowledge as kb
-        from .remote import launch as rl
+        from . import script_imports as ji
+        from .. import knowledge as kb
+        from . import remote as rl
 
         script_rel = self.script
         pf, found = rl.preflight(remote, remote_dir, script_rel, node.python, packages,
@@ -73,7 +73,7 @@ class _Gate:
 
 
 def _remember(prof, project: Path) -> None:
-    from . import profiles
+    from ..profiles import model as profiles
 
     profiles.remember(prof, project)
 
@@ -83,7 +83,7 @@ def _prepare_run(prof, out, project: Path, *, script: str, name: Optional[str], 
                  seed: Optional[int], clock: Callable[[], datetime]):
     """What train and train_fleet decide before connecting: the script, the presets, the run id, the environment
     plan (its warnings shown). Returns (script, presets, started, run id, plan)."""
-    from . import profiles
+    from ..profiles import model as profiles
 
     script_rel = core.script_path(script, project, must_exist=sync)
     cli_env = core.parse_env_args(env)
@@ -105,7 +105,7 @@ def dotenv_warnings(dotenv: Path, origins: dict[str, str]) -> list[str]:
     API key is refused from such a file, the job's own secrets are sent with this warning)."""
     import shlex
 
-    from .paths import loose_mode
+    from ..paths import loose_mode
 
     names = sorted(n for n, o in origins.items() if o == ".env")
     mode = loose_mode(dotenv) if names else None
@@ -119,8 +119,8 @@ def train(prof, out, project: Path, *, script: str, name: Optional[str] = None, 
           args: Iterable[str] = (), sync: bool = True, force: bool = False, seed: Optional[int] = None,
           snapshot: bool = True, clock: Callable[[], datetime] = datetime.now) -> dict:
     """Sync, preflight, environment, launch (detached), local record, snapshot. Returns what `train --json` prints."""
-    from . import profiles
-    from .remote import launch as rl
+    from ..profiles import model as profiles
+    from . import remote as rl
 
     args = list(args)
     script_rel, presets_doc, started, rid, plan = _prepare_run(prof, out, project, script=script, name=name, env=env,
@@ -131,7 +131,7 @@ def train(prof, out, project: Path, *, script: str, name: Optional[str] = None, 
     remote = connect(prof, out)
     try:
         if sync:
-            from .transfer_ops import sync_project  # never sends ./runs/ nor touches the remote .gpuops/
+            from ..transfer.ops import sync_project  # never sends ./runs/ nor touches the remote .gpuops/
 
             out.step(f"syncing {project.name}/ to {prof.name}:{remote_dir}")
             sync_project(prof, remote, out, project)
@@ -179,9 +179,10 @@ def train_fleet(prof, out, project: Path, *, script: str, launcher: str = "none"
     """One run on every host of the profile (one run id): sync and preflight everywhere in parallel, then launch each
     node's part (torchrun / a Ray head and workers / the script itself) with its rank, addresses and ports. If any
     node fails to launch, the nodes already launched are stopped and the run fails."""
-    from . import fleet, launchers
-    from . import profiles
-    from .remote import launch as rl
+    from .. import fleet
+    from . import launchers
+    from ..profiles import model as profiles
+    from . import remote as rl
 
     args = list(args)
     nodes = prof.nodes()
@@ -197,7 +198,7 @@ def train_fleet(prof, out, project: Path, *, script: str, launcher: str = "none"
         remote = remotes[node.rank] = connect(node, out)
         remote_dir = node.remote_dir_for(project)
         if sync:
-            from .transfer_ops import sync_project
+            from ..transfer.ops import sync_project
 
             sync_project(node, remote, quiet, project)
         need = [launchers.NEEDS[launcher]] if launcher in launchers.NEEDS else []
@@ -294,8 +295,8 @@ def train_fleet(prof, out, project: Path, *, script: str, launcher: str = "none"
 
 
 def _fleet_error(what: str, bad: list):
-    from . import fleet
-    from .errors import GpuopsError
+    from .. import fleet
+    from ..errors import GpuopsError
 
     code = fleet.worst_code(r.code for r in bad)
     detail = "; ".join(f"host #{r.rank} ({r.host}): {r.message}" for r in bad)
@@ -305,7 +306,7 @@ def _fleet_error(what: str, bad: list):
 
 def _snapshot(remote, prof, out, project: Path, rid: str, run_dir: str, seed: Optional[int]) -> None:
     """The environment snapshot kept with the run (runs/<id>/environment/ and <run dir>/environment/)."""
-    from .snapshot import snapshot_for_run
+    from ..transfer.snapshot import snapshot_for_run
 
     local_dir = Path(os.path.relpath(core.registry_dir(project) / rid / "environment"))
     try:
@@ -409,7 +410,7 @@ class FleetSampler:
                     pass
 
     def _open(self, node):
-        from .remote.connection import connect as open_connection
+        from ..remote.connection import connect as open_connection
         from . import watch as w
 
         remote = open_connection(node, announce=lambda s: None, attempts=1)
@@ -422,7 +423,7 @@ class FleetSampler:
     def _run(self) -> None:
         import select
 
-        from . import fleet
+        from .. import fleet
         from . import watch as w
 
         for node, r in zip(self.nodes, fleet.for_each(self.nodes, self._open)):
@@ -456,7 +457,7 @@ class FleetSampler:
 
 def tail(prof, out, project: Path, meta: dict, lines: int, write: Callable[[bytes], None]) -> None:
     """The last N lines of the run's log, as the host has them (raw bytes, streamed to `write`)."""
-    from .remote import launch as rl
+    from . import remote as rl
 
     rid, run_dir = meta["run_id"], meta["remote_run_dir"]
     remote = connect(prof, out)
@@ -473,7 +474,7 @@ def tail(prof, out, project: Path, meta: dict, lines: int, write: Callable[[byte
 def status(prof, out, project: Path) -> dict:
     """The profile's runs (recorded here or found on the host) and the GPUs; what `status --json` prints."""
     from . import watch as w
-    from .remote import launch as rl
+    from . import remote as rl
 
     metas = {m["run_id"]: m for m in core.local_runs(prof.name, project)}
     remote = connect(prof, out)
@@ -499,7 +500,7 @@ STATUS_LOG_TAIL = 300  # log lines of each running run that status scans for tra
 
 
 def _add_signals(rows: list[dict], logs: dict, prof, project: Path, gpus: list) -> None:
-    """Each running run's training signals and progress (signals.py over its log's tail) into its status row; with
+    """Each running run's training signals and progress (jobs/signals.py over its log's tail) into its status row; with
     one GPU sample, the GPU-idle signal when every GPU is at 0 % and the run is past the signal's first minutes."""
     from . import signals as sg
 
@@ -515,7 +516,7 @@ def _add_signals(rows: list[dict], logs: dict, prof, project: Path, gpus: list) 
 
 def stop(prof, out, project: Path, meta: dict, grace: float) -> dict:
     """SIGINT, SIGTERM, SIGKILL to the run's process group. Returns what `stop --json` prints."""
-    from .remote import launch as rl
+    from . import remote as rl
 
     rid, run_dir = meta["run_id"], meta["remote_run_dir"]
     remote = connect(prof, out)
@@ -535,8 +536,8 @@ def stop(prof, out, project: Path, meta: dict, grace: float) -> dict:
 # -- fleets: the other nodes of a run --------------------------------------------------------------------------------
 def fleet_states(prof, out, meta: dict, *, parallel: int = 8) -> list:
     """Each node's RunInfo of a fleet run (None where the host could not be asked), in rank order."""
-    from . import fleet
-    from .remote import launch as rl
+    from .. import fleet
+    from . import remote as rl
 
     nodes = prof.nodes()
     rid = meta["run_id"]
@@ -575,8 +576,8 @@ def wait_fleet(prof, out, project: Path, meta: dict, *, interval: float = 2.0,
 
 def tail_all(prof, out, project: Path, meta: dict, lines: int) -> list[tuple[int, str, str]]:
     """The last N lines of every node's log: [(rank, host, text)]."""
-    from . import fleet
-    from .remote import launch as rl
+    from .. import fleet
+    from . import remote as rl
 
     rid = meta["run_id"]
 
@@ -601,7 +602,7 @@ def tail_all(prof, out, project: Path, meta: dict, lines: int) -> list[tuple[int
 
 def stop_fleet(prof, out, project: Path, meta: dict, grace: float) -> dict:
     """Stop a fleet run on every host in parallel."""
-    from . import fleet
+    from .. import fleet
 
     nodes = prof.nodes()[:len(meta["nodes"])]
     got = fleet.for_each(nodes, lambda node: stop(node, out, project, core.node_meta(meta, node.rank), grace))
@@ -611,7 +612,7 @@ def stop_fleet(prof, out, project: Path, meta: dict, grace: float) -> dict:
 
 def status_fleet(prof, out, project: Path, host: Optional[int] = None) -> dict:
     """status on every host (or --host N) in parallel."""
-    from . import fleet
+    from .. import fleet
 
     nodes = prof.nodes() if host is None else [prof.node(host)]
     got = fleet.for_each(nodes, lambda node: status(node, out, project))

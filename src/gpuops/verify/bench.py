@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Iterable
 
-from .checks import FAIL, INFO, PASS, WARN, CheckResult
+from .results import FAIL, INFO, PASS, WARN, CheckResult
 from .facts import Facts, parse_health
 
 REASONS = {"clocks_event_reasons.hw_slowdown": "hardware slowdown",

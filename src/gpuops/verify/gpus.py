@@ -14,7 +14,7 @@ import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from .errors import UsageError
+from ..errors import UsageError
 
 _INSTANCE_RE = re.compile(r"^gpu_(\d+)x_([a-z0-9_]+)$", re.I)
 
@@ -113,7 +113,7 @@ _CACHE: dict = {}
 
 
 def _table(project_dir: Path | None = None):
-    from .knowledge import load_playbook
+    from ..knowledge import load_playbook
 
     doc = load_playbook("gpus", project_dir)
     hit = _CACHE.get(id(doc))

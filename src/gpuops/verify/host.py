@@ -7,9 +7,9 @@ from datetime import datetime
 from pathlib import Path
 from typing import Callable
 
-from . import knowledge as kb
+from .. import knowledge as kb
 from .checks import FAIL, WARN, evaluate, verdict
-from .errors import ExitCode
+from ..errors import ExitCode
 from .facts import from_probe
 
 BASE_PACKAGES = ["torch", "torchvision", "torchaudio", "vllm", "flash-attn", "transformers", "numpy"]
@@ -54,7 +54,7 @@ def run_verify(profile, out, *, playbook: str | None = None, save: bool = True, 
                project_dir: Path | None = None, clock: Callable[[], datetime] = datetime.now,
                fail_on_warn: bool = False, retry_802_s: float = 0.0, sleep: Callable[[float], None] = time.sleep,
                bench: bool = False) -> int:
-    from . import profiles
+    from ..profiles import model as profiles
 
     project_dir = project_dir or Path.cwd()
     report, results = check_host(profile, out, playbook=playbook, cuda_check=cuda_check, project_dir=project_dir,
@@ -78,8 +78,8 @@ def check_host(profile, out, *, playbook: str | None = None, cuda_check: bool = 
     """One host: connect, gather (one execution), judge. Returns (report, results); shows nothing.
     retry_802_s: on a fresh cloud instance, CUDA error 802 (system not yet initialized: fabric manager still
     starting) is transient; gather again every 15 s for up to that long before reporting it."""
-    from .remote.connection import connect
-    from .remote.gather import gather
+    from ..remote.connection import connect
+    from ..remote.gather import gather
 
     pb = kb.load_playbook("verify", project_dir, path=playbook)
     knowledge, presets = kb.knowledge(project_dir), kb.presets(project_dir)
@@ -146,7 +146,7 @@ def show(out, report: dict, results) -> None:
 def save_report(report: dict, results, project_dir: Path, when: datetime) -> tuple[Path, Path]:
     """logs/env_checks/<date>_<profile>.json and .txt, as the Stage 2 runbook asks (seeds/000); a fleet's hosts
     each get their own (<profile>-host<N>)."""
-    from .paths import write_atomic
+    from ..paths import write_atomic
     from .report import plain_lines
 
     name = report["profile"] + (f"-host{report['node']}" if report.get("node") is not None else "")
@@ -164,8 +164,9 @@ def run_fleet_verify(profile, out, *, playbook: str | None = None, save: bool = 
     """Every host of a fleet profile in parallel (one connection and one probe execution each), a section per host
     in rank order, then the fleet as a whole: the same stack everywhere, and every node reaching rank 0's
     rendezvous address. Exit: the worst host's, or 1 when the fleet checks fail."""
-    from . import fleet, profiles
-    from .launchers import MASTER_PORT
+    from .. import fleet
+    from ..profiles import model as profiles
+    from ..jobs.launchers import MASTER_PORT
     from .report import plain_lines
 
     project_dir = project_dir or Path.cwd()

@@ -1,0 +1,1 @@
+"""Verify: facts (parsers), results (a check's outcome, shared by every judge), checks and rules (judgement), gpus (the GPU table), bench, report (rendering), host (one host's or a fleet's verify)."""
