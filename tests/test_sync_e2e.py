@@ -141,7 +141,7 @@ def test_sync_project_python_entry_point(sandbox):
     from gpuops.profiles import model as profiles
     from gpuops.console import Output
     from gpuops.remote.connection import connect
-    from gpuops.transfer.ops import sync_project
+    from gpuops.transfer.sync import sync_project
 
     write(Path.cwd() / "train.py", "print(1)\n")
     write(Path.cwd() / "checkpoints/x.pt")

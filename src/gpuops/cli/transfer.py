@@ -34,7 +34,7 @@ def sync(
     from ..profiles import model as profiles
     from ..remote.connection import connect
     from ..remote.rsync import require_local_rsync
-    from ..transfer.ops import render_sync, sync_project
+    from ..transfer.sync import render_sync, sync_project
 
     out = output(json_)
     prof = pick_profile(name, profile, out)
@@ -82,8 +82,8 @@ def fetch(
     from ..errors import UsageError
     from ..remote.connection import connect
     from ..remote.rsync import require_local_rsync
-    from ..transfer.ops import fetch as do_fetch
-    from ..transfer.ops import list_remote, render_fetch, render_list
+    from ..transfer.fetch import fetch as do_fetch
+    from ..transfer.fetch import list_remote, render_fetch, render_list
 
     out = output(json_)
     if latest and step is not None:

@@ -1049,7 +1049,7 @@ def _close_records(ctx: Context, ids: list[str], note: str = "") -> list[str]:
 
 def _fetch_all(prof, out, project_dir: Path) -> list[str]:
     from ..remote.connection import connect
-    from ..transfer.ops import fetch, list_remote
+    from ..transfer.fetch import fetch, list_remote
 
     done = []
     with connect(prof, announce=out.info) as remote:

@@ -1,6 +1,6 @@
 """The run lifecycle's commands, step by step on one SSH connection: train, watch, logs, status, stop.
 
-Each function takes the profile and the Output (progress and warnings go through it, as in transfer_ops), talks to
+Each function takes the profile and the Output (progress and warnings go through it, as in transfer/sync.py), talks to
 the host through jobs/remote.py and jobs/watch.py, decides with the pure functions of jobs/plan.py, records locally, and
 returns what cli/jobs.py renders. Nothing here prints a report.
 """
@@ -131,7 +131,7 @@ def train(prof, out, project: Path, *, script: str, name: Optional[str] = None, 
     remote = connect(prof, out)
     try:
         if sync:
-            from ..transfer.ops import sync_project  # never sends ./runs/ nor touches the remote .gpuops/
+            from ..transfer.sync import sync_project  # never sends ./runs/ nor touches the remote .gpuops/
 
             out.step(f"syncing {project.name}/ to {prof.name}:{remote_dir}")
             sync_project(prof, remote, out, project)
@@ -198,7 +198,7 @@ def train_fleet(prof, out, project: Path, *, script: str, launcher: str = "none"
         remote = remotes[node.rank] = connect(node, out)
         remote_dir = node.remote_dir_for(project)
         if sync:
-            from ..transfer.ops import sync_project
+            from ..transfer.sync import sync_project
 
             sync_project(node, remote, quiet, project)
         need = [launchers.NEEDS[launcher]] if launcher in launchers.NEEDS else []

@@ -461,7 +461,7 @@ class Runner:
 
     def stage_sync(self) -> None:
         from ..remote.connection import connect
-        from ..transfer.ops import sync_project
+        from ..transfer.sync import sync_project
 
         self._begin("sync")
         prof = self._profile()
@@ -616,7 +616,7 @@ class Runner:
 
     def stage_fetch(self) -> None:
         from ..remote.connection import connect
-        from ..transfer.ops import fetch
+        from ..transfer.fetch import fetch
 
         rec = self.rec
         self._begin("fetch")

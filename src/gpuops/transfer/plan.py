@@ -1,7 +1,7 @@
 """Pure helpers for `gpuops sync` and `gpuops fetch`: rsync arguments, filter rules, output parsing,
 checkpoint selection and fetch verification. Nothing here touches the network or starts a process.
 
-The talking side lives in remote/rsync.py (runs rsync) and transfer/ops.py (the command flows).
+The talking side lives in remote/rsync.py (runs rsync) and transfer/sync.py and transfer/fetch.py (the command flows).
 """
 from __future__ import annotations
 

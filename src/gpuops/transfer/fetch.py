@@ -1,7 +1,5 @@
-"""The sync and fetch flows: one remote execution before rsync, rsync itself, one remote execution after.
-
-Public entry points (also used from Python by `gpuops train`):
-  sync_project(profile, remote, out, project_dir, *, delete, dry_run, excludes, gitignore) -> summary dict
+"""`gpuops fetch`, the talking part: one remote execution lists the source, rsync brings it into a staging folder
+while both sides hash it, and every file moves to its final name only once the whole selection verified.
   fetch(profile, remote, out, name, *, dest, latest, step, project_dir) -> summary dict
   list_remote(profile, remote, project_dir) -> {name: {...}}
 """
@@ -16,14 +14,16 @@ import shutil
 import tempfile
 import threading
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Sequence
 
 from . import plan as tr
 from ..errors import ConnectError, GpuopsError, RemoteError, UsageError
-from ..profiles.model import shell_command, shell_path
+from ..profiles.model import shell_command
 from ..remote import rsync as rs
 from ..remote.connection import ssh_command
+from .progress import ProgressView
 
 HASH_CHUNK = 1 << 20
 
@@ -117,155 +117,6 @@ print(json.dumps(out))
 
 
 # -- progress --------------------------------------------------------------------------------
-class ProgressView:
-    """A rich bar (bytes, rate, ETA) at a terminal, a plain line every ~10% otherwise, nothing in JSON mode."""
-
-    def __init__(self, out, label: str):
-        self.out, self.label = out, label
-        self._bar = None
-        self._task = None
-        self._last_pct = 0  # first plain line at 10 %: a no-change sync prints none
-        self._last_t = 0.0
-
-    def __enter__(self):
-        if self.out.rich and not self.out.json_mode:
-            from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn
-
-            # rate and ETA as rsync computes them: rich's own estimates reset whenever the total is refined, and
-            # rsync refines its total estimate on every update
-            self._bar = Progress(TextColumn("{task.description}"), BarColumn(), DownloadColumn(),
-                                 TextColumn("{task.fields[rate]}"), TextColumn("eta {task.fields[eta]}"),
-                                 console=self.out.err_console, transient=True)
-            self._bar.start()
-            self._task = self._bar.add_task(self.label, total=None, rate="", eta="-")
-        return self
-
-    def __exit__(self, *exc):
-        if self._bar is not None:
-            self._bar.stop()
-
-    def update(self, p: tr.Progress) -> None:
-        if self._bar is not None:
-            self._bar.update(self._task, completed=p.bytes, total=p.total_estimate, rate=p.rate, eta=p.eta)
-            return
-        if self.out.json_mode:
-            return
-        now = time.monotonic()
-        if p.percent >= self._last_pct + 10 or (now - self._last_t > 10 and p.percent != self._last_pct):
-            self._last_pct, self._last_t = p.percent, now
-            self.out.step(f"{self.label}: {p.percent}% {tr.human_bytes(p.bytes)} at {p.rate}, eta {p.eta}")
-
-    def retry(self, attempt: int, rc: int, detail: str) -> None:
-        self.out.warn(f"rsync interrupted (exit {rc}: {detail}); retrying, continuing from what arrived")
-
-
-# -- sync ------------------------------------------------------------------------------------
-def _sync_precheck(remote, remote_dir: str, *, create: bool) -> dict:
-    """One remote execution: is rsync there (nothing else happens when it is not), create the directory (not for a
-    dry run), and the free disk of the directory, or of its nearest existing parent when it does not exist yet."""
-    d = shell_path(remote_dir)
-    cmd = ('unset CDPATH; '  # a relative remote_dir is under the login folder, as for rsync, never a CDPATH entry
-           'r=$(command -v rsync) || { echo rsync=; exit 0; }; echo "rsync=$r"; '
-           f"d={d}; " + ('mkdir -p -- "$d" || exit 3; ' if create else "") +
-           'p="$d"; while [ ! -d "$p" ]; do case "$p" in */*) p="${p%/*}"; p="${p:-/}";; *) p=.;; esac; done; '
-           'df -Pk -- "$p" | tail -n 1')
-    # where it really is on the host (symlinks resolved), and the remote home: for the --delete guard
-    cmd += ('; echo "home=$(cd "$HOME" && pwd -P)"; echo "real=$(cd -- "$d" 2>/dev/null && pwd -P)"; '
-            'echo "parent=$(cd -- "$p" && pwd -P)"')
-    res = remote.run(cmd, timeout=60)
-    if res.rc == 3:
-        raise RemoteError(f"cannot create the remote directory {remote_dir}: {res.stderr.strip()}")
-    info = {"rsync": "", "free": None, "home": "", "real": "", "parent": ""}
-    for line in res.stdout.splitlines():
-        key, sep, val = line.partition("=")
-        if sep and key in ("rsync", "home", "real", "parent"):
-            info[key] = val.strip()
-        else:
-            parts = line.split()
-            if len(parts) >= 4 and parts[3].isdigit():
-                info["free"] = int(parts[3]) * 1024
-    return info
-
-
-def sync_filter(profile, project_dir: Path, excludes: Sequence[str] = (), gitignore: bool = False) -> list[str]:
-    try:
-        ignore = tr.read_ignore_file(project_dir / tr.IGNORE_FILE)
-    except tr.IgnoreFileError as exc:
-        raise UsageError(str(exc)) from None
-    return tr.sync_filter_rules(profile.sync.exclude, excludes, ignore, gitignore)
-
-
-def sync_project(profile, remote, out, project_dir: Path, *, delete: bool = False, dry_run: bool = False,
-                 excludes: Sequence[str] = (), gitignore: bool = False) -> dict:
-    """Copy project_dir to the profile's remote_dir. Returns the summary dict
-    {files, bytes_sent, total_bytes, seconds, dry_run, changes, remote_dir, attempts, deleted}."""
-    rs.require_local_rsync()
-    project_dir = Path(project_dir).resolve()
-    started = time.monotonic()
-    remote_dir = profile.remote_dir_for(project_dir)
-    rules = sync_filter(profile, project_dir, excludes, gitignore)
-    info = _sync_precheck(remote, remote_dir, create=not dry_run)
-    if not info["rsync"]:
-        raise rs.missing_remote(profile.host)
-    if delete:
-        why = tr.unsafe_delete_target(remote_dir, home=info["home"], real=info["real"])
-        if why:
-            raise UsageError(f"refusing sync --delete into {remote_dir} on {profile.host}: {why}",
-                             hint="set remote_dir: in the profile to the project's own folder (e.g. ~/my-project); "
-                                  "--delete removes whatever there is not in your local project")
-    argv = lambda dry: tr.sync_args(ssh_command(profile), project_dir, profile.host, remote_dir, rules,  # noqa: E731
-                                    delete=delete, dry_run=dry, gitignore=gitignore)
-    free = info["free"]
-    if free is not None and not dry_run:
-        bound = tr.estimate_upload_bytes(project_dir, rules)
-        if bound > free:
-            exact = rs.run(argv(True), host=profile.host).stats.get("transferred_bytes", bound)
-            if exact > free:
-                raise GpuopsError(f"not enough disk on {profile.host}: the sync needs {tr.human_bytes(exact)}, "
-                                  f"{tr.human_bytes(free)} free under {remote_dir}",
-                                  hint="free space on the instance, or add large folders to .gpuopsignore")
-    view = ProgressView(out, "dry run" if dry_run else f"sync → {remote_dir}")
-    with view:
-        res = rs.run(argv(dry_run), host=profile.host, on_progress=view.update, on_retry=view.retry)
-    changes: dict[str, tr.Change] = {}
-    for ch in res.items:
-        changes[ch.path] = ch
-    summary = {
-        "profile": profile.name,
-        "remote_dir": remote_dir,
-        "dry_run": dry_run,
-        "files": res.stats.get("files_transferred", sum(1 for c in changes.values() if c.kind == "file" and c.change != "deleted")),
-        "deleted": sum(1 for c in changes.values() if c.change == "deleted"),
-        "bytes_sent": res.stats.get("bytes_sent", 0),
-        "total_bytes": res.stats.get("total_bytes", 0),
-        "seconds": round(time.monotonic() - started, 3),
-        "attempts": res.attempts,
-        "changes": [c.as_dict() for c in changes.values()],
-    }
-    if dry_run and free is not None and res.stats.get("transferred_bytes", 0) > free:
-        summary["warning"] = f"would not fit: {tr.human_bytes(free)} free on the remote"
-    return summary
-
-
-def render_sync(out, s: dict) -> None:
-    if out.json_mode:
-        out.emit_json(s)
-        return
-    if s["dry_run"]:
-        for c in s["changes"]:
-            size = f" ({tr.human_bytes(c['size'])})" if c.get("size") is not None else ""
-            out.print(f"{'would ' + ('delete' if c['change'] == 'deleted' else 'send'):13} {c['change']:8} {c['path']}{size}")
-        out.print(f"dry run: {s['files']} files would be sent, {s['deleted']} deleted; nothing changed "
-                  f"(total {tr.human_bytes(s['total_bytes'])})")
-        if s.get("warning"):
-            out.warn(s["warning"])
-        return
-    deleted = f", {s['deleted']} deleted" if s["deleted"] else ""
-    out.print(f"synced to {s['remote_dir']}: {s['files']} files changed{deleted}, {tr.human_bytes(s['bytes_sent'])} sent, "
-              f"total {tr.human_bytes(s['total_bytes'])}, {s['seconds']:.1f}s")
-
-
-# -- fetch -----------------------------------------------------------------------------------------
 def _run_script(profile, remote, spec: dict, *, timeout: float) -> dict:
     cmd = f"{shell_command(profile.python)} - {shlex.quote(json.dumps(spec))}"
     res = remote.run(cmd, stdin=REMOTE_SCRIPT, timeout=timeout)
@@ -445,7 +296,54 @@ def fetch(profile, remote, out, name: str = "checkpoints", *, dest: Path | None 
     src = fetch_sources(profile, project_dir)[name]
     dest = Path(dest) if dest is not None else project_dir / name
     dest = dest if dest.is_absolute() else (Path.cwd() / dest)
+    sel = _select(profile, remote, name, src, latest=latest, step=step)
+    staging = dest / tr.STAGING_DIR
+    _check_room(sel.files, dest, staging)
+    staging.mkdir(parents=True, exist_ok=True)
+    # files that failed verification last time: a remote file rewritten in place with the same size and mtime looks
+    # unchanged to rsync's quick check, which would link the stale local copy again; this run compares checksums
+    recheck = dest / (tr.STAGING_DIR + ".recheck")
+    spec = {"hash": {"base": src, "subs": sel.subs or [""]}}
+    res, remote_job, local = _transfer(profile, remote, out, name, src, sel, staging, dest, recheck, spec)
+    out.step("verifying size and SHA-256 of every file")
+    hdoc, v, link_ok = _verify(profile, remote, out, staging, dest, recheck, spec, remote_job, local)
+    _promote(staging, dest, v.ok + link_ok)
+    shutil.rmtree(staging, ignore_errors=True)
+    recheck.unlink(missing_ok=True)
+    outside = hdoc.get("outside_links", [])
+    if outside:
+        out.warn(f"{len(outside)} symlink(s) pointing outside {src} not fetched (never followed): "
+                 + ", ".join(outside[:5]) + (" ..." if len(outside) > 5 else ""))
+    return {
+        "profile": profile.name,
+        "name": name,
+        "source": src,
+        "dest": str(dest),
+        "steps": sel.steps_chosen,
+        "dirs": sel.subs,
+        "file": sel.files[0][0] if sel.single and sel.files else None,
+        "files": res.stats.get("files_transferred", 0),
+        "verified": len(v.ok),
+        "links": len(link_ok),
+        "links_outside_skipped": outside,
+        "bytes_received": res.stats.get("bytes_received", 0),
+        "total_bytes": sum(s for s, _ in hdoc.get("hashes", {}).values()),
+        "seconds": round(time.monotonic() - started, 3),
+        "attempts": res.attempts,
+    }
 
+
+@dataclass
+class _Selection:
+    """What a fetch takes: the files (rel, size, ...), the step folders chosen, whether the source is one file."""
+    files: list
+    subs: list[str]
+    steps_chosen: list[int]
+    single: bool
+
+
+def _select(profile, remote, name: str, src: str, *, latest: bool, step: int | None) -> _Selection:
+    """One execution lists the source; --latest / --step pick its checkpoint folders."""
     doc = _run_script(profile, remote, {"list": {name: src}}, timeout=300)
     if not doc.get("rsync"):
         raise rs.missing_remote(profile.host)
@@ -466,8 +364,11 @@ def fetch(profile, remote, out, name: str = "checkpoints", *, dest: Path | None 
             raise GpuopsError(f"{name} on {profile.host}: {exc}") from None
         steps_chosen = sorted({steps[s]["step"] for s in subs})
         files = [f for f in files if tr.under(f[0], subs)]
+    return _Selection(files, subs, steps_chosen, single)
 
-    staging = dest / tr.STAGING_DIR
+
+def _check_room(files: list, dest: Path, staging: Path) -> None:
+    """The local disk holds what is still to come (files already here or staged at their size are not counted)."""
     need = 0
     for rel, size, *_ in files:
         have = dest / rel
@@ -479,14 +380,13 @@ def fetch(profile, remote, out, name: str = "checkpoints", *, dest: Path | None 
         raise GpuopsError(f"not enough local disk: the fetch needs {tr.human_bytes(need)}, {tr.human_bytes(free)} free "
                           f"at {dest}", hint="free space, or fetch one step: --latest / --step N")
 
-    staging.mkdir(parents=True, exist_ok=True)
-    # files that failed verification last time: a remote file rewritten in place with the same size and mtime looks
-    # unchanged to rsync's quick check, which would link the stale local copy again; this run compares checksums
-    recheck = dest / (tr.STAGING_DIR + ".recheck")
-    spec = {"hash": {"base": src, "subs": subs or [""]}}
-    # Verification overlaps the transfer: the remote hashes its files (one execution) while rsync runs, and this
-    # machine hashes each file as soon as rsync reports it complete. Overlapping never weakens the check: any
-    # change to a remote file between its hash and its transfer is a mismatch (exit 1), never a silent success.
+
+def _transfer(profile, remote, out, name: str, src: str, sel: _Selection, staging: Path, dest: Path, recheck: Path,
+              spec: dict):
+    """rsync into the staging folder. Verification overlaps the transfer: the remote hashes its files (one
+    execution) while rsync runs, and this machine hashes each file as soon as rsync reports it complete. Overlapping
+    never weakens the check: any change to a remote file between its hash and its transfer is a mismatch (exit 1),
+    never a silent success. Returns (rsync's result, the remote hashing, the local hashes so far)."""
     remote_job = _RemoteHash(profile, remote, spec)
     local: dict = {}
     queue_: "queue.Queue[str | None]" = queue.Queue()
@@ -504,13 +404,13 @@ def fetch(profile, remote, out, name: str = "checkpoints", *, dest: Path | None 
 
     list_file = None
     try:
-        if subs:
+        if sel.subs:
             fd, tmp = tempfile.mkstemp(prefix="gpuops-fetch-", suffix=".txt")
             with os.fdopen(fd, "w") as fh:
-                fh.write("".join(s + "\n" for s in subs))
+                fh.write("".join(s + "\n" for s in sel.subs))
             list_file = Path(tmp)
         argv = tr.fetch_args(ssh_command(profile), profile.host, src, staging, dest=dest, files_from=list_file,
-                             single_file=single, checksum=recheck.is_file())
+                             single_file=sel.single, checksum=recheck.is_file())
         view = ProgressView(out, f"fetch {name}")
         with view:
             res = rs.run(argv, host=profile.host, on_progress=view.update, on_item=on_item, on_retry=view.retry)
@@ -519,8 +419,13 @@ def fetch(profile, remote, out, name: str = "checkpoints", *, dest: Path | None 
         if list_file is not None:
             list_file.unlink(missing_ok=True)
     worker.join()
+    return res, remote_job, local
 
-    out.step("verifying size and SHA-256 of every file")
+
+def _verify(profile, remote, out, staging: Path, dest: Path, recheck: Path, spec: dict, remote_job, local: dict):
+    """Every staged file's size and SHA-256 against the remote's (and the symlinks). A mismatch drops the file,
+    records it for a checksum comparison next time, and fails the fetch with nothing moved. Returns (the remote's
+    hash document, the verdict, the links that match)."""
     rest = [r for r in _local_files(staging) if r not in local]  # kept from earlier runs, or linked from dest
     hasher = threading.Thread(target=_hash_local, args=(staging, rest, local), daemon=True)
     hasher.start()
@@ -548,30 +453,7 @@ def fetch(profile, remote, out, name: str = "checkpoints", *, dest: Path | None 
         raise GpuopsError(f"verification failed for {len(bad)} of {len(remote_hashes)} files: {shown}",
                           hint=f"nothing was moved into {dest}; run the fetch again (verified files are kept in "
                                f"{staging})")
-    _promote(staging, dest, v.ok + link_ok)
-    shutil.rmtree(staging, ignore_errors=True)
-    recheck.unlink(missing_ok=True)
-    outside = hdoc.get("outside_links", [])
-    if outside:
-        out.warn(f"{len(outside)} symlink(s) pointing outside {src} not fetched (never followed): "
-                 + ", ".join(outside[:5]) + (" ..." if len(outside) > 5 else ""))
-    return {
-        "profile": profile.name,
-        "name": name,
-        "source": src,
-        "dest": str(dest),
-        "steps": steps_chosen,
-        "dirs": subs,
-        "file": files[0][0] if single and files else None,
-        "files": res.stats.get("files_transferred", 0),
-        "verified": len(v.ok),
-        "links": len(link_ok),
-        "links_outside_skipped": outside,
-        "bytes_received": res.stats.get("bytes_received", 0),
-        "total_bytes": sum(s for s, _ in remote_hashes.values()),
-        "seconds": round(time.monotonic() - started, 3),
-        "attempts": res.attempts,
-    }
+    return hdoc, v, link_ok
 
 
 def render_fetch(out, s: dict) -> None:
