@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 import time
+from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
 from typing import Callable, Iterable, Optional
@@ -179,119 +180,179 @@ def train_fleet(prof, out, project: Path, *, script: str, launcher: str = "none"
     """One run on every host of the profile (one run id): sync and preflight everywhere in parallel, then launch each
     node's part (torchrun / a Ray head and workers / the script itself) with its rank, addresses and ports. If any
     node fails to launch, the nodes already launched are stopped and the run fails."""
-    from .. import fleet
     from . import launchers
-    from ..profiles import model as profiles
-    from . import remote as rl
 
-    args = list(args)
-    nodes = prof.nodes()
     script_rel, presets_doc, started, rid, plan = _prepare_run(prof, out, project, script=script, name=name, env=env,
                                                                sync=sync, seed=seed, clock=clock)
-    gate = _Gate(project, script_rel, plan)
-    join_wait = launchers.join_timeout(plan.exported) if launcher == "ray" else None  # a bad value: exit 2 now
-    remotes: dict[int, object] = {}
-    forced: dict[int, list] = {}
-    quiet = type(out)(json_mode=True, stdout=out.stderr, stderr=out.stderr, quiet=True)
-
-    def prepare(node):
-        remote = remotes[node.rank] = connect(node, out)
-        remote_dir = node.remote_dir_for(project)
-        if sync:
-            from ..transfer.sync import sync_project
-
-            sync_project(node, remote, quiet, project)
-        need = [launchers.NEEDS[launcher]] if launcher in launchers.NEEDS else []
-        pf, verdict = gate.preflight(remote, node, remote_dir, core.conflict_packages(presets_doc) + need, force=force,
-                                     sync=sync, launcher=launcher)
-        if verdict.error:
-            raise verdict.error
-        forced[node.rank] = verdict.forced
-        return pf, verdict.warnings
-
-    launched: list = []
+    fl = _FleetLaunch(prof.nodes(), out, project, script_rel=script_rel, presets_doc=presets_doc, started=started,
+                      rid=rid, plan=plan, launcher=launcher, args=list(args), force=force, seed=seed, name=name,
+                      master_port=master_port)
+    fl.join_wait = launchers.join_timeout(plan.exported) if launcher == "ray" else None  # a bad value: exit 2 now
     try:
-        out.step(f"{'syncing and ' if sync else ''}preflight on {len(nodes)} hosts in parallel")
-        prepared = fleet.for_each(nodes, prepare)
-        bad = [r for r in prepared if r.error]
-        for r in prepared:
-            for w in (r.value[1] if r.value else []):
-                out.warn(f"host #{r.rank}: {w}")
-        if bad:
-            raise _fleet_error("not launching", bad)
-        counts = [r.value[0].job_gpus for r in prepared]  # the GPUs each node's job is given (CUDA_VISIBLE_DEVICES)
-        if nproc == "auto":
-            per_node = max(1, min(counts)) if counts else 1
-            if len(set(counts)) > 1:
-                out.warn(f"hosts see different GPU counts ({', '.join(map(str, counts))}); "
-                         f"--nproc-per-node auto uses {per_node}")
-        else:
-            per_node = int(nproc)
-        fl = launchers.Fleet(addresses=tuple(n.address for n in nodes),
-                             master_port=master_port or launchers.MASTER_PORT, gpus_per_node=per_node)
-        out.info(f"environment for {rid} ({launcher if launcher != 'none' else 'the script'} on {len(nodes)} hosts, "
-                 f"{per_node} process(es) per host, rendezvous {fl.master_addr}:{fl.master_port}):")
-        for line in plan.lines():
-            out.info("  " + line)
-        ray_dirs = tuple(launchers.ray_temp_dir(rid, n.rank, f"{n.user}@{n.host}:{n.port}:{n.remote_dir_for(project)}")
-                         for n in nodes)
-        git = core.git_info(project)
-
-        def launch_node(node):
-            remote_dir = node.remote_dir_for(project)
-            job = core.job_argv(script_rel, args, node.python, shebang=core.read_shebang(project / script_rel))
-            argv, command = job, None
-            if launcher == "torchrun":
-                argv = launchers.torchrun_argv(job, python=node.python, fleet=fl, rank=node.rank,
-                                               nproc_per_node=per_node)
-            elif launcher == "ray":
-                command = launchers.ray_command(job, python=node.python, fleet=fl, rank=node.rank, temp_dirs=ray_dirs,
-                                                port=master_port or launchers.RAY_PORT, num_gpus=counts[node.rank],
-                                                join_timeout=join_wait)
-            env_vars = {**plan.exported, **launchers.node_env(fl, node.rank)}
-            run_dir = rl.run_dir_of(remote_dir, rid)
-            meta = core.build_meta(run_id=rid, script=script_rel, args=args, argv=argv, profile=node, plan=plan,
-                                   remote_dir=remote_dir, remote_run_dir=run_dir, git=git, seed=seed,
-                                   started=started, name=name)
-            meta.update(env=env_vars, node_rank=node.rank, num_nodes=len(nodes), launcher=launcher)
-            if forced.get(node.rank):
-                meta["forced"] = forced[node.rank]
-            if command:
-                meta["command_shell"] = command
-            text = rl.launcher_script(run_id=rid, remote_dir=remote_dir, argv=argv, python=node.python, env=env_vars,
-                                      unset=plan.unset, command=command, prelude=launchers.ifname_prelude(node.address))
-            pid, abs_dir = rl.launch(remotes[node.rank], run_id=rid, remote_dir=remote_dir, meta=meta, launcher=text,
-                                     secrets=plan.secrets, python=node.python, force=force)
-            launched.append((node, run_dir))
-            return {"rank": node.rank, "host": node.host, "port": node.port, "user": node.user,
-                    "remote_dir": remote_dir, "remote_run_dir": run_dir, "remote_run_path": abs_dir, "pid": pid}, meta
-
-        out.step(f"launching {rid} on {len(nodes)} hosts")
-        done = fleet.for_each(nodes, launch_node)
-        bad = [r for r in done if r.error]
-        if bad:
-            out.warn(f"launch failed on {len(bad)} host(s); stopping the {len(launched)} launched")
-            for node, run_dir in list(launched):
-                try:
-                    rl.stop(remotes[node.rank], rid, run_dir, 2.0)
-                except Exception as exc:  # noqa: BLE001 - keep stopping the others
-                    out.warn(f"host #{node.rank}: stop failed: {getattr(exc, 'message', exc)}")
-            raise _fleet_error(f"run {rid} failed to launch; the other hosts were stopped", bad)
-        meta = dict(done[0].value[1])
-        meta["nodes"] = [r.value[0] for r in done]
-        meta["remote_run_path"] = meta["nodes"][0]["remote_run_path"]
-        meta["pid"] = meta["nodes"][0]["pid"]
+        counts = fl.prepare(sync=sync)
+        per_node = fl.layout(counts, nproc)
+        meta = fl.launch(counts)
         record = core.save_local(meta, project)
         if snapshot:
-            _snapshot(remotes[0], nodes[0], out, project, rid, meta["remote_run_dir"], seed)
+            _snapshot(fl.remotes[0], fl.nodes[0], out, project, rid, meta["remote_run_dir"], seed)
     finally:
-        for r in remotes.values():
+        for r in fl.remotes.values():
             r.close()
     _remember(prof, project)
     return {"run_id": rid, "profile": prof.name, "launcher": launcher, "nproc_per_node": per_node,
             "nodes": meta["nodes"], "pid": meta["pid"], "remote_run_dir": meta["remote_run_path"],
             "local_record": str(record),
             "next": [f"gpuops watch {rid}", f"gpuops logs --all {rid}", f"gpuops stop {rid}"]}
+
+
+@dataclass
+class _FleetLaunch:
+    """train_fleet's steps over the nodes, and what they share: a connection per node, what --force launched past,
+    the nodes launched so far (stopped again when another fails)."""
+    nodes: list
+    out: object
+    project: Path
+    script_rel: str
+    presets_doc: dict
+    started: datetime
+    rid: str
+    plan: object
+    launcher: str
+    args: list
+    force: bool
+    seed: Optional[int]
+    name: Optional[str]
+    master_port: Optional[int]
+    join_wait: Optional[float] = None
+    remotes: dict = field(default_factory=dict)
+    forced: dict = field(default_factory=dict)
+    launched: list = field(default_factory=list)
+    fleet: object = None  # launchers.Fleet, once laid out
+
+    def prepare(self, *, sync: bool) -> list[int]:
+        """Connect, sync and preflight every node in parallel; the GPUs each node's job is given."""
+        from .. import fleet
+        from . import launchers
+
+        gate = _Gate(self.project, self.script_rel, self.plan)
+        quiet = type(self.out)(json_mode=True, stdout=self.out.stderr, stderr=self.out.stderr, quiet=True)
+
+        def prepare(node):
+            remote = self.remotes[node.rank] = connect(node, self.out)
+            remote_dir = node.remote_dir_for(self.project)
+            if sync:
+                from ..transfer.sync import sync_project
+
+                sync_project(node, remote, quiet, self.project)
+            need = [launchers.NEEDS[self.launcher]] if self.launcher in launchers.NEEDS else []
+            pf, verdict = gate.preflight(remote, node, remote_dir, core.conflict_packages(self.presets_doc) + need,
+                                         force=self.force, sync=sync, launcher=self.launcher)
+            if verdict.error:
+                raise verdict.error
+            self.forced[node.rank] = verdict.forced
+            return pf, verdict.warnings
+
+        self.out.step(f"{'syncing and ' if sync else ''}preflight on {len(self.nodes)} hosts in parallel")
+        prepared = fleet.for_each(self.nodes, prepare)
+        bad = [r for r in prepared if r.error]
+        for r in prepared:
+            for w in (r.value[1] if r.value else []):
+                self.out.warn(f"host #{r.rank}: {w}")
+        if bad:
+            raise _fleet_error("not launching", bad)
+        return [r.value[0].job_gpus for r in prepared]  # the GPUs each node's job is given (CUDA_VISIBLE_DEVICES)
+
+    def layout(self, counts: list[int], nproc: str) -> int:
+        """Processes per node and the rendezvous; shown with the environment. Returns the processes per node."""
+        from . import launchers
+
+        if nproc == "auto":
+            per_node = max(1, min(counts)) if counts else 1
+            if len(set(counts)) > 1:
+                self.out.warn(f"hosts see different GPU counts ({', '.join(map(str, counts))}); "
+                              f"--nproc-per-node auto uses {per_node}")
+        else:
+            per_node = int(nproc)
+        self.fleet = launchers.Fleet(addresses=tuple(n.address for n in self.nodes),
+                                     master_port=self.master_port or launchers.MASTER_PORT, gpus_per_node=per_node)
+        fl = self.fleet
+        self.out.info(f"environment for {self.rid} ({self.launcher if self.launcher != 'none' else 'the script'} on "
+                      f"{len(self.nodes)} hosts, {per_node} process(es) per host, rendezvous "
+                      f"{fl.master_addr}:{fl.master_port}):")
+        for line in self.plan.lines():
+            self.out.info("  " + line)
+        return per_node
+
+    def launch(self, counts: list[int]) -> dict:
+        """Each node's part, in parallel; the run's local record (node 0's meta and every node's place). A node that
+        fails to launch stops the ones launched, and the run fails."""
+        from .. import fleet
+        from . import launchers
+        from . import remote as rl
+
+        project, rid = self.project, self.rid
+        ray_dirs = tuple(launchers.ray_temp_dir(rid, n.rank, f"{n.user}@{n.host}:{n.port}:{n.remote_dir_for(project)}")
+                         for n in self.nodes)
+        git = core.git_info(project)
+
+        def launch_node(node):
+            remote_dir = node.remote_dir_for(project)
+            argv, command = self._node_command(node, counts, ray_dirs)
+            env_vars = {**self.plan.exported, **launchers.node_env(self.fleet, node.rank)}
+            run_dir = rl.run_dir_of(remote_dir, rid)
+            meta = core.build_meta(run_id=rid, script=self.script_rel, args=self.args, argv=argv, profile=node,
+                                   plan=self.plan, remote_dir=remote_dir, remote_run_dir=run_dir, git=git,
+                                   seed=self.seed, started=self.started, name=self.name)
+            meta.update(env=env_vars, node_rank=node.rank, num_nodes=len(self.nodes), launcher=self.launcher)
+            if self.forced.get(node.rank):
+                meta["forced"] = self.forced[node.rank]
+            if command:
+                meta["command_shell"] = command
+            text = rl.launcher_script(run_id=rid, remote_dir=remote_dir, argv=argv, python=node.python, env=env_vars,
+                                      unset=self.plan.unset, command=command,
+                                      prelude=launchers.ifname_prelude(node.address))
+            pid, abs_dir = rl.launch(self.remotes[node.rank], run_id=rid, remote_dir=remote_dir, meta=meta,
+                                     launcher=text, secrets=self.plan.secrets, python=node.python, force=self.force)
+            self.launched.append((node, run_dir))
+            return {"rank": node.rank, "host": node.host, "port": node.port, "user": node.user,
+                    "remote_dir": remote_dir, "remote_run_dir": run_dir, "remote_run_path": abs_dir, "pid": pid}, meta
+
+        self.out.step(f"launching {rid} on {len(self.nodes)} hosts")
+        done = fleet.for_each(self.nodes, launch_node)
+        bad = [r for r in done if r.error]
+        if bad:
+            self._stop_launched(len(bad))
+            raise _fleet_error(f"run {rid} failed to launch; the other hosts were stopped", bad)
+        meta = dict(done[0].value[1])
+        meta["nodes"] = [r.value[0] for r in done]
+        meta["remote_run_path"] = meta["nodes"][0]["remote_run_path"]
+        meta["pid"] = meta["nodes"][0]["pid"]
+        return meta
+
+    def _node_command(self, node, counts: list[int], ray_dirs: tuple) -> tuple[list[str], Optional[str]]:
+        """(argv, shell command or None) of a node's part: torchrun around the job, a Ray node, or the job itself."""
+        from . import launchers
+
+        job = core.job_argv(self.script_rel, self.args, node.python,
+                            shebang=core.read_shebang(self.project / self.script_rel))
+        if self.launcher == "torchrun":
+            return launchers.torchrun_argv(job, python=node.python, fleet=self.fleet, rank=node.rank,
+                                           nproc_per_node=self.fleet.gpus_per_node), None
+        if self.launcher == "ray":
+            return job, launchers.ray_command(job, python=node.python, fleet=self.fleet, rank=node.rank,
+                                              temp_dirs=ray_dirs, port=self.master_port or launchers.RAY_PORT,
+                                              num_gpus=counts[node.rank], join_timeout=self.join_wait)
+        return job, None
+
+    def _stop_launched(self, failed: int) -> None:
+        from . import remote as rl
+
+        self.out.warn(f"launch failed on {failed} host(s); stopping the {len(self.launched)} launched")
+        for node, run_dir in list(self.launched):
+            try:
+                rl.stop(self.remotes[node.rank], self.rid, run_dir, 2.0)
+            except Exception as exc:  # noqa: BLE001 - keep stopping the others
+                self.out.warn(f"host #{node.rank}: stop failed: {getattr(exc, 'message', exc)}")
 
 
 def _fleet_error(what: str, bad: list):
