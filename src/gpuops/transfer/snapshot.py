@@ -147,82 +147,20 @@ def build(facts: dict, *, profile: Any = None, captured_at: str | None = None, e
                           "the Python that runs your training", hint="set 'python:' in the profile")
     py = fact_value(facts, "python") or {}
     osv = fact_value(facts, "os") or {}
-
-    # packages: importlib.metadata (canonical versions) + anything only pip reports
-    meta = fact_value(facts, "freeze") or {}
-    if _fact_error(facts, "freeze"):
-        problems.append(f"package list: {_fact_error(facts, 'freeze')}")
-    pf = fact_value(facts, "pip_freeze") or {}
-    if pf.get("rc") == 0 and pf.get("stdout", "").strip():
-        freeze_text, freeze_source = redact(pf["stdout"]), "pip freeze --all"
-    else:
-        freeze_text = "".join(f"{n}=={v}\n" for n, v in sorted(meta.items(), key=lambda kv: kv[0].lower()))
-        freeze_source = "importlib.metadata"
-        if pf.get("stderr") or pf.get("timeout"):
-            why = "timed out" if pf.get("timeout") else (pf.get("stderr", "").strip().splitlines() or ["failed"])[-1]
-            problems.append(f"pip freeze unavailable ({why[:200]}); requirements.txt built from importlib.metadata")
-    packages = dict(parse_freeze(freeze_text))
-    known = {normalize(k) for k in packages}
-    for n, v in meta.items():
-        if normalize(n) not in known:
-            packages[n] = v
-    packages = dict(sorted(packages.items(), key=lambda kv: kv[0].lower()))
+    packages, freeze_text, freeze_source = _packages(facts, problems)
     listed = fact_value(facts, "packages") or {}
 
     def version_of(name: str) -> str | None:
         return _lookup(packages, name) or (listed.get(name) if isinstance(listed, dict) else None)
 
-    # torch, CUDA, cuDNN as the training Python sees them
-    cuda_fact = fact_value(facts, "cuda") or {}
-    cres = cuda_fact.get("result") if isinstance(cuda_fact, dict) else None
-    cres = cres if isinstance(cres, dict) else {}
-    torch_imported = bool(cres.get("imported"))
-    if cres.get("error") and version_of("torch"):
-        problems.append(f"torch import failed: {cres['error'][:300]}")
-    elif cuda_fact.get("error") or cuda_fact.get("timeout"):
-        problems.append(f"CUDA check: {cuda_fact.get('error', 'timed out')}")
-    torch_version = cres.get("version") or version_of("torch")
-    cuda_version = cres.get("cuda")
-
-    # GPUs and driver from nvidia-smi
-    gpus: list[dict] = []
-    driver = cuda_driver = None
-    q = fact_value(facts, "nvidia_smi_query") or {}
-    if not q.get("found", False):
-        problems.append("nvidia-smi not found on the host")
-    elif q.get("rc") == 0:
-        gpus = _smi_rows(q.get("stdout", ""))
-    else:
-        msg = (q.get("stderr") or q.get("stdout") or "").strip().splitlines()
-        problems.append(f"nvidia-smi failed (exit {q.get('rc')}): {msg[0] if msg else 'no output'}")
-    from ..verify.facts import parse_smi_header
-
-    header = parse_smi_header((fact_value(facts, "nvidia_smi") or {}).get("stdout") or "")  # legacy or R610+ KMD header
-    cuda_driver = header["cuda"]
-    drivers = sorted({g["driver_version"] for g in gpus if g.get("driver_version")})
-    if drivers:
-        driver = drivers[0] if len(drivers) == 1 else ", ".join(drivers)
-    else:
-        driver = header["driver"]
-    if not gpus and cres.get("devices"):
-        gpus = [{"index": d.get("index"), "name": d.get("name"), "compute_cap": d.get("capability")}
-                for d in cres["devices"]]
-    names = []
-    for g in gpus:
-        if g.get("name") and g["name"] not in names:
-            names.append(g["name"])
+    cres, torch_imported, torch_version, cuda_version = _torch(facts, problems, version_of)
+    gpus, driver, cuda_driver, names = _gpus(facts, problems, cres)
     nvcc = fact_value(facts, "nvcc") or {}
     m = re.search(r"release [\d.]+, V([\d.]+)", nvcc.get("stdout") or "")
-
-    src: dict[str, Any] = {}
-    if profile is not None:
-        src = {"profile": getattr(profile, "name", None), "instance_type": getattr(profile, "instance_type", None),
-               "region": getattr(profile, "region", None), "python": getattr(profile, "python", None)}
-    src.update({k: v for k, v in (extra or {}).items() if v is not None})
-    snap = {
+    return {
         "gpuops_snapshot": SCHEMA,
         "captured_at": captured_at or now_iso(),
-        "source": src,
+        "source": _source(profile, extra),
         "python_version": py.get("full") or py.get("version"),
         "python_version_short": short_python(py.get("version") or py.get("full")),
         "python_implementation": py.get("implementation"),
@@ -251,7 +189,78 @@ def build(facts: dict, *, profile: Any = None, captured_at: str | None = None, e
         "packages": packages,
         "problems": problems,
     }
-    return snap
+
+
+def _packages(facts: dict, problems: list[str]) -> tuple[dict, str, str]:
+    """(packages, requirements text, where it came from): importlib.metadata (canonical versions) and anything only
+    pip reports; pip freeze's own text when it ran, else one built from the metadata."""
+    meta = fact_value(facts, "freeze") or {}
+    if _fact_error(facts, "freeze"):
+        problems.append(f"package list: {_fact_error(facts, 'freeze')}")
+    pf = fact_value(facts, "pip_freeze") or {}
+    if pf.get("rc") == 0 and pf.get("stdout", "").strip():
+        freeze_text, freeze_source = redact(pf["stdout"]), "pip freeze --all"
+    else:
+        freeze_text = "".join(f"{n}=={v}\n" for n, v in sorted(meta.items(), key=lambda kv: kv[0].lower()))
+        freeze_source = "importlib.metadata"
+        if pf.get("stderr") or pf.get("timeout"):
+            why = "timed out" if pf.get("timeout") else (pf.get("stderr", "").strip().splitlines() or ["failed"])[-1]
+            problems.append(f"pip freeze unavailable ({why[:200]}); requirements.txt built from importlib.metadata")
+    packages = dict(parse_freeze(freeze_text))
+    known = {normalize(k) for k in packages}
+    for n, v in meta.items():
+        if normalize(n) not in known:
+            packages[n] = v
+    return dict(sorted(packages.items(), key=lambda kv: kv[0].lower())), freeze_text, freeze_source
+
+
+def _torch(facts: dict, problems: list[str], version_of) -> tuple[dict, bool, str | None, str | None]:
+    """torch, CUDA, cuDNN as the training Python sees them: (the CUDA test's result, imported, torch, CUDA)."""
+    cuda_fact = fact_value(facts, "cuda") or {}
+    cres = cuda_fact.get("result") if isinstance(cuda_fact, dict) else None
+    cres = cres if isinstance(cres, dict) else {}
+    if cres.get("error") and version_of("torch"):
+        problems.append(f"torch import failed: {cres['error'][:300]}")
+    elif cuda_fact.get("error") or cuda_fact.get("timeout"):
+        problems.append(f"CUDA check: {cuda_fact.get('error', 'timed out')}")
+    return cres, bool(cres.get("imported")), cres.get("version") or version_of("torch"), cres.get("cuda")
+
+
+def _gpus(facts: dict, problems: list[str], cres: dict) -> tuple[list[dict], str | None, str | None, list[str]]:
+    """GPUs and driver from nvidia-smi (torch's devices when nvidia-smi listed none): (gpus, driver, the CUDA the
+    driver supports, the distinct GPU names)."""
+    from ..verify.facts import parse_smi_header
+
+    gpus: list[dict] = []
+    q = fact_value(facts, "nvidia_smi_query") or {}
+    if not q.get("found", False):
+        problems.append("nvidia-smi not found on the host")
+    elif q.get("rc") == 0:
+        gpus = _smi_rows(q.get("stdout", ""))
+    else:
+        msg = (q.get("stderr") or q.get("stdout") or "").strip().splitlines()
+        problems.append(f"nvidia-smi failed (exit {q.get('rc')}): {msg[0] if msg else 'no output'}")
+    header = parse_smi_header((fact_value(facts, "nvidia_smi") or {}).get("stdout") or "")  # legacy or R610+ KMD header
+    drivers = sorted({g["driver_version"] for g in gpus if g.get("driver_version")})
+    driver = (drivers[0] if len(drivers) == 1 else ", ".join(drivers)) if drivers else header["driver"]
+    if not gpus and cres.get("devices"):
+        gpus = [{"index": d.get("index"), "name": d.get("name"), "compute_cap": d.get("capability")}
+                for d in cres["devices"]]
+    names: list[str] = []
+    for g in gpus:
+        if g.get("name") and g["name"] not in names:
+            names.append(g["name"])
+    return gpus, driver, header["cuda"], names
+
+
+def _source(profile: Any, extra: dict | None) -> dict[str, Any]:
+    """Where the snapshot was taken: the profile's name, instance type, region and python, and the caller's extras."""
+    src: dict[str, Any] = {}
+    if profile is not None:
+        src = {"profile": getattr(profile, "name", None), "instance_type": getattr(profile, "instance_type", None),
+               "region": getattr(profile, "region", None), "python": getattr(profile, "python", None)}
+    src.update({k: v for k, v in (extra or {}).items() if v is not None})
+    return src
 
 
 def key_versions(snap: dict) -> dict:
