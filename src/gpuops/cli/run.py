@@ -65,11 +65,8 @@ def run(
     import sys
     import time
 
-    from ..pipeline import stages as pl
     from ..pipeline import runner as run_ops
-    from ..cloud import decisions as d
-    from ..cloud.instances import make_context, template_for
-    from ..errors import UsageError
+    from ..cloud.instances import make_context
     from ..interrupts import as_interrupt
 
     out = output(json_)
@@ -79,39 +76,11 @@ def run(
         new_run = {"--type": type_, "--script": script, "--region": region, "--ttl": ttl, "--key": key,
                    "--name": name, "--nodes": nodes != 1, "--launcher": launcher != "auto",
                    "--nproc-per-node": nproc != "auto", "--from": from_, "ARGS": args}
-        given = [k for k, v in new_run.items() if v]
-        if given:
-            raise UsageError(f"--resume continues the run as it was recorded; {', '.join(given)} describe a new run",
-                             hint="with --resume only --id, --fetch, --keep, --max-cost, --yes and --json apply")
-        rec = pl.find(project, run_id)
-        if rec is None:
-            raise UsageError("no unfinished run to resume here" + (f" named {run_id!r}" if run_id else ""),
-                             hint=f"records are in {pl.records_dir(project)}")
-        run_ops.amend_for_resume(rec, fetch=fetch_names, keep=keep, max_cost=max_cost)
-        out.info(f"resuming run {rec.id} at stage '{pl.next_stage(rec) or 'summary'}'")
-        rec.outcome = pl.RUNNING
+        rec = _resumed(out, project, run_id, new_run, fetch=fetch_names, keep=keep, max_cost=max_cost)
     else:
-        if not type_ or not script:
-            raise UsageError("--type and --script are needed (or --resume)")
-        from ..jobs.launchers import LAUNCHERS
-
-        if launcher == "auto":
-            launcher = "torchrun" if nodes > 1 else "none"
-        if launcher not in LAUNCHERS:
-            raise UsageError(f"--launcher {launcher!r}: choose one of auto, {', '.join(LAUNCHERS)}")
-        if nproc != "auto" and not (nproc.isdigit() and int(nproc) > 0):
-            raise UsageError(f"--nproc-per-node {nproc!r}: 'auto' or a whole number above 0")
-        from ..jobs.plan import script_path
-
-        script = script_path(script, project, must_exist=True)
-        template, note = run_ops.run_template(template_for(from_, project), from_)
-        if note:
-            out.info(note)
-        rec = run_ops.new_record(type_name=type_, script=script, args=args or [], regions=region, nodes=nodes,
-                                 fetch=fetch_names, keep=keep,
-                                 ttl_s=d.parse_limit(ttl, "--ttl") if ttl is not None else None, max_cost=max_cost,
-                                 key=(key or Path("~/.ssh/id_ed25519")).expanduser(), name=pl.run_name(name, script),
-                                 launcher=launcher, nproc=nproc, template=template)
+        rec = _new_run(out, project, type_=type_, script=script, region=region, fetch=fetch_names, keep=keep, ttl=ttl,
+                       max_cost=max_cost, key=key, name=name, nodes=nodes, launcher=launcher, nproc=nproc,
+                       from_=from_, args=args)
 
     def confirm(question: str) -> bool:
         if yes or not sys.stdin.isatty():
@@ -123,3 +92,55 @@ def run(
         code = runner.run()
         run_ops.render_summary(out, runner.rec, runner.fetched, time.time())
     raise typer.Exit(code)
+
+
+def _resumed(out, project: Path, run_id: Optional[str], new_run: dict, *, fetch: list, keep: bool,
+             max_cost: Optional[float]):
+    """--resume: the recorded run (the newest unfinished one, or --id), amended by the options a resume takes."""
+    from ..errors import UsageError
+    from ..pipeline import runner as run_ops
+    from ..pipeline import stages as pl
+
+    given = [k for k, v in new_run.items() if v]
+    if given:
+        raise UsageError(f"--resume continues the run as it was recorded; {', '.join(given)} describe a new run",
+                         hint="with --resume only --id, --fetch, --keep, --max-cost, --yes and --json apply")
+    rec = pl.find(project, run_id)
+    if rec is None:
+        raise UsageError("no unfinished run to resume here" + (f" named {run_id!r}" if run_id else ""),
+                         hint=f"records are in {pl.records_dir(project)}")
+    run_ops.amend_for_resume(rec, fetch=fetch, keep=keep, max_cost=max_cost)
+    out.info(f"resuming run {rec.id} at stage '{pl.next_stage(rec) or 'summary'}'")
+    rec.outcome = pl.RUNNING
+    return rec
+
+
+def _new_run(out, project: Path, *, type_: Optional[str], script: Optional[str], region: list, fetch: list, keep: bool,
+             ttl: Optional[str], max_cost: Optional[float], key: Optional[Path], name: Optional[str], nodes: int,
+             launcher: str, nproc: str, from_: Optional[str], args: Optional[list]):
+    """A new run's record, every option checked (and a --from template read) before anything is launched."""
+    from ..cloud import decisions as d
+    from ..cloud.instances import template_for
+    from ..errors import UsageError
+    from ..jobs.launchers import LAUNCHERS
+    from ..jobs.plan import script_path
+    from ..pipeline import runner as run_ops
+    from ..pipeline import stages as pl
+
+    if not type_ or not script:
+        raise UsageError("--type and --script are needed (or --resume)")
+    if launcher == "auto":
+        launcher = "torchrun" if nodes > 1 else "none"
+    if launcher not in LAUNCHERS:
+        raise UsageError(f"--launcher {launcher!r}: choose one of auto, {', '.join(LAUNCHERS)}")
+    if nproc != "auto" and not (nproc.isdigit() and int(nproc) > 0):
+        raise UsageError(f"--nproc-per-node {nproc!r}: 'auto' or a whole number above 0")
+    script = script_path(script, project, must_exist=True)
+    template, note = run_ops.run_template(template_for(from_, project), from_)
+    if note:
+        out.info(note)
+    return run_ops.new_record(type_name=type_, script=script, args=args or [], regions=region, nodes=nodes,
+                              fetch=fetch, keep=keep,
+                              ttl_s=d.parse_limit(ttl, "--ttl") if ttl is not None else None, max_cost=max_cost,
+                              key=(key or Path("~/.ssh/id_ed25519")).expanduser(), name=pl.run_name(name, script),
+                              launcher=launcher, nproc=nproc, template=template)

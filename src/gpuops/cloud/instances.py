@@ -195,100 +195,124 @@ def up(spec: UpSpec, ctx: Context) -> dict:
     in the same region (their private addresses must reach each other); each has its own launch record (written
     before its request, with the profile name, TTL deadline and idle limit; node 0's reserves the name), launch tag
     (with the TTL deadline) and host key. Any node failing ends the bring-up and terminates them all."""
-    out, client = ctx.out, ctx.client
     public_line, avail = _preflight(spec, ctx)
-    itype = avail.type
-    price = itype.price_per_hour
-    n = spec.nodes  # 1..MAX_NODES, checked by _preflight
-    bringup = uuid.uuid4().hex[:16]
+    price = avail.type.price_per_hour
     nodes: list[dict] = []  # per node: launch_id, instance_id, in_flight, region, instance, host_pub, ttl_deadline
-    key_name = None
-    try:
-        node_spec = spec
-        for i in range(n):
-            host_priv, host_pub = make_host_key()
-            launch_id = uuid.uuid4().hex[:16]
-            # the TTL counts from node 0's launch request (set again just before it); the fleet ends together
-            ttl_deadline = nodes[0]["ttl_deadline"] if nodes else (ctx.clock() + spec.ttl_s if spec.ttl_s else None)
-            st = {"launch_id": launch_id, "instance_id": None, "in_flight": False, "instance": None,
-                  "host_pub": host_pub, "region": None, "ttl_deadline": ttl_deadline, "ttl_from_request": i == 0}
-            rec = Record(launch_id=launch_id, profile=spec.name, instance_type=itype.name,
-                         region=(node_spec.regions or ["?"])[0], price_cents_per_hour=itype.price_cents_per_hour,
-                         created_at=ctx.clock(), ttl_deadline=ttl_deadline, idle_limit_s=spec.idle_s,
-                         node=i if n > 1 else None, bringup=bringup, pid=os.getpid(), host=socket.gethostname())
-            nodes.append(st)  # first: an interrupt right after the write below finds (and closes) the record
-            if i == 0:  # before any request that could create it, and the name is ours from here
-                why = ctx.ledger.reserve(rec, lambda others: _name_taken(spec.name, others))
-                if why:
-                    raise UsageError(why, hint=f"`gpuops ls` shows it; `gpuops down {spec.name}` ends it, or pick "
-                                               "another NAME")
-            else:
-                ctx.ledger.add(rec)
-            if key_name is None:
-                key_name = ensure_ssh_key(client, public_line, out)
-            label = f"gpuops-{spec.name}" + (f"-{i}" if n > 1 else "")
-            st["instance_id"] = _launch(node_spec, ctx, avail, key_name, launch_id, d.cloud_config(host_priv, host_pub),
-                                        st, label=label)
-            launched_at = ctx.clock()
-            ctx.ledger.update(launch_id, instance_id=st["instance_id"], state=LAUNCHED, launched_at=launched_at)
-            _tick(spec, "launched", price)
-            if i == 0:
-                ctx.events["launched_at"] = launched_at
-                launched_at0 = launched_at
-                if n > 1:  # the other nodes go where the first one went
-                    node_spec = UpSpec(**{**spec.__dict__, "regions": [st["region"]]})
-            out.info(f"launched instance {st['instance_id']} (launch {launch_id})"
-                     + (f", node {i} of {n}" if n > 1 else "") + "; waiting until it is active")
-        ttl_deadline = nodes[0]["ttl_deadline"]
-        for st in nodes:
-            st["instance"] = _wait_active(spec, ctx, st["instance_id"], itype.gpus, price)
-        ctx.events["active_at"] = ctx.clock()
-        insts = [st["instance"] for st in nodes]
-        for st in nodes:
-            pin_host_key(st["instance"].ip, 22, st["host_pub"])
-        cloud = {"provider": "lambda", "instance_id": insts[0].id, "launch_id": nodes[0]["launch_id"],
-                 "launched_at": _iso(launched_at0), "ttl_deadline": _iso(ttl_deadline), "idle_limit_s": spec.idle_s,
-                 "state": "active"}
-        if n > 1:
-            cloud["nodes"] = [{"instance_id": st["instance"].id, "launch_id": st["launch_id"]} for st in nodes]
-        prof = write_profile(spec.name, insts, spec.key, itype, cloud, user=ctx.ssh_user, template=spec.template)
-        for st in nodes:
-            out.info(f"instance {st['instance'].id} is active at {st['instance'].ip}; host key pinned "
-                     f"({d.fingerprint(st['host_pub'])})")
-        out.info(f"profile '{spec.name}' written" + (f" ({n} hosts)" if n > 1 else ""))
-        deadline = ctx.clock() + (spec.timeout_s or d.readiness_deadline(itype.gpus))
-        for node in prof.nodes():
-            _wait_ssh(spec, ctx, node, node.host, deadline=deadline, price=price)
-        ctx.events["ssh_at"] = ctx.clock()
-        if spec.guard_on_instance:
-            for node, st in zip(prof.nodes(), nodes):
-                install_guard(node, ctx, st["instance"].id, ttl_deadline, spec.idle_s)
-        verified = verify_report = None
-        if spec.verify:
-            verified, verify_report = _verify(prof, out)
-            ctx.events["verified_at"] = ctx.clock()
-            if not verified:
-                raise BringUpFailed(f"verify failed on the new instance{'s' if n > 1 else ''} "
-                                    f"{', '.join(i.id for i in insts)}",
-                                    hint="the report above says what is wrong; --keep-on-failure keeps such an "
-                                         "instance for inspection, --no-verify skips the check")
+    try:  # `nodes` grows as each is recorded, so a failure anywhere below ends every one launched so far
+        launched_at0 = _launch_nodes(spec, ctx, avail, public_line, nodes)
+        prof = _activate(spec, ctx, avail.type, nodes, launched_at0)
+        verified, verify_report = _make_ready(spec, ctx, prof, nodes, avail.type)
     except BaseException as exc:
         interrupted = isinstance(exc, KeyboardInterrupt)
         keep = spec.keep_on_failure and not interrupted
         why = getattr(exc, "reason", None) or ("interrupted" if interrupted else "bring-up failed")
         _after_failure(ctx, spec, nodes, price, keep=keep, why=why)
         raise
-    inst = insts[0]
+    return _up_summary(spec, ctx, avail.type, nodes, prof, verified, verify_report)
+
+
+def _launch_nodes(spec: UpSpec, ctx: Context, avail, public_line: str, nodes: list[dict]) -> float:
+    """Each node recorded (node 0's record reserving the name) before its launch request, then launched; `nodes`
+    holds their state as they go. Returns when node 0 was launched."""
+    out, itype, price, n = ctx.out, avail.type, avail.type.price_per_hour, spec.nodes
+    bringup = uuid.uuid4().hex[:16]
+    key_name = None
+    node_spec = spec
+    launched_at0 = 0.0
+    for i in range(n):
+        host_priv, host_pub = make_host_key()
+        launch_id = uuid.uuid4().hex[:16]
+        # the TTL counts from node 0's launch request (set again just before it); the fleet ends together
+        ttl_deadline = nodes[0]["ttl_deadline"] if nodes else (ctx.clock() + spec.ttl_s if spec.ttl_s else None)
+        st = {"launch_id": launch_id, "instance_id": None, "in_flight": False, "instance": None,
+              "host_pub": host_pub, "region": None, "ttl_deadline": ttl_deadline, "ttl_from_request": i == 0}
+        rec = Record(launch_id=launch_id, profile=spec.name, instance_type=itype.name,
+                     region=(node_spec.regions or ["?"])[0], price_cents_per_hour=itype.price_cents_per_hour,
+                     created_at=ctx.clock(), ttl_deadline=ttl_deadline, idle_limit_s=spec.idle_s,
+                     node=i if n > 1 else None, bringup=bringup, pid=os.getpid(), host=socket.gethostname())
+        nodes.append(st)  # first: an interrupt right after the write below finds (and closes) the record
+        if i == 0:  # before any request that could create it, and the name is ours from here
+            why = ctx.ledger.reserve(rec, lambda others: _name_taken(spec.name, others))
+            if why:
+                raise UsageError(why, hint=f"`gpuops ls` shows it; `gpuops down {spec.name}` ends it, or pick "
+                                           "another NAME")
+        else:
+            ctx.ledger.add(rec)
+        if key_name is None:
+            key_name = ensure_ssh_key(ctx.client, public_line, out)
+        label = f"gpuops-{spec.name}" + (f"-{i}" if n > 1 else "")
+        st["instance_id"] = _launch(node_spec, ctx, avail, key_name, launch_id, d.cloud_config(host_priv, host_pub),
+                                    st, label=label)
+        launched_at = ctx.clock()
+        ctx.ledger.update(launch_id, instance_id=st["instance_id"], state=LAUNCHED, launched_at=launched_at)
+        _tick(spec, "launched", price)
+        if i == 0:
+            ctx.events["launched_at"] = launched_at
+            launched_at0 = launched_at
+            if n > 1:  # the other nodes go where the first one went
+                node_spec = UpSpec(**{**spec.__dict__, "regions": [st["region"]]})
+        out.info(f"launched instance {st['instance_id']} (launch {launch_id})"
+                 + (f", node {i} of {n}" if n > 1 else "") + "; waiting until it is active")
+    return launched_at0
+
+
+def _activate(spec: UpSpec, ctx: Context, itype, nodes: list[dict], launched_at0: float):
+    """Every node active, its host key pinned, the profile written. Returns the profile."""
+    out, n = ctx.out, spec.nodes
+    ttl_deadline = nodes[0]["ttl_deadline"]
+    for st in nodes:
+        st["instance"] = _wait_active(spec, ctx, st["instance_id"], itype.gpus, itype.price_per_hour)
+    ctx.events["active_at"] = ctx.clock()
+    insts = [st["instance"] for st in nodes]
+    for st in nodes:
+        pin_host_key(st["instance"].ip, 22, st["host_pub"])
+    cloud = {"provider": "lambda", "instance_id": insts[0].id, "launch_id": nodes[0]["launch_id"],
+             "launched_at": _iso(launched_at0), "ttl_deadline": _iso(ttl_deadline), "idle_limit_s": spec.idle_s,
+             "state": "active"}
+    if n > 1:
+        cloud["nodes"] = [{"instance_id": st["instance"].id, "launch_id": st["launch_id"]} for st in nodes]
+    prof = write_profile(spec.name, insts, spec.key, itype, cloud, user=ctx.ssh_user, template=spec.template)
+    for st in nodes:
+        out.info(f"instance {st['instance'].id} is active at {st['instance'].ip}; host key pinned "
+                 f"({d.fingerprint(st['host_pub'])})")
+    out.info(f"profile '{spec.name}' written" + (f" ({n} hosts)" if n > 1 else ""))
+    return prof
+
+
+def _make_ready(spec: UpSpec, ctx: Context, prof, nodes: list[dict], itype) -> tuple[Optional[bool], Optional[dict]]:
+    """SSH answering on every node, the on-instance guard if asked, verify unless skipped: (verified, report)."""
+    deadline = ctx.clock() + (spec.timeout_s or d.readiness_deadline(itype.gpus))
+    for node in prof.nodes():
+        _wait_ssh(spec, ctx, node, node.host, deadline=deadline, price=itype.price_per_hour)
+    ctx.events["ssh_at"] = ctx.clock()
+    if spec.guard_on_instance:
+        for node, st in zip(prof.nodes(), nodes):
+            install_guard(node, ctx, st["instance"].id, nodes[0]["ttl_deadline"], spec.idle_s)
+    if not spec.verify:
+        return None, None
+    verified, verify_report = _verify(prof, ctx.out)
+    ctx.events["verified_at"] = ctx.clock()
+    if not verified:
+        raise BringUpFailed(f"verify failed on the new instance{'s' if spec.nodes > 1 else ''} "
+                            f"{', '.join(st['instance'].id for st in nodes)}",
+                            hint="the report above says what is wrong; --keep-on-failure keeps such an "
+                                 "instance for inspection, --no-verify skips the check")
+    return verified, verify_report
+
+
+def _up_summary(spec: UpSpec, ctx: Context, itype, nodes: list[dict], prof, verified, verify_report) -> dict:
+    price = itype.price_per_hour
+    inst = nodes[0]["instance"]
     res = {"profile": spec.name, "profile_file": str(prof.source), "instance_id": inst.id,
            "launch_id": nodes[0]["launch_id"], "ip": inst.ip, "region": inst.region, "instance_type": itype.name,
-           "price_per_hour": price, "ttl_deadline": _iso(ttl_deadline), "idle_limit_s": spec.idle_s,
+           "price_per_hour": price, "ttl_deadline": _iso(nodes[0]["ttl_deadline"]), "idle_limit_s": spec.idle_s,
            "verified": verified, "host_key": d.fingerprint(nodes[0]["host_pub"]), "api_calls": ctx.client.total_calls,
            **({"verify": verify_report} if verify_report is not None else {})}
-    if n > 1:
+    if spec.nodes > 1:
         res["nodes"] = [{"rank": i, "instance_id": st["instance"].id, "launch_id": st["launch_id"],
                          "ip": st["instance"].ip, "private_ip": st["instance"].private_ip or st["instance"].ip,
                          "host_key": d.fingerprint(st["host_pub"])} for i, st in enumerate(nodes)]
-        res["price_per_hour_total"] = round(price * n, 4)
+        res["price_per_hour_total"] = round(price * spec.nodes, 4)
     return res
 
 
