@@ -45,7 +45,7 @@ def preflight_figures(remote_proj: Path, project: Path) -> None:
     it on a real CPU torch (the cached test venv of tests/distenv.py, when it exists: importing torch dominates)."""
     from gpuops.profiles import model as profiles
     from gpuops.jobs import plan as core
-    from gpuops.jobs import remote as rl
+    from gpuops.jobs import scripts as rl
     from gpuops.remote.connection import connect
 
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))

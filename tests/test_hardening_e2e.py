@@ -70,7 +70,7 @@ def test_train_reports_a_launcher_that_never_reached_the_job(sandbox, gpuops, ki
     _profile(sandbox, "gone", remote_dir=f"~/{d.name}")
 
     orig = None
-    import gpuops.jobs.remote as rl
+    import gpuops.jobs.scripts as rl
 
     def no_cd(**kw):  # the project folder vanishes between the preflight and the job
         text = orig(**kw)

@@ -13,7 +13,7 @@ import pytest
 from gpuops.jobs import plan as core
 from gpuops.jobs import watch as w
 from gpuops.errors import UsageError
-from gpuops.jobs import remote as rl
+from gpuops.jobs import scripts as rl
 
 PRESETS = {
     "presets": {"h100": {"env": {

@@ -34,7 +34,7 @@ eval = ["vllm==0.12.0"]
 """
 TOOLS_ONLY = "[tool.ruff]\nline-length = 100\n\n[tool.black]\nline-length = 100\n"
 
-# what setup/remote.py's facts script prints on a fresh Lambda H100 (Lambda Stack: the system python3 has a CUDA
+# what setup/scripts.py's facts script prints on a fresh Lambda H100 (Lambda Stack: the system python3 has a CUDA
 # torch and pip, no uv, no venv yet), for a uv project with its lock
 FRESH_LAMBDA = f"""home=/home/ubuntu
 user=ubuntu
@@ -369,7 +369,7 @@ def test_indexes_reach_the_installers_through_the_environment_not_a_command_line
 
 
 def _pip_config_as_read(env: dict) -> dict:
-    """setup/remote.py's pip configuration reader, run as setup runs it on a host (a python of its own)."""
+    """setup/scripts.py's pip configuration reader, run as setup runs it on a host (a python of its own)."""
     import subprocess
     import sys
 

@@ -16,7 +16,7 @@ from . import sandbox as _sandbox  # noqa: E402,F401
 from . import trust as _trust  # noqa: E402,F401
 from . import profiles as _profiles  # noqa: E402,F401
 from . import transfer as _transfer  # noqa: E402,F401  (sync, fetch)
-from . import jobs as _runs  # noqa: E402,F401  (train, watch, logs, status, stop)
+from . import jobs as _jobs  # noqa: E402,F401  (train, watch, logs, status, stop)
 from . import snapshot as _snapshot  # noqa: E402,F401  (snapshot, diff, matrix)
 from . import cloud as _cloud  # noqa: E402,F401  (cloud types|keys, up, ls, down, reap)
 from . import setup as _setup  # noqa: E402,F401  (setup)

@@ -1189,7 +1189,7 @@ def _reconcile(ctx: Context, rows: list[dict], live_owners: set) -> None:
 def idle_sample_script() -> str:
     """One remote execution: GPU utilisations, then the ids of gpuops runs alive on this host (its registry of active
     runs, as `gpuops train` keeps it)."""
-    from ..jobs.remote import ACTIVE_DIR, STATE_FN
+    from ..jobs.scripts import ACTIVE_DIR, STATE_FN
 
     return (STATE_FN + "\nnvidia-smi --query-gpu=utilization.gpu --format=csv,noheader,nounits 2>/dev/null\necho ---\n"
             f"for f in {ACTIVE_DIR}/*; do\n"

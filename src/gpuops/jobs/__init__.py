@@ -1,1 +1,8 @@
-"""A job on a host: plan (run ids, environment, preflight verdict, local records; pure), script_imports (what a script needs; pure), launchers (torchrun, Ray; pure), signals (training signals; pure), watch (the stream and the dashboard model), remote (the job's remote scripts: preflight, launch, state, stop), actions (train, watch, logs, status, stop: the steps on a connection)."""
+"""A job on a host: train (detached), watch, logs, status, stop.
+
+Pure: plan (run ids, the environment, the preflight verdict, the launch gate, local run records), script_imports
+(what a script needs to import, read from the local project), launchers (torchrun and Ray command lines per node),
+signals (training signals in a log). The talking part: scripts (the remote shell scripts: preflight, launch
+bundle, state, tail, stop; one execution each), watch (the one stream and the dashboard model), actions (each
+command's steps on one connection).
+"""

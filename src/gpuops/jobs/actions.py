@@ -1,7 +1,7 @@
 """The run lifecycle's commands, step by step on one SSH connection: train, watch, logs, status, stop.
 
 Each function takes the profile and the Output (progress and warnings go through it, as in transfer/sync.py), talks to
-the host through jobs/remote.py and jobs/watch.py, decides with the pure functions of jobs/plan.py, records locally, and
+the host through jobs/scripts.py and jobs/watch.py, decides with the pure functions of jobs/plan.py, records locally, and
 returns what cli/jobs.py renders. Nothing here prints a report.
 """
 from __future__ import annotations
@@ -25,7 +25,7 @@ def connect(prof, out):
 
 def resolve(run: Optional[str], prof, project: Path) -> dict:
     """The run's local record, or, for an id not recorded here, where it would be on the host."""
-    from .remote import run_dir_of
+    from .scripts import run_dir_of
 
     try:
         return core.resolve_run(run, prof.name, project)
@@ -55,7 +55,7 @@ class _Gate:
         pf.job_gpus, the GPUs the job is given."""
         from . import script_imports as ji
         from .. import knowledge as kb
-        from . import remote as rl
+        from . import scripts as rl
 
         script_rel = self.script
         pf, found = rl.preflight(remote, remote_dir, script_rel, node.python, packages,
@@ -121,7 +121,7 @@ def train(prof, out, project: Path, *, script: str, name: Optional[str] = None, 
           snapshot: bool = True, clock: Callable[[], datetime] = datetime.now) -> dict:
     """Sync, preflight, environment, launch (detached), local record, snapshot. Returns what `train --json` prints."""
     from ..profiles import model as profiles
-    from . import remote as rl
+    from . import scripts as rl
 
     args = list(args)
     script_rel, presets_doc, started, rid, plan = _prepare_run(prof, out, project, script=script, name=name, env=env,
@@ -288,7 +288,7 @@ class _FleetLaunch:
         fails to launch stops the ones launched, and the run fails."""
         from .. import fleet
         from . import launchers
-        from . import remote as rl
+        from . import scripts as rl
 
         project, rid = self.project, self.rid
         ray_dirs = tuple(launchers.ray_temp_dir(rid, n.rank, f"{n.user}@{n.host}:{n.port}:{n.remote_dir_for(project)}")
@@ -345,7 +345,7 @@ class _FleetLaunch:
         return job, None
 
     def _stop_launched(self, failed: int) -> None:
-        from . import remote as rl
+        from . import scripts as rl
 
         self.out.warn(f"launch failed on {failed} host(s); stopping the {len(self.launched)} launched")
         for node, run_dir in list(self.launched):
@@ -518,7 +518,7 @@ class FleetSampler:
 
 def tail(prof, out, project: Path, meta: dict, lines: int, write: Callable[[bytes], None]) -> None:
     """The last N lines of the run's log, as the host has them (raw bytes, streamed to `write`)."""
-    from . import remote as rl
+    from . import scripts as rl
 
     rid, run_dir = meta["run_id"], meta["remote_run_dir"]
     remote = connect(prof, out)
@@ -535,7 +535,7 @@ def tail(prof, out, project: Path, meta: dict, lines: int, write: Callable[[byte
 def status(prof, out, project: Path) -> dict:
     """The profile's runs (recorded here or found on the host) and the GPUs; what `status --json` prints."""
     from . import watch as w
-    from . import remote as rl
+    from . import scripts as rl
 
     metas = {m["run_id"]: m for m in core.local_runs(prof.name, project)}
     remote = connect(prof, out)
@@ -577,7 +577,7 @@ def _add_signals(rows: list[dict], logs: dict, prof, project: Path, gpus: list) 
 
 def stop(prof, out, project: Path, meta: dict, grace: float) -> dict:
     """SIGINT, SIGTERM, SIGKILL to the run's process group. Returns what `stop --json` prints."""
-    from . import remote as rl
+    from . import scripts as rl
 
     rid, run_dir = meta["run_id"], meta["remote_run_dir"]
     remote = connect(prof, out)
@@ -598,7 +598,7 @@ def stop(prof, out, project: Path, meta: dict, grace: float) -> dict:
 def fleet_states(prof, out, meta: dict, *, parallel: int = 8) -> list:
     """Each node's RunInfo of a fleet run (None where the host could not be asked), in rank order."""
     from .. import fleet
-    from . import remote as rl
+    from . import scripts as rl
 
     nodes = prof.nodes()
     rid = meta["run_id"]
@@ -638,7 +638,7 @@ def wait_fleet(prof, out, project: Path, meta: dict, *, interval: float = 2.0,
 def tail_all(prof, out, project: Path, meta: dict, lines: int) -> list[tuple[int, str, str]]:
     """The last N lines of every node's log: [(rank, host, text)]."""
     from .. import fleet
-    from . import remote as rl
+    from . import scripts as rl
 
     rid = meta["run_id"]
 

@@ -1,7 +1,7 @@
 """Distributed launchers as data plus small renderers: what each node of a fleet runs, and its environment.
 
 gpuops builds no distributed engine: `torchrun` (torch.distributed.run) and Ray do the work. This module only says,
-purely, which command line each node runs with which addresses, ranks and ports; jobs/remote.py starts it.
+purely, which command line each node runs with which addresses, ranks and ports; jobs/scripts.py starts it.
 """
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
 """Run lifecycle, the deciding part: run ids, the job's environment, meta.json, run state and the local registry.
 
-Pure (no network): the remote side lives in jobs/remote.py, the sequencing of each command in jobs/actions.py, the
+Pure (no network): the remote side lives in jobs/scripts.py, the sequencing of each command in jobs/actions.py, the
 commands (parse, render) in cli/jobs.py.
 
 Layout of a run

@@ -30,7 +30,7 @@ DASH_LINES_MAX = 500  # the dashboard keeps at most this many log lines (--lines
 # -- the remote stream ---------------------------------------------------------------------------------
 def stream_command(run_id: str, run_dir: str, *, offset: int, interval: float = 2.0, samples: bool = True,
                    tick: float = 0.5) -> str:
-    from .remote import STATE_FN
+    from .scripts import STATE_FN
 
     D = shell_path(run_dir)
     rid = shlex.quote(run_id)
@@ -70,7 +70,7 @@ done
 
 
 def once_command(run_id: str, run_dir: str, lines: int) -> str:
-    from .remote import STATE_FN
+    from .scripts import STATE_FN
 
     D = shell_path(run_dir)
     return STATE_FN + f"""
@@ -85,7 +85,7 @@ echo "@log"
 def start_offset_command(run_id: str, run_dir: str, lines: int) -> str:
     """State, then the byte offset where the last N lines of the log begin (both measured on the same first `sz`
     bytes, so a job writing meanwhile cannot move the offset into the middle of a line)."""
-    from .remote import STATE_FN
+    from .scripts import STATE_FN
 
     D = shell_path(run_dir)
     return STATE_FN + f"""
@@ -328,7 +328,7 @@ def stream_once(remote, run_id: str, run_dir: str, fs: FollowState, *, interval:
         raise ConnectError(f"connection to {remote.profile.host} was lost")
     # the run ended: deliver the rest of the log (bytes tail had not sent yet, and a last line without newline),
     # streamed in chunks so memory stays bounded however much is left
-    from .remote import stream_from
+    from .scripts import stream_from
 
     size = fs.info.log_size if fs.info else 0
     if size > fs.offset:

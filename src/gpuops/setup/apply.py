@@ -64,7 +64,7 @@ def setup(prof, out, project: Path, *, dry_run: bool = False, verify: bool = Tru
           on_plan: Optional[Callable[[sp.Plan], None]] = None) -> dict:
     """Returns {"plan", "attached", "ran", "rc", "executions", "verify": report or None}."""
     from .. import knowledge as kb
-    from . import remote as rs
+    from . import scripts as rs
     from ..remote.connection import connect
 
     prof, adopted = with_environment(prof)
@@ -143,7 +143,7 @@ def _failure(prof, doc: dict, setup_dir: str, tail: list[str]) -> ChecksFailed:
 def _stream(remote, out, remote_dir: str, prof) -> tuple[int, Optional[str], list[str]]:
     """Show the setup log as it grows, until setup.sh ends: (exit code, failed step, the last lines). A lost
     connection or Ctrl-C leaves it running."""
-    from . import remote as rs
+    from . import scripts as rs
 
     rc: Optional[int] = None
     failed: Optional[str] = None

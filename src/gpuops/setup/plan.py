@@ -1,7 +1,7 @@
 """`gpuops setup`, the deciding part: host facts + profile + project files + knowledge -> an ordered plan of steps,
 and the shell script that runs it. Pure (no I/O): unit-tested on recorded facts. The talking half is setup/apply.py
 (one execution gathers the facts, one starts the script detached, one streams its log), the remote scripts are in
-setup/remote.py.
+setup/scripts.py.
 
 A step is shell text whose every value is quoted; the script runs them in order under `set -e` semantics (a failed
 step ends the script with its exit code), then records a stamp (.gpuops/setup/done.json) that lets the next setup see
@@ -16,7 +16,7 @@ What users bring, and what the plan does with it:
   (installed editable: the job runs the synced source), a requirements.txt with `-r`/`-c` includes (every included
   file is part of the no-op check), a pyproject that only configures tools next to a requirements.txt;
 - the host's pip configuration (index-url, extra-index-url, find-links, cert, trusted-host): pip reads it itself, and
-  setup.sh gives it to uv as uv's own settings (setup/remote.py PIP_TO_ENV).
+  setup.sh gives it to uv as uv's own settings (setup/scripts.py PIP_TO_ENV).
 """
 from __future__ import annotations
 
@@ -42,7 +42,7 @@ SYSTEM_PREFIXES = ("/", "/usr", "/usr/local", "/bin", "/opt/conda")  # a python 
 # -- facts ----------------------------------------------------------------------------------
 @dataclass
 class HostFacts:
-    """What the facts script (setup/remote.py) reports, parsed."""
+    """What the facts script (setup/scripts.py) reports, parsed."""
     home: str = "~"
     user: str = ""
     uv: Optional[str] = None
@@ -969,7 +969,7 @@ def render_script(plan: Plan, *, setup_dir: str) -> str:
     """setup.sh: run in its own session (setsid nohup) with its output in setup_dir/log; `@@step N/M id title` before
     each step, `@@failed id rc` and exit rc on a failed step, `@@done` after writing the stamp. The indexes reach
     both installers through the environment (never a command line): the profile's as GPUOPS_INDEX/GPUOPS_EXTRA_INDEX,
-    the host's pip configuration read again here and given to uv (setup/remote.py PIP_TO_ENV)."""
+    the host's pip configuration read again here and given to uv (setup/scripts.py PIP_TO_ENV)."""
     D = shell_path(setup_dir)
     lines = [
         "#!/bin/sh",

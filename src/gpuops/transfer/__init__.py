@@ -1,1 +1,7 @@
-"""Moving files: plan (rsync arguments, filters, parsing, verification; pure), ops (sync and fetch, the talking part), snapshot (the environment snapshot of a run)."""
+"""Moving files between this machine and a host.
+
+- plan: rsync arguments, filters, output parsing, checkpoint step selection, verification (pure).
+- sync: `gpuops sync` (one remote execution, then rsync). fetch: `gpuops fetch` (staged, hashed on both sides,
+  promoted only when all verified). progress: rsync's progress on screen.
+- snapshot: a run's environment snapshot (pip freeze, versions), its diff and the matrix.
+"""
