@@ -250,3 +250,18 @@ def test_a_setup_killed_on_the_host_says_so(sandbox, gpuops, tmp_path):
     finally:
         index.close()
         shutil.rmtree(home(sandbox) / "senv-killed", ignore_errors=True)
+
+
+def test_requirements_that_name_their_own_index(sandbox, gpuops, private_index, host_pip_conf):
+    """A requirements file with its own `--extra-index-url` line (pip-tools writes them), the host's pip.conf only
+    naming the company CA: the install reaches the private index through the file's own line."""
+    host_pip_conf.write_text(f"[global]\ncert = {private_index.ca}\n")
+    set_profile(sandbox, python=fresh_env(sandbox, "senv-reqindex"), setup={"index_url": LOCAL_INDEX},
+                expect={"packages": {"privpkg": "1.0"}})
+    Path("requirements.txt").write_text(f"--extra-index-url {private_index.url}\nprivpkg==1.0  # the private one\n"
+                                        "six==1.17.0 ; python_version >= '3.8'\n")
+    assert gpuops("sync", "-p", "sandbox").code == 0
+    r = gpuops("setup", "sandbox")
+    assert r.code == 0, r.all
+    assert "PASS  privpkg: 1.0" in r.out
+    assert any(p.startswith("/simple/privpkg") for p in private_index.requests)
