@@ -66,8 +66,8 @@ def types_(
     gpu: Optional[str] = typer.Option(None, "--gpu", metavar="NAME[:COUNT]", help="Only types with COUNT (default 1) "
                                       "of this GPU, as `up --gpu` takes it: H100:8, A100, 'A100 80GB:8' "
                                       "(names from playbooks/gpus.yaml).", show_default=False),
-    type_: List[str] = typer.Option([], "--type", "-t", help="Only these types, in this order (repeatable), as `up "
-                                                            "--type` tries them.", show_default=False),
+    type_: List[str] = typer.Option([], "--type", "-t", metavar="TYPE", help="Only these types, in this order "
+                                    "(repeatable), as `up --type` tries them.", show_default=False),
     max_price: Optional[float] = typer.Option(None, "--max-price", metavar="USD", help="Only types at or under this "
                                               "price per hour.", show_default=False),
     region: List[str] = typer.Option([], "--region", "-r", help="Only these regions, in this order (repeatable).",

@@ -393,10 +393,11 @@ class Runner:
         rec.price_per_hour = res["price_per_hour"]
         _use_env_python(Path(res["profile_file"]), RUN_PYTHON)
         if res.get("nodes"):
-            self._end("up", ok=True, detail=f"{len(res['nodes'])} instances in {res['region']}: " +
+            self._end("up", ok=True, detail=f"{len(res['nodes'])} instances in {res['region']} ({res['instance_type']}): " +
                       ", ".join(f"#{n['rank']} {n['instance_id']} at {n['ip']}" for n in res["nodes"]))
         else:
-            self._end("up", ok=True, detail=f"instance {res['instance_id']} at {res['ip']}, {res['region']}")
+            self._end("up", ok=True, detail=f"instance {res['instance_id']} ({res['instance_type']}) at {res['ip']}, "
+                                            f"{res['region']}")
 
     def _managed_profile(self):
         from ..profiles import model as profiles

@@ -159,7 +159,8 @@ def summary(rec: Record, now: float) -> list[dict]:
             continue
         end = st.ended if st.ended is not None else now
         secs = max(0.0, end - st.started)
-        rows.append({"stage": name, "label": LABELS[name], "seconds": round(secs, 1), "cost": round(secs * per_s, 4),
+        billed = max(0.0, end - max(st.started, rec.billed_from or 0.0))  # `up`: nothing bills before the launch
+        rows.append({"stage": name, "label": LABELS[name], "seconds": round(secs, 1), "cost": round(billed * per_s, 4),
                      "ok": st.ok, "detail": st.detail})
     return rows
 
