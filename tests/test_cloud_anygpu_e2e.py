@@ -179,3 +179,16 @@ def test_run_with_gpu_end_to_end(cloud, gpuops):
     assert not _live(cloud)
     r = gpuops("run", "--type", PCIE, "--gpu", "H100", "--script", "train.py", "--key", str(cloud.key), "--yes")
     assert r.code == 2 and "give one of them" in r.err, r.all
+
+
+def test_a_fleet_that_waited_for_capacity_launches_its_other_nodes_without_waiting_again(cloud, gpuops):
+    cloud.capacity(PCIE, [])
+    cloud.capacity(SXM, [])
+    cloud.clock_rate(120)
+    cloud.capacity_later(SXM, ["us-west-1"], after=120, slots=2)
+    r = _up(gpuops, cloud, "late", "--gpu", "H100", "--nodes", "2", "--wait-for-capacity", "2m", "--no-verify")
+    assert r.code == 0, r.all
+    waits = [x for x in r.err.splitlines() if x.startswith("waiting for capacity")]
+    assert waits and all("in any region;" in x for x in waits), r.err  # node 1 knew the capacity node 0 found
+    assert sorted(_types(cloud).values()) == [SXM, SXM] and cloud.launch_requests() == 2
+    assert gpuops("down", "late", "--yes").code == 0

@@ -264,7 +264,7 @@ def _launch_nodes(spec: UpSpec, ctx: Context, want: d.Want, types: dict, public_
         if i == 0:
             ctx.events["launched_at"] = launched_at
             launched_at0 = launched_at
-            itype = st["itype"]
+            itype, types = st["itype"], st["types"]
             # the other nodes: node 0's type, in node 0's region (their private addresses reach each other there)
             node_want = replace(want, types=(itype.name,), gpu=None, regions=(st["region"],))
         out.info(f"launched instance {st['instance_id']} ({itype.name}, {st['region']}; launch {launch_id})"
@@ -556,7 +556,7 @@ def _launch(spec: UpSpec, ctx: Context, want: d.Want, types: dict, key_name: str
         attempts.append((cand.name, region))
         out.step(f"launching {cand.name} in {region} (${cand.price_per_hour:.2f}/h)")
         state["in_flight"], state["region"] = True, region
-        state["itype"] = d.find_type(types, cand.name).type
+        state["itype"], state["types"] = d.find_type(types, cand.name).type, types  # types: as last read
         try:
             try:
                 ids = client.launch(region=region, type_name=cand.name, ssh_key=key_name, name=label[:64],
