@@ -192,3 +192,14 @@ def test_a_fleet_that_waited_for_capacity_launches_its_other_nodes_without_waiti
     assert waits and all("in any region;" in x for x in waits), r.err  # node 1 knew the capacity node 0 found
     assert sorted(_types(cloud).values()) == [SXM, SXM] and cloud.launch_requests() == 2
     assert gpuops("down", "late", "--yes").code == 0
+
+
+def test_trying_the_next_type_waits_for_the_launch_slot(cloud, gpuops, monkeypatch):
+    monkeypatch.setenv("GPUOPS_CLOUD_LAUNCH_INTERVAL_S", "1.5")  # the ledger's slot, as Lambda's 12 s
+    cloud.launch_window(1.5)  # the emulator refuses (429) a launch request within 1.5 s of the last one
+    cloud.capacity(PCIE, ["us-east-1"], failing=["us-east-1"])
+    cloud.capacity(SXM, ["us-east-1"])
+    r = _up(gpuops, cloud, "slotted", "--type", PCIE, "--type", SXM, "--no-verify", "--json")
+    assert r.code == 0, r.all
+    assert "rate limited" not in r.err and cloud.launch_requests() == 2  # the second request waited its turn
+    assert json.loads(r.out)["instance_type"] == SXM
