@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -217,14 +218,15 @@ def test_api_key_is_absent_from_every_output_and_file(cloud, gpuops, tmp_path):
 
 
 def test_wait_for_capacity_rereads_until_it_appears(cloud, gpuops):
-    import threading
-
     cloud.capacity(TYPE, [])
-    threading.Timer(1.0, lambda: cloud.capacity(TYPE, ["us-west-1"])).start()
+    cloud.clock_rate(60)  # the emulator's minute passes in a second
+    cloud.capacity_later(TYPE, ["us-west-1"], after=60)
     r = _up(gpuops, cloud, "patient", "--no-verify", "--wait-for-capacity", "20s", "--json")
     assert r.code == 0, r.all
-    assert "waiting for capacity: gpu_1x_h100_pcie in any region" in r.err
+    assert re.search(r"waiting for capacity since \d\d:\d\d:\d\d \(\d+s\): gpu_1x_h100_pcie in any region; "
+                     r"checking again in [\d.]+s \(\d+s left\)", r.err), r.err
     assert json.loads(r.out)["region"] == "us-west-1"
+    assert cloud.launch_requests() == 1  # no request while nothing listed capacity
 
 
 def test_guard_on_instance_terminates_it_at_the_ttl(cloud, gpuops):

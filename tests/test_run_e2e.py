@@ -222,7 +222,8 @@ def test_run_from_a_project_profile_carries_its_settings_onto_the_instance(cloud
 
     p = yaml.safe_load((config_dir() / "profiles" / f"{doc['profile']}.yaml").read_text())
     assert p["host"].startswith("127.0.0.") and p["port"] == 22 and p["user"] != "me"  # the launch's host part
-    assert p["expect"] == {"gpu": "H100", "gpu_count": 1}  # the type's GPU count, the template's GPU check
+    # the type launched (its GPU, count and memory): the template's `gpu: H100` was a constraint it meets
+    assert p["expect"] == {"gpu": "H100 PCIe", "gpu_count": 1, "gpu_memory_mib": 79112}
     assert p["env"] == {"FOO": "from-template"} and p["python"] == "~/.venvs/gpuops/bin/python"
     assert not _live(cloud)
 

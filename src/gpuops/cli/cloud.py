@@ -19,6 +19,20 @@ cloud_app = typer.Typer(cls=Group, help="Lambda Cloud account: instance types wi
 app.add_typer(cloud_app, name="cloud")
 
 
+# what to launch: `up` and `run` take the same options (cloud/decisions.want_from checks them)
+TypeOpt = typer.Option([], "--type", "-t", metavar="TYPE", help="Instance type, e.g. gpu_1x_h100_pcie (gpuops cloud "
+                       "types; any case). Repeatable: tried in that order.", show_default=False)
+GpuOpt = typer.Option(None, "--gpu", metavar="NAME[:COUNT]", help="Instead of --type: any type with COUNT (default 1) "
+                      "of this GPU, cheapest first, e.g. H100 (SXM5 or PCIe), H100:8, 'A100 80GB:8', GH200 "
+                      "(playbooks/gpus.yaml).", show_default=False)
+MaxPriceOpt = typer.Option(None, "--max-price", metavar="USD", help="Leave out types above this price per hour "
+                           "(per instance).", show_default=False)
+WaitForCapacityOpt = typer.Option(None, "--wait-for-capacity", metavar="DURATION", help="When no type has capacity, "
+                                  "keep re-reading it this long (30-60 s, growing to 4 min between reads), one line "
+                                  "per read saying what it waits for and since when (default: fail at once).",
+                                  show_default=False)
+
+
 def _context(out, *, with_key: bool = False):
     from ..cloud.instances import make_context
 
@@ -47,41 +61,54 @@ def _money(v) -> str:
 # -- cloud types / keys ---------------------------------------------------------------------------------------------
 @cloud_app.command("types")
 def types_(
-    available: bool = typer.Option(False, "--available", help="Only types with capacity in some region now."),
-    gpu: Optional[str] = typer.Option(None, "--gpu", help="Only types whose GPU matches, e.g. H100 (substring).",
-                                      show_default=False),
-    max_price: Optional[float] = typer.Option(None, "--max-price", help="Only types at or under this price per hour "
-                                                                       "(USD).", show_default=False),
+    available: bool = typer.Option(False, "--available", help="Only types with capacity in some region now: what a "
+                                                             "launch with the same options would try, in order."),
+    gpu: Optional[str] = typer.Option(None, "--gpu", metavar="NAME[:COUNT]", help="Only types with COUNT (default 1) "
+                                      "of this GPU, as `up --gpu` takes it: H100:8, A100, 'A100 80GB:8' "
+                                      "(names from playbooks/gpus.yaml).", show_default=False),
+    type_: List[str] = typer.Option([], "--type", "-t", metavar="TYPE", help="Only these types, in this order "
+                                    "(repeatable), as `up --type` tries them.", show_default=False),
+    max_price: Optional[float] = typer.Option(None, "--max-price", metavar="USD", help="Only types at or under this "
+                                              "price per hour.", show_default=False),
+    region: List[str] = typer.Option([], "--region", "-r", help="Only these regions, in this order (repeatable).",
+                                     show_default=False),
     json_: bool = JsonOpt,
 ) -> None:
-    """Instance types with GPUs, memory, price per hour and the regions with capacity now, cheapest first."""
+    """Instance types with their GPUs, price per hour and the regions with capacity now, in the order `up` and `run`
+    would try them with the same options: cheapest first (or the --type order given); `#` numbers that order. Types
+    the options leave out (over --max-price, no price) are listed after, with why."""
+    from ..cloud import decisions as d
+
     out = output(json_)
+    want = d.want_from(types=type_, gpu=gpu, max_price=max_price, regions=region, need_one=False,
+                       project_dir=Path.cwd())
     ctx = _context(out)
     with ctx.client:
         avail = ctx.client.instance_types()
+    choice = d.choose(avail, want, project_dir=Path.cwd())
+    by_name = {a.type.name: a.type for a in avail.values()}
     rows = []
-    for a in sorted(avail.values(), key=lambda a: (a.type.price_cents_per_hour, a.type.name)):
-        t = a.type
-        if available and not a.regions:
+    for c in choice.candidates:
+        if available and not c.regions:
             continue
-        if gpu and gpu.lower() not in f"{t.name} {t.gpu_description} {t.description}".lower():
-            continue
-        if max_price is not None and t.price_per_hour > max_price:
-            continue
-        rows.append({**t.to_dict(), "regions_with_capacity": list(a.regions)})
+        rows.append({"order": len(rows) + 1, **by_name[c.name].to_dict(), "gpu": c.gpu, "gpu_name": c.gpu_name,
+                     "gpu_count": c.gpus, "regions_with_capacity": list(c.regions)})
+    left_out = [{"name": n, "price_per_hour": p, "why": why} for n, p, why in choice.excluded]
     if not avail:  # `data: null` or an empty map: not "nothing matches"
         out.warn("the Lambda API listed no instance types at all (GET /instance-types answered no data)")
     if json_:
-        out.emit_json({"instance_types": rows})
+        out.emit_json({"instance_types": rows, "left_out": left_out})
         return
-    if not rows:
-        if avail:
-            out.print("no instance type matches")
-        return
-    out.print(f"{'TYPE':<28} {'GPUS':>4} {'GPU':<26} {'VCPU':>4} {'RAM GiB':>7} {'$/HOUR':>8}  CAPACITY NOW")
+    if rows:
+        out.print(f"{'#':>2} {'TYPE':<28} {'GPUS':>4} {'GPU':<26} {'VCPU':>4} {'RAM GiB':>7} {'$/HOUR':>8}  CAPACITY NOW")
     for r in rows:
-        out.print(f"{r['name']:<28} {r['gpus']:>4} {r['gpu_description'][:26]:<26} {r['vcpus']:>4} {r['memory_gib']:>7} "
-                  f"{r['price_per_hour']:>8.2f}  {', '.join(r['regions_with_capacity']) or '-'}")
+        out.print(f"{r['order']:>2} {r['name']:<28} {r['gpus']:>4} {r['gpu_description'][:26]:<26} {r['vcpus']:>4} "
+                  f"{r['memory_gib']:>7} {r['price_per_hour']:>8.2f}  {', '.join(r['regions_with_capacity']) or '-'}")
+    if not rows and avail:
+        out.print("no instance type has capacity now" if available and choice.candidates else
+                  "no instance type matches")
+    for x in left_out:
+        out.print(f"not tried: {x['name']} (${x['price_per_hour']:.2f}/h): {x['why']}")
 
 
 @cloud_app.command("keys")
@@ -128,13 +155,12 @@ def keys(
 @app.command("up")
 def up(
     name: str = typer.Argument(..., help="Profile name to write (user config folder); every command then works on it."),
-    type_: str = typer.Option(..., "--type", "-t", help="Instance type, e.g. gpu_1x_h100_pcie (gpuops cloud types; "
-                                                        "any case)."),
+    type_: List[str] = TypeOpt,
+    gpu: Optional[str] = GpuOpt,
+    max_price: Optional[float] = MaxPriceOpt,
     region: List[str] = typer.Option([], "--region", "-r", help="Region to try, in order (repeatable; default: every "
                                                                 "region listing capacity for the type)."),
-    wait_for_capacity: Optional[str] = typer.Option(None, "--wait-for-capacity", metavar="DURATION",
-                                                    help="Keep re-reading capacity every 30-60 s this long "
-                                                         "(default: fail at once).", show_default=False),
+    wait_for_capacity: Optional[str] = WaitForCapacityOpt,
     ttl: Optional[str] = typer.Option(None, "--ttl", metavar="DURATION", help="Time to live, e.g. 8h (above 0, at most "
                                       "365d), counted from the launch request and recorded before it (ledger and the "
                                       "instance's tags): after it every command warns, `gpuops ls` says so loudly and "
@@ -166,8 +192,10 @@ def up(
     json_: bool = JsonOpt,
 ) -> None:
     """Launch a Lambda instance (or --nodes N of them, a fleet), wait until it answers SSH (host key pinned before
-    the first connection), write the profile NAME and verify it. Prints the price per hour and asks first (unless
-    --yes or not a terminal). NAME is reserved in the ledger before the launch: a second `up NAME` meanwhile is
+    the first connection), write the profile NAME and verify it. The type: --type (several: tried in order) or --gpu
+    NAME[:COUNT] (any type with it, cheapest first), none above --max-price, across the regions (gpuops cloud types
+    with the same options shows the order). Prints the price per hour and asks first (unless --yes or not a
+    terminal). NAME is reserved in the ledger before the launch: a second `up NAME` meanwhile is
     refused (exit 2). Ctrl-C, SIGTERM and SIGHUP terminate what was launched."""
     from ..cloud import decisions as d
     from ..cloud.instances import UpSpec, template_for, up as do_up
@@ -183,7 +211,7 @@ def up(
     if key is None and not keyfile.is_file():
         raise UsageError("no SSH key given and ~/.ssh/id_ed25519 does not exist",
                          hint="--key PATH, or create one: ssh-keygen -t ed25519")
-    spec = UpSpec(name=name, type_name=type_, key=keyfile, regions=list(region),
+    spec = UpSpec(name=name, types=list(type_), gpu=gpu, max_price=max_price, key=keyfile, regions=list(region),
                   wait_for_capacity_s=d.parse_duration(wait_for_capacity) if wait_for_capacity else 0.0,
                   ttl_s=d.parse_limit(ttl, "--ttl") if ttl is not None else None,
                   idle_s=d.parse_limit(idle, "--idle") if idle is not None else None,

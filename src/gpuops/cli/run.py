@@ -8,12 +8,15 @@ from typing import List, Optional
 import typer
 
 from .app import app, output
+from .cloud import GpuOpt, MaxPriceOpt, TypeOpt, WaitForCapacityOpt
 
 
 @app.command()
 def run(
-    type_: Optional[str] = typer.Option(None, "--type", "-t", help="Instance type, e.g. gpu_1x_h100_pcie "
-                                                                  "(gpuops cloud types)."),
+    type_: List[str] = TypeOpt,
+    gpu: Optional[str] = GpuOpt,
+    max_price: Optional[float] = MaxPriceOpt,
+    wait_for_capacity: Optional[str] = WaitForCapacityOpt,
     script: Optional[str] = typer.Option(None, "--script", "-s", help="Training script, relative to the project."),
     region: List[str] = typer.Option([], "--region", "-r", help="Region to try, in order (repeatable; default: "
                                                                 "every region with capacity)."),
@@ -57,8 +60,9 @@ def run(
     json_: bool = typer.Option(False, "--json", help="Print the closing summary as one JSON document."),
     args: Optional[List[str]] = typer.Argument(None, help="Arguments for the script, after --.", show_default=False),
 ) -> None:
-    """up -> setup -> sync -> train -> watch -> fetch (verified) -> down, with the running cost on screen. The
-    instance is terminated when the job ends, fails or its launch is refused, and on a second Ctrl-C (the first one
+    """up -> setup -> sync -> train -> watch -> fetch (verified) -> down, with the running cost on screen. The type:
+    --type (several: tried in order) or --gpu NAME[:COUNT] (any type with that GPU, cheapest first), none above
+    --max-price, as `gpuops up` takes them; the run's profile records the type it got. The instance is terminated when the job ends, fails or its launch is refused, and on a second Ctrl-C (the first one
     detaches); never before everything named in --fetch is here and verified. --nodes N: a fleet in one region,
     the job started on every node (torchrun by default), every node terminated at the end. SIGTERM and SIGHUP
     count as one Ctrl-C (the run detaches at once; during `up`, what was launched is terminated)."""
@@ -73,14 +77,15 @@ def run(
     project = Path.cwd()
     fetch_names = [f.strip() for f in (fetch or "").split(",") if f.strip()]
     if resume:
-        new_run = {"--type": type_, "--script": script, "--region": region, "--ttl": ttl, "--key": key,
+        new_run = {"--type": type_, "--gpu": gpu, "--max-price": max_price is not None,
+                   "--wait-for-capacity": wait_for_capacity, "--script": script, "--region": region, "--ttl": ttl, "--key": key,
                    "--name": name, "--nodes": nodes != 1, "--launcher": launcher != "auto",
                    "--nproc-per-node": nproc != "auto", "--from": from_, "ARGS": args}
         rec = _resumed(out, project, run_id, new_run, fetch=fetch_names, keep=keep, max_cost=max_cost)
     else:
-        rec = _new_run(out, project, type_=type_, script=script, region=region, fetch=fetch_names, keep=keep, ttl=ttl,
-                       max_cost=max_cost, key=key, name=name, nodes=nodes, launcher=launcher, nproc=nproc,
-                       from_=from_, args=args)
+        rec = _new_run(out, project, types=type_, gpu=gpu, max_price=max_price, wait_for_capacity=wait_for_capacity,
+                       script=script, region=region, fetch=fetch_names, keep=keep, ttl=ttl, max_cost=max_cost, key=key,
+                       name=name, nodes=nodes, launcher=launcher, nproc=nproc, from_=from_, args=args)
 
     def confirm(question: str) -> bool:
         if yes or not sys.stdin.isatty():
@@ -115,7 +120,8 @@ def _resumed(out, project: Path, run_id: Optional[str], new_run: dict, *, fetch:
     return rec
 
 
-def _new_run(out, project: Path, *, type_: Optional[str], script: Optional[str], region: list, fetch: list, keep: bool,
+def _new_run(out, project: Path, *, types: list, gpu: Optional[str], max_price: Optional[float],
+             wait_for_capacity: Optional[str], script: Optional[str], region: list, fetch: list, keep: bool,
              ttl: Optional[str], max_cost: Optional[float], key: Optional[Path], name: Optional[str], nodes: int,
              launcher: str, nproc: str, from_: Optional[str], args: Optional[list]):
     """A new run's record, every option checked (and a --from template read) before anything is launched."""
@@ -127,8 +133,10 @@ def _new_run(out, project: Path, *, type_: Optional[str], script: Optional[str],
     from ..pipeline import runner as run_ops
     from ..pipeline import stages as pl
 
-    if not type_ or not script:
-        raise UsageError("--type and --script are needed (or --resume)")
+    if not script:
+        raise UsageError("--script is needed, with --type or --gpu (or --resume)")
+    d.want_from(types=types, gpu=gpu, max_price=max_price, regions=region, project_dir=project)  # checked up front
+    wait_s = d.parse_duration(wait_for_capacity) if wait_for_capacity else 0.0
     if launcher == "auto":
         launcher = "torchrun" if nodes > 1 else "none"
     if launcher not in LAUNCHERS:
@@ -139,7 +147,7 @@ def _new_run(out, project: Path, *, type_: Optional[str], script: Optional[str],
     template, note = run_ops.run_template(template_for(from_, project), from_)
     if note:
         out.info(note)
-    return run_ops.new_record(type_name=type_, script=script, args=args or [], regions=region, nodes=nodes,
+    return run_ops.new_record(types=types, gpu=gpu, max_price=max_price, wait_for_capacity_s=wait_s, script=script, args=args or [], regions=region, nodes=nodes,
                               fetch=fetch, keep=keep,
                               ttl_s=d.parse_limit(ttl, "--ttl") if ttl is not None else None, max_cost=max_cost,
                               key=(key or Path("~/.ssh/id_ed25519")).expanduser(), name=pl.run_name(name, script),

@@ -1,7 +1,8 @@
 """Pure decisions over the API's records, the ledger and the clock (no network, no files): tested without a server.
 
-Which region next, how long to wait, is this instance past its TTL or idle limit, what has it cost so far, what
-`gpuops ls` shows and what `gpuops reap` terminates.
+Which instance type and region next (any GPU that fits: `choose`, `next_attempt`), how long to wait, is this
+instance past its TTL or idle limit, what has it cost so far, what `gpuops ls` shows and what `gpuops reap`
+terminates. The GPU table (verify/gpus.py, playbooks/gpus.yaml) is read, never written.
 """
 from __future__ import annotations
 
@@ -15,7 +16,9 @@ from ..errors import UsageError
 
 ONE_GPU_READY_S = 20 * 60
 EIGHT_GPU_READY_S = 35 * 60
-CAPACITY_RECHECK_S = (30.0, 60.0)
+CAPACITY_RECHECK_S = (30.0, 60.0)  # --wait-for-capacity: the first re-read of capacity, jittered
+CAPACITY_BACKOFF = 1.5  # each further re-read waits this much longer ...
+CAPACITY_BACKOFF_CAP = 4.0  # ... up to this many times the longest first wait (4 min against Lambda)
 LAUNCH_INTERVAL_S = 12.0  # Lambda: one launch request per 12 s
 MIN_POLL_S = 5.0  # readiness polling, no more often than this against the real API
 IDLE_UTIL_PCT = 5.0
@@ -101,6 +104,253 @@ def next_region(order: list[str], cold: set[str]) -> Optional[str]:
 def capacity_recheck_delay(rng: Callable[[], float], bounds: tuple[float, float] = CAPACITY_RECHECK_S) -> float:
     lo, hi = bounds
     return lo + (hi - lo) * rng()
+
+
+def capacity_backoff(round_: int, rng: Callable[[], float], bounds: tuple[float, float] = CAPACITY_RECHECK_S) -> float:
+    """The wait before re-read number `round_` (0 first) of capacity: jittered within `bounds`, growing by half each
+    round, at most 4 x the longest first wait (30-60 s, 45-90 s, ... up to 4 min against Lambda)."""
+    return min(capacity_recheck_delay(rng, bounds) * CAPACITY_BACKOFF ** max(0, round_),
+               bounds[1] * CAPACITY_BACKOFF_CAP)
+
+
+# -- which type: any GPU that fits ------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class GpuAsk:
+    """`--gpu NAME[:COUNT]`: the GPU table's rows NAME covers (verify/gpus.family) and the GPUs per instance."""
+
+    text: str
+    name: str
+    count: int
+    rows: tuple = ()  # GPU table row ids
+
+    def __str__(self) -> str:
+        return f"{self.name}:{self.count}"
+
+
+def parse_gpu(text: str, project_dir=None) -> GpuAsk:
+    """'H100:8' -> 8 GPUs of any H100 row; 'A100 80GB' -> one GPU of either 80 GB A100 (COUNT defaults to 1)."""
+    from ..verify import gpus
+
+    raw = str(text).strip()
+    name, sep, count = raw.rpartition(":")
+    if not sep:
+        name, count = raw, "1"
+    name = name.strip()
+    if not count.strip().isdigit() or int(count) < 1:
+        raise UsageError(f"--gpu {text}: the count after ':' is a whole number above 0",
+                         hint="e.g. --gpu H100:8 (eight H100s on one instance) or --gpu A100 (one)")
+    rows = gpus.family(name, project_dir) if name else []
+    if not rows:
+        names = sorted({n for r in gpus.load(project_dir) for n in r.aliases + (r.id,)})
+        import difflib
+
+        close = difflib.get_close_matches(name, names, n=3, cutoff=0.5)
+        raise UsageError(f"--gpu {text}: no GPU named {name!r} in the GPU table"
+                         + (f"; did you mean {', '.join(close)}?" if close else ""),
+                         hint="gpuops cloud types lists Lambda's types and their GPUs; playbooks/gpus.yaml the names")
+    return GpuAsk(text=raw, name=name, count=int(count), rows=tuple(r.id for r in rows))
+
+
+@dataclass(frozen=True)
+class Want:
+    """What a launch may use: the types the user named (in order) or the GPU they need, a price limit, a --from
+    template's GPU (`expect.gpu`, and `expect.gpu_memory_mib` as a minimum), the regions. Nothing given: every type."""
+
+    types: tuple = ()
+    gpu: Optional[GpuAsk] = None
+    max_price: Optional[float] = None  # USD per hour, per instance
+    expect_gpu: Optional[str] = None
+    min_gpu_memory_mib: Optional[int] = None
+    regions: tuple = ()
+    template: Optional[str] = None  # the template's name, for messages
+
+    def describe(self) -> str:
+        what = (str(self.gpu) if self.gpu else " or ".join(self.types) if self.types else "any type")
+        return what + (f" at most ${self.max_price:.2f}/h" if self.max_price is not None else "")
+
+
+@dataclass(frozen=True)
+class Candidate:
+    """A type a launch may use, with the regions to try it in (in order; empty: no capacity listed now)."""
+
+    name: str
+    price_cents_per_hour: int
+    gpus: int
+    gpu: Optional[str]  # the GPU table's row id
+    gpu_name: str
+    regions: tuple = ()
+
+    @property
+    def price_per_hour(self) -> float:
+        return self.price_cents_per_hour / 100.0
+
+    def label(self) -> str:
+        return f"{self.name} (${self.price_per_hour:.2f}/h)"
+
+
+@dataclass(frozen=True)
+class Choice:
+    """The types to try, in order (the user's, or cheapest first), and the ones left out with why."""
+
+    candidates: tuple = ()
+    excluded: tuple = ()  # (type name, price per hour, why)
+
+    @property
+    def most_per_hour(self) -> float:
+        return max((c.price_per_hour for c in self.candidates), default=0.0)
+
+
+def want_from(*, types: Iterable[str] = (), gpu: Optional[str] = None, max_price: Optional[float] = None,
+              regions: Iterable[str] = (), template: Optional[dict] = None, need_one: bool = True,
+              project_dir=None) -> Want:
+    """The user's options as a Want, checked: `--type` (several: tried in that order) or `--gpu NAME[:COUNT]`, not
+    both, and one of them unless `need_one` is False (`cloud types` lists every type); `--max-price` above 0; a --from
+    template's expect.gpu and expect.gpu_memory_mib kept as constraints."""
+    types = tuple(t.strip() for t in types if t and t.strip())
+    if types and gpu:
+        raise UsageError("--type and --gpu: give one of them",
+                         hint="--type names instance types (tried in the order given); --gpu H100:8 takes any type "
+                              "with that GPU and count, cheapest first")
+    if need_one and not types and not gpu:
+        raise UsageError("what to launch: give --type TYPE (repeatable: tried in that order) or --gpu NAME[:COUNT]",
+                         hint="gpuops cloud types lists the types, their GPUs and prices")
+    if max_price is not None and not max_price > 0:
+        raise UsageError(f"--max-price {max_price:g}: a price per hour above 0 (USD)")
+    expect = (template or {}).get("expect") or {}
+    mem = expect.get("gpu_memory_mib")
+    return Want(types=types, gpu=parse_gpu(gpu, project_dir) if gpu else None, max_price=max_price,
+                expect_gpu=str(expect["gpu"]) if expect.get("gpu") else None,
+                min_gpu_memory_mib=int(mem) if isinstance(mem, (int, float)) and mem > 0 else None,
+                regions=tuple(dict.fromkeys(regions)))
+
+
+def choose(types: dict, want: Want, project_dir=None) -> Choice:
+    """The types a launch tries, in order, from the API's map (name -> TypeAvailability): the `--type`s in the order
+    given (an unknown name is a usage error), else every type (with `--gpu`: whose GPU the ask covers, that many per
+    instance) cheapest first; each left out, with its reason, when it has no price, costs more than --max-price, or
+    has another GPU than the template expects. Regions per type: `launch_order` (requested ones, or every one listing
+    capacity)."""
+    from ..verify import gpus
+
+    if want.types:
+        ordered = []
+        for name in want.types:
+            a = find_type(types, name)
+            if a is None:
+                raise UsageError(f"unknown instance type {name!r}" + type_suggestion(types, name),
+                                 hint="gpuops cloud types lists them")
+            if a not in ordered:
+                ordered.append(a)
+    else:
+        ordered = sorted(types.values(), key=lambda a: (a.type.price_cents_per_hour, a.type.name))
+    cands, excluded = [], []
+    for a in ordered:
+        t = a.type
+        hit = gpus.for_lambda_type(t.gpu_description, t.name, t.gpus, project_dir)
+        row, count = hit if hit else (None, t.gpus)
+        if want.gpu is not None and (row is None or row.id not in want.gpu.rows or count != want.gpu.count):
+            continue  # not the GPU asked for: not a candidate at all
+        why = _left_out(t, row, want, project_dir)
+        if why:
+            excluded.append((t.name, t.price_per_hour, why))
+            continue
+        cands.append(Candidate(name=t.name, price_cents_per_hour=t.price_cents_per_hour, gpus=count,
+                               gpu=row.id if row else None, gpu_name=row.name if row else t.gpu_description,
+                               regions=tuple(launch_order(a.regions, want.regions))))
+    return Choice(tuple(cands), tuple(excluded))
+
+
+def _left_out(t, row, want: Want, project_dir=None) -> Optional[str]:
+    from ..verify import gpus
+
+    if t.price_cents_per_hour <= 0:
+        return "the API gives no price for it"
+    if want.max_price is not None and t.price_per_hour > want.max_price + 1e-9:
+        return f"${t.price_per_hour:.2f}/h is over --max-price ${want.max_price:.2f}"
+    src = f"--from {want.template}" if want.template else "the template"
+    if want.expect_gpu and (row is None or not gpus.satisfies(row, want.expect_gpu, project_dir)):
+        return f"its GPU ({row.name if row else t.gpu_description or '?'}) is not {src}'s expect.gpu {want.expect_gpu!r}"
+    if want.min_gpu_memory_mib and row is not None and row.memory_mib and row.memory_mib < want.min_gpu_memory_mib:
+        return (f"{row.memory_mib:,} MiB per GPU is under {src}'s expect.gpu_memory_mib "
+                f"{want.min_gpu_memory_mib:,}")
+    return None
+
+
+def no_candidate(choice: Choice, want: Want):
+    """Why nothing can be launched whatever the capacity (a gpuops error to raise), or None when a type is left."""
+    from ..errors import ExitCode, GpuopsError
+
+    if choice.candidates:
+        return None
+    if not choice.excluded:
+        return UsageError(f"--gpu {want.gpu.text}: no instance type has {want.gpu.count} x {want.gpu.name}"
+                          if want.gpu else "the Lambda API lists no instance type to choose from",
+                          hint=f"gpuops cloud types --gpu {want.gpu.name} lists the types with that GPU"
+                          if want.gpu else "gpuops cloud types lists them")
+    if all(why.startswith("the API gives no price") for _, _, why in choice.excluded):
+        names = ", ".join(n for n, _, _ in choice.excluded)
+        return GpuopsError(f"the Lambda API gives no price for {names}: gpuops does not launch what it cannot price "
+                           "(the cost guard, `gpuops ls` and --max-cost need it), so nothing was launched",
+                           hint="try again later; `gpuops cloud types` shows the prices the API lists",
+                           code=ExitCode.FAILED)
+    lines = "; ".join(f"{n}: {why}" for n, _, why in choice.excluded)
+    return UsageError(f"no instance type fits {want.describe()} ({lines}); nothing was launched",
+                      hint="`gpuops cloud types` with the same --gpu/--type/--max-price shows what would be tried")
+
+
+def next_attempt(candidates, cold: set) -> Optional[tuple]:
+    """The next (candidate, region) to launch: the first type in order with a region not yet found without capacity
+    (`cold` holds (type, region) pairs); None when every listed one was tried."""
+    for c in candidates:
+        for r in c.regions:
+            if (c.name, r) not in cold:
+                return c, r
+    return None
+
+
+def no_capacity_text(want: Want, candidates, excluded, attempts) -> str:
+    """Why a launch found nothing: what was asked, where, what was tried (type in region) and what was left out."""
+    where = ", ".join(want.regions) if want.regions else "any region"
+    cands = list(candidates)
+    if len(cands) == 1 and not want.gpu:
+        what = cands[0].name
+        regions = [r for _, r in attempts]
+        text = f"no capacity for {what} in {where}" + (f" (tried {', '.join(regions)})" if regions else " (none listed)")
+    else:
+        names = " or ".join(c.name for c in cands)
+        text = (f"no capacity for {want.describe()} ({names}) in {where}"
+                + (f" (tried {', '.join(f'{t} in {r}' for t, r in attempts)})" if attempts else " (none listed)"))
+    if excluded:
+        text += "; not tried: " + "; ".join(f"{n} ({why})" for n, _, why in excluded)
+    return text
+
+
+def waiting_line(want: Want, candidates, since: str, waited_s: float, next_s: float, left_s: float) -> str:
+    """The one line `--wait-for-capacity` prints per re-read: what it waits for, since when, and what next."""
+    shown = ", ".join(c.label() for c in list(candidates)[:4])
+    more = len(candidates) - 4
+    what = want.describe() + (f": {shown}" + (f" and {more} more" if more > 0 else "") if
+                              (want.gpu or len(candidates) > 1) else "")
+    where = ", ".join(want.regions) if want.regions else "any region"
+    nxt = f"{next_s:.0f}s" if next_s >= 1 else f"{next_s:.1f}s"
+    return (f"waiting for capacity since {since} ({format_duration(waited_s)}): {what} in {where}; "
+            f"checking again in {nxt} ({format_duration(left_s)} left)")
+
+
+def launched_expect(itype, template_expect: Optional[dict] = None, project_dir=None) -> dict:
+    """The profile's expect: for the type that was launched: its GPU (as nvidia-smi names it), count and memory per
+    GPU from the GPU table, over a --from template's own expect: (driver, cuda, packages, ... stay; its GPU words
+    were a constraint on the choice, met by this type). A type the table does not know: its GPU count only."""
+    from ..profiles.text import from_gpu_row
+    from ..verify import gpus
+
+    expect = dict(template_expect or {})
+    hit = gpus.for_lambda_type(itype.gpu_description, itype.name, itype.gpus, project_dir)
+    if hit is not None:
+        expect.update(from_gpu_row(hit[0], hit[1], itype.name).values)
+    elif itype.gpus:
+        expect["gpu_count"] = itype.gpus
+    return expect
 
 
 def readiness_deadline(gpus: int) -> float:

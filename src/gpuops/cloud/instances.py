@@ -12,7 +12,7 @@ import re
 import socket
 import time
 import uuid
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Callable, Optional
@@ -84,9 +84,16 @@ def make_context(out, *, with_key: bool = False, project_dir: Path | None = None
 
 @dataclass
 class UpSpec:
+    """What `up` launches. The type: `types` (tried in that order; `type_name` is one type, as before) or `gpu`
+    (`--gpu H100:8`: every type with that GPU and count, cheapest first), each kept at or under `max_price` per hour
+    and to the GPU a --from `template` expects; `gpuops run` and its recovery pass what the user asked the same way."""
+
     name: str
-    type_name: str
-    key: Path
+    type_name: str = ""
+    key: Path = field(default_factory=lambda: Path("~/.ssh/id_ed25519").expanduser())
+    types: list = field(default_factory=list)
+    gpu: Optional[str] = None  # NAME[:COUNT], parsed against the GPU table (decisions.parse_gpu)
+    max_price: Optional[float] = None  # USD per hour, per instance
     regions: list = field(default_factory=list)
     wait_for_capacity_s: float = 0.0
     ttl_s: Optional[float] = None
@@ -194,40 +201,48 @@ def up(spec: UpSpec, ctx: Context) -> dict:
     request per 12 s, so the nodes are launched one after another, the first wherever there is capacity and the others
     in the same region (their private addresses must reach each other); each has its own launch record (written
     before its request, with the profile name, TTL deadline and idle limit; node 0's reserves the name), launch tag
-    (with the TTL deadline) and host key. Any node failing ends the bring-up and terminates them all."""
-    public_line, avail = _preflight(spec, ctx)
-    price = avail.type.price_per_hour
-    nodes: list[dict] = []  # per node: launch_id, instance_id, in_flight, region, instance, host_pub, ttl_deadline
+    (with the TTL deadline) and host key. Any node failing ends the bring-up and terminates them all.
+
+    The type: node 0 tries the candidates (decisions.choose: the `--type`s in order, or every type with the `--gpu`
+    asked cheapest first, none over `max_price`) across their regions, one launch request per slot of the ledger;
+    the other nodes take node 0's type and region."""
+    public_line, want, types, choice = _preflight(spec, ctx)
+    nodes: list[dict] = []  # per node: launch_id, instance_id, in_flight, region, itype, instance, host_pub, ttl...
     try:  # `nodes` grows as each is recorded, so a failure anywhere below ends every one launched so far
-        launched_at0 = _launch_nodes(spec, ctx, avail, public_line, nodes)
-        prof = _activate(spec, ctx, avail.type, nodes, launched_at0)
-        verified, verify_report = _make_ready(spec, ctx, prof, nodes, avail.type)
+        itype, launched_at0 = _launch_nodes(spec, ctx, want, types, public_line, nodes)
+        prof = _activate(spec, ctx, itype, nodes, launched_at0)
+        verified, verify_report = _make_ready(spec, ctx, prof, nodes, itype)
     except BaseException as exc:
         interrupted = isinstance(exc, KeyboardInterrupt)
         keep = spec.keep_on_failure and not interrupted
         why = getattr(exc, "reason", None) or ("interrupted" if interrupted else "bring-up failed")
-        _after_failure(ctx, spec, nodes, price, keep=keep, why=why)
+        got = next((st["itype"] for st in nodes if st.get("itype") is not None), None)
+        _after_failure(ctx, spec, nodes, got.price_per_hour if got else choice.most_per_hour, keep=keep, why=why)
         raise
-    return _up_summary(spec, ctx, avail.type, nodes, prof, verified, verify_report)
+    return _up_summary(spec, ctx, itype, nodes, prof, verified, verify_report)
 
 
-def _launch_nodes(spec: UpSpec, ctx: Context, avail, public_line: str, nodes: list[dict]) -> float:
+def _launch_nodes(spec: UpSpec, ctx: Context, want: d.Want, types: dict, public_line: str,
+                  nodes: list[dict]) -> tuple:
     """Each node recorded (node 0's record reserving the name) before its launch request, then launched; `nodes`
-    holds their state as they go. Returns when node 0 was launched."""
-    out, itype, price, n = ctx.out, avail.type, avail.type.price_per_hour, spec.nodes
+    holds their state as they go. Returns the type launched (the API's InstanceType) and when node 0 was launched."""
+    out, n = ctx.out, spec.nodes
     bringup = uuid.uuid4().hex[:16]
     key_name = None
-    node_spec = spec
+    node_want = want
+    first = d.choose(types, want).candidates[0]  # what the record says until a request names another
     launched_at0 = 0.0
+    itype = None
     for i in range(n):
         host_priv, host_pub = make_host_key()
         launch_id = uuid.uuid4().hex[:16]
         # the TTL counts from node 0's launch request (set again just before it); the fleet ends together
         ttl_deadline = nodes[0]["ttl_deadline"] if nodes else (ctx.clock() + spec.ttl_s if spec.ttl_s else None)
-        st = {"launch_id": launch_id, "instance_id": None, "in_flight": False, "instance": None,
+        st = {"launch_id": launch_id, "instance_id": None, "in_flight": False, "instance": None, "itype": None,
               "host_pub": host_pub, "region": None, "ttl_deadline": ttl_deadline, "ttl_from_request": i == 0}
-        rec = Record(launch_id=launch_id, profile=spec.name, instance_type=itype.name,
-                     region=(node_spec.regions or ["?"])[0], price_cents_per_hour=itype.price_cents_per_hour,
+        rec = Record(launch_id=launch_id, profile=spec.name, instance_type=itype.name if itype else first.name,
+                     region=(node_want.regions or ("?",))[0],
+                     price_cents_per_hour=itype.price_cents_per_hour if itype else first.price_cents_per_hour,
                      created_at=ctx.clock(), ttl_deadline=ttl_deadline, idle_limit_s=spec.idle_s,
                      node=i if n > 1 else None, bringup=bringup, pid=os.getpid(), host=socket.gethostname())
         nodes.append(st)  # first: an interrupt right after the write below finds (and closes) the record
@@ -241,19 +256,20 @@ def _launch_nodes(spec: UpSpec, ctx: Context, avail, public_line: str, nodes: li
         if key_name is None:
             key_name = ensure_ssh_key(ctx.client, public_line, out)
         label = f"gpuops-{spec.name}" + (f"-{i}" if n > 1 else "")
-        st["instance_id"] = _launch(node_spec, ctx, avail, key_name, launch_id, d.cloud_config(host_priv, host_pub),
-                                    st, label=label)
+        st["instance_id"] = _launch(spec, ctx, node_want, types, key_name, launch_id,
+                                    d.cloud_config(host_priv, host_pub), st, label=label)
         launched_at = ctx.clock()
         ctx.ledger.update(launch_id, instance_id=st["instance_id"], state=LAUNCHED, launched_at=launched_at)
-        _tick(spec, "launched", price)
+        _tick(spec, "launched", st["itype"].price_per_hour)
         if i == 0:
             ctx.events["launched_at"] = launched_at
             launched_at0 = launched_at
-            if n > 1:  # the other nodes go where the first one went
-                node_spec = UpSpec(**{**spec.__dict__, "regions": [st["region"]]})
-        out.info(f"launched instance {st['instance_id']} (launch {launch_id})"
+            itype, types = st["itype"], st["types"]
+            # the other nodes: node 0's type, in node 0's region (their private addresses reach each other there)
+            node_want = replace(want, types=(itype.name,), gpu=None, regions=(st["region"],))
+        out.info(f"launched instance {st['instance_id']} ({itype.name}, {st['region']}; launch {launch_id})"
                  + (f", node {i} of {n}" if n > 1 else "") + "; waiting until it is active")
-    return launched_at0
+    return itype, launched_at0
 
 
 def _activate(spec: UpSpec, ctx: Context, itype, nodes: list[dict], launched_at0: float):
@@ -317,42 +333,57 @@ def _up_summary(spec: UpSpec, ctx: Context, itype, nodes: list[dict], prof, veri
 
 
 def _preflight(spec: UpSpec, ctx: Context):
-    """Before anything is recorded or launched: the name, the key, the type, the price (and the user's yes)."""
+    """Before anything is recorded or launched: the name, what may be launched (the types, their prices, the GPU
+    asked), the key, and the user's yes. Returns (public key line, the Want, the API's types, the Choice)."""
     if not NAME_RE.match(spec.name):
         raise UsageError(f"not a usable profile name: {spec.name!r}", hint="letters, digits, '-', '_' and '.'")
     if not 1 <= spec.nodes <= MAX_NODES:
         raise UsageError(f"--nodes {spec.nodes}: between 1 and {MAX_NODES}")
+    want = d.want_from(types=list(spec.types) or ([spec.type_name] if spec.type_name else []), gpu=spec.gpu,
+                       max_price=spec.max_price, regions=spec.regions, template=spec.template)
     _check_name_free(spec.name)
     _check_launches_free(spec.name, ctx.ledger)
     public_line = public_key_of(spec.key)
     types = ctx.client.instance_types()
     if not types:  # `data: null` or an empty map: nothing to check the type or its price against
         raise GpuopsError("the Lambda API listed no instance types at all (GET /instance-types answered no data): "
-                          f"gpuops cannot check {spec.type_name!r} or its price, so nothing was launched",
+                          f"gpuops cannot check {want.describe()} or its price, so nothing was launched",
                           hint="try again in a minute; `gpuops cloud types` shows what the API lists")
-    avail = d.find_type(types, spec.type_name)
-    if avail is None:
-        raise UsageError(f"unknown instance type {spec.type_name!r}" + d.type_suggestion(types, spec.type_name),
-                         hint="gpuops cloud types lists them")
-    itype = avail.type
-    if itype.price_cents_per_hour <= 0:
-        raise GpuopsError(f"the Lambda API gives no price for {itype.name}: gpuops does not launch what it cannot price "
-                          "(the cost guard, `gpuops ls` and --max-cost need it), so nothing was launched",
-                          hint="try again later; `gpuops cloud types` shows the prices the API lists")
-    where = ", ".join(spec.regions) if spec.regions else "any region"
-    if spec.nodes > 1:
-        question = (f"launch {spec.nodes} x {itype.name} ({itype.description or itype.gpu_description}), all in one "
-                    f"region ({where}), at {spec.nodes} x ${itype.price_per_hour:.2f} = "
-                    f"${itype.price_per_hour * spec.nodes:.2f}/hour")
-    else:
-        question = (f"launch {itype.name} ({itype.description or itype.gpu_description}) in {where} at "
-                    f"${itype.price_per_hour:.2f}/hour")
-    if spec.ttl_s:
-        question += f", terminated by `gpuops reap` after {d.format_duration(spec.ttl_s)}"
+    choice = d.choose(types, want)
+    problem = d.no_candidate(choice, want)
+    if problem is not None:
+        raise problem
+    question = _launch_question(spec, want, types, choice)
     ctx.out.info(question)
+    for name, price, why in choice.excluded:
+        ctx.out.info(f"not tried: {name} (${price:.2f}/h): {why}")
     if spec.confirm is not None and not spec.confirm(question + "?"):
         raise GpuopsError("not launched", code=ExitCode.FAILED)
-    return public_line, avail
+    return public_line, want, types, choice
+
+
+def _launch_question(spec: UpSpec, want: d.Want, types: dict, choice: d.Choice) -> str:
+    """The price line asked before launching: the one type, or the candidates in the order they are tried and the
+    most it may cost."""
+    where = ", ".join(spec.regions) if spec.regions else "any region"
+    n, cands = spec.nodes, choice.candidates
+    if len(cands) == 1 and not want.gpu:
+        itype = d.find_type(types, cands[0].name).type
+        what, price = f"{itype.name} ({itype.description or itype.gpu_description})", itype.price_per_hour
+        if n > 1:
+            question = (f"launch {n} x {what}, all in one region ({where}), at {n} x ${price:.2f} = "
+                        f"${price * n:.2f}/hour")
+        else:
+            question = f"launch {what} in {where} at ${price:.2f}/hour"
+    else:
+        order = "in the order given" if want.types else "cheapest first"
+        what = (f"{want.describe()}: the first with capacity of {', '.join(c.label() for c in cands)} ({order})")
+        most = choice.most_per_hour
+        question = (f"launch {n} instances of {what}, all in one region ({where}), at most {n} x ${most:.2f} = "
+                    f"${most * n:.2f}/hour" if n > 1 else f"launch {what} in {where}, at most ${most:.2f}/hour")
+    if spec.ttl_s:
+        question += f", terminated by `gpuops reap` after {d.format_duration(spec.ttl_s)}"
+    return question
 
 
 def _verify(prof, out) -> tuple[bool, Optional[dict]]:
@@ -494,47 +525,41 @@ def adopt_launch(ctx: Context, launch_id: str, *, attempts: int = 2) -> Optional
     return None
 
 
-def _launch(spec: UpSpec, ctx: Context, avail, key_name: str, launch_id: str, user_data: str, state: dict, *,
-            label: str) -> str:
+def _launch(spec: UpSpec, ctx: Context, want: d.Want, types: dict, key_name: str, launch_id: str, user_data: str,
+            state: dict, *, label: str) -> str:
+    """One instance: the candidates tried in order across their regions (decisions.next_attempt), each request in a
+    launch slot of the ledger and preceded by the record's type, price and region; with --wait-for-capacity, capacity
+    re-read with backoff until it runs out. Sets state's `itype` and `region`; returns the instance id."""
     client, out = ctx.client, ctx.out
-    deadline = ctx.clock() + spec.wait_for_capacity_s
-    cold: set[str] = set()
-    transient = 0
+    wait = {"started": ctx.clock(), "rounds": 0, "transient": 0}
+    choice = d.choose(types, want)
+    cands = choice.candidates
+    cold: set = set()  # (type, region) pairs that answered insufficient-capacity since the last re-read
     tried: list[str] = []
+    attempts: list[tuple] = []
     while True:
-        order = d.launch_order(avail.regions, spec.regions)
-        region = d.next_region(order, cold)
-        if region is None:
-            remaining = deadline - ctx.clock()
-            want = ", ".join(spec.regions) if spec.regions else "any region"
-            if remaining <= 0:
-                ctx.ledger.update(launch_id, state=FAILED, ended_at=ctx.clock(), regions_tried=tried,
-                                  note="no capacity")
-                raise GpuopsError(f"no capacity for {avail.type.name} in {want}"
-                                  + (f" (tried {', '.join(tried)})" if tried else " (none listed)"),
-                                  hint="--wait-for-capacity 30m waits for it; gpuops cloud types --available shows "
-                                       "what is free now", code=ExitCode.FAILED)
-            delay = min(remaining, d.capacity_recheck_delay(ctx.rng, ctx.capacity_recheck_s))
-            out.info(f"waiting for capacity: {avail.type.name} in {want}; checking again in {delay:.0f}s "
-                     f"({d.format_duration(remaining)} left)")
-            _tick(spec, "capacity", avail.type.price_per_hour)
-            ctx.sleep(delay)
-            fresh = client.instance_types().get(avail.type.name)
-            avail = fresh or avail
+        nxt = d.next_attempt(cands, cold)
+        if nxt is None:
+            types, cands = _await_capacity(spec, ctx, want, types, cands, wait, launch_id,
+                                           failed=lambda: (tried, d.no_capacity_text(want, cands, choice.excluded,
+                                                                                     attempts)))
             cold.clear()
             continue
+        cand, region = nxt
         _wait_launch_slot(ctx)
         if state.get("ttl_from_request") and spec.ttl_s:  # the TTL counts from this request (node 0's)
             state["ttl_deadline"] = ctx.clock() + spec.ttl_s
-        ctx.ledger.update(launch_id, region=region, state=LAUNCHING, regions_tried=tried + [region],
-                          ttl_deadline=state.get("ttl_deadline"))
+        ctx.ledger.update(launch_id, region=region, instance_type=cand.name,
+                          price_cents_per_hour=cand.price_cents_per_hour, state=LAUNCHING,
+                          regions_tried=tried + [region], ttl_deadline=state.get("ttl_deadline"))
         tried.append(region)
-        out.step(f"launching {avail.type.name} in {region}")
+        attempts.append((cand.name, region))
+        out.step(f"launching {cand.name} in {region} (${cand.price_per_hour:.2f}/h)")
         state["in_flight"], state["region"] = True, region
+        state["itype"], state["types"] = d.find_type(types, cand.name).type, types  # types: as last read
         try:
             try:
-                ids = client.launch(region=region, type_name=avail.type.name, ssh_key=key_name,
-                                    name=label[:64],
+                ids = client.launch(region=region, type_name=cand.name, ssh_key=key_name, name=label[:64],
                                     tags=d.launch_tags(launch_id, spec.name, state.get("ttl_deadline")),
                                     user_data=user_data, file_systems=spec.file_systems or None)
             finally:
@@ -542,45 +567,93 @@ def _launch(spec: UpSpec, ctx: Context, avail, key_name: str, launch_id: str, us
         except LambdaError as exc:
             if exc.capacity:
                 state["in_flight"] = False
-                cold.add(region)
-                out.info(f"no capacity in {region} ({exc.api_message}); trying the next region")
+                cold.add((cand.name, region))
+                after = d.next_attempt(cands, cold)
+                out.info(f"no capacity in {region} for {cand.name} ({exc.api_message}); "
+                         + (f"trying {after[0].name} in {after[1]}" if after else "no other type or region lists "
+                                                                                   "capacity"))
                 continue
-            if exc.rate_limited:
-                state["in_flight"] = False
-                delay = max(exc.retry_after or 0.0, ctx.launch_interval_s, 1.0)
-                out.info(f"rate limited by the API (HTTP 429); retrying in {delay:.0f}s")
-                ctx.sleep(delay)
+            adopted = _launch_refused(ctx, exc, launch_id, state, wait)
+            if adopted is None:
                 continue
-            if exc.ambiguous:
-                out.warn(f"the launch request failed ambiguously ({exc.message}); looking for the instance by its tag")
-                inst = adopt_launch(ctx, launch_id)
-                if inst is not None:
-                    out.info(f"adopted instance {inst.id}: the launch had succeeded")
-                    return inst.id
-                state["in_flight"] = False
-            elif exc.transient:
-                state["in_flight"] = False
-            else:
-                state["in_flight"] = False
-                ctx.ledger.update(launch_id, state=FAILED, ended_at=ctx.clock(), note=exc.api_code or exc.message)
-                raise
-            transient += 1
-            if transient >= MAX_TRANSIENT_LAUNCH_FAILURES:
-                ctx.ledger.update(launch_id, state=FAILED, ended_at=ctx.clock(), note="transient failures")
-                raise
-            delay = max(exc.retry_after or 0.0, 2.0 ** transient)
-            out.info(f"retrying the launch in {delay:.0f}s")
-            ctx.sleep(delay)
-            continue
-        if not ids:
-            inst = adopt_launch(ctx, launch_id)
-            if inst is None:
-                raise LambdaError("the launch answer named no instance and none carries our tag")
+            return adopted
+        return _launched_ids(ctx, launch_id, ids)
+
+
+def _await_capacity(spec: UpSpec, ctx: Context, want: d.Want, types: dict, cands: tuple, wait: dict,
+                    launch_id: str, *, failed: Callable[[], tuple]) -> tuple:
+    """Nothing listed has capacity: fail (the record closed) when --wait-for-capacity has run out, else say on one
+    line what is awaited and since when, wait (backing off), and read the types again: (types, candidates)."""
+    remaining = wait["started"] + spec.wait_for_capacity_s - ctx.clock()
+    if remaining <= 0:
+        tried, text = failed()
+        ctx.ledger.update(launch_id, state=FAILED, ended_at=ctx.clock(), regions_tried=tried, note="no capacity")
+        raise GpuopsError(text, hint="--wait-for-capacity 30m waits for it; gpuops cloud types --available shows what "
+                                     "is free now", code=ExitCode.FAILED)
+    delay = min(remaining, d.capacity_backoff(wait["rounds"], ctx.rng, ctx.capacity_recheck_s))
+    wait["rounds"] += 1
+    ctx.out.info(d.waiting_line(want, cands, time.strftime("%H:%M:%S", time.localtime(wait["started"])),
+                                ctx.clock() - wait["started"], delay, remaining))
+    _tick(spec, "capacity", cands[0].price_per_hour if cands else 0.0)
+    ctx.sleep(delay)
+    return _reread(ctx, want, types, cands)
+
+
+def _launch_refused(ctx: Context, exc: LambdaError, launch_id: str, state: dict, wait: dict) -> Optional[str]:
+    """A launch request that failed other than for capacity: None to try again (after a 429's or a transient
+    failure's wait), the instance id when an ambiguous failure had in fact launched it (found by its tag); raises
+    when it cannot go on (the record closed as failed)."""
+    out = ctx.out
+    if exc.rate_limited:
+        state["in_flight"] = False
+        delay = max(exc.retry_after or 0.0, ctx.launch_interval_s, 1.0)
+        out.info(f"rate limited by the API (HTTP 429); retrying in {delay:.0f}s")
+        ctx.sleep(delay)
+        return None
+    if exc.ambiguous:
+        out.warn(f"the launch request failed ambiguously ({exc.message}); looking for the instance by its tag")
+        inst = adopt_launch(ctx, launch_id)
+        if inst is not None:
+            out.info(f"adopted instance {inst.id}: the launch had succeeded")
             return inst.id
-        if len(ids) > 1:
-            out.warn(f"the API launched {len(ids)} instances; terminating all but {ids[0]}")
-            client.terminate(ids[1:])
-        return ids[0]
+    state["in_flight"] = False
+    if not exc.ambiguous and not exc.transient:
+        ctx.ledger.update(launch_id, state=FAILED, ended_at=ctx.clock(), note=exc.api_code or exc.message)
+        raise exc
+    wait["transient"] += 1
+    if wait["transient"] >= MAX_TRANSIENT_LAUNCH_FAILURES:
+        ctx.ledger.update(launch_id, state=FAILED, ended_at=ctx.clock(), note="transient failures")
+        raise exc
+    delay = max(exc.retry_after or 0.0, 2.0 ** wait["transient"])
+    out.info(f"retrying the launch in {delay:.0f}s")
+    ctx.sleep(delay)
+    return None
+
+
+def _launched_ids(ctx: Context, launch_id: str, ids: list) -> str:
+    """The launch answer's instance: none named (found by its tag), or more than one (the others terminated)."""
+    if not ids:
+        inst = adopt_launch(ctx, launch_id)
+        if inst is None:
+            raise LambdaError("the launch answer named no instance and none carries our tag")
+        return inst.id
+    if len(ids) > 1:
+        ctx.out.warn(f"the API launched {len(ids)} instances; terminating all but {ids[0]}")
+        ctx.client.terminate(ids[1:])
+    return ids[0]
+
+
+def _reread(ctx: Context, want: d.Want, types: dict, cands: tuple) -> tuple:
+    """--wait-for-capacity: the instance types read again (their capacity and prices now) and the candidates chosen
+    again from them; an empty answer, or one that no longer lists a type named, keeps what was known."""
+    fresh = ctx.client.instance_types()
+    if not fresh:
+        return types, cands
+    try:
+        again = d.choose(fresh, want).candidates
+    except GpuopsError:
+        return types, cands
+    return (fresh, again) if again else (types, cands)
 
 
 def _tick(spec: UpSpec, phase: str, price: float) -> None:
@@ -658,9 +731,8 @@ def write_profile(name: str, insts: list[Instance], key: Path, itype, cloud: dic
                 "region": first.region, "instance_type": itype.name, "price_per_hour": itype.price_per_hour,
                 "host_key_policy": "strict"})
     settings = dict(template or {})
-    expect = dict(settings.pop("expect", None) or {})
-    if itype.gpus:
-        expect["gpu_count"] = itype.gpus  # what was launched, whatever the template's host had
+    # what was launched (its GPU, count and memory), over the template's other expectations
+    expect = d.launched_expect(itype, settings.pop("expect", None))
     doc.update(settings)
     if expect:
         doc["expect"] = expect

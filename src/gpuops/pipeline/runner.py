@@ -94,14 +94,18 @@ class Seams:
     extra: dict = field(default_factory=dict)
 
 
-def new_record(*, type_name: str, script: str, args: list, regions: list, nodes: int, fetch: list, keep: bool,
+def new_record(*, script: str, args: list, regions: list, nodes: int, fetch: list, keep: bool,
                ttl_s: Optional[float], max_cost: Optional[float], key: Optional[Path], name: Optional[str],
                launcher: str = "none", nproc: str = "auto", template: Optional[dict] = None,
+               type_name: str = "", types: Optional[list] = None, gpu: Optional[str] = None,
+               max_price: Optional[float] = None, wait_for_capacity_s: float = 0.0,
                clock: Callable[[], float] = time.time) -> pl.Record:
     stamp = datetime.fromtimestamp(clock()).strftime("%Y%m%d-%H%M%S")
     rid = f"{name or Path(script).stem}-{stamp}-{uuid.uuid4().hex[:4]}"
     profile = f"run-{rid}"
-    return pl.Record(id=rid, profile=profile, instance_type=type_name, script=script, args=list(args),
+    types = list(types or ([type_name] if type_name else []))
+    return pl.Record(id=rid, profile=profile, instance_type=types[0] if types else "", types=types, gpu=gpu,
+                     max_price=max_price, wait_for_capacity_s=wait_for_capacity_s, script=script, args=list(args),
                      regions=list(regions), nodes=nodes, launcher=launcher, nproc=nproc, template=template,
                      fetch=list(fetch),
                      keep=keep, ttl_s=ttl_s,
@@ -359,12 +363,16 @@ class Runner:
             return
         ctx = self.ctx_factory()
 
-        def tick(info: dict) -> None:  # --max-cost from the launch on: capacity, boot, SSH
+        def tick(info: dict) -> None:  # --max-cost from the launch on: boot, SSH
+            if info["phase"] == "capacity":
+                return  # nothing bills while no instance exists (--wait-for-capacity)
+            if rec.billed_from is None:
+                rec.billed_from = self.seams.clock()
             rec.price_per_hour = info["price_per_hour"]
             if pl.over_budget(rec, self.seams.clock()):
                 raise BudgetReached(f"--max-cost ${rec.max_cost:.2f} reached while bringing the instance up")
 
-        spec = UpSpec(name=rec.profile, type_name=rec.instance_type, key=Path(rec.key).expanduser() if rec.key else
+        spec = UpSpec(name=rec.profile, **pl.launch_ask(rec), key=Path(rec.key).expanduser() if rec.key else
                       Path("~/.ssh/id_ed25519").expanduser(), regions=list(rec.regions), ttl_s=rec.ttl_s,
                       verify=False, confirm=self.confirm, nodes=rec.nodes, template=rec.template, tick=tick)
         try:
@@ -385,10 +393,11 @@ class Runner:
         rec.price_per_hour = res["price_per_hour"]
         _use_env_python(Path(res["profile_file"]), RUN_PYTHON)
         if res.get("nodes"):
-            self._end("up", ok=True, detail=f"{len(res['nodes'])} instances in {res['region']}: " +
+            self._end("up", ok=True, detail=f"{len(res['nodes'])} instances in {res['region']} ({res['instance_type']}): " +
                       ", ".join(f"#{n['rank']} {n['instance_id']} at {n['ip']}" for n in res["nodes"]))
         else:
-            self._end("up", ok=True, detail=f"instance {res['instance_id']} at {res['ip']}, {res['region']}")
+            self._end("up", ok=True, detail=f"instance {res['instance_id']} ({res['instance_type']}) at {res['ip']}, "
+                                            f"{res['region']}")
 
     def _managed_profile(self):
         from ..profiles import model as profiles

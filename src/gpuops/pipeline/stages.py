@@ -37,7 +37,7 @@ class Stage:
 class Record:
     id: str
     profile: str
-    instance_type: str
+    instance_type: str  # the first --type asked ("" with --gpu); the profile records the type launched
     script: str
     args: list = field(default_factory=list)
     regions: list = field(default_factory=list)
@@ -58,6 +58,13 @@ class Record:
     lost: Optional[str] = None  # why the instance is gone under the run (its status and what went with it)
     outcome: str = RUNNING
     stages: dict = field(default_factory=dict)  # name -> Stage
+    # what the user asked to launch (cloud.instances.UpSpec takes it as launch_ask gives it): --type in order, or
+    # --gpu NAME[:COUNT]; --max-price per hour; --wait-for-capacity
+    types: list = field(default_factory=list)
+    gpu: Optional[str] = None
+    max_price: Optional[float] = None
+    wait_for_capacity_s: float = 0.0
+    billed_from: Optional[float] = None  # the first launch request that created an instance (billing starts there)
 
     def stage(self, name: str) -> Stage:
         st = self.stages.get(name)
@@ -114,8 +121,17 @@ def next_stage(rec: Record) -> Optional[str]:
     return None
 
 
+def launch_ask(rec: Record) -> dict:
+    """What the run asked to launch, as UpSpec's keyword arguments (a first launch and a relaunch alike)."""
+    types = list(rec.types) or ([rec.instance_type] if rec.instance_type and not rec.gpu else [])
+    return {"types": types, "gpu": rec.gpu, "max_price": rec.max_price, "wait_for_capacity_s": rec.wait_for_capacity_s}
+
+
 def billed_since(rec: Record) -> Optional[float]:
-    """Billing starts with the launch request (Lambda bills from the moment the instance exists)."""
+    """Billing starts with the launch request (Lambda bills from the moment the instance exists): not while `up`
+    waits for capacity (--wait-for-capacity)."""
+    if rec.billed_from is not None:
+        return rec.billed_from
     return rec.stage("up").started if "up" in rec.stages else None
 
 
@@ -143,7 +159,8 @@ def summary(rec: Record, now: float) -> list[dict]:
             continue
         end = st.ended if st.ended is not None else now
         secs = max(0.0, end - st.started)
-        rows.append({"stage": name, "label": LABELS[name], "seconds": round(secs, 1), "cost": round(secs * per_s, 4),
+        billed = max(0.0, end - max(st.started, rec.billed_from or 0.0))  # `up`: nothing bills before the launch
+        rows.append({"stage": name, "label": LABELS[name], "seconds": round(secs, 1), "cost": round(billed * per_s, 4),
                      "ok": st.ok, "detail": st.detail})
     return rows
 

@@ -4,6 +4,9 @@ Stable API (used by verify, `profiles new --type` and the cloud commands):
     load(project_dir=None) -> list[GpuRow]
     match(name, project_dir=None) -> GpuRow | None        nvidia-smi name, Lambda description, instance type or alias
     for_instance_type(type, project_dir=None) -> (GpuRow, count) | None
+    family(name, project_dir=None) -> [GpuRow]           `--gpu H100`: the rows a GPU name covers
+    for_lambda_type(gpu_description, type, gpus=0, project_dir=None) -> (GpuRow, count) | None
+    satisfies(row, expect_gpu, project_dir=None) -> bool  would verify's gpu.model pass for `expect.gpu`
 
 Names compare case and spacing aside ("H100 SXM" == "h100-sxm" == "H100_SXM"), with a leading "NVIDIA " or
 "Tesla " and Lambda's "8x " dropped. Pure apart from reading the YAML (cached).
@@ -159,6 +162,49 @@ def match(name: str, project_dir: Path | None = None) -> GpuRow | None:
         hit = for_instance_type(name, project_dir)
         row = hit[0] if hit else None
     return row
+
+
+def _tokens(name: str) -> list[str]:
+    """'NVIDIA H100 80GB HBM3' -> ['h100', '80gb', 'hbm3']; '8x A100 (40 GB SXM4)' -> ['a100', '40', 'gb', 'sxm4']."""
+    s = (name or "").strip().lower()
+    s = re.sub(r"^\d+\s*x\s+", "", s)
+    s = re.sub(r"^(nvidia|tesla)[\s_-]+", "", s)
+    return re.findall(r"[a-z0-9]+", s)
+
+
+def family(name: str, project_dir: Path | None = None) -> list[GpuRow]:
+    """The rows a GPU name covers (`--gpu NAME`): the one row that has this exact name ('H100 SXM', 'A10', 'GH200'),
+    else every row one of whose names begins with these words ('H100': H100 SXM5 and H100 PCIe; 'A100 80GB': both
+    80 GB A100s). Words compare whole: 'A10' never covers an A100."""
+    exact = match(name, project_dir)
+    if exact is not None:
+        return [exact]
+    want = _tokens(name)
+    if not want:
+        return []
+    return [r for r in load(project_dir) if any(_tokens(n)[:len(want)] == want for n in r.names)]
+
+
+def for_lambda_type(gpu_description: str, instance_type: str, gpus: int = 0, project_dir: Path | None = None):
+    """(row, GPU count) of a type as Lambda's API lists it: its `gpu_description` names the GPU where the table knows
+    it (the API's own word), else its name; the count is the API's `specs.gpus` where given, else the name's."""
+    row = match(gpu_description, project_dir) if gpu_description else None
+    by_name = for_instance_type(instance_type, project_dir)
+    if row is None and by_name is not None:
+        row = by_name[0]
+    if row is None:
+        return None
+    return row, (gpus if gpus and gpus > 0 else (by_name[1] if by_name else 1))
+
+
+def satisfies(row: GpuRow, expect_gpu: str, project_dir: Path | None = None) -> bool:
+    """Would a host with this row's GPUs pass verify's gpu.model check for `expect.gpu`? The row the words name, or
+    (words that name no row, e.g. 'H100') a substring of the GPU's nvidia-smi name, as verify judges it."""
+    named = match(expect_gpu, project_dir)
+    if named is not None:
+        return named.id == row.id
+    text = expect_gpu.strip().lower()
+    return bool(text) and any(text in n.lower() for n in row.smi_names)
 
 
 def describe(row: GpuRow | None, smi_name: str | None = None, instance_type: str | None = None) -> str:

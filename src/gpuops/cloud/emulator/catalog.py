@@ -1,5 +1,5 @@
 """What the emulated Lambda account offers: instance types (names, descriptions and prices as on Lambda's public
-price list, November 2025), regions (OpenAPI 1.8.3's PublicRegionCode enum) and images. Data only."""
+price list, November 2025; gpu_8x_h100_sxm5gdr as the OpenAPI 1.8.3 InstanceType example gives it), regions (OpenAPI 1.8.3's PublicRegionCode enum) and images. Data only."""
 from __future__ import annotations
 
 REGIONS = {
@@ -17,6 +17,7 @@ TYPES = {
     "gpu_1x_h100_sxm5": ("1x H100 (80 GB SXM5)", "H100 (80 GB SXM5)", 329, 26, 225, 2764, 1, "h100-sxm"),
     "gpu_2x_h100_sxm5": ("2x H100 (80 GB SXM5)", "H100 (80 GB SXM5)", 638, 52, 450, 5528, 2, "h100-sxm"),
     "gpu_8x_h100_sxm5": ("8x H100 (80 GB SXM5)", "H100 (80 GB SXM5)", 2392, 208, 1800, 22118, 8, "h100-sxm"),
+    "gpu_8x_h100_sxm5gdr": ("8x H100 (80 GB SXM5)", "H100 (80 GB SXM5)", 3592, 208, 1800, 24780, 8, "h100-sxm"),
     "gpu_1x_a100_sxm4": ("1x A100 (80 GB SXM4)", "A100 (80 GB SXM4)", 179, 30, 225, 2845, 1, "a100"),
     "gpu_8x_a100_80gb_sxm4": ("8x A100 (80 GB SXM4)", "A100 (80 GB SXM4)", 1432, 240, 1800, 19500, 8, "a100"),
     "gpu_1x_gh200": ("1x GH200 (96 GB)", "GH200 (96 GB)", 149, 64, 432, 4096, 1, "gh200"),

@@ -2,13 +2,13 @@
 error codes, Bearer auth, and instances that are real sandbox hosts (sshd on their own 127.0.0.N:22).
 
 In-process:   emu = Emulator(state_dir, api_key="..."); emu.start(); emu.url -> "http://127.0.0.1:PORT/api/v1"
-              knobs: capacity(), set_capacity(), fault(), clear_faults(), boot_seconds(), terminate_seconds(),
-              launch_window(), advance(), preempt(), set_status(), drop_connections(), instances(), launch_requests(),
-              reset(), close()
+              knobs: capacity(), set_capacity(), capacity_later(), fault(), clear_faults(), boot_seconds(),
+              terminate_seconds(), launch_window(), advance(), clock_rate(), preempt(), set_status(),
+              drop_connections(), instances(), launch_requests(), reset(), close()
 Other processes: the same knobs under POST /_emulator/<knob> with a JSON object of keyword arguments, GET
               /_emulator/state (Bearer key required, like the API). `gpuops sandbox up --cloud` runs it as a daemon.
 
-State (instances, keys, capacity, faults, clock) is saved to <state_dir>/state.json after every change and read back
+State (instances, keys, capacity and capacity to come, faults, clock) is saved to <state_dir>/state.json after every change and read back
 on start, so a restarted daemon knows its instances. Instance hosts live in <state_dir>/hosts/<instance id>/.
 """
 from __future__ import annotations
@@ -185,8 +185,9 @@ class Emulator:
         self._capacity: dict = {t: {r: catalog.DEFAULT_SLOTS for r in catalog.DEFAULT_REGIONS}
                                 for t in catalog.available_types()}
         self._failing: list = []  # [type, region]: listed as available, the launch fails
+        self._arrivals: list = []  # [emulated time, type, region, slots]: capacity that frees up then (capacity_later)
         self._faults: dict = {}
-        self._clock = dict(self._defaults, offset=0.0)
+        self._clock = dict(self._defaults, offset=0.0, rate=1.0, anchor_real=0.0, anchor_emu=0.0)
         self._last_launch = -1e18
         self._launches = 0
         self._requests = 0
@@ -197,18 +198,24 @@ class Emulator:
             doc = json.loads((self.dir / "state.json").read_text())
         except (OSError, ValueError):
             return
-        for k in ("instances", "keys", "filesystems", "firewall_rules", "capacity", "failing", "faults", "clock",
-                  "last_launch", "launches", "image"):
+        for k in ("instances", "keys", "filesystems", "firewall_rules", "capacity", "failing", "arrivals", "faults",
+                  "clock", "last_launch", "launches", "image"):
             if k in doc:
                 setattr(self, "_" + k, doc[k])
 
     def _save(self) -> None:
         doc = {k: getattr(self, "_" + k) for k in ("instances", "keys", "filesystems", "firewall_rules", "capacity",
-                                                   "failing", "faults", "clock", "last_launch", "launches", "image")}
+                                                   "failing", "arrivals", "faults", "clock", "last_launch", "launches",
+                                                   "image")}
         write_private(self.dir / "state.json", json.dumps(doc, indent=1))
 
     def now(self) -> float:
-        return time.time() + self._clock["offset"]
+        """The emulator's clock: real time, moved on by advance() and run faster by clock_rate()."""
+        c = self._clock
+        rate = c.get("rate", 1.0)
+        if rate == 1.0 and not c.get("anchor_real"):
+            return time.time() + c["offset"]
+        return c.get("anchor_emu", 0.0) + (time.time() - c.get("anchor_real", 0.0)) * rate + c["offset"]
 
     # -- knobs (also POST /_emulator/<name>) ---------------------------------------------------------------------
     def reset(self) -> None:
@@ -226,6 +233,24 @@ class Emulator:
             self._capacity[type_name] = {r: slots for r in regions}
             self._failing = [f for f in self._failing if f[0] != type_name] + [[type_name, r] for r in failing]
             self._save()
+
+    def capacity_later(self, type_name: str, regions: list, after: float, slots: int = catalog.DEFAULT_SLOTS) -> None:
+        """`type_name` gets `slots` free instances in each of `regions` once `after` seconds of the emulator's clock
+        have passed (capacity freed by other customers; with clock_rate() the wait passes faster)."""
+        with self.lock:
+            at = self.now() + float(after)
+            self._arrivals += [[at, type_name, r, int(slots)] for r in regions]
+            self._save()
+
+    def _arrive(self) -> None:
+        """Capacity whose time has come (capacity_later) becomes free."""
+        now = self.now()
+        due = [a for a in self._arrivals if a[0] <= now]
+        if not due:
+            return
+        self._arrivals = [a for a in self._arrivals if a[0] > now]
+        for _, t, r, slots in due:
+            self._capacity.setdefault(t, {})[r] = slots
 
     def set_capacity(self, type_name: str, region: str, slots: int, failing: bool = False) -> None:
         with self.lock:
@@ -277,6 +302,16 @@ class Emulator:
         """Move the emulator's clock forward (boots and terminations complete sooner)."""
         with self.lock:
             self._clock["offset"] += s
+            self._save()
+
+    def clock_rate(self, rate: float) -> None:
+        """From now on the emulator's clock runs `rate` times as fast as real time (boots, terminations and
+        capacity_later arrivals come sooner); 1 is real time."""
+        if not rate > 0:
+            raise ValueError("rate must be above 0")
+        with self.lock:
+            now = self.now()
+            self._clock.update(rate=float(rate), anchor_real=time.time(), anchor_emu=now - self._clock["offset"])
             self._save()
 
     def _set_clock(self, **kw) -> None:
@@ -336,11 +371,13 @@ class Emulator:
     def state(self) -> dict:
         with self.lock:
             return {"url": self.url if self.server else None, "user": self.user, "clock": self._clock,
-                    "capacity": self._capacity, "failing": self._failing, "faults": self._faults,
+                    "capacity": self._capacity, "failing": self._failing, "arrivals": self._arrivals,
+                    "faults": self._faults,
                     "launch_requests": self._launches, "instances": self.instances()}
 
-    KNOBS = ("reset", "capacity", "set_capacity", "fault", "clear_faults", "boot_seconds", "terminate_seconds",
-             "launch_window", "advance", "preempt", "set_status", "image", "drop_connections")
+    KNOBS = ("reset", "capacity", "set_capacity", "capacity_later", "fault", "clear_faults", "boot_seconds",
+             "terminate_seconds", "launch_window", "advance", "clock_rate", "preempt", "set_status", "image",
+             "drop_connections")
 
     # -- faults --------------------------------------------------------------------------------------------------
     def _take_fault(self, name: str, path: str = "") -> dict | None:
@@ -562,6 +599,7 @@ class Emulator:
             raise ApiError(f.get("error") or "internal-error")
         if self._take_fault("null-data", p):
             return 200, {"data": None}
+        self._arrive()
         m = method
         if m == "GET" and p == "/instance-types":
             return 200, {"data": {t: {"instance_type": self._type_view(t), "regions_with_capacity_available": [
