@@ -236,6 +236,28 @@ class Remote:
         self.close()
 
 
+_KNOWN: dict = {}
+
+
+def _known_hosts():
+    """The known host keys (hostkeys.load_known), read again only when a known_hosts file changed: a fleet's
+    connections share one reading instead of each parsing every host's entry (N connections x N entries). Paramiko
+    only reads this object (a key trusted on first use goes to the client's own host keys and to the file)."""
+    def stamp(f: Path):
+        try:
+            st = f.stat()
+        except OSError:
+            return None
+        return f, st.st_ino, st.st_size, st.st_mtime_ns
+
+    key = (known_hosts_file(), user_known_hosts_file())
+    key = key + tuple(stamp(f) for f in key)
+    hit = _KNOWN.get("last")
+    if hit is None or hit[0] != key:
+        hit = _KNOWN["last"] = (key, hostkeys.load_known())
+    return hit[1]
+
+
 def _transient(exc: BaseException) -> bool:
     import paramiko
 
@@ -285,7 +307,7 @@ def connect(profile, *, announce=print, attempts: int = 3) -> Remote:
             connect_kwargs=dict(kwargs),
         )
         client = conn.client
-        client._system_host_keys = hostkeys.load_known()  # checked first by paramiko; merged, gpuops' file wins
+        client._system_host_keys = _known_hosts()  # checked first by paramiko; merged, gpuops' file wins
         client.set_missing_host_key_policy(hostkeys.make_policy(profile.name, profile.host_key_policy, announce))
         try:
             conn.open()
