@@ -32,7 +32,7 @@ def sync(
     A fleet profile is synced to every host in parallel (or --host N). `gpuops sync NAME` = `gpuops sync -p NAME`.
     --json: the summary with a `warnings` list."""
     from ..profiles import model as profiles
-    from ..remote.connection import connect
+    from ..remote.connection import shared
     from ..remote.rsync import require_local_rsync
     from ..transfer.sync import render_sync, sync_project
 
@@ -41,7 +41,7 @@ def sync(
     require_local_rsync()  # before connecting: nothing to do without it
 
     def one(node, node_out):
-        with connect(node, announce=node_out.info) as remote:
+        with shared(node, announce=node_out.info) as remote:  # one OpenSSH connection, rsync's too
             summary = sync_project(node, remote, node_out, Path.cwd(), delete=delete, dry_run=dry_run,
                                    excludes=exclude or (), gitignore=gitignore)
         return with_warnings(summary, out, node_out)

@@ -31,6 +31,15 @@ class RsyncResult:
     items: list = field(default_factory=list)  # every itemized line's Change (all attempts)
 
 
+class GuardStop(Exception):
+    """The checks on rsync's remote side (transfer.plan.sync_guard) stopped it before it started: `kind` (mkdir,
+    room), the value they gave (room: the free KiB) and what the host said before."""
+
+    def __init__(self, kind: str, value: str, said: str):
+        super().__init__(f"stopped on the host before rsync started: {kind}")
+        self.kind, self.value, self.said = kind, value, said
+
+
 class Transient(Exception):
     def __init__(self, rc: int, stderr: str):
         super().__init__(f"rsync exit {rc}")
@@ -144,6 +153,9 @@ def run(argv: Sequence[str], *, host: str, on_progress=None, on_item=None, on_re
         items.extend(res.changes)
         if res.rc in (0, 24):  # 24: some source files vanished while copying (a running job); not a failure
             return res
+        stop = tr.guard_stop(res.stderr)
+        if stop:
+            raise GuardStop(*stop)  # never retried: the host answered
         kind = tr.classify_failure(res.rc, res.stderr)
         if kind == "transient":
             if on_retry and count < attempts:
