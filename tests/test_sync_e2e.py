@@ -483,3 +483,19 @@ def test_strict_host_key_policy_and_a_wrong_key_are_refused_as_by_every_command(
     r = gpuops("sync", "-p", "wrongkey")
     assert r.code == 3 and f"refused authentication with {key}" in r.err and "Traceback" not in r.all, r.all
     assert not remote_project(sandbox).exists()
+
+
+def test_the_local_rsync_is_asked_its_version_once(sandbox, gpuops, tmp_path, monkeypatch):
+    """A sync asked `rsync --version` before connecting and again before each rsync it ran (a process each): now once
+    per process and rsync binary; another rsync found on PATH is asked again (test_rsync_too_old_locally)."""
+    log = tmp_path / "asked"
+    wrapper = tmp_path / "bin" / "rsync"
+    wrapper.parent.mkdir()
+    wrapper.write_text(f'#!/bin/sh\n[ "$1" = --version ] && echo asked >> {log}\nexec {shutil.which("rsync")} "$@"\n')
+    wrapper.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{wrapper.parent}:{os.environ['PATH']}")
+    write(Path.cwd() / "a.py")
+    for args in ((), ("--delete",), ()):
+        r = gpuops("sync", "-p", "sandbox", *args)
+        assert r.code == 0, r.all
+    assert log.read_text() == "asked\n"

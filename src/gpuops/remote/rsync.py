@@ -47,9 +47,15 @@ class Transient(Exception):
         self.stderr = stderr
 
 
+_FOUND: dict = {}
+
+
 def require_local_rsync() -> str:
-    """rsync's path on this machine, or a GpuopsError (exit 1) naming the command that installs it here."""
+    """rsync's path on this machine, or a GpuopsError (exit 1) naming the command that installs it here. Its version
+    is asked once per process and rsync found (a command asks before connecting and again before each rsync)."""
     path = shutil.which("rsync")
+    if path and _FOUND.get(path) == _stamp(path):
+        return path
     if not path:
         managers = [m for m, _ in tr.INSTALL_COMMANDS if shutil.which(m) or os.path.exists(f"/usr/bin/{m}")]
         raise GpuopsError("rsync is not installed on this machine; sync and fetch need it on both ends",
@@ -65,7 +71,16 @@ def require_local_rsync() -> str:
         raise GpuopsError(f"{path} is {found}; gpuops needs rsync >= {'.'.join(map(str, tr.MIN_RSYNC))} "
                           "(macOS ships 2.6.9 or openrsync)",
                           hint="install a current rsync: " + tr.install_command(sys.platform, managers))
+    _FOUND[path] = _stamp(path)
     return path
+
+
+def _stamp(path: str):
+    try:
+        st = os.stat(path)
+    except OSError:
+        return None
+    return st.st_ino, st.st_size, st.st_mtime_ns
 
 
 def missing_remote(host: str) -> GpuopsError:

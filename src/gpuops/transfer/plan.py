@@ -155,15 +155,16 @@ def simple_excluded_names(patterns: Iterable[str]) -> tuple[list[str], list[str]
 def estimate_upload_bytes(root: Path, patterns: Iterable[str]) -> int:
     """An upper bound of the bytes a sync sends: every file not under a name-only excluded pattern."""
     anyk, dirs = simple_excluded_names(patterns)
-
-    def excluded(name: str, is_dir: bool) -> bool:
-        return any(fnmatch.fnmatchcase(name, p) for p in anyk) or (is_dir and any(fnmatch.fnmatchcase(name, p) for p in dirs))
+    # one regular expression per kind (fnmatch's own translation) instead of a match per pattern and name
+    never = re.compile(r"(?!)")
+    files = re.compile("|".join(map(fnmatch.translate, anyk))) if anyk else never
+    folders = re.compile("|".join(map(fnmatch.translate, anyk + dirs))) if anyk or dirs else never
 
     total = 0
     for cur, dnames, fnames in os.walk(root):
-        dnames[:] = [d for d in dnames if not excluded(d, True)]
+        dnames[:] = [d for d in dnames if not folders.match(d)]
         for f in fnames:
-            if excluded(f, False):
+            if files.match(f):
                 continue
             try:
                 st = os.lstat(os.path.join(cur, f))
