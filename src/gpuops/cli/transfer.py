@@ -29,7 +29,8 @@ def sync(
 ) -> None:
     """Copy the current project to the profile's remote_dir (created if missing), skipping the profile's
     sync.exclude, .gpuopsignore and --exclude patterns. Never deletes remote files unless --delete.
-    A fleet profile is synced to every host in parallel (or --host N). `gpuops sync NAME` = `gpuops sync -p NAME`.
+    One SSH connection for the whole command; the checks (rsync there, the folder, room on its disk) run in rsync's
+    own session (with --delete or --dry-run: one execution before it). A fleet profile is synced to every host in parallel (or --host N). `gpuops sync NAME` = `gpuops sync -p NAME`.
     --json: the summary with a `warnings` list."""
     from ..profiles import model as profiles
     from ..remote.connection import shared
