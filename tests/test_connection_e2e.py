@@ -90,3 +90,28 @@ def test_fabric_default_host_key_policy_is_replaced(sandbox):
     with connect(p, announce=lambda m: None) as r:
         policy = r.conn.client._policy
         assert not isinstance(policy, (paramiko.AutoAddPolicy, paramiko.WarningPolicy))
+
+
+def test_known_hosts_are_read_once_while_unchanged_and_again_when_changed(sandbox, monkeypatch, tmp_path):
+    """A fleet's connections share one reading of the known_hosts files (each used to parse every recorded host:
+    N connections x N entries); a change to the file is seen by the next connection (a key replaced meanwhile is
+    refused)."""
+    from gpuops.errors import HostKeyError
+    from gpuops.paths import known_hosts_file
+    from gpuops.remote import hostkeys
+
+    reads = []
+    real = hostkeys.load_known
+    monkeypatch.setattr(hostkeys, "load_known", lambda: reads.append(1) or real())
+    p = profiles.resolve("sandbox")
+    connect(p, announce=lambda m: None).close()  # records the key: the file changes
+    before = len(reads)
+    for _ in range(3):
+        connect(p, announce=lambda m: None).close()
+    assert len(reads) == before + 1  # read once for the three connections
+    key = tmp_path / "other"
+    subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(key)], check=True)
+    kind, b64 = key.with_suffix(".pub").read_text().split()[:2]
+    known_hosts_file().write_text(f"[127.0.0.1]:{sandbox['port']} {kind} {b64}\n")
+    with pytest.raises(HostKeyError, match="CHANGED"):
+        connect(p, announce=lambda m: None)

@@ -211,6 +211,28 @@ def test_verify_runs_every_host_in_parallel_and_names_differences(sandbox, gpuop
     assert gpuops("verify", p, "--host", "2").code == 2
 
 
+def test_verify_runs_every_host_of_a_fleet_at_once(sandbox, gpuops, tmp_path):
+    """Ten hosts, more than the 8 at a time verify's pool used to hold: each host's probe waits (a user check) until
+    all ten probes have started. With 8 at a time, the first eight waited for hosts that could not start until they
+    gave up; with every host at once, all ten meet."""
+    from gpuops.paths import data_dir
+
+    n = 10
+    p = fleet_profile(sandbox, n)
+    meet = tmp_path / "meet"
+    meet.mkdir()
+    wait = (f"touch {meet}/$$; i=0; while [ $(ls {meet} | wc -l) -lt {n} ] && [ $i -lt 600 ]; do sleep 0.1; "
+            f"i=$((i+1)); done; [ $(ls {meet} | wc -l) -ge {n} ]")
+    pb = yaml.safe_load((data_dir("playbooks") / "verify.yaml").read_text())
+    pb["user_checks"] = [{"name": "meet", "command": wait, "timeout": 90}]
+    write(tmp_path / "meet.yaml", yaml.safe_dump(pb))
+    res = gpuops("verify", p, "--json", "--no-cuda-check", "--no-save", "--playbook", str(tmp_path / "meet.yaml"))
+    doc = json.loads(res.out)
+    met = [next(c["status"] for c in h["report"]["checks"] if c["id"] == "user.meet") for h in doc["hosts"]]
+    assert met == ["pass"] * n, met
+    assert len(list(meet.iterdir())) == n
+
+
 def test_unreachable_host_is_its_own_result_and_exit_3(sandbox, gpuops):
     p = fleet_profile(sandbox, 2)
     doc = yaml.safe_load((Path.cwd() / "profiles" / f"{p}.yaml").read_text())

@@ -350,3 +350,152 @@ def test_remote_dir_with_shell_characters_reaches_rsync_literally(sandbox, gpuop
     finally:
         marker.unlink(missing_ok=True)
         shutil.rmtree(home / odd, ignore_errors=True)
+
+
+# -- one OpenSSH connection for the whole command (issue 23) ----------------------------------------------------------
+def _ssh_masters(folder: Path) -> list[int]:
+    """Live ssh processes whose command line names a control socket under `folder`."""
+    found = []
+    for p in Path("/proc").iterdir():
+        if not p.name.isdigit():
+            continue
+        try:
+            cmd = (p / "cmdline").read_bytes().replace(b"\0", b" ").decode("utf-8", "replace")
+            zombie = (p / "stat").read_text().rsplit(")", 1)[1].split()[0] == "Z"
+        except OSError:
+            continue
+        if not zombie and f"ControlPath={folder}" in cmd:
+            found.append(int(p.name))
+    return found
+
+
+def test_sync_makes_one_ssh_connection_rsync_and_its_checks_share(sandbox, gpuops):
+    """`gpuops sync` used to open a connection of its own for the checks, then rsync opened another. Now one OpenSSH
+    connection carries the whole command, with --delete too (its guard runs before rsync, on the same connection)."""
+    here = Path.cwd()
+    write(here / "train.py", "print(1)\n")
+    proxy = Proxy(sandbox["port"])
+    try:
+        name = _proxy_profile(sandbox, proxy.port)  # trusts the host key through the proxy (one connection)
+        for args in ((), ("--delete",)):
+            before = proxy.connections
+            r = gpuops("sync", "-p", name, *args)
+            assert r.code == 0, r.all
+            assert proxy.connections - before == 1, args
+    finally:
+        proxy.close()
+    assert (remote_project(sandbox) / "train.py").read_text() == "print(1)\n"
+
+
+def test_the_shared_connection_lives_in_a_private_folder_and_is_gone_after(sandbox, tmp_path, monkeypatch):
+    """The master's control socket is in a folder of its own (0700); close() ends the master and removes the folder.
+    A plain sync runs its checks on rsync's remote side: no remote execution of gpuops' own; --delete runs them (the
+    guard) as one execution before rsync."""
+    import tempfile
+
+    from gpuops.console import Output
+    from gpuops.profiles import model as profiles
+    from gpuops.remote.connection import connect, shared
+    from gpuops.transfer.sync import sync_project
+
+    tmp = tmp_path / "tmp"
+    tmp.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp))
+    prof = profiles.resolve("sandbox")
+    connect(prof, announce=lambda s: None).close()  # trust the host key
+    write(Path.cwd() / "train.py", "print(1)\n")
+    with shared(prof, announce=lambda s: None) as remote:
+        folder = remote.folder
+        assert folder.parent == tmp and (folder.stat().st_mode & 0o777) == 0o700
+        assert (folder / "m").is_socket() and _ssh_masters(folder)
+        s = sync_project(prof, remote, Output(json_mode=True), Path.cwd())
+        assert s["files"] == 1 and remote.exec_count == 0
+        s = sync_project(prof, remote, Output(json_mode=True), Path.cwd(), delete=True)
+        assert s["files"] == 0 and remote.exec_count == 1
+        res = remote.run(f"cat {Path.cwd().name}/train.py; echo err >&2; exit 7", timeout=30)
+        assert (res.rc, res.stdout, res.stderr) == (7, "print(1)\n", "err\n")
+    assert not folder.exists() and list(tmp.iterdir()) == []
+    deadline = time.monotonic() + 10
+    while _ssh_masters(folder) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not _ssh_masters(folder)
+
+
+def _sparse(path: Path, size: int) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "wb") as fh:
+        fh.truncate(size)  # no blocks written: its size is what the disk check reads
+    os.utime(path, (1_700_000_000, 1_700_000_000))
+    return path
+
+
+def test_a_sync_the_remote_disk_cannot_hold_is_refused_before_anything_is_sent(sandbox, gpuops):
+    """The checks on rsync's remote side stop it when the free disk is short of the upper bound; the exact amount
+    (a dry run) then decides, as before: here it does not fit either."""
+    here = Path.cwd()
+    write(here / "train.py")
+    free = shutil.disk_usage(Path(sandbox["dir"]) / "home").free
+    _sparse(here / "data" / "huge.bin", free + (1 << 40))
+    r = gpuops("sync", "-p", "sandbox")
+    assert r.code == 1, r.all
+    assert r.err.count("error:") == 1 and "error: not enough disk on 127.0.0.1: the sync needs" in r.err
+    assert "free space on the instance, or add large folders to .gpuopsignore" in r.err
+    assert tree(remote_project(sandbox)) == set()  # the folder was made, nothing was sent
+
+
+def test_a_sync_whose_upper_bound_does_not_fit_but_whose_changes_do_goes_ahead(sandbox, gpuops):
+    """The remote already holds the huge file (same size and time): only the small change is sent."""
+    here = Path.cwd()
+    write(here / "train.py", "print(1)\n")
+    size = shutil.disk_usage(Path(sandbox["dir"]) / "home").free + (1 << 40)
+    _sparse(here / "data" / "huge.bin", size)
+    _sparse(remote_project(sandbox) / "data" / "huge.bin", size)
+    r = gpuops("sync", "-p", "sandbox", "--json")
+    assert r.code == 0, r.all
+    doc = json.loads(r.out)
+    assert [c["path"] for c in doc["changes"] if c["kind"] == "file"] == ["train.py"]
+    assert (remote_project(sandbox) / "train.py").read_text() == "print(1)\n"
+
+
+def test_a_remote_folder_that_cannot_be_made_is_one_clear_error(sandbox, gpuops):
+    prof = Path(sandbox["profile"])
+    prof.write_text(prof.read_text() + "remote_dir: /proc/gpuops-cannot-be-here\n")
+    write(Path.cwd() / "a.py")
+    r = gpuops("sync", "-p", "sandbox")
+    assert r.code == 1, r.all
+    assert r.err.count("error:") == 1 and "Traceback" not in r.all
+    assert "error: cannot create the remote directory /proc/gpuops-cannot-be-here: mkdir:" in r.err
+
+
+def test_strict_host_key_policy_and_a_wrong_key_are_refused_as_by_every_command(sandbox, gpuops, tmp_path):
+    """The shared connection's refusals are the ones every command gives (connect() judges them), with exit 3."""
+    import yaml
+
+    write(Path.cwd() / "a.py")
+    data = yaml.safe_load(sandbox["profile"].read_text())
+    (Path(sandbox["profile"]).parent / "strict.yaml").write_text(yaml.safe_dump({**data, "host_key_policy": "strict"}))
+    r = gpuops("sync", "-p", "strict")
+    assert r.code == 3 and "is not known and profile 'strict' uses host_key_policy: strict" in r.err, r.all
+    assert "hint: check the fingerprint with your provider, then run: gpuops trust strict --fingerprint SHA256:" in r.err
+    key = tmp_path / "other_key"
+    subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(key)], check=True)
+    (Path(sandbox["profile"]).parent / "wrongkey.yaml").write_text(yaml.safe_dump({**data, "key": str(key)}))
+    r = gpuops("sync", "-p", "wrongkey")
+    assert r.code == 3 and f"refused authentication with {key}" in r.err and "Traceback" not in r.all, r.all
+    assert not remote_project(sandbox).exists()
+
+
+def test_the_local_rsync_is_asked_its_version_once(sandbox, gpuops, tmp_path, monkeypatch):
+    """A sync asked `rsync --version` before connecting and again before each rsync it ran (a process each): now once
+    per process and rsync binary; another rsync found on PATH is asked again (test_rsync_too_old_locally)."""
+    log = tmp_path / "asked"
+    wrapper = tmp_path / "bin" / "rsync"
+    wrapper.parent.mkdir()
+    wrapper.write_text(f'#!/bin/sh\n[ "$1" = --version ] && echo asked >> {log}\nexec {shutil.which("rsync")} "$@"\n')
+    wrapper.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{wrapper.parent}:{os.environ['PATH']}")
+    write(Path.cwd() / "a.py")
+    for args in ((), ("--delete",), ()):
+        r = gpuops("sync", "-p", "sandbox", *args)
+        assert r.code == 0, r.all
+    assert log.read_text() == "asked\n"

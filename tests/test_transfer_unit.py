@@ -206,3 +206,55 @@ def test_rsync_version_parsing():
     v = tr.parse_rsync_version("openrsync: protocol version 29\nrsync version 2.6.9 compatible")
     assert v is None or v < tr.MIN_RSYNC  # macOS 15's openrsync is refused either way
     assert tr.parse_rsync_version("something else entirely") is None
+
+
+def _as_remote(rsync_path: str, cwd: Path, path: str | None = None):
+    """What the host's shell does with rsync's remote command `<rsync-path> <rsync's arguments>` (here: --version)."""
+    import os
+    import subprocess
+
+    env = {**os.environ, **({"PATH": path} if path is not None else {})}
+    return subprocess.run(["/bin/sh", "-c", rsync_path + " --version"], cwd=cwd, env=env, capture_output=True, text=True)
+
+
+def test_sync_guard_makes_the_folder_then_becomes_rsync_with_rsyncs_own_arguments(tmp_path):
+    from gpuops.profiles.model import shell_path
+
+    odd = "proj $(touch pwned) 'x'"
+    r = _as_remote(tr.sync_guard(shell_path(odd + "/deep"), need=1), tmp_path)
+    assert r.returncode == 0 and "rsync  version" in r.stdout, r.stderr
+    assert (tmp_path / odd / "deep").is_dir() and not (tmp_path / "pwned").exists()
+    assert tr.guard_stop(r.stderr) is None
+
+
+def test_sync_guard_stops_rsync_when_the_disk_is_short_or_the_folder_cannot_be_made(tmp_path):
+    import shutil
+
+    free_kib = shutil.disk_usage(tmp_path).free // 1024
+    r = _as_remote(tr.sync_guard("d", need=(free_kib + (1 << 30)) * 1024), tmp_path)
+    kind, value, said = tr.guard_stop(r.stderr)
+    assert r.returncode == 1 and "rsync  version" not in r.stdout
+    assert kind == "room" and abs(int(value) - free_kib) < (1 << 20) and said == ""
+    (tmp_path / "file").write_text("x")
+    r = _as_remote(tr.sync_guard("file/sub", need=0), tmp_path)
+    kind, value, said = tr.guard_stop(r.stderr)
+    assert r.returncode == 1 and kind == "mkdir" and said.startswith("mkdir:") and "rsync  version" not in r.stdout
+
+
+def test_sync_guard_without_rsync_on_the_host_is_rsyncs_remote_command_not_found(tmp_path):
+    import os
+    import shutil
+
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    for tool in ("sh", "mkdir", "df", "tail"):
+        os.symlink(shutil.which(tool), bin_dir / tool)
+    r = _as_remote(tr.sync_guard("d", need=0), tmp_path, path=str(bin_dir))
+    assert r.returncode == 127 and not (tmp_path / "d").exists()  # nothing else happens
+    assert tr.classify_failure(127, r.stderr) == "missing-remote"
+
+
+def test_sync_args_pass_the_guard_as_rsync_path():
+    argv = tr.sync_args(["ssh"], Path("/p"), "h", "~/p", [], rsync_path="sh -c 'x' g")
+    assert "--rsync-path=sh -c 'x' g" in argv and argv[-2:] == ["/p/", "h:p/"]
+    assert not any(a.startswith("--rsync-path") for a in tr.sync_args(["ssh"], Path("/p"), "h", "~/p", []))

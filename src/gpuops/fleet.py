@@ -13,7 +13,11 @@ from typing import Any, Callable, Optional
 
 from .errors import ExitCode, GpuopsError
 
-DEFAULT_PARALLEL = 8
+DEFAULT_PARALLEL = 8  # work that moves data or loads this machine (sync, setup, train): 8 hosts at a time
+# work whose share on this machine is a connection and a small document per host (verify): every host at once, up to
+# the largest fleet `up --nodes` makes. 8 at a time made a 16-host verify two waves of one host's time each
+# (benchmarks/bench_fleet.py, docs/fleets.md)
+WIDE_PARALLEL = 64
 # worst first: an interrupted fleet, then unreachable hosts, then bad input, then failed checks or jobs
 _SEVERITY = {int(ExitCode.INTERRUPTED): 5, int(ExitCode.CONNECTION): 4, int(ExitCode.USAGE): 3, int(ExitCode.FAILED): 2,
              int(ExitCode.OK): 0}

@@ -29,10 +29,11 @@ def sync(
 ) -> None:
     """Copy the current project to the profile's remote_dir (created if missing), skipping the profile's
     sync.exclude, .gpuopsignore and --exclude patterns. Never deletes remote files unless --delete.
-    A fleet profile is synced to every host in parallel (or --host N). `gpuops sync NAME` = `gpuops sync -p NAME`.
+    One SSH connection for the whole command; the checks (rsync there, the folder, room on its disk) run in rsync's
+    own session (with --delete or --dry-run: one execution before it). A fleet profile is synced to every host in parallel (or --host N). `gpuops sync NAME` = `gpuops sync -p NAME`.
     --json: the summary with a `warnings` list."""
     from ..profiles import model as profiles
-    from ..remote.connection import connect
+    from ..remote.connection import shared
     from ..remote.rsync import require_local_rsync
     from ..transfer.sync import render_sync, sync_project
 
@@ -41,7 +42,7 @@ def sync(
     require_local_rsync()  # before connecting: nothing to do without it
 
     def one(node, node_out):
-        with connect(node, announce=node_out.info) as remote:
+        with shared(node, announce=node_out.info) as remote:  # one OpenSSH connection, rsync's too
             summary = sync_project(node, remote, node_out, Path.cwd(), delete=delete, dry_run=dry_run,
                                    excludes=exclude or (), gitignore=gitignore)
         return with_warnings(summary, out, node_out)

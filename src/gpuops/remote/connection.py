@@ -125,8 +125,22 @@ def _private(key: Path) -> bool:
         return False
 
 
+def _checked(res: Result) -> Result:
+    if not res.ok:
+        detail = (res.stderr.strip() or res.stdout.strip()).splitlines()[-1:] or [""]
+        raise RemoteError(f"remote command failed (exit {res.rc}): {detail[0]}")
+    return res
+
+
+def _timed_out(host: str, timeout: float) -> RemoteError:
+    return RemoteError(f"remote command timed out after {timeout:g}s on {host}",
+                       hint="the host may be overloaded or a filesystem hung; try again or raise the limit")
+
+
 class Remote:
     """A live connection: run commands (each with a time limit) and open streams."""
+
+    shared_with_rsync = False  # rsync (ssh_argv) makes its own connection
 
     def __init__(self, profile, conn):
         self.profile = profile
@@ -158,10 +172,12 @@ class Remote:
                 if chan.closed and not chan.recv_ready() and not chan.recv_stderr_ready():
                     break
                 if time.monotonic() > deadline:
-                    raise RemoteError(f"remote command timed out after {timeout:g}s on {self.profile.host}",
-                                      hint="the host may be overloaded or a filesystem hung; try again or raise the limit")
-                if not got:
-                    select.select([chan], [], [], 0.05)
+                    raise _timed_out(self.profile.host, timeout)
+                if not got:  # the channel wakes select on data, EOF and close; the time out only paces the checks
+                    # of the deadline, the transport and an exit status whose channel stays open: 50 ms at first, at
+                    # most 0.5 s in a long command (64 hosts' probes polled 20 times a second cost a third of gpuops'
+                    # CPU in a fleet verify: benchmarks/bench_fleet.py)
+                    select.select([chan], [], [], min(0.5, max(0.05, (time.monotonic() - started) / 4)))
                 if not self.transport.is_active():
                     raise ConnectError(f"connection to {self.profile.host} was lost")
             rc = chan.recv_exit_status()
@@ -176,10 +192,11 @@ class Remote:
             chan.close()
         res = Result(rc if rc is not None else -1, out.decode("utf-8", "replace"), err.decode("utf-8", "replace"),
                      time.monotonic() - started)
-        if check and not res.ok:
-            detail = (res.stderr.strip() or res.stdout.strip()).splitlines()[-1:] or [""]
-            raise RemoteError(f"remote command failed (exit {res.rc}): {detail[0]}")
-        return res
+        return _checked(res) if check else res
+
+    def ssh_argv(self) -> list[str]:
+        """The OpenSSH client command (for rsync -e) that reaches this connection's host: a connection of its own."""
+        return ssh_command(self.profile)
 
     def stream(self, command: str):
         """Start a long-lived command and return its paramiko channel (caller reads and closes)."""
@@ -236,6 +253,28 @@ class Remote:
         self.close()
 
 
+_KNOWN: dict = {}
+
+
+def _known_hosts():
+    """The known host keys (hostkeys.load_known), read again only when a known_hosts file changed: a fleet's
+    connections share one reading instead of each parsing every host's entry (N connections x N entries). Paramiko
+    only reads this object (a key trusted on first use goes to the client's own host keys and to the file)."""
+    def stamp(f: Path):
+        try:
+            st = f.stat()
+        except OSError:
+            return None
+        return f, st.st_ino, st.st_size, st.st_mtime_ns
+
+    key = (known_hosts_file(), user_known_hosts_file())
+    key = key + tuple(stamp(f) for f in key)
+    hit = _KNOWN.get("last")
+    if hit is None or hit[0] != key:
+        hit = _KNOWN["last"] = (key, hostkeys.load_known())
+    return hit[1]
+
+
 def _transient(exc: BaseException) -> bool:
     import paramiko
 
@@ -247,8 +286,9 @@ def _transient(exc: BaseException) -> bool:
                             paramiko.ssh_exception.NoValidConnectionsError, paramiko.SSHException))
 
 
-def connect(profile, *, announce=print, attempts: int = 3) -> Remote:
-    """Open the profile's connection, checking key file and host key; retries transient failures."""
+def _preflight(profile) -> Target:
+    """What is refused before any connection: a profile whose instance is gone, a missing or loose key file, no key
+    at all. Returns where and as whom to connect."""
     cloud = getattr(profile, "cloud", None)
     if cloud is not None and cloud.state == "gone":  # its IP may be another machine's now: never offer to trust it
         raise ConnectError(f"profile '{profile.name}' is marked gone: its instance was terminated, and {profile.host} "
@@ -263,6 +303,12 @@ def connect(profile, *, announce=print, attempts: int = 3) -> Remote:
         raise AuthError(f"no SSH key for {profile.host}: the profile names none, ~/.ssh/config has no IdentityFile "
                         "for it, no ~/.ssh/id_ed25519, id_ecdsa or id_rsa exists and no SSH agent runs",
                         hint="set 'key:' in the profile to your private key's path")
+    return tg
+
+
+def connect(profile, *, announce=print, attempts: int = 3) -> Remote:
+    """Open the profile's connection, checking key file and host key; retries transient failures."""
+    tg = _preflight(profile)
     import paramiko
     from fabric import Config, Connection
     from tenacity import RetryError, Retrying, retry_if_exception, stop_after_attempt, wait_exponential
@@ -285,7 +331,7 @@ def connect(profile, *, announce=print, attempts: int = 3) -> Remote:
             connect_kwargs=dict(kwargs),
         )
         client = conn.client
-        client._system_host_keys = hostkeys.load_known()  # checked first by paramiko; merged, gpuops' file wins
+        client._system_host_keys = _known_hosts()  # checked first by paramiko; merged, gpuops' file wins
         client.set_missing_host_key_policy(hostkeys.make_policy(profile.name, profile.host_key_policy, announce))
         try:
             conn.open()
@@ -368,3 +414,118 @@ def ssh_command(profile) -> list[str]:
         argv += ["-i", str(k)]
     argv += ["-o", "IdentitiesOnly=" + ("no" if tg.agent else "yes")]
     return argv
+
+
+MASTER_IDLE_S = 60  # a master connection left behind (gpuops killed) ends after this long without a client
+_SSH_FAILED = ("ssh: ", "Connection closed", "Connection reset", "Connection to ", "Host key verification failed",
+               "Permission denied (publickey", "Control socket", "mux_client", "kex_exchange_identification")
+
+
+class SharedSsh:
+    """One OpenSSH connection for a whole command (`gpuops sync`): a master connection (ControlMaster) that every ssh
+    the command starts goes through, its remote executions (`run`) and rsync (`ssh_argv()` for rsync -e), so the
+    command pays for one handshake. The control socket lives in a folder of its own (0700, made for the command) and
+    goes with the master at the end (`close`: ssh -O exit, the folder removed); a master left behind by a killed
+    gpuops ends after MASTER_IDLE_S without a client. Host keys as ssh_command checks them: gpuops' known_hosts,
+    StrictHostKeyChecking=yes.
+    When ssh cannot open the master, connect() (Paramiko) judges: a new host key is trusted as the profile's policy
+    says, then the master is opened again; any refusal is the message and exit code every other command gives."""
+
+    shared_with_rsync = True  # rsync through ssh_argv() rides on this very connection
+
+    def __init__(self, profile, *, announce=print):
+        self.profile = profile
+        self.announce = announce
+        self.exec_count = 0  # remote executions of gpuops' own (rsync's session is not one)
+        self.folder: Path | None = None
+
+    def _ssh(self) -> list[str]:
+        assert self.folder is not None, "SharedSsh.open() first"
+        return ssh_command(self.profile) + ["-o", f"ControlPath={self.folder / 'm'}"]
+
+    def ssh_argv(self) -> list[str]:
+        """ssh through the master; should the master be gone (its connection cut), ssh connects on its own."""
+        return self._ssh() + ["-o", "ControlMaster=no"]
+
+    def open(self) -> "SharedSsh":
+        import tempfile
+
+        _preflight(self.profile)
+        self.folder = Path(tempfile.mkdtemp(prefix="gpuops-ssh-"))  # made 0700, a short path (a socket's limit)
+        os.chmod(self.folder, 0o700)
+        try:
+            failed = self._start()
+            if failed:
+                connect(self.profile, announce=self.announce, attempts=2).close()  # the master was the first attempt
+                failed = self._start()  # a host key just trusted, or a passing failure
+            if failed:
+                tg = target(self.profile)
+                raise ConnectError(f"ssh could not connect to {tg.user}@{tg.host}:{tg.port}: {failed}")
+        except BaseException:
+            self.close()
+            raise
+        return self
+
+    def _start(self) -> str | None:
+        """Open the master (ssh -M -N -f returns once authenticated); None, or why it failed."""
+        import subprocess
+
+        argv = self._ssh() + ["-o", "ControlMaster=yes", "-o", f"ControlPersist={MASTER_IDLE_S}", "-N", "-f",
+                              self.profile.host]
+        try:
+            p = subprocess.run(argv, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                               timeout=2 * self.profile.connect_timeout + 10)
+        except FileNotFoundError:
+            return "the OpenSSH client (ssh) is not installed on this machine"
+        except subprocess.TimeoutExpired:
+            return "timed out"
+        if p.returncode == 0:
+            return None
+        lines = [ln.strip() for ln in p.stderr.decode("utf-8", "replace").splitlines() if ln.strip()]
+        return lines[-1] if lines else f"ssh exit {p.returncode}"
+
+    def run(self, command: str, *, timeout: float = DEFAULT_COMMAND_TIMEOUT, stdin: bytes | str | None = None,
+            check: bool = False) -> Result:
+        """As Remote.run: one remote command through the master, with input, output and a time limit."""
+        import subprocess
+
+        started = time.monotonic()
+        self.exec_count += 1
+        data = stdin.encode() if isinstance(stdin, str) else (stdin or b"")
+        try:
+            p = subprocess.run(self.ssh_argv() + [self.profile.host, command], input=data, capture_output=True,
+                               timeout=timeout)
+        except subprocess.TimeoutExpired:
+            raise _timed_out(self.profile.host, timeout) from None
+        out, err = p.stdout.decode("utf-8", "replace"), p.stderr.decode("utf-8", "replace")
+        lost = [ln for ln in err.splitlines() if ln.startswith(_SSH_FAILED) or "Permission denied (publickey" in ln]
+        if p.returncode == 255 and lost:  # ssh's own failure, not the command's exit 255
+            raise ConnectError(f"connection to {self.profile.host} was lost: {lost[-1].strip()}")
+        res = Result(p.returncode, out, err, time.monotonic() - started)
+        return _checked(res) if check else res
+
+    def close(self) -> None:
+        import shutil
+        import subprocess
+
+        if self.folder is None:
+            return
+        if (self.folder / "m").exists():
+            try:
+                subprocess.run(self._ssh() + ["-O", "exit", self.profile.host], stdin=subprocess.DEVNULL,
+                               capture_output=True, timeout=10)
+            except (OSError, subprocess.SubprocessError):
+                pass  # the master ends by itself after MASTER_IDLE_S
+        shutil.rmtree(self.folder, ignore_errors=True)
+        self.folder = None
+
+    def __enter__(self) -> "SharedSsh":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+
+def shared(profile, *, announce=print) -> SharedSsh:
+    """The command's one OpenSSH connection, open (see SharedSsh); use it as a context manager."""
+    return SharedSsh(profile, announce=announce).open()

@@ -31,6 +31,15 @@ class RsyncResult:
     items: list = field(default_factory=list)  # every itemized line's Change (all attempts)
 
 
+class GuardStop(Exception):
+    """The checks on rsync's remote side (transfer.plan.sync_guard) stopped it before it started: `kind` (mkdir,
+    room), the value they gave (room: the free KiB) and what the host said before."""
+
+    def __init__(self, kind: str, value: str, said: str):
+        super().__init__(f"stopped on the host before rsync started: {kind}")
+        self.kind, self.value, self.said = kind, value, said
+
+
 class Transient(Exception):
     def __init__(self, rc: int, stderr: str):
         super().__init__(f"rsync exit {rc}")
@@ -38,9 +47,15 @@ class Transient(Exception):
         self.stderr = stderr
 
 
+_FOUND: dict = {}
+
+
 def require_local_rsync() -> str:
-    """rsync's path on this machine, or a GpuopsError (exit 1) naming the command that installs it here."""
+    """rsync's path on this machine, or a GpuopsError (exit 1) naming the command that installs it here. Its version
+    is asked once per process and rsync found (a command asks before connecting and again before each rsync)."""
     path = shutil.which("rsync")
+    if path and _FOUND.get(path) == _stamp(path):
+        return path
     if not path:
         managers = [m for m, _ in tr.INSTALL_COMMANDS if shutil.which(m) or os.path.exists(f"/usr/bin/{m}")]
         raise GpuopsError("rsync is not installed on this machine; sync and fetch need it on both ends",
@@ -56,7 +71,16 @@ def require_local_rsync() -> str:
         raise GpuopsError(f"{path} is {found}; gpuops needs rsync >= {'.'.join(map(str, tr.MIN_RSYNC))} "
                           "(macOS ships 2.6.9 or openrsync)",
                           hint="install a current rsync: " + tr.install_command(sys.platform, managers))
+    _FOUND[path] = _stamp(path)
     return path
+
+
+def _stamp(path: str):
+    try:
+        st = os.stat(path)
+    except OSError:
+        return None
+    return st.st_ino, st.st_size, st.st_mtime_ns
 
 
 def missing_remote(host: str) -> GpuopsError:
@@ -144,6 +168,9 @@ def run(argv: Sequence[str], *, host: str, on_progress=None, on_item=None, on_re
         items.extend(res.changes)
         if res.rc in (0, 24):  # 24: some source files vanished while copying (a running job); not a failure
             return res
+        stop = tr.guard_stop(res.stderr)
+        if stop:
+            raise GuardStop(*stop)  # never retried: the host answered
         kind = tr.classify_failure(res.rc, res.stderr)
         if kind == "transient":
             if on_retry and count < attempts:

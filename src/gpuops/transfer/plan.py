@@ -155,15 +155,16 @@ def simple_excluded_names(patterns: Iterable[str]) -> tuple[list[str], list[str]
 def estimate_upload_bytes(root: Path, patterns: Iterable[str]) -> int:
     """An upper bound of the bytes a sync sends: every file not under a name-only excluded pattern."""
     anyk, dirs = simple_excluded_names(patterns)
-
-    def excluded(name: str, is_dir: bool) -> bool:
-        return any(fnmatch.fnmatchcase(name, p) for p in anyk) or (is_dir and any(fnmatch.fnmatchcase(name, p) for p in dirs))
+    # one regular expression per kind (fnmatch's own translation) instead of a match per pattern and name
+    never = re.compile(r"(?!)")
+    files = re.compile("|".join(map(fnmatch.translate, anyk))) if anyk else never
+    folders = re.compile("|".join(map(fnmatch.translate, anyk + dirs))) if anyk or dirs else never
 
     total = 0
     for cur, dnames, fnames in os.walk(root):
-        dnames[:] = [d for d in dnames if not excluded(d, True)]
+        dnames[:] = [d for d in dnames if not folders.match(d)]
         for f in fnames:
-            if excluded(f, False):
+            if files.match(f):
                 continue
             try:
                 st = os.lstat(os.path.join(cur, f))
@@ -223,9 +224,13 @@ def base_args(ssh_argv: Sequence[str], *, dry_run: bool = False) -> list[str]:
 
 
 def sync_args(ssh_argv: Sequence[str], local_dir: Path, host: str, remote_dir: str, rules: Sequence[str], *,
-              delete: bool = False, dry_run: bool = False, gitignore: bool = False) -> list[str]:
-    """rsync argv for sync. Never --delete-excluded: excluded remote paths are never touched."""
+              delete: bool = False, dry_run: bool = False, gitignore: bool = False,
+              rsync_path: str | None = None) -> list[str]:
+    """rsync argv for sync. Never --delete-excluded: excluded remote paths are never touched. rsync_path: what the
+    remote side runs instead of `rsync` (sync_guard)."""
     args = base_args(ssh_argv, dry_run=dry_run)
+    if rsync_path:
+        args.append(f"--rsync-path={rsync_path}")
     if delete:
         # with --gitignore the new .gitignore files must arrive before their rules protect the delete phase
         args.append("--delete-after" if gitignore else "--delete")
@@ -253,6 +258,36 @@ def fetch_args(ssh_argv: Sequence[str], host: str, remote_base: str, staging: Pa
         args.append("--copy-links")
     args += [remote_arg(host, remote_base, contents=not single_file), str(staging).rstrip("/") + "/"]
     return args
+
+
+GUARD_MARK = "@@gpuops-guard"
+
+
+def sync_guard(quoted_dir: str, *, need: int) -> str:
+    """rsync's --rsync-path for a sync whose checks run on the remote side of rsync, in rsync's own session (no
+    remote execution of their own): rsync must be there (else exit 127, rsync's "remote command not found"); the
+    folder (quoted_dir: already quoted for sh) is created; its disk must have room for `need` bytes (an upper bound
+    made here). When the folder cannot be made or the room is short, a line `@@gpuops-guard mkdir|room [free KiB]`
+    on stderr and rsync never starts (guard_stop reads it). Then `exec rsync` with rsync's own arguments."""
+    need_kib = -(-max(0, need) // 1024)
+    script = (f'command -v rsync >/dev/null 2>&1 || exit 127; d={quoted_dir}; '
+              f'mkdir -p -- "$d" || {{ echo "{GUARD_MARK} mkdir" >&2; exit 1; }}; '
+              'f() { echo "$4"; }; a=$(f $(df -Pk -- "$d" 2>/dev/null | tail -n 1)); '
+              f'case "$a" in ""|*[!0-9]*) ;; *) [ "$a" -ge {need_kib} ] || '
+              f'{{ echo "{GUARD_MARK} room $a" >&2; exit 1; }};; esac; '
+              'exec rsync "$@"')
+    return f"sh -c {shlex.quote(script)} gpuops-sync-guard"
+
+
+def guard_stop(stderr: str) -> tuple[str, str, str] | None:
+    """(what stopped it: mkdir | room, the value it gave, what the host said before) when sync_guard stopped rsync
+    before it started; else None."""
+    lines = stderr.splitlines()
+    for i, line in enumerate(lines):
+        if line.startswith(GUARD_MARK + " "):
+            kind, _, value = line[len(GUARD_MARK) + 1:].strip().partition(" ")
+            return kind, value.strip(), "\n".join(ln.strip() for ln in lines[:i] if ln.strip())
+    return None
 
 
 # -- output parsing ---------------------------------------------------------------------------------

@@ -1,5 +1,7 @@
-"""`gpuops sync`, the talking part: one remote execution before rsync (the remote folder, its guard against deleting
-what is not the project's), rsync itself with the plan's filters. Also used from Python by `gpuops train` and `run`:
+"""`gpuops sync`, the talking part: the checks (rsync on the host, the remote folder, room on its disk, the guard
+against deleting what is not the project's), then rsync itself with the plan's filters. The checks ride in rsync's
+own session where they can (see sync_project), else they are one remote execution before it. Also used from Python
+by `gpuops train` and `run`:
   sync_project(profile, remote, out, project_dir, *, delete, dry_run, excludes, gitignore) -> summary dict
 """
 from __future__ import annotations
@@ -12,7 +14,6 @@ from . import plan as tr
 from ..errors import GpuopsError, RemoteError, UsageError
 from ..profiles.model import shell_path
 from ..remote import rsync as rs
-from ..remote.connection import ssh_command
 from .progress import ProgressView
 
 
@@ -54,35 +55,37 @@ def sync_filter(profile, project_dir: Path, excludes: Sequence[str] = (), gitign
 def sync_project(profile, remote, out, project_dir: Path, *, delete: bool = False, dry_run: bool = False,
                  excludes: Sequence[str] = (), gitignore: bool = False) -> dict:
     """Copy project_dir to the profile's remote_dir. Returns the summary dict
-    {files, bytes_sent, total_bytes, seconds, dry_run, changes, remote_dir, attempts, deleted}."""
+    {files, bytes_sent, total_bytes, seconds, dry_run, changes, remote_dir, attempts, deleted}.
+    Where rsync rides on `remote` itself (remote.shared_with_rsync: `gpuops sync`'s one OpenSSH connection), a plain
+    sync runs its checks on rsync's remote side, in rsync's own session (transfer.plan.sync_guard). The checks run
+    first, as one remote execution, for --delete (the guard judges where the folder really is before anything can
+    be deleted), --dry-run (which creates nothing), on a connection of gpuops' own (train, run), and when the upper
+    bound of what is sent does not fit the free disk (the exact amount, from a dry run, then decides)."""
     rs.require_local_rsync()
     project_dir = Path(project_dir).resolve()
     started = time.monotonic()
     remote_dir = profile.remote_dir_for(project_dir)
     rules = sync_filter(profile, project_dir, excludes, gitignore)
-    info = _sync_precheck(remote, remote_dir, create=not dry_run)
-    if not info["rsync"]:
-        raise rs.missing_remote(profile.host)
-    if delete:
-        why = tr.unsafe_delete_target(remote_dir, home=info["home"], real=info["real"])
-        if why:
-            raise UsageError(f"refusing sync --delete into {remote_dir} on {profile.host}: {why}",
-                             hint="set remote_dir: in the profile to the project's own folder (e.g. ~/my-project); "
-                                  "--delete removes whatever there is not in your local project")
-    argv = lambda dry: tr.sync_args(ssh_command(profile), project_dir, profile.host, remote_dir, rules,  # noqa: E731
-                                    delete=delete, dry_run=dry, gitignore=gitignore)
-    free = info["free"]
-    if free is not None and not dry_run:
-        bound = tr.estimate_upload_bytes(project_dir, rules)
-        if bound > free:
-            exact = rs.run(argv(True), host=profile.host).stats.get("transferred_bytes", bound)
-            if exact > free:
-                raise GpuopsError(f"not enough disk on {profile.host}: the sync needs {tr.human_bytes(exact)}, "
-                                  f"{tr.human_bytes(free)} free under {remote_dir}",
-                                  hint="free space on the instance, or add large folders to .gpuopsignore")
-    view = ProgressView(out, "dry run" if dry_run else f"sync → {remote_dir}")
-    with view:
-        res = rs.run(argv(dry_run), host=profile.host, on_progress=view.update, on_retry=view.retry)
+
+    def argv(dry: bool, guard: str | None = None) -> list[str]:
+        return tr.sync_args(remote.ssh_argv(), project_dir, profile.host, remote_dir, rules, delete=delete,
+                            dry_run=dry, gitignore=gitignore, rsync_path=guard)
+
+    label = "dry run" if dry_run else f"sync → {remote_dir}"
+    res, free = None, None
+    if remote.shared_with_rsync and not (delete or dry_run):
+        guard = tr.sync_guard(shell_path(remote_dir), need=tr.estimate_upload_bytes(project_dir, rules))
+        try:
+            res = _send(argv(False, guard), profile, out, label)
+        except rs.GuardStop as stop:
+            if stop.kind == "mkdir":
+                raise RemoteError(f"cannot create the remote directory {remote_dir}: {stop.said}") from None
+            # the room is short for the upper bound: the checks below, and the exact amount, decide
+    if res is None:
+        free = _checks_first(profile, remote, remote_dir, delete=delete, dry_run=dry_run)
+        if free is not None and not dry_run:
+            _fits(profile, project_dir, rules, remote_dir, free, argv)
+        res = _send(argv(dry_run), profile, out, label)
     changes: dict[str, tr.Change] = {}
     for ch in res.items:
         changes[ch.path] = ch
@@ -101,6 +104,39 @@ def sync_project(profile, remote, out, project_dir: Path, *, delete: bool = Fals
     if dry_run and free is not None and res.stats.get("transferred_bytes", 0) > free:
         summary["warning"] = f"would not fit: {tr.human_bytes(free)} free on the remote"
     return summary
+
+
+def _checks_first(profile, remote, remote_dir: str, *, delete: bool, dry_run: bool) -> int | None:
+    """The checks as one remote execution before rsync: rsync there, the folder (not for a dry run), the --delete
+    guard. Returns the free bytes of the folder's disk (None: unknown)."""
+    info = _sync_precheck(remote, remote_dir, create=not dry_run)
+    if not info["rsync"]:
+        raise rs.missing_remote(profile.host)
+    if delete:
+        why = tr.unsafe_delete_target(remote_dir, home=info["home"], real=info["real"])
+        if why:
+            raise UsageError(f"refusing sync --delete into {remote_dir} on {profile.host}: {why}",
+                             hint="set remote_dir: in the profile to the project's own folder (e.g. ~/my-project); "
+                                  "--delete removes whatever there is not in your local project")
+    return info["free"]
+
+
+def _fits(profile, project_dir: Path, rules, remote_dir: str, free: int, argv) -> None:
+    """Refuse a sync the free disk cannot hold: the upper bound first, then (only when that is too big) the exact
+    amount from a dry run."""
+    bound = tr.estimate_upload_bytes(project_dir, rules)
+    if bound > free:
+        exact = rs.run(argv(True), host=profile.host).stats.get("transferred_bytes", bound)
+        if exact > free:
+            raise GpuopsError(f"not enough disk on {profile.host}: the sync needs {tr.human_bytes(exact)}, "
+                              f"{tr.human_bytes(free)} free under {remote_dir}",
+                              hint="free space on the instance, or add large folders to .gpuopsignore")
+
+
+def _send(argv: list[str], profile, out, label: str) -> rs.RsyncResult:
+    view = ProgressView(out, label)
+    with view:
+        return rs.run(argv, host=profile.host, on_progress=view.update, on_retry=view.retry)
 
 
 def render_sync(out, s: dict) -> None:

@@ -159,15 +159,16 @@ def save_report(report: dict, results, project_dir: Path, when: datetime) -> tup
 
 def run_fleet_verify(profile, out, *, playbook: str | None = None, save: bool = True, cuda_check: bool = True,
                      project_dir: Path | None = None, clock: Callable[[], datetime] = datetime.now,
-                     fail_on_warn: bool = False, parallel: int = 8, bench: bool = False,
+                     fail_on_warn: bool = False, parallel: int | None = None, bench: bool = False,
                      retry_802_s: float = 0.0) -> int:
-    """Every host of a fleet profile in parallel (one connection and one probe execution each), a section per host
-    in rank order, then the fleet as a whole: the same stack everywhere, and every node reaching rank 0's
-    rendezvous address. Exit: the worst host's, or 1 when the fleet checks fail."""
+    """Every host of a fleet profile at once (one connection and one probe execution each; up to fleet.WIDE_PARALLEL
+    at a time), a section per host in rank order, then the fleet as a whole: the same stack everywhere, and every
+    node reaching rank 0's rendezvous address. A host's section and saved report are made as soon as its result
+    arrives, while the others still work; only the printing waits for the rank order.
+    Exit: the worst host's, or 1 when the fleet checks fail."""
     from .. import fleet
     from ..profiles import model as profiles
     from ..jobs.launchers import MASTER_PORT
-    from .report import plain_lines
 
     project_dir = project_dir or Path.cwd()
     nodes = profile.nodes()
@@ -180,10 +181,15 @@ def run_fleet_verify(profile, out, *, playbook: str | None = None, save: bool = 
         rep, results = check_host(node, buf.output, playbook=playbook, cuda_check=cuda_check, project_dir=project_dir,
                                   clock=clock, extra_params=extra, bench=bench, retry_802_s=retry_802_s)
         rep["node"] = node.rank
+        if not out.json_mode:  # --json: the one document below carries every report
+            show(buf.output, rep, results)
+        if save:
+            save_report(rep, results, project_dir, clock())
         return rep, results, buf
 
     with out.status(f"verifying {len(nodes)} hosts in parallel"):
-        got = fleet.for_each(nodes, one, parallel=parallel, code_of=lambda v: exit_code(v[0], fail_on_warn))
+        got = fleet.for_each(nodes, one, parallel=parallel or min(len(nodes), fleet.WIDE_PARALLEL),
+                             code_of=lambda v: exit_code(v[0], fail_on_warn))
     reports = [r.value[0] if r.value else None for r in got]
     fleet_results = fleet.compare(reports) + fleet.reach_results(reports, master, MASTER_PORT)
     fleet_verdict = verdict(fleet_results) if fleet_results else "pass"
@@ -199,11 +205,7 @@ def run_fleet_verify(profile, out, *, playbook: str | None = None, save: bool = 
         if not out.json_mode:
             out.print(f"=== host #{node.rank}: {node.user}@{node.host}:{node.port} ===")
         if r.value:
-            rep, results, buf = r.value
-            show(buf.output, rep, results)
-            buf.replay(out)
-            if save:
-                save_report(rep, results, project_dir, clock())
+            r.value[2].replay(out)
         else:
             out.error(f"host #{node.rank} ({node.host}): {r.message}", getattr(r.error, "hint", None))
         if not out.json_mode:
