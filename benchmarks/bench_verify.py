@@ -142,10 +142,13 @@ def _fmt(xs: list) -> str:
 
 
 def floor(gpuops, env, tmp: Path) -> None:
+    """The host's python3 is an emulated instance image's (a real interpreter, as /usr/bin/python3 on a GPU host; a
+    pyenv shim, as `python3` is on some machines, costs ~60 ms more per start)."""
     proj, ssh = tmp / "proj", ssh_argv(tmp)
-    # --no-cuda-check against `ssh true`, on the sandbox as it is (its nvidia-smi answers in ~20 ms)
-    subprocess.run(gpuops + ["sandbox", "up", "--gpu", "h100-sxm5", "--driver", "580.159.04", "--cuda", "13.0"],
-                   env=env, check=True, capture_output=True)
+    py = slow_torch_python(tmp)
+    host = ["sandbox", "up", "--gpu", "h100-sxm5", "--driver", "580.159.04", "--cuda", "13.0", "--python", str(py)]
+    # --no-cuda-check against `ssh true`, nvidia-smi as the sandbox answers it (~20-30 ms a call here)
+    subprocess.run(gpuops + host, env=env, check=True, capture_output=True)
     got = interleaved({"verify": gpuops + ["verify", "sandbox", "--json", "--no-save", "--no-cuda-check"],
                        "ssh": ssh + ["true"]}, env, proj, FLOOR_RUNS)
     ratio = statistics.median(got["verify"]) / statistics.median(got["ssh"])
@@ -153,10 +156,7 @@ def floor(gpuops, env, tmp: Path) -> None:
           f"{ratio:.2f}x (goal 2x) over {FLOOR_RUNS} interleaved rounds")
     where(gpuops, env, proj, ["verify", "sandbox", "--json", "--no-save", "--no-cuda-check"], got["ssh"])
     # the proxy for a real GPU: torch takes 2.5 s to import, nvidia-smi 0.3 s per call
-    py = slow_torch_python(tmp)
-    subprocess.run(gpuops + ["sandbox", "up", "--gpu", "h100-sxm5", "--driver", "580.159.04", "--cuda", "13.0",
-                             "--python", str(py), "--fault", f"slow-smi={SMI_LATENCY_MS}"],
-                   env=env, check=True, capture_output=True)
+    subprocess.run(gpuops + host + ["--fault", f"slow-smi={SMI_LATENCY_MS}"], env=env, check=True, capture_output=True)
     got = interleaved({"verify": gpuops + ["verify", "sandbox", "--json", "--no-save"],
                        "floor": ssh + [f"{shlex.quote(str(py))} -c 'import torch'"]}, env, proj, FLOOR_RUNS)
     ratio = statistics.median(got["verify"]) / statistics.median(got["floor"])
