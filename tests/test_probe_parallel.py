@@ -59,9 +59,17 @@ note("end %s %s" % (kind, me))
 sys.exit(code)
 '''
 
-TORCH_PREFIX = '''import os as _os, __main__ as _m
-with open(_os.environ["PROBE_TEST_LOG"], "a") as _fh:
-    _fh.write("torch-imported %s\\n" % ("bench" if hasattr(_m, "timed_loop") else "cuda-test"))
+TORCH_PREFIX = '''import atexit as _atexit, os as _os, __main__ as _m
+_WHO = "bench" if hasattr(_m, "timed_loop") else "cuda-test"
+
+
+def _note(what):
+    with open(_os.environ["PROBE_TEST_LOG"], "a") as _fh:
+        _fh.write("%s %s\\n" % (what, _WHO))
+
+
+_note("torch-imported")
+_atexit.register(_note, "torch-exit")
 '''
 
 
@@ -91,15 +99,19 @@ def run_probe(env: dict, **params) -> tuple[dict, list[str]]:
 
 
 def test_torch_imports_while_nvidia_smi_answers_and_cuda_starts_after_it_looked(tmp_path):
-    doc, events = run_probe(emulated_host(tmp_path, "cuda-test"), cuda_check=True)
+    check = {"name": "gpus listed", "command": "nvidia-smi -L", "timeout": 30}
+    doc, events = run_probe(emulated_host(tmp_path, "cuda-test"), cuda_check=True, user_checks=[check])
     assert "torch-seen" in events, events  # the CUDA test's import had begun before the first GPU query ended
     res = doc["cuda"]["value"]["result"]
     assert res["available"] is True and res["device_count"] == 2 and "waited_seconds" in res, res
-    looked = [i for i, e in enumerate(events) if e.split()[0] == "end" and e.endswith(" probe")]
-    assert {events[i].split()[1] for i in looked} >= {"query", "table", "health"}, events
+    looked = [i for i, e in enumerate(events) if e in ("end query probe", "end table probe", "end health probe")]
+    assert len(looked) == 3, events
     cuda_init = events.index("start devices cuda-test")  # the emulated torch finds its GPUs through nvidia-smi
     assert cuda_init > max(looked), events  # so nvidia-smi never saw the CUDA test's process or memory
     assert doc["gpu_health"]["ok"] and doc["nvidia_smi"]["value"]["rc"] == 0
+    # the playbook's own checks run once the CUDA test is over: one that looks at the GPUs sees them without it
+    assert events.index("start other probe") > events.index("torch-exit cuda-test"), events
+    assert doc["user_checks"]["value"]["gpus listed"]["value"]["rc"] == 0
 
 
 def test_the_bench_imports_at_once_and_loads_the_gpus_after_everything_else(tmp_path):

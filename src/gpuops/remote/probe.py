@@ -706,9 +706,10 @@ def main():
         if cuda is not None:
             ct = lim.get("cuda_check", 90)
             waits.append(in_background(timed, "cuda", lambda: last_json(finish(cuda, ct), ct), ct + 5, facts))
-        after_gpus(P, lim, facts)
+        import_check(P, lim, facts)
         for th in waits:
             th.join()
+        user_checks(P, lim, facts)
         rest_done.open()
         if bench is not None:
             bt = lim.get("bench", 180)
@@ -747,8 +748,8 @@ def host_facts(P, lim, facts):
         timed("reach", lambda: reach(r["host"], r["port"], r.get("timeout", 5)), r.get("timeout", 5) + 2, facts)
 
 
-def after_gpus(P, lim, facts):
-    """What may load the GPUs (the user's imports and checks), once nvidia-smi has looked at them."""
+def import_check(P, lim, facts):
+    """The modules the profile expects, imported (flash-attn, vllm: seconds) beside the CUDA test."""
     mods = list(P.get("imports", []))
     installed = (facts.get("packages") or {}).get("value") or {}
     for pkg, mod in (P.get("auto_imports") or {}).items():
@@ -757,6 +758,10 @@ def after_gpus(P, lim, facts):
     if mods:
         it = lim.get("imports", 60)
         timed("imports", lambda: sub_python(IMPORT_CHECK, mods, it), it + 5, facts)
+
+
+def user_checks(P, lim, facts):
+    """The playbook's own commands, once the CUDA test is over (one may look at the GPUs) and before the bench."""
     checks = {}
     cwd = os.path.expanduser(P.get("remote_dir") or "~")
     for chk in P.get("user_checks", []):
