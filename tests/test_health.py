@@ -353,3 +353,12 @@ def test_emulated_query_matches_the_real_csv_format(tmp_path):
     assert fake[0] == real[0]
     unit = lambda s: [re.sub(r"[\d.]+", "N", v.strip()) for v in s.split(",")]  # noqa: E731
     assert unit(fake[1])[3:] == unit(real[1])[3:] and unit(fake[1])[1] == unit(real[1])[1]
+
+
+def test_slow_smi_fault_is_data_every_call_waits_for():
+    """`--fault slow-smi[=MS]` (benchmarks/bench_verify.py's slow nvidia-smi): a latency each call sleeps, not a branch."""
+    from gpuops.sandbox.nvidia_smi import fault_problem, latency
+
+    assert latency({"faults": []}) == 0 and latency({"faults": ["slow-smi"]}) == 0.3
+    assert latency({"faults": ["slow-smi=1500@0", "ecc"]}) == 1.5
+    assert fault_problem("slow-smi=fast", 1) == "--fault slow-smi=fast: the value must be a whole number"

@@ -35,7 +35,8 @@ def up(
     fault: Optional[List[str]] = typer.Option(None, "--fault", metavar="NAME[=VALUE][@GPU]", help=(
         "Inject a GPU fault (repeatable; on GPU 0 unless @GPU): ecc[=N] uncorrectable ECC errors, correctable-ecc[=N], "
         "remap-pending, remap-failure, recovery-action[=Reset], thermal, power-brake, pcie-x8[=WIDTH], "
-        "persistence-off, mig, xid[=CODE] (a kernel-log line, default 79), kernel-log-unreadable.")),
+        "persistence-off, mig, xid[=CODE] (a kernel-log line, default 79), kernel-log-unreadable, slow-smi[=MS] (every "
+        "nvidia-smi call takes MS longer, default 300).")),
     json_: bool = JsonOpt,
 ) -> None:
     """Start the sandbox host (or change its emulated GPUs) and write the profile 'sandbox'.

@@ -22,12 +22,34 @@ except NameError:
 SMI_FIELDS = ("index,name,uuid,memory.total,memory.used,utilization.gpu,temperature.gpu,"
               "power.draw,power.limit,compute_cap,driver_version,pci.bus_id")
 
+# The CUDA test and the bench import torch at once (seconds) and touch the GPUs only when their gate opens (argv[1]:
+# the read end of a pipe): the CUDA test once nvidia-smi has looked at the GPUs (so neither its process nor its memory
+# is in what nvidia-smi saw), the bench once everything else is done.
+GATE_WAIT = r'''
+def gate_wait(out):
+    if len(sys.argv) < 2:
+        return True
+    t1 = time.time()
+    try:
+        go = os.read(int(sys.argv[1]), 1)
+    except OSError:
+        go = b""
+    out["waited_seconds"] = round(time.time() - t1, 3)
+    return go == b"g"
+'''
+
 CUDA_CHECK = r'''
-import json, sys, time
+import json, os, sys, time
 out = {"imported": False}
+''' + GATE_WAIT + r'''
 try:
+    t0 = time.time()
     import torch
     out["imported"] = True
+    out["import_seconds"] = round(time.time() - t0, 3)
+    if not gate_wait(out):
+        print(json.dumps(dict(out, error="not run: the probe ended first")))
+        sys.exit(0)
     out["version"] = torch.__version__
     out["cuda"] = torch.version.cuda
     out["available"] = bool(torch.cuda.is_available())
@@ -106,7 +128,8 @@ print(json.dumps(res))
 # device "cpu" runs the same code on CPU torch with gloo (the tests' path; no GPU on a test machine).
 BENCH_CHECK = r"""
 import json, os, socket, subprocess, sys, threading, time
-P = json.loads(sys.argv[1])
+P = json.loads(sys.argv.pop(1))
+""" + GATE_WAIT + r"""
 out = {"devices": [], "seconds": float(P.get("seconds", 1.0)), "device": P.get("device", "cuda"), "pid": os.getpid()}
 T0 = time.time()
 SAMPLE = ("index,pci.bus_id,{r}.active,{r}.hw_slowdown,{r}.hw_thermal_slowdown,{r}.sw_thermal_slowdown,"
@@ -201,7 +224,9 @@ try:
     import torch
     out["torch"] = torch.__version__
     dev = out["device"]
-    if dev == "cuda" and not torch.cuda.is_available():
+    if not gate_wait(out):
+        out["error"] = "not run: the probe ended first"
+    elif dev == "cuda" and not torch.cuda.is_available():
         out["error"] = "CUDA not available"
     else:
         n = torch.cuda.device_count() if dev == "cuda" else int(P.get("cpu_devices", 1))
@@ -255,20 +280,59 @@ print(json.dumps(out))
 """
 
 
-def bench(params, timeout):
-    """Run BENCH_CHECK with the profile's Python; CUDA_DEVICE_ORDER=PCI_BUS_ID so torch's GPU i is nvidia-smi's i."""
-    env = dict(os.environ, CUDA_DEVICE_ORDER="PCI_BUS_ID")
+class Gate(object):
+    """A pipe a gated check (the CUDA test, the bench) reads one byte from before it touches a GPU: it imports torch
+    meanwhile. Closed without the byte (the probe ending first), it tells the check not to run."""
+
+    def __init__(self):
+        self.r, self.w = os.pipe()
+
+    def open(self, go=True):
+        if self.w is not None:
+            w, self.w = self.w, None
+            try:
+                if go:
+                    os.write(w, b"g")
+            except OSError:  # the check has ended already (torch missing): nobody reads
+                pass
+            finally:
+                os.close(w)
+
+
+def start_gated(argv, gate, env=None):
+    """Start a python check now (the gate's read end as its last argument); `finish` collects it. An error starting
+    it is kept for `finish` to raise, inside the fact's own error capture."""
     try:
-        p = subprocess.run([sys.executable, "-c", BENCH_CHECK, json.dumps(params)], stdout=subprocess.PIPE,
-                           stderr=subprocess.PIPE, timeout=timeout, env=env)
+        return subprocess.Popen(argv + [str(gate.r)], stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                                stderr=subprocess.PIPE, pass_fds=(gate.r,), env=env)
+    except OSError as e:
+        return e
+    finally:
+        os.close(gate.r)
+
+
+def finish(p, timeout):
+    """A started check's raw rc/stdout/stderr within `timeout` seconds from now, or {"timeout": True} (killed)."""
+    if isinstance(p, BaseException):
+        raise p
+    try:
+        o, e = p.communicate(timeout=timeout)
     except subprocess.TimeoutExpired:
-        return {"timeout": True, "error": "timed out after %ss" % timeout}
-    text = p.stdout.decode("utf-8", "replace").strip().splitlines()
+        p.kill()
+        p.communicate()
+        return {"timeout": True}
+    return {"rc": p.returncode, "stdout": o.decode("utf-8", "replace"), "stderr": e.decode("utf-8", "replace")}
+
+
+def last_json(r, tail):
+    """A python check's answer: its last stdout line as JSON, else its last stderr line as the error."""
+    if r.get("timeout"):
+        return {"timeout": True, "error": "timed out after %ss" % tail}
     try:
-        return {"rc": p.returncode, "result": json.loads(text[-1]), "stderr": p.stderr.decode("utf-8", "replace")[-2000:]}
+        return {"rc": r["rc"], "result": json.loads(r["stdout"].strip().splitlines()[-1]), "stderr": r["stderr"][-4000:]}
     except Exception:
-        err = p.stderr.decode("utf-8", "replace").strip().splitlines() or ["no output"]
-        return {"rc": p.returncode, "error": err[-1][:2000], "stderr": "\n".join(err)[-2000:]}
+        return {"rc": r["rc"], "error": (r["stderr"].strip().splitlines() or ["no output"])[-1][:2000],
+                "stderr": r["stderr"][-4000:]}
 
 
 def timed(name, fn, timeout, facts):
@@ -403,12 +467,8 @@ def sub_python(code, args, timeout, cwd=None, env=None):
     try:
         r = run([sys.executable, "-c", code] + list(args), timeout, cwd=cwd, env=env)
     except subprocess.TimeoutExpired:
-        return {"timeout": True, "error": "timed out after %ss" % timeout}
-    try:
-        return {"rc": r["rc"], "result": json.loads(r["stdout"].strip().splitlines()[-1]), "stderr": r["stderr"][-4000:]}
-    except Exception:
-        return {"rc": r["rc"], "error": (r["stderr"].strip().splitlines() or ["no output"])[-1][:2000],
-                "stderr": r["stderr"][-4000:]}
+        r = {"timeout": True}
+    return last_json(r, timeout)
 
 
 def job_environ(changes):
@@ -559,28 +619,56 @@ def kernel_log(timeout, limit=200):
     return {"readable": False, "error": "; ".join(errors)}
 
 
-def smi_facts(budget, facts):
-    """Both nvidia-smi calls share ONE time budget: a hung nvidia-smi costs it once (a hang detected in about
-    `budget` seconds, not two calls' worth), and the second call is not started on a hung driver."""
+def together(jobs, facts):
+    """Gather several facts at once, each under its own time limit: [(name, fn, limit)]."""
+    threads = [threading.Thread(target=timed, args=(name, fn, limit, facts), daemon=True) for name, fn, limit in jobs]
+    for th in threads:
+        th.start()
+    for th in threads:
+        th.join()
+
+
+def gpu_facts(P, lim, facts, looked):
+    """What nvidia-smi and the kernel log say about the GPUs; then `looked` opens. The GPU query first, alone: a hung
+    nvidia-smi is found within the `nvidia_smi` budget and no other call is started on it (the table gets what is
+    left of that budget). Then the table, the health query, the GPU processes and the kernel log at once."""
+    try:
+        _gpu_facts(P, lim, facts)
+    finally:
+        looked.open()
+
+
+def _gpu_facts(P, lim, facts):
+    budget = lim.get("nvidia_smi", 15)
     t0 = time.time()
     timed("nvidia_smi_query", lambda: tool("nvidia-smi", ["--query-gpu=" + SMI_FIELDS, "--format=csv,noheader,nounits"],
                                            budget), budget + 2, facts)
     q = facts.get("nvidia_smi_query") or {}
-    if q.get("timeout") or (q.get("value") or {}).get("timeout"):
+    hung = q.get("timeout") or (q.get("value") or {}).get("timeout")
+    jobs = []
+    if hung:
         facts["nvidia_smi"] = dict(q)
-        return
-    left = max(2.0, budget - (time.time() - t0))
-    timed("nvidia_smi", lambda: tool("nvidia-smi", [], left), left + 2, facts)
-
-
-def health_facts(P, lim, facts):
-    q = (facts.get("nvidia_smi_query") or {}).get("value") or {}
-    if P.get("health") and q.get("found") and q.get("rc") == 0:  # not when nvidia-smi itself failed or hung
+    else:
+        left = max(2.0, budget - (time.time() - t0))
+        jobs.append(("nvidia_smi", lambda: tool("nvidia-smi", [], left), left + 2))
+    v = q.get("value") or {}
+    answered = v.get("found") and v.get("rc") == 0 and not hung  # not when nvidia-smi itself failed or hung
+    if P.get("health") and answered:
         t = lim.get("gpu_health", 15)
-        timed("gpu_health", lambda: gpu_health(HEALTH_FIELDS, t), t * 3 + 2, facts)
-    if P.get("kernel_log") and q.get("found"):  # an Xid explains a failing nvidia-smi too
+        jobs.append(("gpu_health", lambda: gpu_health(HEALTH_FIELDS, t), t * 3 + 2))
+    if P.get("gpu_apps") and answered:
+        ta = lim.get("gpu_apps", 10)
+        jobs.append(("gpu_apps", lambda: gpu_apps(ta), ta + 2))
+    if P.get("kernel_log") and v.get("found"):  # an Xid explains a failing nvidia-smi too
         k = lim.get("kernel_log", 10)
-        timed("kernel_log", lambda: kernel_log(k), k * 2 + 2, facts)
+        jobs.append(("kernel_log", lambda: kernel_log(k), k * 2 + 2))
+    together(jobs, facts)
+
+
+def in_background(fn, *args):
+    th = threading.Thread(target=fn, args=args, daemon=True)
+    th.start()
+    return th
 
 
 def _skipping(fn, skip):
@@ -591,6 +679,10 @@ def _skipping(fn, skip):
 
 
 def main():
+    """Every fact in one run, at once where they do not disturb each other. The CUDA test and the bench start first
+    (`import torch` takes seconds) and touch the GPUs only once nvidia-smi has looked at them (so neither their
+    processes nor their memory are in what it saw); the bench only after everything else. Each keeps its own time
+    limit, counted from its gate."""
     P = PARAMS
     t_all = time.time()
     facts = {"probe_version": 1, "python_ok": True}
@@ -599,17 +691,45 @@ def main():
     if skip:
         global timed
         timed = _skipping(timed, skip)
+    looked, rest_done = Gate(), Gate()  # nvidia-smi has looked at the GPUs / every other fact is in
+    cuda = bench = None
+    if P.get("cuda_check", True) and "cuda" not in skip:
+        cuda = start_gated([sys.executable, "-c", CUDA_CHECK], looked, env=job_environ(P.get("job_env")))
+    if P.get("bench") and "bench" not in skip:
+        bench = start_gated([sys.executable, "-c", BENCH_CHECK, json.dumps(P["bench"])], rest_done,
+                            env=dict(os.environ, CUDA_DEVICE_ORDER="PCI_BUS_ID"))  # torch's GPU i is nvidia-smi's i
+    try:
+        gpu = in_background(gpu_facts, P, lim, facts, looked)
+        host_facts(P, lim, facts)
+        gpu.join()
+        waits = []
+        if cuda is not None:
+            ct = lim.get("cuda_check", 90)
+            waits.append(in_background(timed, "cuda", lambda: last_json(finish(cuda, ct), ct), ct + 5, facts))
+        import_check(P, lim, facts)
+        for th in waits:
+            th.join()
+        user_checks(P, lim, facts)
+        rest_done.open()
+        if bench is not None:
+            bt = lim.get("bench", 180)
+            timed("bench", lambda: last_json(finish(bench, bt), bt), bt + 5, facts)
+    finally:
+        looked.open(go=False)  # no-ops once opened; else the checks end without touching a GPU
+        rest_done.open(go=False)
+    facts["seconds"] = round(time.time() - t_all, 3)
+    sys.stdout.write(json.dumps(facts) + "\n")
+    sys.stdout.flush()
+    os._exit(0)  # do not wait for a fact thread stuck in a hung filesystem
+
+
+def host_facts(P, lim, facts):
+    """The facts that do not look at the GPUs, gathered while nvidia-smi answers and torch imports."""
     timed("os", os_release, 5, facts)
     timed("cpus", cpus, 5, facts)
     timed("memory", memory, 5, facts)
     timed("disk", lambda: disk(P.get("remote_dir")), lim.get("disk", 10), facts)
     timed("python", python_info, 5, facts)
-    smi_facts(lim.get("nvidia_smi", 15), facts)
-    health_facts(P, lim, facts)
-    q = (facts.get("nvidia_smi_query") or {}).get("value") or {}
-    if P.get("gpu_apps") and q.get("rc") == 0 and not q.get("timeout"):  # not on a failed or hung nvidia-smi
-        t = lim.get("gpu_apps", 10)
-        timed("gpu_apps", lambda: gpu_apps(t), t + 2, facts)
     timed("nvcc", lambda: tool("nvcc", ["--version"], 10), 12, facts)
     timed("packages", lambda: packages(sorted(set(P.get("packages", [])) | set(P.get("auto_imports") or {}))), 20, facts)
     if P.get("freeze"):
@@ -617,20 +737,6 @@ def main():
         timed("pip_freeze", lambda: pip_freeze_raw(60), 65, facts)
     env_names = P.get("env", [])
     facts["env"] = {"ok": True, "value": {k: os.environ.get(k) for k in env_names if k in os.environ}}
-    if P.get("cuda_check", True):
-        ct = lim.get("cuda_check", 90)
-        timed("cuda", lambda: sub_python(CUDA_CHECK, [], ct, env=job_environ(P.get("job_env"))), ct + 5, facts)
-    mods = list(P.get("imports", []))
-    installed = (facts.get("packages") or {}).get("value") or {}
-    for pkg, mod in (P.get("auto_imports") or {}).items():
-        if installed.get(pkg) and mod not in mods:
-            mods.append(mod)
-    if P.get("bench"):
-        bt = lim.get("bench", 180)
-        timed("bench", lambda: bench(P["bench"], bt), bt + 5, facts)
-    if mods:
-        it = lim.get("imports", 60)
-        timed("imports", lambda: sub_python(IMPORT_CHECK, mods, it), it + 5, facts)
     fm = P.get("find_modules") or {}
     fm_cwd = os.path.expanduser(fm.get("cwd") or "~")
     if fm.get("groups") and os.path.isdir(fm_cwd):  # the project folder: the job's cwd (not synced: not judged)
@@ -640,16 +746,28 @@ def main():
     if P.get("reach"):
         r = P["reach"]
         timed("reach", lambda: reach(r["host"], r["port"], r.get("timeout", 5)), r.get("timeout", 5) + 2, facts)
+
+
+def import_check(P, lim, facts):
+    """The modules the profile expects, imported (flash-attn, vllm: seconds) beside the CUDA test."""
+    mods = list(P.get("imports", []))
+    installed = (facts.get("packages") or {}).get("value") or {}
+    for pkg, mod in (P.get("auto_imports") or {}).items():
+        if installed.get(pkg) and mod not in mods:
+            mods.append(mod)
+    if mods:
+        it = lim.get("imports", 60)
+        timed("imports", lambda: sub_python(IMPORT_CHECK, mods, it), it + 5, facts)
+
+
+def user_checks(P, lim, facts):
+    """The playbook's own commands, once the CUDA test is over (one may look at the GPUs) and before the bench."""
     checks = {}
     cwd = os.path.expanduser(P.get("remote_dir") or "~")
     for chk in P.get("user_checks", []):
         t = chk.get("timeout", 30)
         timed(chk["name"], lambda c=chk: user_check(c, cwd, t), t + 2, checks)
     facts["user_checks"] = {"ok": True, "value": checks}
-    facts["seconds"] = round(time.time() - t_all, 3)
-    sys.stdout.write(json.dumps(facts) + "\n")
-    sys.stdout.flush()
-    os._exit(0)  # do not wait for a fact thread stuck in a hung filesystem
 
 
 if __name__ == "__main__":

@@ -71,6 +71,8 @@ FAULTS = {
     "mig": {"help": "MIG mode enabled", "fields": {"mig.mode.current": "Enabled"}},
     "xid": {"help": "an Xid line in the kernel log (VALUE: the code)", "default": 79, "kernel": "xid"},
     "kernel-log-unreadable": {"help": "dmesg not permitted, journalctl shows no kernel messages", "kernel": "unreadable"},
+    "slow-smi": {"help": "every nvidia-smi call takes VALUE ms longer (eight GPUs with persistence off: seconds)",
+                 "default": 300, "latency_ms": "{value}"},
 }
 
 FAILURES = {
@@ -254,6 +256,17 @@ def apply_faults(glist, state):
             glist[idx][field] = int(v) if isinstance(v, str) and v.isdigit() else v
 
 
+def latency(state):
+    """Seconds every call waits before answering (the slow-smi fault): what a slow driver costs each nvidia-smi."""
+    total = 0.0
+    for text in state.get("faults") or []:
+        name, value, _ = parse_fault(text)
+        ms = (FAULTS.get(name) or {}).get("latency_ms")
+        if ms:
+            total += float(value if ms == "{value}" and value is not None else FAULTS[name]["default"]) / 1000.0
+    return total
+
+
 def field_known(field, state):
     """Whether this emulated driver knows the field (older drivers fail the whole query on an unknown one)."""
     base = field
@@ -385,6 +398,8 @@ def table(state):
 
 def main(argv):
     state = load_state()
+    if latency(state):
+        time.sleep(latency(state))
     fail = state.get("fail")
     if fail == "hang":
         time.sleep(3600)
