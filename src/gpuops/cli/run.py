@@ -43,14 +43,27 @@ def run(
                                       "with --nodes above 1, the script itself on one node."),
     nproc: str = typer.Option("auto", "--nproc-per-node", metavar="auto|N",
                               help="torchrun processes per node (auto: the GPUs the preflight saw)."),
+    recover: Optional[int] = typer.Option(None, "--recover", metavar="N", min=0, max=100,
+                                          help="Replace the instance up to N times (default 0: never) when it is "
+                                               "terminated or preempted, stays unreachable (--unreachable), or a GPU "
+                                               "fails (a hardware Xid, uncorrectable ECC errors): fetch what it "
+                                               "still has, terminate it, launch a new one, setup, verify, sync, push "
+                                               "the newest checkpoint fetched and verified, and start the job again "
+                                               "with its path in GPUOPS_RESUME_FROM. Each checkpoint is fetched as "
+                                               "it appears (the first --fetch name, or `checkpoints`). With "
+                                               "--resume: the run's new N.", show_default=False),
+    unreachable: Optional[str] = typer.Option(None, "--unreachable", metavar="DURATION",
+                                              help="How long the instance may stay unreachable while the API shows "
+                                                   "it running (default 5m): then it is replaced (--recover), else "
+                                                   "the run detaches.", show_default=False),
     from_: Optional[str] = typer.Option(None, "--from", metavar="PROFILE",
                                         help="Train with PROFILE's settings (python, expect, setup, env_preset, env, "
                                              "secrets, fetch, sync) on the launched instances (gpuops up --from).",
                                         show_default=False),
     resume: bool = typer.Option(False, "--resume", help="Continue a run whose local process ended (crash, laptop "
                                                         "closed, Ctrl-C): the newest unfinished one, or --id RUN. "
-                                                        "--fetch, --keep and --max-cost apply to it; the options "
-                                                        "that describe a new run are refused."),
+                                                        "--fetch, --keep, --max-cost and --recover apply to it; "
+                                                        "the options that describe a new run are refused."),
     run_id: Optional[str] = typer.Option(None, "--id", metavar="RUN", help="With --resume: which run.",
                                          show_default=False),
     yes: bool = typer.Option(False, "--yes", "-y", help="Do not ask before launching."),
@@ -61,7 +74,9 @@ def run(
     instance is terminated when the job ends, fails or its launch is refused, and on a second Ctrl-C (the first one
     detaches); never before everything named in --fetch is here and verified. --nodes N: a fleet in one region,
     the job started on every node (torchrun by default), every node terminated at the end. SIGTERM and SIGHUP
-    count as one Ctrl-C (the run detaches at once; during `up`, what was launched is terminated)."""
+    count as one Ctrl-C (the run detaches at once; during `up`, what was launched is terminated). --recover N: an
+    instance that ends under the run, stays unreachable or whose GPU fails is replaced and the job resumed from the
+    newest checkpoint fetched (GPUOPS_RESUME_FROM; docs/run.md shows a script that resumes)."""
     import sys
     import time
 
@@ -75,12 +90,12 @@ def run(
     if resume:
         new_run = {"--type": type_, "--script": script, "--region": region, "--ttl": ttl, "--key": key,
                    "--name": name, "--nodes": nodes != 1, "--launcher": launcher != "auto",
-                   "--nproc-per-node": nproc != "auto", "--from": from_, "ARGS": args}
-        rec = _resumed(out, project, run_id, new_run, fetch=fetch_names, keep=keep, max_cost=max_cost)
+                   "--nproc-per-node": nproc != "auto", "--from": from_, "--unreachable": unreachable, "ARGS": args}
+        rec = _resumed(out, project, run_id, new_run, fetch=fetch_names, keep=keep, max_cost=max_cost, recover=recover)
     else:
         rec = _new_run(out, project, type_=type_, script=script, region=region, fetch=fetch_names, keep=keep, ttl=ttl,
                        max_cost=max_cost, key=key, name=name, nodes=nodes, launcher=launcher, nproc=nproc,
-                       from_=from_, args=args)
+                       from_=from_, args=args, recover=recover or 0, unreachable=unreachable)
 
     def confirm(question: str) -> bool:
         if yes or not sys.stdin.isatty():
@@ -95,7 +110,7 @@ def run(
 
 
 def _resumed(out, project: Path, run_id: Optional[str], new_run: dict, *, fetch: list, keep: bool,
-             max_cost: Optional[float]):
+             max_cost: Optional[float], recover: Optional[int]):
     """--resume: the recorded run (the newest unfinished one, or --id), amended by the options a resume takes."""
     from ..errors import UsageError
     from ..pipeline import runner as run_ops
@@ -104,12 +119,15 @@ def _resumed(out, project: Path, run_id: Optional[str], new_run: dict, *, fetch:
     given = [k for k, v in new_run.items() if v]
     if given:
         raise UsageError(f"--resume continues the run as it was recorded; {', '.join(given)} describe a new run",
-                         hint="with --resume only --id, --fetch, --keep, --max-cost, --yes and --json apply")
+                         hint="with --resume only --id, --fetch, --keep, --max-cost, --recover, --yes and --json "
+                              "apply")
     rec = pl.find(project, run_id)
     if rec is None:
         raise UsageError("no unfinished run to resume here" + (f" named {run_id!r}" if run_id else ""),
                          hint=f"records are in {pl.records_dir(project)}")
-    run_ops.amend_for_resume(rec, fetch=fetch, keep=keep, max_cost=max_cost)
+    if recover and rec.nodes > 1:
+        raise UsageError(f"--recover: run {rec.id} has {rec.nodes} nodes; a fleet is not replaced (yet)")
+    run_ops.amend_for_resume(rec, fetch=fetch, keep=keep, max_cost=max_cost, recover=recover)
     out.info(f"resuming run {rec.id} at stage '{pl.next_stage(rec) or 'summary'}'")
     rec.outcome = pl.RUNNING
     return rec
@@ -117,7 +135,8 @@ def _resumed(out, project: Path, run_id: Optional[str], new_run: dict, *, fetch:
 
 def _new_run(out, project: Path, *, type_: Optional[str], script: Optional[str], region: list, fetch: list, keep: bool,
              ttl: Optional[str], max_cost: Optional[float], key: Optional[Path], name: Optional[str], nodes: int,
-             launcher: str, nproc: str, from_: Optional[str], args: Optional[list]):
+             launcher: str, nproc: str, from_: Optional[str], args: Optional[list], recover: int = 0,
+             unreachable: Optional[str] = None):
     """A new run's record, every option checked (and a --from template read) before anything is launched."""
     from ..cloud import decisions as d
     from ..cloud.instances import template_for
@@ -135,6 +154,9 @@ def _new_run(out, project: Path, *, type_: Optional[str], script: Optional[str],
         raise UsageError(f"--launcher {launcher!r}: choose one of auto, {', '.join(LAUNCHERS)}")
     if nproc != "auto" and not (nproc.isdigit() and int(nproc) > 0):
         raise UsageError(f"--nproc-per-node {nproc!r}: 'auto' or a whole number above 0")
+    if recover and nodes > 1:
+        raise UsageError("--recover with --nodes above 1: a fleet is not replaced (yet)",
+                         hint="run one node with --recover, or a fleet without it")
     script = script_path(script, project, must_exist=True)
     template, note = run_ops.run_template(template_for(from_, project), from_)
     if note:
@@ -143,4 +165,5 @@ def _new_run(out, project: Path, *, type_: Optional[str], script: Optional[str],
                               fetch=fetch, keep=keep,
                               ttl_s=d.parse_limit(ttl, "--ttl") if ttl is not None else None, max_cost=max_cost,
                               key=(key or Path("~/.ssh/id_ed25519")).expanduser(), name=pl.run_name(name, script),
-                              launcher=launcher, nproc=nproc, template=template)
+                              launcher=launcher, nproc=nproc, template=template, recover=recover,
+                              unreachable_s=d.parse_limit(unreachable, "--unreachable") if unreachable else None)
