@@ -199,3 +199,26 @@ def test_an_instance_unreachable_past_the_limit_is_replaced(cloud):
     assert "the Lambda API shows the instance running: reconnecting" in err, err
     assert "gave up reconnecting after 5s" in err and "replacing the instance (recovery 1 of 1)" in err, err
     _both_halves_here(doc)
+
+
+def test_health_sampling_on_a_real_shell_with_an_old_driver(sandbox):
+    """The stream's health lines through a real SSH execution on the sandbox host: a driver that refuses
+    gpu_recovery_action (R535) answers the next field set; the Xid lines are sent once, not at every sample."""
+    from gpuops import knowledge as kb
+    from gpuops.jobs import watch as w
+    from gpuops.profiles.model import resolve
+    from gpuops.remote.connection import connect
+    from gpuops.sandbox import host
+
+    host.up(driver="535.183.01", cuda="12.2", faults=["ecc=2", "xid=79"])
+    fns, beat, _ = w._extras_script(w.Extras(health=True))
+    with connect(resolve("sandbox")) as remote:
+        res = remote.run("sh -s", stdin=fns + beat + beat, timeout=60)
+    evs = [e for e in map(w.parse_stderr_line, res.stderr.splitlines()) if e]
+    health = [e for e in evs if e["type"] == "health"]
+    assert len(health) == 2 and health[0]["fields"] == w.HEALTH_FIELD_SETS[1].split(","), res.stderr
+    assert [e["type"] for e in evs].count("xid") == 1
+    hw = w.HealthWatch(kb.load_playbook("xid"), kb.knowledge().get("nvidia_smi_failures"))
+    found = [f for e in evs for f in hw.apply(e)]
+    assert any("uncorrectable since boot: GPU 0: 2" in f for f in found), found
+    assert any("Xid 79" in f for f in found), found

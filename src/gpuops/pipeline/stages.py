@@ -196,7 +196,8 @@ def instances(rec: Record, now: float) -> list[dict]:
     for i, att in enumerate(rec.attempts, 1):
         inst = att.get("instance") or {}
         rows.append({"instance": i, "ids": inst.get("ids") or [], "type": inst.get("type"), "region": inst.get("region"),
-                     "seconds": round(max(0.0, att["ended"] - (att.get("started") or att["ended"])), 1),
+                     "seconds": round(max(0.0, att["ended"] - (att["ended"] if att.get("started") is None
+                                                              else att["started"])), 1),
                      "cost": round(attempt_cost(att), 4), "ended": att.get("reason")})
     start = billed_since(rec)
     if start is not None:
