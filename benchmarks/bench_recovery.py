@@ -12,7 +12,6 @@ import os
 import shutil
 import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
 
@@ -75,15 +74,9 @@ def one(emu, env: dict, proj: Path, key: Path, fault: str) -> dict:
 
 
 def main() -> None:
-    from gpuops.cloud.emulator.server import Emulator
+    from bench_run import emulated
 
-    tmp = Path(tempfile.mkdtemp(prefix="gpuops-bench-recovery-"))
-    key = tmp / "id_ed25519"
-    subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(key)], check=True)
-    emu = Emulator(tmp / "emu", api_key="bench_key_" + "x" * 20, boot_seconds=2.0, launch_window=0).start()
-    env = {**os.environ, "HOME": str(tmp / "home"), "GPUOPS_STATE_DIR": str(tmp / "state"),
-           "GPUOPS_CONFIG_DIR": str(tmp / "config"), "NO_COLOR": "1", **emu.env, "GPUOPS_CLOUD_POLL_S": "0.5"}
-    (tmp / "home").mkdir()
+    tmp, key, emu, env = emulated("gpuops-bench-recovery-")
     try:
         for fault in FAULTS:
             proj = tmp / f"proj-{fault}"

@@ -7,23 +7,13 @@ import pytest
 
 from gpuops.jobs import watch as w
 from gpuops.pipeline import stages as pl
+from test_pipeline_unit import done, rec
 
 XID79 = "[ 5231.774012] NVRM: Xid (PCI:0000:08:00): 79, pid=48213, name=python3, GPU has fallen off the bus."
 XID79_JOURNAL = "Nov 23 03:25:52 sandbox kernel: NVRM: Xid (PCI:0000:18:00): 79, pid=1, name=python3, GPU has fallen off the bus."
 XID13 = ("[ 812.113920] NVRM: Xid (PCI:0000:08:00): 13, pid=48213, name=python3, Graphics SM Warp Exception on "
          "(GPC 0, TPC 0, SM 0): Out Of Range Address")
 FULL = w.HEALTH_FIELD_SETS[0]
-
-
-def rec(**kw):
-    return pl.Record(id="r1", profile="p", instance_type="gpu_1x_h100_pcie", script="train.py", created=0, **kw)
-
-
-def done(r, *names, ok=True, t0=0.0, dur=10.0):
-    for i, n in enumerate(names):
-        s = r.stage(n)
-        s.started, s.ended, s.ok = t0 + i * dur, t0 + (i + 1) * dur, ok
-    return r
 
 
 # -- the stages of a replacement -------------------------------------------------------------------------------------
@@ -43,6 +33,8 @@ def test_a_replacement_recovers_then_starts_again_at_up_and_pushes_before_the_la
     assert r.stages == {} and r.recovering is None and r.run_id is None and r.attempts == [att]
     assert pl.next_stage(r) == "up"
     done(r, "up", "sync", "setup", t0=70)
+    assert pl.next_stage(r) == "push"
+    r.stage("push").started = 100  # the local process died (or detached) while pushing: pushed again
     assert pl.next_stage(r) == "push"
     done(r, "push", t0=100)
     assert pl.next_stage(r) == "train"

@@ -11,17 +11,18 @@ from pathlib import Path
 
 from gpuops.cloud.ledger import Ledger
 from test_cloud_e2e import TYPE, cloud, cloud_emu  # noqa: F401  (fixtures)
-from test_run_e2e import _cli, _live, _project, _run
+from test_run_e2e import _cli, _live, _project
 
+STEPS = 6
 # Resumes from GPUOPS_RESUME_FROM; each checkpoint written under a temporary name, then renamed (complete or absent).
-STEPS = 4
+# The first job is slow (a fault lands while it trains, whatever the machine's load), the resumed one quick.
 RESUMABLE = """\
 import os, sys, time
 steps, delay = int(sys.argv[1]), float(sys.argv[2])
 start = 0
 src = os.environ.get("GPUOPS_RESUME_FROM")
 if src:
-    start = int(open(os.path.join(src, "step")).read())
+    start, delay = int(open(os.path.join(src, "step")).read()), float(sys.argv[3])
     print(f"resumed from {src} at step {start}", flush=True)
 for s in range(start + 1, steps + 1):
     time.sleep(delay)
@@ -60,7 +61,7 @@ def _training_with_a_checkpoint(cloud, *args: str, step: int = 2):
     """A `gpuops run --recover` process whose job trains on its first instance and whose checkpoint-<step> was
     fetched and verified meanwhile: (the process, the instance id)."""
     _project(text=RESUMABLE)
-    p = _cli(cloud, "--script", "train.py", "--fetch", "checkpoints", "--json", *args, "--", str(STEPS), "4.5")
+    p = _cli(cloud, "--script", "train.py", "--fetch", "checkpoints", "--json", *args, "--", str(STEPS), "4.5", "0.5")
     _wait(lambda: (_records() or [{}])[0].get("checkpoint", {}) and
           (_records()[0]["checkpoint"] or {}).get("step", 0) >= step, what=f"checkpoint-{step} fetched", p=p)
     (iid,) = [i["id"] for i in _live(cloud)]
@@ -76,6 +77,8 @@ def _finished_on_a_second_instance(p, first: str, cloud) -> tuple[dict, str]:
     assert all(i["seconds"] > 0 and i["cost"] > 0 for i in doc["instances"])
     assert abs(sum(i["cost"] for i in doc["instances"]) - doc["total_cost"]) < 0.001
     assert not _billing(cloud) and not [x for x in Ledger().records() if x.open]
+    launched = [x.instance_id for x in Ledger().records() if x.profile == doc["profile"]]
+    assert sorted(launched) == sorted(i["ids"][0] for i in doc["instances"])  # each one recorded, each one closed
     return doc, err
 
 
@@ -121,7 +124,7 @@ def test_recover_0_ends_as_before(cloud):
     """No --recover: a dead GPU is said and the job goes on where it is; a preemption ends the run (`lost`); no
     checkpoint is fetched while training and no second instance is launched."""
     _project(text=RESUMABLE)
-    p = _cli(cloud, "--script", "train.py", "--fetch", "checkpoints", "--json", "--", "3", "2")
+    p = _cli(cloud, "--script", "train.py", "--fetch", "checkpoints", "--json", "--", "2", "8", "0")
     (iid,) = _wait(lambda: [i["id"] for i in _live(cloud)], what="the instance", p=p)
     _wait(lambda: ((_records() or [{}])[0].get("stages") or {}).get("watch"), what="training", p=p)
     cloud.gpu_fault(iid, "xid=79")
@@ -132,7 +135,8 @@ def test_recover_0_ends_as_before(cloud):
     assert doc["outcome"] == "succeeded" and doc["recoveries"] == 0 and len(doc["instances"]) == 1
     assert doc["checkpoint"] is None and cloud.launch_requests() == 1
 
-    p = _cli(cloud, "--script", "train.py", "--fetch", "checkpoints", "--json", "--recover", "0", "--", "30", "1")
+    p = _cli(cloud, "--script", "train.py", "--fetch", "checkpoints", "--json", "--recover", "0", "--", "30", "1",
+             "0")
     (iid,) = _wait(lambda: [i["id"] for i in _billing(cloud)], what="the instance", p=p)
     _wait(lambda: any((r.get("stages") or {}).get("watch") and r["outcome"] == "running" for r in _records()),
           what="training", p=p)

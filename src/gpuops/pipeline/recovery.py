@@ -84,9 +84,10 @@ class CheckpointFetcher:
             self._done.append(res)
         self.watch.done()
 
-    def finished(self, wait: float = 0.0) -> list:
+    def finished(self, wait: bool = False) -> list:
+        """The results so far; wait: after the fetch under way has ended (two fetches never share a folder)."""
         if wait and self.thread is not None:
-            self.thread.join(wait)
+            self.thread.join()
         with self._lock:
             got, self._done = self._done, []
         return got
@@ -140,11 +141,10 @@ class RecoveryStages:
                 self.out.info(f"checkpoint {entry['local']} fetched and verified (a replacement instance resumes "
                               "from it)")
 
-    def _end_fetcher(self, wait: float = 120.0) -> None:
+    def _end_fetcher(self) -> None:
         """A checkpoint fetch under way ends (its result kept) before the instance is fetched from or terminated."""
-        fetcher = getattr(self, "_fetcher", None)
-        if fetcher is not None:
-            self._checkpoints_fetched(fetcher.finished(wait=wait))
+        if self._fetcher is not None:
+            self._checkpoints_fetched(self._fetcher.finished(wait=True))
 
     def _gpu_fault(self, exc: GpuFault) -> None:
         """A GPU of the instance stopped being usable: replace the instance, or (no replacement left) stop the job,

@@ -198,7 +198,8 @@ class Runner(RecoveryStages):
                 st = self.rec.stages.get(name)
                 if name in ("down", "recover") and st is not None and st.ok is False:
                     break  # the instance could not be terminated: said loudly; `--resume` or `down` tries again
-                if name not in ("up", "down") and st is not None and st.ok is False and not self.rec.lost:
+                if (name not in ("up", "down") and st is not None and st.ok is False and not self.rec.lost
+                        and not self.rec.recovering):
                     self._check_fate(name)  # a failed stage: was it the instance ending under us?
             except KeyboardInterrupt:
                 if not self._second_press(name):
@@ -690,6 +691,7 @@ class Runner(RecoveryStages):
 
         rec = self.rec
         self._begin("fetch")
+        self._end_fetcher()  # a checkpoint fetched while training: never two fetches into one folder
         prof = self._fetch_profile()
         failed = []
         if rec.run_id:
