@@ -256,8 +256,8 @@ class RecoveryStages:
             self._end("recover", ok=False, detail=exc.message)
             self.out.error(f"could not terminate instance {ids} to replace it ({exc.message}): STILL BILLING "
                            f"${(rec.price_per_hour or 0) * max(1, rec.nodes):.2f}/h; no replacement is launched",
-                           f"gpuops run --resume --id {rec.id} tries again (and goes on with the recovery); gpuops down "
-                           f"{rec.profile} ends it; gpuops ls shows it")
+                           f"gpuops run --resume --id {rec.id} tries again (and goes on with the recovery); "
+                           f"gpuops down {rec.profile} ends it; gpuops ls shows it")
             return False
         r["terminated"], r["ended"] = True, self.seams.clock()
         pl.save(rec, self.project)
@@ -266,9 +266,10 @@ class RecoveryStages:
     def _relaunch_failed(self, exc: GpuopsError) -> None:
         """The replacement could not be launched (no capacity, budget, a refused launch): the run ends, saying
         whether anything still bills (up terminated what it launched; the replaced instance was terminated)."""
+        from ..cloud.ledger import Ledger
+
         rec = self.rec
-        ctx = self.ctx_factory()
-        left = [r for r in ctx.ledger.records() if r.open and r.profile == rec.profile]
+        left = [r for r in Ledger().records() if r.open and r.profile == rec.profile]
         rec.stop_reason = f"recovery failed: no replacement instance ({exc.message})"
         if left:
             self.out.error(f"{rec.stop_reason}; STILL BILLING: launch {', '.join(r.launch_id for r in left)} of "

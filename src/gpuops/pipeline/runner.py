@@ -7,7 +7,8 @@ retries keeps the instance and says so, leaving it to `gpuops ls` and `gpuops re
 launch on (boot, between stages, while training): it stops the job and fetches what exists, or ends a run that has not
 trained yet. A lost connection is never judged alone: the API says whether the instance still runs (reconnect), or
 ended under the run (terminated elsewhere, preempted: said at once, the run closed as `lost`). The cloud TTL set by
-`up` stays in force whatever happens to this process.
+`up` stays in force whatever happens to this process. With --recover N, an instance lost, unreachable or whose GPU
+fails is replaced instead (pipeline/recovery.py), its time and money counted with the run's.
 """
 from __future__ import annotations
 
@@ -112,9 +113,9 @@ def new_record(*, type_name: str, script: str, args: list, regions: list, nodes:
 
 def amend_for_resume(rec: pl.Record, *, fetch: list, keep: bool, max_cost: Optional[float],
                      recover: Optional[int] = None) -> None:
-    """`run --resume` with --fetch / --keep / --max-cost / --recover: the run goes on with them. New --fetch names are added
-    (the fetch runs again if it had ended: what is already here is not sent again); refused once the instance is
-    gone, since its disk went with it."""
+    """`run --resume` with --fetch / --keep / --max-cost / --recover: the run goes on with them. New --fetch names
+    are added (the fetch runs again if it had ended: what is already here is not sent again); refused once the
+    instance is gone, since its disk went with it."""
     new = [n for n in fetch if n not in rec.fetch]
     if new:
         down = rec.stages.get("down")
