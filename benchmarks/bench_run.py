@@ -27,16 +27,23 @@ for s in range(1, 4):
 """
 
 
-def main() -> None:
+def emulated(prefix: str):
+    """A temporary folder, an SSH key, the Lambda emulator (boot 2 s) and the environment of a `gpuops` process using
+    it with its own HOME, state and config: (tmp, key, emulator, env). bench_recovery.py uses it too."""
     from gpuops.cloud.emulator.server import Emulator
 
-    tmp = Path(tempfile.mkdtemp(prefix="gpuops-bench-run-"))
+    tmp = Path(tempfile.mkdtemp(prefix=prefix))
     key = tmp / "id_ed25519"
     subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(key)], check=True)
     emu = Emulator(tmp / "emu", api_key="bench_key_" + "x" * 20, boot_seconds=2.0, launch_window=0).start()
     env = {**os.environ, "HOME": str(tmp / "home"), "GPUOPS_STATE_DIR": str(tmp / "state"),
            "GPUOPS_CONFIG_DIR": str(tmp / "config"), "NO_COLOR": "1", **emu.env, "GPUOPS_CLOUD_POLL_S": "0.5"}
     (tmp / "home").mkdir()
+    return tmp, key, emu, env
+
+
+def main() -> None:
+    tmp, key, emu, env = emulated("gpuops-bench-run-")
     proj = tmp / "proj"
     proj.mkdir()
     (proj / "train.py").write_text(TRAIN)

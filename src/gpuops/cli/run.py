@@ -46,14 +46,27 @@ def run(
                                       "with --nodes above 1, the script itself on one node."),
     nproc: str = typer.Option("auto", "--nproc-per-node", metavar="auto|N",
                               help="torchrun processes per node (auto: the GPUs the preflight saw)."),
+    recover: Optional[int] = typer.Option(None, "--recover", metavar="N", min=0, max=100,
+                                          help="Replace the instance up to N times (default 0: never) when it is "
+                                               "terminated or preempted, stays unreachable (--unreachable), or a GPU "
+                                               "fails (a hardware Xid, uncorrectable ECC errors): fetch what it "
+                                               "still has, terminate it, launch a new one, setup, verify, sync, push "
+                                               "the newest checkpoint fetched and verified, and start the job again "
+                                               "with its path in GPUOPS_RESUME_FROM. Each checkpoint is fetched as "
+                                               "it appears (the first --fetch name, or `checkpoints`). With "
+                                               "--resume: the run's new N.", show_default=False),
+    unreachable: Optional[str] = typer.Option(None, "--unreachable", metavar="DURATION",
+                                              help="How long the instance may stay unreachable while the API shows "
+                                                   "it running (default 5m): then it is replaced (--recover), else "
+                                                   "the run detaches.", show_default=False),
     from_: Optional[str] = typer.Option(None, "--from", metavar="PROFILE",
                                         help="Train with PROFILE's settings (python, expect, setup, env_preset, env, "
                                              "secrets, fetch, sync) on the launched instances (gpuops up --from).",
                                         show_default=False),
     resume: bool = typer.Option(False, "--resume", help="Continue a run whose local process ended (crash, laptop "
                                                         "closed, Ctrl-C): the newest unfinished one, or --id RUN. "
-                                                        "--fetch, --keep and --max-cost apply to it; the options "
-                                                        "that describe a new run are refused."),
+                                                        "--fetch, --keep, --max-cost and --recover apply to it; "
+                                                        "the options that describe a new run are refused."),
     run_id: Optional[str] = typer.Option(None, "--id", metavar="RUN", help="With --resume: which run.",
                                          show_default=False),
     yes: bool = typer.Option(False, "--yes", "-y", help="Do not ask before launching."),
@@ -65,8 +78,9 @@ def run(
     --max-price, as `gpuops up` takes them; the run's profile records the type it got. The instance is terminated when the job ends, fails or its launch is refused, and on a second Ctrl-C (the first one
     detaches); never before everything named in --fetch is here and verified. --nodes N: a fleet in one region,
     the job started on every node (torchrun by default), every node terminated at the end. SIGTERM and SIGHUP
-    count as one Ctrl-C (the run detaches at once; during `up`, what was launched is terminated)."""
-    import sys
+    count as one Ctrl-C (the run detaches at once; during `up`, what was launched is terminated). --recover N: an
+    instance that ends under the run, stays unreachable or whose GPU fails is replaced and the job resumed from the
+    newest checkpoint fetched (GPUOPS_RESUME_FROM; docs/run.md shows a script that resumes)."""
     import time
 
     from ..pipeline import runner as run_ops
@@ -80,19 +94,15 @@ def run(
         new_run = {"--type": type_, "--gpu": gpu, "--max-price": max_price is not None,
                    "--wait-for-capacity": wait_for_capacity, "--script": script, "--region": region, "--ttl": ttl, "--key": key,
                    "--name": name, "--nodes": nodes != 1, "--launcher": launcher != "auto",
-                   "--nproc-per-node": nproc != "auto", "--from": from_, "ARGS": args}
-        rec = _resumed(out, project, run_id, new_run, fetch=fetch_names, keep=keep, max_cost=max_cost)
+                   "--nproc-per-node": nproc != "auto", "--from": from_, "--unreachable": unreachable, "ARGS": args}
+        rec = _resumed(out, project, run_id, new_run, fetch=fetch_names, keep=keep, max_cost=max_cost, recover=recover)
     else:
         rec = _new_run(out, project, types=type_, gpu=gpu, max_price=max_price, wait_for_capacity=wait_for_capacity,
                        script=script, region=region, fetch=fetch_names, keep=keep, ttl=ttl, max_cost=max_cost, key=key,
-                       name=name, nodes=nodes, launcher=launcher, nproc=nproc, from_=from_, args=args)
+                       name=name, nodes=nodes, launcher=launcher, nproc=nproc, from_=from_, args=args,
+                       recover=recover or 0, unreachable=unreachable)
 
-    def confirm(question: str) -> bool:
-        if yes or not sys.stdin.isatty():
-            return True
-        return typer.confirm(question, default=False, err=True)
-
-    runner = run_ops.Runner(rec, out, project, lambda: make_context(out, project_dir=project), confirm=confirm)
+    runner = run_ops.Runner(rec, out, project, lambda: make_context(out, project_dir=project), confirm=_confirmer(yes))
     with as_interrupt():
         code = runner.run()
         run_ops.render_summary(out, runner.rec, runner.fetched, time.time())
@@ -100,7 +110,7 @@ def run(
 
 
 def _resumed(out, project: Path, run_id: Optional[str], new_run: dict, *, fetch: list, keep: bool,
-             max_cost: Optional[float]):
+             max_cost: Optional[float], recover: Optional[int]):
     """--resume: the recorded run (the newest unfinished one, or --id), amended by the options a resume takes."""
     from ..errors import UsageError
     from ..pipeline import runner as run_ops
@@ -109,12 +119,15 @@ def _resumed(out, project: Path, run_id: Optional[str], new_run: dict, *, fetch:
     given = [k for k, v in new_run.items() if v]
     if given:
         raise UsageError(f"--resume continues the run as it was recorded; {', '.join(given)} describe a new run",
-                         hint="with --resume only --id, --fetch, --keep, --max-cost, --yes and --json apply")
+                         hint="with --resume only --id, --fetch, --keep, --max-cost, --recover, --yes and --json "
+                              "apply")
     rec = pl.find(project, run_id)
     if rec is None:
         raise UsageError("no unfinished run to resume here" + (f" named {run_id!r}" if run_id else ""),
                          hint=f"records are in {pl.records_dir(project)}")
-    run_ops.amend_for_resume(rec, fetch=fetch, keep=keep, max_cost=max_cost)
+    if recover and rec.nodes > 1:
+        raise UsageError(f"--recover: run {rec.id} has {rec.nodes} nodes; a fleet is not replaced (yet)")
+    run_ops.amend_for_resume(rec, fetch=fetch, keep=keep, max_cost=max_cost, recover=recover)
     out.info(f"resuming run {rec.id} at stage '{pl.next_stage(rec) or 'summary'}'")
     rec.outcome = pl.RUNNING
     return rec
@@ -123,7 +136,8 @@ def _resumed(out, project: Path, run_id: Optional[str], new_run: dict, *, fetch:
 def _new_run(out, project: Path, *, types: list, gpu: Optional[str], max_price: Optional[float],
              wait_for_capacity: Optional[str], script: Optional[str], region: list, fetch: list, keep: bool,
              ttl: Optional[str], max_cost: Optional[float], key: Optional[Path], name: Optional[str], nodes: int,
-             launcher: str, nproc: str, from_: Optional[str], args: Optional[list]):
+             launcher: str, nproc: str, from_: Optional[str], args: Optional[list], recover: int = 0,
+             unreachable: Optional[str] = None):
     """A new run's record, every option checked (and a --from template read) before anything is launched."""
     from ..cloud import decisions as d
     from ..cloud.instances import template_for
@@ -143,12 +157,28 @@ def _new_run(out, project: Path, *, types: list, gpu: Optional[str], max_price: 
         raise UsageError(f"--launcher {launcher!r}: choose one of auto, {', '.join(LAUNCHERS)}")
     if nproc != "auto" and not (nproc.isdigit() and int(nproc) > 0):
         raise UsageError(f"--nproc-per-node {nproc!r}: 'auto' or a whole number above 0")
+    if recover and nodes > 1:
+        raise UsageError("--recover with --nodes above 1: a fleet is not replaced (yet)",
+                         hint="run one node with --recover, or a fleet without it")
     script = script_path(script, project, must_exist=True)
     template, note = run_ops.run_template(template_for(from_, project), from_)
     if note:
         out.info(note)
-    return run_ops.new_record(types=types, gpu=gpu, max_price=max_price, wait_for_capacity_s=wait_s, script=script, args=args or [], regions=region, nodes=nodes,
-                              fetch=fetch, keep=keep,
+    return run_ops.new_record(types=types, gpu=gpu, max_price=max_price, wait_for_capacity_s=wait_s, script=script,
+                              args=args or [], regions=region, nodes=nodes, fetch=fetch, keep=keep,
                               ttl_s=d.parse_limit(ttl, "--ttl") if ttl is not None else None, max_cost=max_cost,
                               key=(key or Path("~/.ssh/id_ed25519")).expanduser(), name=pl.run_name(name, script),
-                              launcher=launcher, nproc=nproc, template=template)
+                              launcher=launcher, nproc=nproc, template=template, recover=recover,
+                              unreachable_s=d.parse_limit(unreachable, "--unreachable") if unreachable else None)
+
+
+def _confirmer(yes: bool):
+    """The question before a launch: asked at a terminal, answered yes with --yes or without one."""
+    import sys
+
+    def confirm(question: str) -> bool:
+        if yes or not sys.stdin.isatty():
+            return True
+        return typer.confirm(question, default=False, err=True)
+
+    return confirm

@@ -398,9 +398,10 @@ def watch_once(prof, out, project: Path, meta: dict, dash, lines: int) -> dict:
 
 
 def follow(prof, out, project: Path, meta: dict, dash, *, lines: int, samples: bool, interval: float,
-           on_event: Callable[[dict], None]) -> dict:
+           on_event: Callable[[dict], None], extras=None, give_up_after: Optional[float] = None) -> dict:
     """watch / logs -f: replay the last N log lines, then follow the run to its end, reconnecting when the connection
-    drops. Returns {"interrupted" (Ctrl-C: the job keeps running), "info" (the final state or None), "code"}."""
+    drops (for give_up_after seconds at most). extras: what the stream samples beyond the GPU line (watch.Extras).
+    Returns {"interrupted" (Ctrl-C: the job keeps running), "info" (the final state or None), "code"}."""
     from . import watch as w
 
     rid, run_dir = meta["run_id"], meta["remote_run_dir"]
@@ -414,7 +415,8 @@ def follow(prof, out, project: Path, meta: dict, dash, *, lines: int, samples: b
             return first.pop() if first else connect(prof, out)
 
         ended = w.follow_to_end(reconnect, rid, run_dir, fs, dash, interval=interval, samples=samples,
-                                on_event=on_event)
+                                on_event=on_event, extras=extras,
+                                give_up_after=w.GIVE_UP_S if give_up_after is None else give_up_after)
     finally:
         remote.close()
     if not ended:

@@ -4,7 +4,10 @@ The stream (stream_command) is one remote shell that
   - writes the run's log to stdout from a byte offset (`tail -c +N -F`), so the client knows exactly how many
     bytes of the log it has and resumes from there after a reconnect, without repeating or losing lines;
   - writes tagged lines to stderr: `G` GPU samples (`nvidia-smi --query-gpu ... -lms`), `PS` GPU processes,
-    `RUN` the run's state when it changes, `H` a heartbeat, and `END` after the run ended.
+    `RUN` the run's state when it changes, `H` a heartbeat, and `END` after the run ended; on request (Extras),
+    with the heartbeat, `HG` the GPUs' health fields and `HX` the kernel log's Xid lines (when they change), and at
+    each sample `CK` a folder's signature (its file count and a checksum of their names, sizes and times: `gpuops run`
+    fetches each new checkpoint).
 Nothing here starts a remote command per refresh. The stream model (StreamModel) and the dashboard model are pure;
 follow_to_end is the loop watch and logs -f run; rendering (JSON docs, plain lines, the rich screen) is at the bottom.
 """
@@ -28,10 +31,54 @@ DASH_LINES_MAX = 500  # the dashboard keeps at most this many log lines (--lines
 
 
 # -- the remote stream ---------------------------------------------------------------------------------
+# The health fields a running job's stream samples: what verify's FAIL rules read (verify/checks.health_failures).
+# An older driver refuses a field it does not know (the whole query fails): the next set, without it, is tried.
+HEALTH_FIELD_SETS = (
+    "index,ecc.errors.uncorrected.volatile.total,remapped_rows.pending,remapped_rows.failure,retired_pages.pending,"
+    "gpu_recovery_action",
+    "index,ecc.errors.uncorrected.volatile.total,remapped_rows.pending,remapped_rows.failure,retired_pages.pending",
+    "index,ecc.errors.uncorrected.volatile.total")
+
+
+@dataclass
+class Extras:
+    """What a stream samples beyond the log, the GPU line and the processes (one stream, no extra execution)."""
+    health: bool = False  # HG health fields and HX Xid lines, with the heartbeat
+    checkpoints: Optional[str] = None  # a remote folder whose signature (CK: files, checksum of the listing)
+
+
+def _extras_script(extras: Optional[Extras]) -> tuple[str, str, str]:
+    """(shell functions, what runs with the heartbeat, what runs at each sample) for the extras."""
+    if extras is None:
+        return "", "", ""
+    fns, beat, each = "", "", ""
+    if extras.health:
+        fns += ("HF=; lastx=\n"
+                "gpuops_health() {\n"
+                f"  for f in ${{HF:-{' '.join(HEALTH_FIELD_SETS)}}}; do\n"
+                "    o=$(nvidia-smi --query-gpu=$f --format=csv,noheader,nounits 2>/dev/null) || continue\n"
+                "    HF=$f; printf '%s\\n' \"$o\" | sed \"s/^/HG $f /\" >&2; break\n"
+                "  done\n"
+                "  x=$({ dmesg 2>/dev/null || journalctl -k -b -q --no-pager 2>/dev/null; } | grep -F 'NVRM: Xid' "
+                "| tail -n 50)\n"
+                "  if [ \"$x\" != \"$lastx\" ]; then printf '%s\\n' \"$x\" | sed 's/^/HX /' >&2; lastx=$x; fi\n"
+                "}\n")
+        beat = "gpuops_health; "
+    if extras.checkpoints:
+        C = shell_path(extras.checkpoints)
+        fns += ("gpuops_ck() {\n"  # files, and a checksum of their names, sizes and times: any change shows
+                f"  l=$(find {C} -type f -printf '%P %s %T@\\n' 2>/dev/null | sort)\n"
+                "  echo \"CK $(printf '%s' \"$l\" | grep -c .) $(printf '%s' \"$l\" | cksum | cut -d' ' -f1)\" >&2\n"
+                "}\n")
+        each = "gpuops_ck; "
+    return fns, beat, each
+
+
 def stream_command(run_id: str, run_dir: str, *, offset: int, interval: float = 2.0, samples: bool = True,
-                   tick: float = 0.5) -> str:
+                   tick: float = 0.5, extras: Optional[Extras] = None) -> str:
     from .scripts import STATE_FN
 
+    fns, beat, each = _extras_script(extras)
     D = shell_path(run_dir)
     rid = shlex.quote(run_id)
     ms = max(100, int(interval * 1000))
@@ -44,7 +91,7 @@ def stream_command(run_id: str, run_dir: str, *, offset: int, interval: float = 
                  '--format=csv,noheader,nounits 2>/dev/null | tr \'\\n\' \';\')" >&2')
     else:
         procs = ":"
-    return STATE_FN + f"""
+    return STATE_FN + fns + f"""
 D={D}
 {smi}tail --pid=$$ -c +{int(offset) + 1} -F "$D/log" 2>/dev/null &
 last=; n=0
@@ -61,8 +108,8 @@ while :; do
     echo END >&2
     exit 0
   fi
-  if [ $((n % {every})) = 0 ]; then {procs}; fi
-  if [ $((n % {HEARTBEAT_TICKS})) = 0 ]; then echo "H $(date +%s)" >&2; fi
+  if [ $((n % {every})) = 0 ]; then {each}{procs}; fi
+  if [ $((n % {HEARTBEAT_TICKS})) = 0 ]; then {beat}echo "H $(date +%s)" >&2; fi
   n=$((n+1))
   sleep {tick}
 done
@@ -168,6 +215,14 @@ def parse_stderr_line(line: str) -> Optional[dict]:
     if line.startswith("RUN "):
         info = parse_state_line(line)
         return {"type": "state", "info": info} if info else None
+    if line.startswith("HG "):
+        fields, _, values = line[3:].partition(" ")
+        return {"type": "health", "fields": fields.split(","), "line": values}
+    if line.startswith("HX "):
+        return {"type": "xid", "line": line[3:]}
+    if line.startswith("CK "):
+        parts = line.split()
+        return {"type": "checkpoints", "sig": tuple(parts[1:3])} if len(parts) >= 3 else None
     if line.startswith("H "):
         return {"type": "heartbeat"}
     if line.strip() == "END":
@@ -203,6 +258,7 @@ class FollowState:
     bytes_in: int = 0
 
 
+GIVE_UP_S = 300.0  # a watch stops reconnecting after this long without a connection
 MAX_LINE = 1 << 20  # a "line" longer than this (a job printing without newlines) is delivered in pieces
 
 
@@ -287,11 +343,11 @@ class StreamModel:
 
 
 def stream_once(remote, run_id: str, run_dir: str, fs: FollowState, *, interval: float, samples: bool,
-                idle_timeout: float = 20.0, tick: float = 0.5) -> Iterator[dict]:
+                idle_timeout: float = 20.0, tick: float = 0.5, extras: Optional[Extras] = None) -> Iterator[dict]:
     """Events of one stream on a live connection. Returns normally only after END (the run ended);
     raises ConnectError when the connection drops or goes silent."""
     chan = remote.stream(stream_command(run_id, run_dir, offset=fs.offset, interval=interval, samples=samples,
-                                        tick=tick))
+                                        tick=tick, extras=extras))
     model = StreamModel(fs)
     last = time.monotonic()
     try:
@@ -339,10 +395,12 @@ def stream_once(remote, run_id: str, run_dir: str, fs: FollowState, *, interval:
 
 
 def follow(connect: Callable[[], object], run_id: str, run_dir: str, fs: FollowState, *, interval: float = 2.0,
-           samples: bool = True, give_up_after: float = 300.0, backoff_max: float = 15.0,
-           sleep: Callable[[float], None] = time.sleep, idle_timeout: float = 20.0) -> Iterator[dict]:
+           samples: bool = True, give_up_after: float = GIVE_UP_S, backoff_max: float = 15.0,
+           sleep: Callable[[float], None] = time.sleep, idle_timeout: float = 20.0,
+           extras: Optional[Extras] = None) -> Iterator[dict]:
     """Events until the run ends, reconnecting with backoff when the connection drops (the log resumes at
-    fs.offset). Authentication and host-key errors are not retried."""
+    fs.offset). Authentication and host-key errors are not retried; after give_up_after seconds without a
+    connection, ConnectError."""
     from ..errors import AuthError, HostKeyError
 
     delay, down_since, attempt = 1.0, None, 0
@@ -356,7 +414,7 @@ def follow(connect: Callable[[], object], run_id: str, run_dir: str, fs: FollowS
                     yield {"type": "connected", "attempts": attempt}
                 down_since, delay, attempt = None, 1.0, 0
             for ev in stream_once(remote, run_id, run_dir, fs, interval=interval, samples=samples,
-                                  idle_timeout=idle_timeout):
+                                  idle_timeout=idle_timeout, extras=extras):
                 yield ev
             remote.close()
             return
@@ -373,21 +431,90 @@ def follow(connect: Callable[[], object], run_id: str, run_dir: str, fs: FollowS
                                    hint="the job keeps running; `gpuops watch` again later") from exc
             attempt += 1
             yield {"type": "reconnecting", "attempt": attempt, "delay": delay, "error": str(exc)}
-            sleep(delay)
+            sleep(min(delay, max(0.0, give_up_after - (now - down_since)) + 0.1))
             delay = min(delay * 2, backoff_max)
 
 
 def follow_to_end(connect: Callable[[], object], run_id: str, run_dir: str, fs: FollowState, dash: "Dashboard", *,
-                  interval: float, samples: bool, on_event: Callable[[dict], None] = lambda ev: None) -> bool:
+                  interval: float, samples: bool, on_event: Callable[[dict], None] = lambda ev: None,
+                  extras: Optional[Extras] = None, give_up_after: float = GIVE_UP_S) -> bool:
     """watch's and logs -f's loop: every event of follow() into the dashboard model, then to on_event (rendering).
     False when interrupted (Ctrl-C): the job keeps running; True when the run ended (fs.info holds its state)."""
     try:
-        for ev in follow(connect, run_id, run_dir, fs, interval=interval, samples=samples):
+        for ev in follow(connect, run_id, run_dir, fs, interval=interval, samples=samples, extras=extras,
+                         give_up_after=give_up_after):
             dash.apply(ev)
             on_event(ev)
     except KeyboardInterrupt:
         return False
     return True
+
+
+# -- the instance's health and the checkpoints, as a run watches them (pure) --------------------------------
+FATAL_SMI_FAILURES = ("gpu-lost",)  # nvidia-smi failures (knowledge.yaml ids) that end a GPU's usefulness
+
+
+class HealthWatch:
+    """The stream's health lines (HG: the health fields, HX: the kernel log's Xid lines) and nvidia-smi's own failure
+    on the GPU line, judged by verify's rules (verify.checks.health_failures; playbooks/xid.yaml, knowledge.yaml):
+    apply(ev) returns the facts that end a GPU's usefulness not returned before, a line each. Judged since boot, as
+    verify judges: a host that passed verify had none."""
+
+    def __init__(self, xid_table: Optional[dict] = None, smi_failures: Optional[list] = None):
+        self.xid_table = xid_table
+        self.smi_failures = smi_failures or []
+        self.health: dict = {}  # GPU index -> GpuHealth (the newest sample)
+        self.xids: dict = {}  # kernel log line -> parsed Xid
+        self.said: set = set()
+
+    def apply(self, ev: dict) -> list[str]:
+        from ..verify.checks import health_failures
+        from ..verify.facts import classify_smi_failure, parse_health, parse_xids
+
+        t = ev.get("type")
+        found = []
+        if t == "health":
+            for h in parse_health(ev["line"], ev["fields"]):
+                self.health[h.index] = h
+        elif t == "xid":
+            for x in parse_xids([ev["line"]]):
+                self.xids[x["line"]] = x
+        elif t == "gpu_error":
+            st = classify_smi_failure(None, ev["message"], self.smi_failures)
+            if st.failure in FATAL_SMI_FAILURES:
+                found.append(f"nvidia-smi: {st.title}: {st.message}")
+        else:
+            return []
+        if t != "gpu_error":
+            for r in health_failures(list(self.health.values()), list(self.xids.values()), xid_table=self.xid_table):
+                found.append(f"{r.title}: {r.measured}" + (f" ({r.detail})" if r.detail and r.id == "gpu.xid" else ""))
+        new = [f for f in found if f not in self.said]
+        self.said.update(new)
+        return new
+
+
+class CheckpointWatch:
+    """The stream's CK lines (the checkpoint folder's file count and listing checksum) in; apply(ev) is True when the
+    folder changed and then held still for one sample (a checkpoint written completely), not yet fetched in that
+    state, and no fetch is under way. done(sig) after the fetch: that state is not fetched again."""
+
+    def __init__(self) -> None:
+        self.last: Optional[tuple] = None
+        self.fetched: Optional[tuple] = None
+        self.busy: Optional[tuple] = None  # the state being fetched
+
+    def apply(self, ev: dict) -> bool:
+        if ev.get("type") != "checkpoints":
+            return False
+        sig, stable = ev["sig"], ev["sig"] == self.last
+        self.last = sig
+        if stable and self.busy is None and sig != self.fetched and sig[0] != "0":
+            self.busy = sig
+            return True
+        return False
+
+    def done(self) -> None:
+        self.fetched, self.busy = self.busy, None
 
 
 # -- the dashboard model (pure) ---------------------------------------------------------------------------

@@ -7,7 +7,8 @@ retries keeps the instance and says so, leaving it to `gpuops ls` and `gpuops re
 launch on (boot, between stages, while training): it stops the job and fetches what exists, or ends a run that has not
 trained yet. A lost connection is never judged alone: the API says whether the instance still runs (reconnect), or
 ended under the run (terminated elsewhere, preempted: said at once, the run closed as `lost`). The cloud TTL set by
-`up` stays in force whatever happens to this process.
+`up` stays in force whatever happens to this process. With --recover N, an instance lost, unreachable or whose GPU
+fails is replaced instead (pipeline/recovery.py), its time and money counted with the run's.
 """
 from __future__ import annotations
 
@@ -19,6 +20,7 @@ from pathlib import Path
 from typing import Callable, Optional
 
 from . import stages as pl
+from .recovery import GpuFault, RecoveryStages
 from ..errors import ExitCode, GpuopsError, UsageError
 
 FETCH_ATTEMPTS = 3
@@ -98,8 +100,8 @@ def new_record(*, script: str, args: list, regions: list, nodes: int, fetch: lis
                ttl_s: Optional[float], max_cost: Optional[float], key: Optional[Path], name: Optional[str],
                launcher: str = "none", nproc: str = "auto", template: Optional[dict] = None,
                type_name: str = "", types: Optional[list] = None, gpu: Optional[str] = None,
-               max_price: Optional[float] = None, wait_for_capacity_s: float = 0.0,
-               clock: Callable[[], float] = time.time) -> pl.Record:
+               max_price: Optional[float] = None, wait_for_capacity_s: float = 0.0, recover: int = 0,
+               unreachable_s: Optional[float] = None, clock: Callable[[], float] = time.time) -> pl.Record:
     stamp = datetime.fromtimestamp(clock()).strftime("%Y%m%d-%H%M%S")
     rid = f"{name or Path(script).stem}-{stamp}-{uuid.uuid4().hex[:4]}"
     profile = f"run-{rid}"
@@ -109,13 +111,15 @@ def new_record(*, script: str, args: list, regions: list, nodes: int, fetch: lis
                      regions=list(regions), nodes=nodes, launcher=launcher, nproc=nproc, template=template,
                      fetch=list(fetch),
                      keep=keep, ttl_s=ttl_s,
-                     max_cost=max_cost, key=str(key) if key else None, created=clock())
+                     max_cost=max_cost, key=str(key) if key else None, created=clock(), recover=recover,
+                     unreachable_s=unreachable_s)
 
 
-def amend_for_resume(rec: pl.Record, *, fetch: list, keep: bool, max_cost: Optional[float]) -> None:
-    """`run --resume` with --fetch / --keep / --max-cost: the run goes on with them. New --fetch names are added
-    (the fetch runs again if it had ended: what is already here is not sent again); refused once the instance is
-    gone, since its disk went with it."""
+def amend_for_resume(rec: pl.Record, *, fetch: list, keep: bool, max_cost: Optional[float],
+                     recover: Optional[int] = None) -> None:
+    """`run --resume` with --fetch / --keep / --max-cost / --recover: the run goes on with them. New --fetch names
+    are added (the fetch runs again if it had ended: what is already here is not sent again); refused once the
+    instance is gone, since its disk went with it."""
     new = [n for n in fetch if n not in rec.fetch]
     if new:
         down = rec.stages.get("down")
@@ -130,9 +134,11 @@ def amend_for_resume(rec: pl.Record, *, fetch: list, keep: bool, max_cost: Optio
         rec.keep = True
     if max_cost is not None:
         rec.max_cost = max_cost
+    if recover is not None:
+        rec.recover = recover
 
 
-class Runner:
+class Runner(RecoveryStages):
     """One `gpuops run`: drives the stages of a record, saving it as it goes."""
 
     def __init__(self, rec: pl.Record, out, project: Path, ctx_factory, seams: Optional[Seams] = None,
@@ -142,14 +148,20 @@ class Runner:
         self.seams = seams or Seams()
         self.confirm = confirm
         self.fetched: dict[str, str] = {}
+        self._fetcher = None  # the background checkpoint fetch while watching (--recover)
 
     # -- helpers -------------------------------------------------------------------------------------------------
     def _cost(self) -> str:
         return f"${pl.spend(self.rec, self.seams.clock()):.2f} so far"
 
     def _progress(self, name: str) -> None:
-        i = pl.STAGES.index(name) + 1
-        self.out.step(f"[{i}/{len(pl.STAGES)}] {pl.LABELS[name]} ({self._cost()})")
+        rec = self.rec
+        shown = [s for s in pl.STAGES if s != "push" or rec.resume_from]
+        where = (f"{shown.index(name) + 1}/{len(shown)}" if name in shown else
+                 f"replacement {len(rec.attempts) + 1} of {rec.recover}")
+        if rec.attempts or name == "recover":
+            where = f"instance {len(rec.attempts) + 1}, {where}"
+        self.out.step(f"[{where}] {pl.LABELS[name]} ({self._cost()})")
 
     def _profile(self):
         from ..profiles import model as profiles
@@ -184,14 +196,15 @@ class Runner:
             if name is None:
                 break
             try:
-                if name in ("setup", "sync", "train") and pl.over_budget(self.rec, self.seams.clock()):
+                if name in ("setup", "sync", "push", "train") and pl.over_budget(self.rec, self.seams.clock()):
                     self._budget_stop_before(name)
                     continue
                 getattr(self, f"stage_{name}")()
                 st = self.rec.stages.get(name)
-                if name == "down" and st is not None and st.ok is False:
+                if name in ("down", "recover") and st is not None and st.ok is False:
                     break  # the instance could not be terminated: said loudly; `--resume` or `down` tries again
-                if name not in ("up", "down") and st is not None and st.ok is False and not self.rec.lost:
+                if (name not in ("up", "down") and st is not None and st.ok is False and not self.rec.lost
+                        and not self.rec.recovering):
                     self._check_fate(name)  # a failed stage: was it the instance ending under us?
             except KeyboardInterrupt:
                 if not self._second_press(name):
@@ -204,7 +217,7 @@ class Runner:
             except InstanceLost as exc:
                 self._lost(name, exc)
             except GpuopsError:
-                if name in ("up", "down") or not self._check_fate(name):
+                if name in ("up", "down", "recover") or not self._check_fate(name):
                     raise
         return self._final()
 
@@ -247,7 +260,16 @@ class Runner:
         termination and closes its records; the summary follows). Unhealthy: the instance still bills; the run is
         left to resume or to end."""
         rec = self.rec
+        if rec.recovering:
+            return
         price = (rec.price_per_hour or 0) * max(1, rec.nodes)
+        why = pl.why_not_recover(rec, self.seams.clock())
+        if why is None and not (stage == "fetch" and rec.job_state == "succeeded"):
+            what = ("unhealthy (Lambda's status): it cannot be reached" if exc.status == "unhealthy" else
+                    f"{exc.status} ({'Lambda took it back' if exc.status == 'preempted' else 'not by this run'})")
+            self._start_recovery(stage, "unhealthy" if exc.status == "unhealthy" else "lost",
+                                 f"instance {exc.instance_id} is {what}", exc.instance_id, exc.status)
+            return
         if exc.status == "unhealthy":
             raise _ConnectionGaveUp(GpuopsError(
                 f"instance {exc.instance_id} is unhealthy (Lambda's status): it cannot be reached and the job's state "
@@ -256,7 +278,8 @@ class Runner:
                      "(its disk is wiped)"))
         who = ("Lambda took it back" if exc.status == "preempted" else
                "not by this run: another gpuops, `gpuops reap` at its TTL, or Lambda's console")
-        rec.lost = f"instance {exc.instance_id} is {exc.status} ({who})"
+        rec.lost = f"instance {exc.instance_id} is {exc.status} ({who})" + (
+            f"; not replaced: {why}" if rec.recover > 0 else "")
         unfetched = [n for n in rec.fetch if n not in self.fetched]
         lost_what = ("the job " + (rec.run_id or "") + " ended with it" if rec.run_id else "nothing was trained yet")
         disk = (f"what was only on its disk is lost ({', '.join(unfetched)} not fetched)" if unfetched else
@@ -293,6 +316,15 @@ class Runner:
         from ..interrupts import received
 
         rec = self.rec
+        if stage == "recover":
+            r = rec.recovering or {}
+            ids = ", ".join(r.get("instance_ids") or []) or "the instance"
+            bills = (f"{ids} is terminated: nothing bills" if r.get("terminated") else
+                     f"{ids} still bills ${(rec.price_per_hour or 0) * max(1, rec.nodes):.2f}/h")
+            self.out.warn(f"interrupted{f' ({received()})' if received() else ''} while replacing the instance "
+                          f"({bills}). gpuops run --resume --id {rec.id} goes on with the recovery; gpuops down "
+                          f"{rec.profile} ends it")
+            return False
         if stage == "up" or not self._instance_known():
             self.out.warn(f"interrupted{f' ({received()})' if received() else ''} while bringing the instance up: "
                           f"what was launched is terminated; gpuops run --resume --id {rec.id} starts again")
@@ -333,7 +365,9 @@ class Runner:
         rec = self.rec
         fetch = rec.stages.get("fetch")
         down = rec.stages.get("down")
-        if rec.lost:
+        if rec.recovering:
+            rec.outcome = pl.KEPT  # the instance to replace could not be terminated: still billing, said loudly
+        elif rec.lost:
             rec.outcome = pl.LOST
         elif down is not None and down.ended is not None and not down.ok:
             rec.outcome = pl.KEPT  # the termination failed: still billing, said loudly
@@ -350,8 +384,19 @@ class Runner:
                                                        rec.job_state == "succeeded") else 1
 
     # -- the stages ----------------------------------------------------------------------------------------------
+    def up_spec(self, tick: Callable[[dict], None]):
+        """What `up` is asked for, from the run's record: the first instance and every replacement alike. A
+        replacement is not asked to confirm (--recover N said yes) and gets what is left of the run's --ttl."""
+        from ..cloud.instances import UpSpec
+
+        rec = self.rec
+        return UpSpec(name=rec.profile, **pl.launch_ask(rec), key=Path(rec.key).expanduser() if rec.key else
+                      Path("~/.ssh/id_ed25519").expanduser(), regions=list(rec.regions),
+                      ttl_s=pl.ttl_left(rec, self.seams.clock()), verify=False,
+                      confirm=None if rec.attempts else self.confirm, nodes=rec.nodes, template=rec.template, tick=tick)
+
     def stage_up(self) -> None:
-        from ..cloud.instances import UpSpec, up
+        from ..cloud.instances import up
 
         rec = self.rec
         existing = self._managed_profile()
@@ -359,6 +404,8 @@ class Runner:
         self._begin("up")
         if existing is not None:  # resumed after `up` had written the profile
             rec.price_per_hour = existing.price_per_hour
+            rec.instance = {"ids": list(existing.cloud.instance_ids), "type": existing.instance_type,
+                            "region": existing.region}
             self._end("up", ok=True, detail=f"instance {existing.cloud.instance_id} (resumed)")
             return
         ctx = self.ctx_factory()
@@ -372,9 +419,9 @@ class Runner:
             if pl.over_budget(rec, self.seams.clock()):
                 raise BudgetReached(f"--max-cost ${rec.max_cost:.2f} reached while bringing the instance up")
 
-        spec = UpSpec(name=rec.profile, **pl.launch_ask(rec), key=Path(rec.key).expanduser() if rec.key else
-                      Path("~/.ssh/id_ed25519").expanduser(), regions=list(rec.regions), ttl_s=rec.ttl_s,
-                      verify=False, confirm=self.confirm, nodes=rec.nodes, template=rec.template, tick=tick)
+        if rec.ttl_s and rec.ttl_deadline is None:  # the run's TTL, for every instance it will launch
+            rec.ttl_deadline = self.seams.clock() + rec.ttl_s
+        spec = self.up_spec(tick)
         try:
             with ctx.client:
                 if again:  # resumed after `up` launched but before it wrote the profile: those instances are ours
@@ -389,8 +436,12 @@ class Runner:
             return
         except GpuopsError as exc:
             self._end("up", ok=False, detail=exc.message)
+            if rec.attempts:  # a replacement that could not be launched ends the run, saying what bills
+                return self._relaunch_failed(exc)
             raise
         rec.price_per_hour = res["price_per_hour"]
+        rec.instance = {"ids": [n["instance_id"] for n in res.get("nodes") or []] or [res["instance_id"]],
+                        "type": res["instance_type"], "region": res["region"]}
         _use_env_python(Path(res["profile_file"]), RUN_PYTHON)
         if res.get("nodes"):
             self._end("up", ok=True, detail=f"{len(res['nodes'])} instances in {res['region']} ({res['instance_type']}): " +
@@ -474,10 +525,12 @@ class Runner:
 
         self._begin("sync")
         prof = self._profile()
+        # a replacement instance: what was fetched stays here (the checkpoint it resumes from is pushed on its own)
+        excludes = [f"/{n}" for n in self.rec.fetch] if self.rec.attempts else []
 
         def one(node, node_out):
             with connect(node, announce=node_out.info) as remote:
-                return sync_project(node, remote, node_out, self.project)
+                return sync_project(node, remote, node_out, self.project, excludes=excludes)
 
         if prof.is_fleet:
             got = self._every_node(prof, one)
@@ -503,12 +556,14 @@ class Runner:
         if rec.run_id and any(m["run_id"] == rec.run_id for m in core.local_runs(prof.name, self.project)):
             self._end("train", ok=True, detail=f"run {rec.run_id} (resumed)")
             return
+        env = [f"GPUOPS_RESUME_FROM={rec.resume_from}"] if rec.resume_from else []  # a replacement resumes
         try:
             if prof.is_fleet or rec.launcher != "none":  # one run id on every node, with its rank and addresses
                 res = lifecycle.train_fleet(prof, self.out, self.project, script=rec.script, args=rec.args, sync=False,
-                                            launcher=rec.launcher, nproc=rec.nproc)
+                                            launcher=rec.launcher, nproc=rec.nproc, env=env)
             else:
-                res = lifecycle.train(prof, self.out, self.project, script=rec.script, args=rec.args, sync=False)
+                res = lifecycle.train(prof, self.out, self.project, script=rec.script, args=rec.args, sync=False,
+                                      env=env)
         except GpuopsError as exc:  # the launch gate refused a broken stack, or the launch failed
             self.out.error(f"not launched: {exc.message}", exc.hint)
             self._end("train", ok=False, detail=exc.message)
@@ -529,8 +584,10 @@ class Runner:
         dash = w.Dashboard(meta, price_per_hour=(prof.price_per_hour or 0) * max(1, rec.nodes), log_lines=15)
         budget_said = [False]
         asked = [None]  # when the API was last asked about the instance during this outage
+        extras, health, fetcher = self._watch_extras(prof)
 
         def on_event(ev: dict) -> None:
+            self._watch_event(ev, health, fetcher)
             if ev.get("type") == "log" and not self.out.json_mode:
                 self.out.print(ev["line"])
             elif ev.get("type") == "reconnecting":
@@ -544,16 +601,17 @@ class Runner:
 
         try:
             res = lifecycle.follow(prof, self.out, self.project, meta, dash, lines=5, samples=True,
-                                   interval=self.seams.poll_s, on_event=on_event)
+                                   interval=self.seams.poll_s, on_event=on_event, extras=extras,
+                                   give_up_after=rec.unreachable_s)
         except BudgetReached:
             return self._budget_stop()
+        except GpuFault as exc:
+            return self._gpu_fault(exc)
         except GpuopsError as exc:  # gave up reconnecting, a host key that is not the instance's, ...
-            lost = self._fate()  # the API first: never a stranger's fingerprint for an instance that is gone
-            if lost is not None:
-                raise lost
-            raise _ConnectionGaveUp(exc)
+            return self._gave_up(exc)
         if res["interrupted"]:
             raise KeyboardInterrupt
+        self._end_fetcher()
         info = res["info"]
         rec.job_state = info.state if info is not None else "lost"
         ok = info is not None and info.state == core.SUCCEEDED
@@ -575,6 +633,20 @@ class Runner:
             self._end("watch", ok=ok, detail=detail)
             return
         self._end("watch", ok=ok, detail=rec.job_state)
+
+    def _gave_up(self, exc: GpuopsError) -> None:
+        """The watch could not reach the instance: the API first (never a stranger's fingerprint for an instance
+        that is gone); still running and unreachable past the limit: replaced with --recover, else the run detaches."""
+        from ..errors import AuthError, ConnectError, HostKeyError
+
+        lost = self._fate()
+        if lost is not None:
+            raise lost
+        if (isinstance(exc, ConnectError) and not isinstance(exc, (AuthError, HostKeyError))
+                and pl.why_not_recover(self.rec, self.seams.clock()) is None):
+            return self._start_recovery("watch", "unreachable", f"{self.rec.profile}: {exc.message} (the Lambda API "
+                                        "shows the instance running)")
+        raise _ConnectionGaveUp(exc)
 
     def _reconnecting(self, ev: dict, asked: list) -> None:
         """The connection dropped: ask the API (at once, then at most every FATE_EVERY_S) before saying anything; an
@@ -629,6 +701,7 @@ class Runner:
 
         rec = self.rec
         self._begin("fetch")
+        self._end_fetcher()  # a checkpoint fetched while training: never two fetches into one folder
         prof = self._fetch_profile()
         failed = []
         if rec.run_id:
@@ -750,22 +823,32 @@ def fleet_verify_lines(text: str) -> list[tuple[str, str]]:
 
 
 def render_summary(out, rec: pl.Record, fetched: dict, now: float) -> dict:
-    """The closing table: time and money per stage, where the checkpoints are, the environment snapshot."""
+    """The closing table: time and money per stage (and per instance, when one was replaced), where the checkpoints
+    are, the environment snapshot."""
     rows = pl.summary(rec, now)
     total = pl.spend(rec, now)
+    insts = pl.instances(rec, now)
     env = Path("runs") / rec.run_id / "environment" if rec.run_id else None
     doc = {"run": rec.id, "profile": rec.profile, "outcome": rec.outcome, "job": rec.job_state, "run_id": rec.run_id,
-           "stages": rows, "total_cost": round(total, 4), "fetched": fetched,
+           "stages": rows, "instances": insts, "total_cost": round(total, 4), "fetched": fetched,
            "environment": str(env) if env and env.is_dir() else None, "overhead": pl.overhead(rec),
-           "stop_reason": rec.stop_reason}
+           "stop_reason": rec.stop_reason, "recoveries": len(rec.attempts), "resumed_from": rec.resume_from,
+           "checkpoint": (rec.checkpoint or {}).get("local")}
     if out.json_mode:
         out.emit_json(doc)
         return doc
     out.print(f"gpuops run {rec.id}: {rec.outcome}" + (f" (job {rec.job_state})" if rec.job_state else ""))
+    many = len(insts) > 1
     for r in rows:
         mark = "ok" if r["ok"] else ("--" if r["ok"] is None else "FAILED")
-        out.print(f"  {r['label']:<32} {r['seconds']:>8.1f} s  ${r['cost']:>8.4f}  {mark}"
+        label = (f"#{r['instance']} " if many else "") + r["label"]
+        out.print(f"  {label:<32} {r['seconds']:>8.1f} s  ${r['cost']:>8.4f}  {mark}"
                   + (f"  {r['detail']}" if r["detail"] else ""))
+    if many:
+        for i in insts:
+            head = f"instance #{i['instance']} {', '.join(i['ids']) or '?'}"
+            out.print(f"  {head:<32} {i['seconds']:>8.1f} s  ${i['cost']:>8.4f}  {i['type'] or ''}"
+                      f"{', ' + i['region'] if i['region'] else ''}: {i['ended']}")
     out.print(f"  {'total':<32} {sum(r['seconds'] for r in rows):>8.1f} s  ${total:>8.4f}")
     for name, where in fetched.items():
         out.print(f"  {name}: {where} (verified)")

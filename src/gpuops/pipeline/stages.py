@@ -15,9 +15,12 @@ from typing import Optional
 
 from ..errors import UsageError
 
-STAGES = ("up", "sync", "setup", "train", "watch", "fetch", "down")  # sync first: setup installs from the synced files
-LABELS = {"up": "waiting for capacity, booting", "setup": "setup", "sync": "sync", "train": "launch",
-          "watch": "training", "fetch": "fetch", "down": "termination"}
+# sync first: setup installs from the synced files; push (the checkpoint a replaced instance left) only on a relaunch
+STAGES = ("up", "sync", "setup", "push", "train", "watch", "fetch", "down")
+LABELS = {"up": "waiting for capacity, booting", "setup": "setup", "sync": "sync", "push": "push the checkpoint",
+          "train": "launch", "watch": "training", "fetch": "fetch", "down": "termination",
+          "recover": "recovery (fetch, terminate)"}
+RECOVER_MIN_TTL_S = 300.0  # no instance is launched for less than this much of the run's --ttl
 # outcomes of a whole run
 RUNNING, SUCCEEDED, FAILED, KEPT, DETACHED = "running", "succeeded", "failed", "kept", "detached"
 LOST = "lost"  # the instance ended under the run (terminated by someone else, preempted): the job went with it
@@ -57,7 +60,7 @@ class Record:
     stop_reason: Optional[str] = None  # max-cost, interrupted, ...
     lost: Optional[str] = None  # why the instance is gone under the run (its status and what went with it)
     outcome: str = RUNNING
-    stages: dict = field(default_factory=dict)  # name -> Stage
+    stages: dict = field(default_factory=dict)  # name -> Stage (the current instance's)
     # what the user asked to launch (cloud.instances.UpSpec takes it as launch_ask gives it): --type in order, or
     # --gpu NAME[:COUNT]; --max-price per hour; --wait-for-capacity
     types: list = field(default_factory=list)
@@ -65,6 +68,15 @@ class Record:
     max_price: Optional[float] = None
     wait_for_capacity_s: float = 0.0
     billed_from: Optional[float] = None  # the first launch request that created an instance (billing starts there)
+    # recovery (--recover N): an instance lost, unreachable or with a dead GPU is replaced up to N times
+    recover: int = 0
+    unreachable_s: Optional[float] = None  # an instance unreachable this long (API: running) is given up on
+    ttl_deadline: Optional[float] = None  # the run's --ttl: every instance it launches ends by then
+    instance: Optional[dict] = None  # the current instance: {"ids", "type", "region"}, once `up` has it
+    checkpoint: Optional[dict] = None  # the newest checkpoint fetched and verified: {name, dir, step, path, local, at}
+    resume_from: Optional[str] = None  # GPUOPS_RESUME_FROM of the next job: the checkpoint's path on the instance
+    recovering: Optional[dict] = None  # a replacement under way: {kind, reason, at, fetch_tried, terminated, ended}
+    attempts: list = field(default_factory=list)  # the instances replaced: their stages, time and price
 
     def stage(self, name: str) -> Stage:
         st = self.stages.get(name)
@@ -97,10 +109,14 @@ def next_stage(rec: Record) -> Optional[str]:
     - a fetch that failed: the instance is kept (the data is only there), nothing more;
     - `--keep`: no `down`;
     - the instance ended under the run (`lost`: terminated by someone else, preempted): nothing is left to set up, run
-      or fetch; `down` confirms it and closes its records (also with --keep)."""
+      or fetch; `down` confirms it and closes its records (also with --keep);
+    - a replacement under way (`recovering`): `recover` (fetch what is reachable, terminate), then the run starts again
+      at `up` with a new instance (archive), `push` putting the checkpoint back before the launch."""
     st = rec.stages
     if st.get("down") is not None and st["down"].ok:
         return None
+    if rec.recovering:
+        return "recover"
     if rec.lost:
         return "down"
     for name in STAGES:
@@ -108,6 +124,8 @@ def next_stage(rec: Record) -> Optional[str]:
         if s is None or s.ended is None:
             if name == "down" and rec.keep:
                 return None
+            if name == "push" and s is None and not rec.resume_from:
+                continue
             if name in ("watch", "fetch") and st.get("train") is not None and st["train"].ok is False:
                 continue
             return name
@@ -117,7 +135,7 @@ def next_stage(rec: Record) -> Optional[str]:
             continue  # a failed launch or job: go on to what is left (fetch the logs, then down)
         if name == "fetch":
             return None  # kept: the checkpoints are only on the instance
-        return name if name == "down" else ("down" if name in ("setup", "sync") and not rec.keep else None)
+        return name if name == "down" else ("down" if name in ("setup", "sync", "push") and not rec.keep else None)
     return None
 
 
@@ -135,33 +153,82 @@ def billed_since(rec: Record) -> Optional[float]:
     return rec.stage("up").started if "up" in rec.stages else None
 
 
+def billed_until(rec: Record, now: float) -> float:
+    """The current instance bills until its termination was confirmed (at the end, or for its replacement)."""
+    down = rec.stages.get("down")
+    if down is not None and down.ended is not None and down.ok:
+        return down.ended
+    if rec.recovering and rec.recovering.get("ended"):
+        return rec.recovering["ended"]
+    return now
+
+
+def attempt_cost(att: dict) -> float:
+    """A replaced instance's dollars: from its launch to its confirmed termination, every node."""
+    if att.get("started") is None or not att.get("price_per_hour"):
+        return 0.0
+    return max(0.0, att["ended"] - att["started"]) / 3600.0 * att["price_per_hour"] * max(1, att.get("nodes") or 1)
+
+
 def spend(rec: Record, now: float) -> float:
-    """Dollars spent so far on every node (0 before `up` or without a price)."""
+    """Dollars spent so far on every instance of the run, every node (0 before `up` or without a price)."""
+    past = sum(attempt_cost(a) for a in rec.attempts)
     start = billed_since(rec)
     if start is None or not rec.price_per_hour:
-        return 0.0
-    down = rec.stages.get("down")
-    end = down.ended if down is not None and down.ended is not None and down.ok else now
-    return max(0.0, end - start) / 3600.0 * rec.price_per_hour * max(1, rec.nodes)
+        return past
+    return past + max(0.0, billed_until(rec, now) - start) / 3600.0 * rec.price_per_hour * max(1, rec.nodes)
 
 
 def over_budget(rec: Record, now: float) -> bool:
     return rec.max_cost is not None and spend(rec, now) >= rec.max_cost
 
 
-def summary(rec: Record, now: float) -> list[dict]:
-    """Time and money per stage, in order: what `run` prints at the end."""
+def _stage_rows(stages: dict, per_s: float, now: float, instance: int,
+                billed_from: Optional[float] = None) -> list[dict]:
     rows = []
-    per_s = (rec.price_per_hour or 0.0) * max(1, rec.nodes) / 3600.0
-    for name in STAGES:
-        st = rec.stages.get(name)
+    for name in STAGES + ("recover",):
+        st = stages.get(name)
         if st is None or st.started is None:
             continue
         end = st.ended if st.ended is not None else now
         secs = max(0.0, end - st.started)
-        billed = max(0.0, end - max(st.started, rec.billed_from or 0.0))  # `up`: nothing bills before the launch
+        billed = max(0.0, end - max(st.started, billed_from or 0.0))  # `up`: nothing bills before the launch
         rows.append({"stage": name, "label": LABELS[name], "seconds": round(secs, 1), "cost": round(billed * per_s, 4),
-                     "ok": st.ok, "detail": st.detail})
+                     "ok": st.ok, "detail": st.detail, "instance": instance})
+    return rows
+
+
+def summary(rec: Record, now: float) -> list[dict]:
+    """Time and money per stage, in order, every instance's (`instance`: 1 for the first): what `run` prints."""
+    rows = []
+    for i, att in enumerate(rec.attempts, 1):
+        per_s = (att.get("price_per_hour") or 0.0) * max(1, att.get("nodes") or 1) / 3600.0
+        rows += _stage_rows({k: Stage(**v) for k, v in att["stages"].items()}, per_s, att["ended"], i,
+                            att.get("started"))
+    per_s = (rec.price_per_hour or 0.0) * max(1, rec.nodes) / 3600.0
+    return rows + _stage_rows(rec.stages, per_s, now, len(rec.attempts) + 1, rec.billed_from)
+
+
+def instances(rec: Record, now: float) -> list[dict]:
+    """Each instance of the run, in launch order: its ids, type, region, billed time and cost, and how it ended."""
+    rows = []
+    for i, att in enumerate(rec.attempts, 1):
+        inst = att.get("instance") or {}
+        rows.append({"instance": i, "ids": inst.get("ids") or [], "type": inst.get("type"), "region": inst.get("region"),
+                     "seconds": round(max(0.0, att["ended"] - (att["ended"] if att.get("started") is None
+                                                              else att["started"])), 1),
+                     "cost": round(attempt_cost(att), 4), "ended": att.get("reason")})
+    start = billed_since(rec)
+    if start is not None:
+        inst = rec.instance or {}
+        down = rec.stages.get("down")
+        ended = ("terminated" if down is not None and down.ok else rec.lost or
+                 ("replacing it: " + rec.recovering["reason"] if rec.recovering else "running"))
+        secs = max(0.0, billed_until(rec, now) - start)
+        rows.append({"instance": len(rec.attempts) + 1, "ids": inst.get("ids") or [], "type": inst.get("type"),
+                     "region": inst.get("region"), "seconds": round(secs, 1),
+                     "cost": round(secs / 3600.0 * (rec.price_per_hour or 0.0) * max(1, rec.nodes), 4),
+                     "ended": ended})
     return rows
 
 
@@ -175,6 +242,59 @@ def overhead(rec: Record) -> dict:
     if "watch" in st and st["watch"].ended and "down" in st and st["down"].started:
         after = st["down"].started - st["watch"].ended
     return {"before_job_s": before, "after_job_s": after}
+
+
+# -- recovery ------------------------------------------------------------------------------------------------------
+def why_not_recover(rec: Record, now: float) -> Optional[str]:
+    """Why the run's instance is not replaced now (None: it is): no --recover, every recovery used, the job had ended,
+    the run is stopping, --max-cost reached, or too little of --ttl left for another instance."""
+    if rec.recover <= 0:
+        return "no --recover"
+    if len(rec.attempts) >= rec.recover:
+        return f"--recover {rec.recover}: every replacement used"
+    if rec.job_state in ("succeeded", "failed", "stopped"):
+        return f"the job had ended ({rec.job_state})"
+    if rec.stop_reason:
+        return f"the run is stopping ({rec.stop_reason})"
+    if over_budget(rec, now):
+        return f"--max-cost ${rec.max_cost:.2f} reached"
+    if rec.ttl_deadline is not None and rec.ttl_deadline - now < RECOVER_MIN_TTL_S:
+        return "the run's --ttl ends in less than 5 minutes"
+    return None
+
+
+def ttl_left(rec: Record, now: float) -> Optional[float]:
+    """The TTL of an instance launched now: what is left of the run's (None: no --ttl)."""
+    if rec.ttl_deadline is None:
+        return rec.ttl_s
+    return max(1.0, rec.ttl_deadline - now)
+
+
+def archive(rec: Record, ended: float) -> dict:
+    """The replaced instance, its stages, job, time and price, moved into rec.attempts; the run starts again at `up`
+    (the checkpoint to resume from stays in rec.resume_from)."""
+    att = {"instance": rec.instance or {}, "price_per_hour": rec.price_per_hour, "nodes": rec.nodes,
+           "started": billed_since(rec), "ended": ended, "reason": (rec.recovering or {}).get("reason"),
+           "run_id": rec.run_id, "job_state": rec.job_state,
+           "stages": {k: asdict(v) for k, v in rec.stages.items()}}
+    rec.attempts.append(att)
+    rec.stages, rec.run_id, rec.job_state, rec.instance, rec.recovering = {}, None, None, None, None
+    rec.billed_from = None  # the next instance bills from its own launch
+    return att
+
+
+def checkpoint_name(rec: Record) -> Optional[str]:
+    """The --fetch name that holds the checkpoints: `checkpoints` if named, else the first name (None: no --fetch)."""
+    return "checkpoints" if "checkpoints" in rec.fetch else (rec.fetch[0] if rec.fetch else None)
+
+
+def checkpoint_entry(name: str, sub: str, step_dir: Optional[str], step: Optional[int], at: float) -> dict:
+    """A fetched checkpoint as the record keeps it: `path` on the instance (the fetch entry's own spelling:
+    relative to the project folder, the job's working directory, unless absolute), `local` under the project."""
+    base = sub.rstrip("/") or "."
+    return {"name": name, "dir": step_dir, "step": step, "at": at,
+            "path": f"{base}/{step_dir}" if step_dir else base,
+            "local": f"{name}/{step_dir}" if step_dir else name}
 
 
 # -- the record on disk ---------------------------------------------------------------------------------------------

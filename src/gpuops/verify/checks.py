@@ -928,3 +928,20 @@ def verdict(results: list[CheckResult]) -> str:
     if any(r.status == WARN for r in results):
         return WARN
     return PASS
+
+
+def health_failures(health: list | None, xids: list[dict], *, xid_table: dict | None = None,
+                    instance_id: str | None = None) -> list[CheckResult]:
+    """A running job's GPU health (the health fields and the kernel log's Xid lines its watch samples), judged by the
+    rules above: the FAIL results, each a fact that ends the GPU's usefulness (uncorrectable ECC errors, a row
+    remapping pending or failed, retired pages pending, a recovery action asked by the driver, a hardware Xid).
+    xid_table: playbooks/xid.yaml already loaded (else it is read here)."""
+    from types import SimpleNamespace
+
+    f = Facts(health=list(health or []), xids=list(xids), kernel_log={"readable": True, "source": "watch"})
+    c = Context(f, SimpleNamespace(expect=None, instance_id=instance_id), {},
+                {"xid_table": xid_table} if xid_table is not None else {}, {}, {})
+    found = [*_ecc(c), *_memory_repair(c), *_recovery(c)] if f.health else []
+    if f.xids:
+        found += list(check_kernel_log(c))
+    return [r for r in found if r.status == FAIL]

@@ -4,7 +4,7 @@ error codes, Bearer auth, and instances that are real sandbox hosts (sshd on the
 In-process:   emu = Emulator(state_dir, api_key="..."); emu.start(); emu.url -> "http://127.0.0.1:PORT/api/v1"
               knobs: capacity(), set_capacity(), capacity_later(), fault(), clear_faults(), boot_seconds(),
               terminate_seconds(), launch_window(), advance(), clock_rate(), preempt(), set_status(),
-              drop_connections(), instances(), launch_requests(), reset(), close()
+              drop_connections(), gpu_fault(), unreachable(), instances(), launch_requests(), reset(), close()
 Other processes: the same knobs under POST /_emulator/<knob> with a JSON object of keyword arguments, GET
               /_emulator/state (Bearer key required, like the API). `gpuops sandbox up --cloud` runs it as a daemon.
 
@@ -331,6 +331,38 @@ class Emulator:
                 self._stop_host(inst)
             self._save()
 
+    def gpu_fault(self, instance_id: str, fault: str) -> list:
+        """A running instance's GPU fails from now on, as `gpuops sandbox up --fault FAULT` describes it (`xid=79`: the
+        driver's "GPU has fallen off the bus" line in its kernel log; `ecc`: uncorrectable ECC errors; ...): its
+        nvidia-smi and kernel log say so, its job keeps running, the API keeps saying `active`. Returns its faults."""
+        from ...paths import write_atomic
+        from ...sandbox.nvidia_smi import fault_problem
+
+        with self.lock:
+            f = Path(self._get(instance_id)["_dir"]) / "gpu.json"
+            state = json.loads(f.read_text())
+            why = fault_problem(fault, int(state.get("count") or 1))
+            if why:
+                raise ValueError(why)
+            state["faults"] = list(state.get("faults") or []) + [fault]
+            write_atomic(f, json.dumps(state, indent=1))
+            return state["faults"]
+
+    def unreachable(self, instance_id: str) -> int:
+        """The instance stops answering on the network for good: its sshd and every SSH connection to it end (new
+        ones are refused), its jobs keep running, the API keeps saying `active`. Returns the connections cut."""
+        from ...sandbox import host
+
+        with self.lock:
+            listener = host._pid(Path(self._get(instance_id)["_dir"]))
+        cut = self.drop_connections(instance_id)
+        if listener:
+            try:
+                os.kill(listener, signal.SIGKILL)
+            except OSError:
+                pass
+        return cut
+
     def drop_connections(self, instance_id: str) -> int:
         """The instance's network drops for a moment: every SSH connection to it is cut (its sshd's per-connection
         processes end); sshd keeps listening, the jobs keep running and the API keeps saying `active`. Returns how
@@ -377,7 +409,7 @@ class Emulator:
 
     KNOBS = ("reset", "capacity", "set_capacity", "capacity_later", "fault", "clear_faults", "boot_seconds",
              "terminate_seconds", "launch_window", "advance", "clock_rate", "preempt", "set_status", "image",
-             "drop_connections")
+             "drop_connections", "gpu_fault", "unreachable")
 
     # -- faults --------------------------------------------------------------------------------------------------
     def _take_fault(self, name: str, path: str = "") -> dict | None:

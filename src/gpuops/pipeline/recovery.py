@@ -1,0 +1,313 @@
+"""`gpuops run --recover N`, the talking half: an instance lost (terminated, preempted), unreachable too long or with a
+GPU that stopped being usable is replaced, up to N times, and the job started again from the newest checkpoint
+fetched and verified.
+
+While the job trains, each checkpoint is fetched (verified) as soon as it is complete, in the background, so a lost
+instance loses only the work since the last one. Then a replacement is, in order and each step recorded (a crash or
+Ctrl-C anywhere leaves a record `run --resume` continues): `recover` (fetch what the instance still has, terminate it:
+never before that fetch was tried), `up` (a new instance, the run's own UpSpec), sync, setup (verify), `push` (the
+checkpoint back), `train` with GPUOPS_RESUME_FROM. The decisions (may it be replaced, the record of each instance)
+are pure, in pipeline/stages.py; the Runner (pipeline/runner.py) has these stages through the RecoveryStages mixin.
+"""
+from __future__ import annotations
+
+import io
+import threading
+import time
+from pathlib import Path
+from typing import Callable, Optional
+
+from . import stages as pl
+from ..errors import GpuopsError
+
+
+class GpuFault(Exception):
+    """Raised from watch's event callback: a health fact that ends a GPU's usefulness (verify's FAIL rules)."""
+
+    def __init__(self, findings: list[str]):
+        super().__init__("; ".join(findings))
+        self.findings = findings
+
+
+def quiet_output():
+    """An Output that keeps what it is told (a background fetch must not draw over the job's log)."""
+    from ..console import Output
+
+    return Output(json_mode=True, stdout=io.StringIO(), stderr=io.StringIO())
+
+
+def fetch_checkpoint(prof, project: Path, name: str, out, clock: Callable[[], float] = time.time) -> dict:
+    """The newest checkpoint under fetch entry `name`, fetched and verified (transfer.fetch): its newest step folder
+    (global_step_N, checkpoint-N), or the whole folder when it has none. Returns the record's checkpoint entry."""
+    from ..remote.connection import connect
+    from ..transfer.fetch import fetch, list_remote
+
+    one = prof.model_copy(update={"fetch": {name: prof.fetch[name]}})
+    with connect(one, announce=out.info) as remote:
+        listing = list_remote(one, remote, project)[name]
+        if not listing["exists"] or not listing["files"]:
+            raise GpuopsError(f"nothing at {listing['path']} yet")
+        s = fetch(one, remote, out, name, latest=bool(listing["steps"]), project_dir=project)
+    return pl.checkpoint_entry(name, prof.fetch[name], s["dirs"][0] if s["dirs"] else None,
+                               s["steps"][-1] if s["steps"] else None, clock())
+
+
+class CheckpointFetcher:
+    """While the job trains: each time the checkpoint folder changed and then held still for a sample
+    (jobs.watch.CheckpointWatch), fetch_one() runs in a background thread (its own connection). finished() hands
+    the results back to the caller's thread: (entry, None) or (None, GpuopsError)."""
+
+    def __init__(self, fetch_one: Callable[[], dict]):
+        from ..jobs.watch import CheckpointWatch
+
+        self.watch = CheckpointWatch()
+        self.fetch_one = fetch_one
+        self.thread: Optional[threading.Thread] = None
+        self._done: list = []
+        self._lock = threading.Lock()
+
+    def on_event(self, ev: dict) -> list:
+        got = self.finished()
+        if self.watch.apply(ev):
+            self.thread = threading.Thread(target=self._run, name="gpuops-checkpoint-fetch", daemon=True)
+            self.thread.start()
+        return got
+
+    def _run(self) -> None:
+        try:
+            res = (self.fetch_one(), None)
+        except GpuopsError as exc:
+            res = (None, exc)
+        except Exception as exc:  # noqa: BLE001 - a background thread reports, never dies silently
+            res = (None, GpuopsError(f"{type(exc).__name__}: {exc}"))
+        with self._lock:
+            self._done.append(res)
+        self.watch.done()
+
+    def finished(self, wait: bool = False) -> list:
+        """The results so far; wait: after the fetch under way has ended (two fetches never share a folder)."""
+        if wait and self.thread is not None:
+            self.thread.join()
+        with self._lock:
+            got, self._done = self._done, []
+        return got
+
+
+class RecoveryStages:
+    """The Runner's recovery: spotting what ends an instance's usefulness while watching, and the stages `recover`
+    and `push`. Uses the Runner's rec, out, project, seams, ctx_factory and its stage helpers."""
+
+    # -- while watching ----------------------------------------------------------------------------------------------
+    def _watch_extras(self, prof):
+        """What the run's watch stream samples beyond the GPU line (no extra execution): the GPUs' health always,
+        the checkpoint folder with --recover. Returns (watch.Extras, HealthWatch, CheckpointFetcher or None)."""
+        from .. import knowledge as kb
+        from ..jobs import watch as w
+        from ..transfer.fetch import fetch_sources
+
+        rec = self.rec
+        health = w.HealthWatch(kb.load_playbook("xid", self.project),
+                               kb.knowledge(self.project).get("nvidia_smi_failures", []))
+        name = pl.checkpoint_name(rec)
+        if rec.recover <= 0 or name is None:
+            return w.Extras(health=True), health, None
+        fprof = self._fetch_profile()
+        folder = fetch_sources(fprof, self.project)[name]
+        self._fetcher = CheckpointFetcher(lambda: fetch_checkpoint(fprof, self.project, name, quiet_output()))
+        return w.Extras(health=True, checkpoints=folder), health, self._fetcher
+
+    def _watch_event(self, ev: dict, health, fetcher) -> None:
+        """One stream event: a health fact that ends a GPU's usefulness (GpuFault with --recover, else said once),
+        a checkpoint to fetch or fetched."""
+        found = health.apply(ev)
+        if found:
+            if self.rec.recover > 0:
+                raise GpuFault(found)
+            for f in found:
+                self.out.warn(f"{self.rec.profile}: {f}: the GPU is no longer usable (the job goes on as it can; "
+                              "gpuops run --recover N replaces such an instance)")
+        if fetcher is not None:
+            self._checkpoints_fetched(fetcher.on_event(ev))
+
+    def _checkpoints_fetched(self, results: list) -> None:
+        for entry, err in results:
+            if err is not None:
+                self.out.warn(f"fetching the newest checkpoint failed: {err.message} (tried again at the next one)")
+                continue
+            said = (self.rec.checkpoint or {}).get("local") == entry["local"]  # e.g. the one pushed back
+            self.rec.checkpoint = entry
+            pl.save(self.rec, self.project)
+            if not said:
+                self.out.info(f"checkpoint {entry['local']} fetched and verified (a replacement instance resumes "
+                              "from it)")
+
+    def _end_fetcher(self) -> None:
+        """A checkpoint fetch under way ends (its result kept) before the instance is fetched from or terminated."""
+        if self._fetcher is not None:
+            self._checkpoints_fetched(self._fetcher.finished(wait=True))
+
+    def _gpu_fault(self, exc: GpuFault) -> None:
+        """A GPU of the instance stopped being usable: replace the instance, or (no replacement left) stop the job,
+        fetch what exists and terminate."""
+        rec = self.rec
+        what = "; ".join(exc.findings)
+        why = pl.why_not_recover(rec, self.seams.clock())
+        if why is None:
+            self._start_recovery("watch", "gpu", f"{rec.profile}: {what}")
+            return
+        rec.stop_reason = f"{what}; not replaced: {why}"
+        self.out.error(f"{rec.profile}: {what}: the GPU is no longer usable and the instance is not replaced ({why}): "
+                       "stopping the job, then fetching what exists")
+        self._stop_job()
+        self._end("watch", ok=False, detail=rec.stop_reason)
+
+    def _start_recovery(self, stage: Optional[str], kind: str, reason: str, instance_id: Optional[str] = None,
+                        status: Optional[str] = None) -> None:
+        """Record that the instance is being replaced (before anything is done about it), say so, and close the
+        stages it cut short. kind: lost (ended under the run), unhealthy (Lambda's status), unreachable, gpu."""
+        rec = self.rec
+        if rec.recovering:
+            return
+        now = self.seams.clock()
+        ids = (rec.instance or {}).get("ids") or ([instance_id] if instance_id else [])
+        rec.recovering = {"kind": kind, "reason": reason, "at": now, "stage": stage, "status": status,
+                          "instance_ids": ids, "fetch_tried": False, "terminated": False, "ended": None}
+        if rec.run_id and rec.job_state is None and kind != "gpu":
+            rec.job_state = "lost"
+        ck = rec.checkpoint
+        resume = (f"the job starts again from checkpoint {ck['local']} (fetched and verified)" if ck else
+                  "no checkpoint was fetched: the job starts again from the beginning")
+        self.out.error(f"{reason}: replacing the instance (recovery {len(rec.attempts) + 1} of {rec.recover}); "
+                       f"{resume}")
+        for name in pl.STAGES[:-1]:
+            st = rec.stages.get(name)
+            if st is not None and st.started is not None and st.ended is None:
+                self._end(name, ok=False, detail=reason)
+        pl.save(rec, self.project)
+
+    # -- the stages ----------------------------------------------------------------------------------------------
+    def stage_recover(self) -> None:
+        """Fetch what the instance still has (only if it can be reached), terminate it (after that fetch was
+        tried), then archive it: the run starts again at `up`."""
+        rec = self.rec
+        r = rec.recovering
+        self._begin("recover")
+        self._end_fetcher()
+        ids = ", ".join(r.get("instance_ids") or []) or "?"
+        if not r.get("fetch_tried"):
+            if r["kind"] == "gpu":
+                self._stop_job()
+                self._fetch_reachable()
+            else:
+                self.out.info(f"nothing to fetch from instance {ids}: it is "
+                              + ({"lost": r.get("status") or "gone", "unhealthy": "unhealthy (unreachable)",
+                                  "unreachable": "unreachable"}.get(r["kind"], r["kind"])))
+            r["fetch_tried"] = True
+            pl.save(rec, self.project)
+        if not r.get("terminated") and not self._terminate_for_recovery(ids):
+            return
+        cost = pl.spend(rec, self.seams.clock())
+        self._end("recover", ok=True, detail=f"instance {ids} terminated")
+        rec.resume_from = rec.checkpoint["path"] if rec.checkpoint else None
+        pl.archive(rec, r["ended"])
+        pl.save(rec, self.project)
+        self.out.info(f"instance {ids} terminated (${cost:.2f} so far); launching its replacement"
+                      + (f", which resumes from {rec.resume_from}" if rec.resume_from else ""))
+
+    def _fetch_reachable(self) -> None:
+        """The instance answers (its GPU failed): its job's log and each --fetch name (the checkpoints: the newest),
+        one try each, verified; what fails is said and left."""
+        from ..jobs import actions as lifecycle
+        from ..remote.connection import connect
+        from ..transfer.fetch import fetch
+
+        rec = self.rec
+        prof = self._fetch_profile()
+        n = len(rec.attempts) + 1
+        if rec.run_id:
+            try:
+                meta = lifecycle.resolve(rec.run_id, prof, self.project)
+                self.fetched[f"log.instance{n}"] = self._save_log(prof, meta, 0, "log")
+            except GpuopsError as exc:
+                self.out.warn(f"the job's log could not be fetched from the failing instance: {exc.message}")
+        for name in rec.fetch:
+            try:
+                if name == pl.checkpoint_name(rec):
+                    self._checkpoints_fetched([(fetch_checkpoint(prof, self.project, name, self.out,
+                                                                 self.seams.clock), None)])
+                    continue
+                with connect(prof, announce=self.out.info) as remote:
+                    s = fetch(prof, remote, self.out, name, project_dir=self.project)
+                self.fetched[f"{name}.instance{n}"] = str(s.get("dest") or name)
+            except GpuopsError as exc:
+                self.out.warn(f"fetch {name} from the failing instance failed: {exc.message}")
+
+    def _terminate_for_recovery(self, ids: str) -> bool:
+        """Terminate the instance being replaced (confirmed, its records closed). False: refused (said loudly: it
+        still bills; the run stops here and `--resume` tries again)."""
+        from ..cloud.instances import down
+
+        rec, r = self.rec, self.rec.recovering
+        ctx = self.ctx_factory()
+        try:
+            with ctx.client:
+                down(rec.profile, ctx, project_dir=self.project)
+        except GpuopsError as exc:
+            self._end("recover", ok=False, detail=exc.message)
+            self.out.error(f"could not terminate instance {ids} to replace it ({exc.message}): STILL BILLING "
+                           f"${(rec.price_per_hour or 0) * max(1, rec.nodes):.2f}/h; no replacement is launched",
+                           f"gpuops run --resume --id {rec.id} tries again (and goes on with the recovery); "
+                           f"gpuops down {rec.profile} ends it; gpuops ls shows it")
+            return False
+        r["terminated"], r["ended"] = True, self.seams.clock()
+        pl.save(rec, self.project)
+        return True
+
+    def _relaunch_failed(self, exc: GpuopsError) -> None:
+        """The replacement could not be launched (no capacity, budget, a refused launch): the run ends, saying
+        whether anything still bills (up terminated what it launched; the replaced instance was terminated)."""
+        from ..cloud.ledger import Ledger
+
+        rec = self.rec
+        left = [r for r in Ledger().records() if r.open and r.profile == rec.profile]
+        rec.stop_reason = f"recovery failed: no replacement instance ({exc.message})"
+        if left:
+            self.out.error(f"{rec.stop_reason}; STILL BILLING: launch {', '.join(r.launch_id for r in left)} of "
+                           f"{rec.profile} is open", f"gpuops ls shows it; gpuops down {rec.profile} ends it")
+        else:
+            self.out.error(f"{rec.stop_reason}; nothing is left billing: every instance of this run is terminated "
+                           f"(gpuops ls shows no open launch of {rec.profile})", exc.hint)
+
+    def stage_push(self) -> None:
+        """The checkpoint the replaced instance left (fetched and verified here) back onto the new instance, at the
+        path the job gets in GPUOPS_RESUME_FROM."""
+        from ..profiles.model import shell_path
+        from ..remote import rsync as rs
+        from ..remote.connection import connect, ssh_command
+        from ..transfer import plan as tr
+        from ..transfer.progress import ProgressView
+
+        rec = self.rec
+        self._begin("push")
+        ck = rec.checkpoint
+        local = self.project / ck["local"]
+        if not local.exists():
+            self._end("push", ok=False, detail=f"{ck['local']} is not here any more")
+            self.out.error(f"the checkpoint to resume from, {local}, is not here any more; nothing to push")
+            return
+        prof = self._profile()
+        dest = tr.join_remote(prof.remote_dir_for(self.project), ck["path"])
+        where = dest if local.is_dir() else dest.rsplit("/", 1)[0] or "/"
+        argv = tr.base_args(ssh_command(prof)) + [str(local) + ("/" if local.is_dir() else ""),
+                                                  tr.remote_arg(prof.host, dest, contents=local.is_dir())]
+        try:
+            with connect(prof, announce=self.out.info) as remote:
+                remote.run(f"mkdir -p -- {shell_path(where)}", timeout=60, check=True)
+            view = ProgressView(self.out, f"push {ck['local']}")
+            with view:
+                res = rs.run(argv, host=prof.host, on_progress=view.update, on_retry=view.retry)
+        except GpuopsError as exc:
+            self._end("push", ok=False, detail=exc.message)
+            self.out.error(f"push of {ck['local']} failed: {exc.message}", exc.hint)
+            return
+        self._end("push", ok=True, detail=f"{ck['local']} -> {dest} ({res.stats.get('total_bytes', 0)} bytes)")
