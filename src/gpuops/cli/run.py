@@ -73,7 +73,7 @@ def run(
     json_: bool = typer.Option(False, "--json", help="Print the closing summary as one JSON document."),
     args: Optional[List[str]] = typer.Argument(None, help="Arguments for the script, after --.", show_default=False),
 ) -> None:
-    """up -> setup -> sync -> train -> watch -> fetch (verified) -> down, with the running cost on screen. The type:
+    """up -> sync -> setup -> train -> watch -> fetch (verified) -> down, with the running cost on screen. The type:
     --type (several: tried in order) or --gpu NAME[:COUNT] (any type with that GPU, cheapest first), none above
     --max-price, as `gpuops up` takes them; the run's profile records the type it got. The instance is terminated when the job ends, fails or its launch is refused, and on a second Ctrl-C (the first one
     detaches); never before everything named in --fetch is here and verified. --nodes N: a fleet in one region,

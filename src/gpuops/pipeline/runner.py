@@ -1,4 +1,4 @@
-"""`gpuops run`, the talking half: up -> setup -> sync -> train -> watch -> fetch -> down, each stage recorded before
+"""`gpuops run`, the talking half: up -> sync -> setup -> train -> watch -> fetch -> down, each stage recorded before
 it starts and after it ends (pipeline/stages.py decides what comes next, also after a crash), the running cost on screen.
 
 Money rules: the instance is terminated when the job ends, fails, or its launch is refused, and when the user presses
