@@ -1,5 +1,5 @@
 """`gpuops run` end to end through the local Lambda emulator (a real HTTP server whose instances are real sandbox
-hosts): up -> setup -> sync -> train -> watch -> fetch -> down, and every way it can end."""
+hosts): up -> sync -> setup -> train -> watch -> fetch -> down, and every way it can end."""
 from __future__ import annotations
 
 import json
