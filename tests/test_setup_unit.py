@@ -380,15 +380,19 @@ def _pip_config_as_read(env: dict) -> dict:
     return json.loads(r.stdout)
 
 
-def _pip_looks_in(env: dict) -> str:
-    """The indexes pip itself uses for an install with this environment (its `Looking in indexes:` line)."""
+def _pip_looks_in(env: dict, image: Path) -> str:
+    """The indexes pip itself uses for an install with this environment (its `Looking in indexes:` line), run by the
+    python of an emulated instance image (this machine's own python3 may be Debian's, which refuses to install)."""
     import subprocess
-    import sys
 
-    base = Path(sys.base_prefix) / "bin" / "python3"
-    r = subprocess.run([str(base), "-m", "pip", "install", "--dry-run", "--no-deps", "gpuops-no-such-pkg"],
+    from gpuops.sandbox.image import build
+
+    py = build(image)
+    r = subprocess.run([str(py), "-m", "pip", "install", "--dry-run", "--no-deps", "gpuops-no-such-pkg"],
                        env=env, capture_output=True, text=True)
-    return next((ln for ln in r.stdout.splitlines() if ln.startswith("Looking in indexes:")), "")
+    line = next((ln for ln in r.stdout.splitlines() if ln.startswith("Looking in indexes:")), "")
+    assert line, f"pip printed no index line: {r.stdout}{r.stderr}"
+    return line
 
 
 def test_the_hosts_pip_configuration_is_read_as_pip_reads_it(tmp_path):
@@ -404,7 +408,7 @@ def test_the_hosts_pip_configuration_is_read_as_pip_reads_it(tmp_path):
     env = {"HOME": str(home), "XDG_CONFIG_DIRS": str(tmp_path / "xdg"), "PATH": "/usr/bin:/bin"}
     cfg = _pip_config_as_read(env)
     assert cfg["index-url"] == a and cfg["extra-index-url"] == [c]
-    assert f"Looking in indexes: {a}, {c}" == _pip_looks_in(env)  # what pip itself does
+    assert f"Looking in indexes: {a}, {c}" == _pip_looks_in(env, tmp_path / "image")  # what pip itself does
     cfg = _pip_config_as_read({**env, "PIP_INDEX_URL": b})  # a PIP_* variable beats every file
     assert cfg["index-url"] == b and "environment" in cfg["sources"]
     cfg = _pip_config_as_read({**env, "PIP_CONFIG_FILE": "/dev/null"})

@@ -4,8 +4,8 @@ build of torch (and pip).
 A virtual environment made with `--system-site-packages` sees its BASE interpreter's site-packages, so an image
 Python must be a base interpreter of its own, not a venv. `build` makes one cheaply from this machine's interpreter:
 a folder laid out as a Python installation whose executable is a copy, whose standard library is symlinks to this
-interpreter's, and whose site-packages is its own (pip linked in, the emulated CUDA torch of image_torch.py written
-with its version). Python finds its prefix from the executable's real location, so `sys.prefix` is the image's.
+interpreter's, and whose site folder (where its site module looks: Debian's and Ubuntu's dist-packages included) is
+its own (pip linked in, the emulated CUDA torch of image_torch.py written with its version). Python finds its prefix from the executable's real location, so `sys.prefix` is the image's.
 
 Used by the sandbox host (`start(image_python=...)`: the image's python3 comes first on the session's PATH) and the
 Lambda emulator's instance images.
@@ -55,23 +55,47 @@ def build(dest: Path, name: str = "lambda-stack") -> Path:
     lib = dest / "lib" / ver
     lib.mkdir(parents=True)
     for entry in stdlib.iterdir():
-        if entry.name != "site-packages":
+        # the image has its own site folders; Lambda Stack's Ubuntu 22.04 python is not externally managed
+        if entry.name not in ("site-packages", "dist-packages", "EXTERNALLY-MANAGED"):
             os.symlink(entry, lib / entry.name)
     for so in (prefix / "lib").glob("libpython*"):
         os.symlink(so, dest / "lib" / so.name)
-    site = lib / "site-packages"
-    site.mkdir()
-    base_site = Path(sysconfig.get_paths(vars={"base": str(prefix), "platbase": str(prefix)})["purelib"])
-    for entry in list(base_site.glob("pip")) + list(base_site.glob("pip-*.dist-info")):
+    site = _site_dir(py3, dest)
+    site.mkdir(parents=True, exist_ok=True)
+    pip_home = _pip_home(exe)
+    for entry in list(pip_home.glob("pip")) + list(pip_home.glob("pip-*.dist-info")):
         os.symlink(entry, site / entry.name)
     _install_torch(site, spec["torch"], spec["cuda"])
-    r = subprocess.run([str(py3), "-c", "import sys, torch; print(sys.prefix)"], stdout=subprocess.PIPE,
+    r = subprocess.run([str(py3), "-c", "import sys, torch, pip; print(sys.prefix)"], stdout=subprocess.PIPE,
                        stderr=subprocess.PIPE, text=True, env={**os.environ, "PYTHONNOUSERSITE": "1"})
     if r.returncode != 0 or Path(r.stdout.strip()) != dest:
         raise RuntimeError(f"the emulated image's python did not start as its own installation: "
                            f"{(r.stderr or r.stdout).strip()[-300:]}")
     done.write_text("ok\n")
     return py3
+
+
+def _run_py(py: Path | str, code: str) -> str:
+    r = subprocess.run([str(py), "-c", code], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                       env={**os.environ, "PYTHONNOUSERSITE": "1"})
+    if r.returncode != 0:
+        raise RuntimeError(f"the emulated image could not be built: {py}: {(r.stderr or r.stdout).strip()[-300:]}")
+    return r.stdout.strip()
+
+
+def _site_dir(py3: Path, dest: Path) -> Path:
+    """Where the image's own python looks for packages, as its site module says: `lib/pythonX.Y/site-packages` for a
+    python.org or pyenv build, `lib/python3/dist-packages` on Debian and Ubuntu (where Lambda Stack puts torch)."""
+    dirs = [Path(d) for d in _run_py(py3, "import site; print('\\n'.join(site.getsitepackages()))").splitlines()]
+    mine = [d for d in dirs if dest in d.parents]
+    if not mine:
+        raise RuntimeError(f"the emulated image's python looks for packages outside {dest}: {dirs}")
+    return next((d for d in mine if d.parts[-2:] == ("python3", "dist-packages")), mine[0])
+
+
+def _pip_home(exe: Path) -> Path:
+    """The folder holding the base interpreter's pip (site-packages, or Debian's /usr/lib/python3/dist-packages)."""
+    return Path(_run_py(exe, "import os, pip; print(os.path.dirname(os.path.dirname(pip.__file__)))"))
 
 
 def _install_torch(site: Path, version: str, cuda: str) -> None:
