@@ -168,3 +168,21 @@ def test_hung_nvidia_smi_is_detected_within_25s_on_the_default_budget(sandbox, g
     took = time.monotonic() - t
     assert r.code == 1 and "nvidia-smi hung" in r.out
     assert took < 25, took
+
+
+def test_a_hung_driver_on_an_image_with_a_cuda_torch_is_reported_without_waiting_for_cuda(sandbox, gpuops, tmp_path):
+    """Lambda Stack's python has a CUDA torch, whose initialisation hangs with the driver (as the emulated one does).
+    verify used to let the CUDA test start on a hung driver and wait out its 90 s; now it does not touch the GPU,
+    says why, and ends within the nvidia-smi budget."""
+    from gpuops.sandbox.image import build
+
+    profile_from_sandbox(sandbox, "lstack", python=str(build(tmp_path / "image")))
+    host.up(fail="hang")
+    t = time.monotonic()
+    r = gpuops("verify", "lstack", "--no-save", "--json")
+    took = time.monotonic() - t
+    checks = {c["id"]: c for c in json.loads(r.out)["checks"]}
+    assert r.code == 1 and checks["gpu.nvidia_smi"]["status"] == "fail", r.all
+    assert checks["cuda.runtime"]["measured"] == "not run: the driver does not answer", checks["cuda.runtime"]
+    assert "2.9.0+cu128" in r.out  # the image's torch was found, and imported (below) without touching the GPU
+    assert took < 30, took

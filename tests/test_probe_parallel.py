@@ -148,3 +148,33 @@ def test_a_hung_nvidia_smi_still_costs_its_budget_once_and_the_rest_is_gathered(
     assert [e for e in events if e.startswith("start")] == ["start query probe"], events
     assert "gpu_health" not in doc and doc["os"]["ok"] and doc["packages"]["ok"]
     assert doc["cuda"]["value"]["result"]["imported"] is False
+
+
+def test_on_a_hung_driver_the_cuda_test_and_the_bench_do_not_touch_a_gpu_and_say_why(tmp_path):
+    """A hung nvidia-smi means a driver that does not answer; CUDA's initialisation then hangs too (the emulated
+    torch does, as the real one does). The CUDA test and the bench used to be let through anyway and waited out
+    their whole limits (90 s and 180 s). Now their gate tells them the driver hung: they end after their import, and
+    verify says why the CUDA test did not run."""
+    from gpuops import knowledge
+    from gpuops.profiles.model import Profile
+    from gpuops.verify.checks import FAIL, evaluate
+    from gpuops.verify.facts import from_probe
+
+    env = emulated_host(tmp_path, "")
+    host.write_gpu_state(tmp_path / "gpu", gpu="h100-sxm5", gpus=1, driver="580.159.04", cuda="13.0", fail="hang",
+                         header="legacy")
+    env.update(PROBE_TEST_EXEC="1")
+    bench = {"device": "cuda", "seconds": 0.1, "allreduce": False}
+    doc, events = run_probe(env, cuda_check=True, bench=bench, timeouts={"nvidia_smi": 1})
+    assert [e for e in events if e.startswith("start")] == ["start query probe"], events  # no CUDA call at all
+    assert "torch-imported cuda-test" in events and "torch-imported bench" in events, events
+    cuda = doc["cuda"]["value"]["result"]
+    assert cuda["imported"] is True and cuda["driver_hung"] is True and "nvidia-smi hung" in cuda["error"], cuda
+    assert doc["bench"]["value"]["result"]["driver_hung"] is True, doc["bench"]
+    kn = knowledge.knowledge()
+    profile = Profile.model_validate({"name": "h", "host": "h", "expect": {"gpu": "H100 SXM5", "gpu_count": 1}})
+    results = {r.id: r for r in evaluate(from_probe(doc, failures=kn["nvidia_smi_failures"]), profile,
+                                         knowledge.load_playbook("verify"), kn, knowledge.presets(), {})}
+    rt = results["cuda.runtime"]
+    assert rt.status == FAIL and rt.measured == "not run: the driver does not answer" and "reboot" in rt.remediation
+    assert results["gpu.nvidia_smi"].status == FAIL

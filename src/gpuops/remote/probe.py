@@ -35,7 +35,15 @@ def gate_wait(out):
     except OSError:
         go = b""
     out["waited_seconds"] = round(time.time() - t1, 3)
+    if go == b"h":
+        out["driver_hung"] = True
     return go == b"g"
+
+
+def not_run(out):
+    if out.get("driver_hung"):
+        return "not run: nvidia-smi hung, and a CUDA call on a driver that does not answer hangs too"
+    return "not run: the probe ended first"
 '''
 
 CUDA_CHECK = r'''
@@ -48,7 +56,7 @@ try:
     out["imported"] = True
     out["import_seconds"] = round(time.time() - t0, 3)
     if not gate_wait(out):
-        print(json.dumps(dict(out, error="not run: the probe ended first")))
+        print(json.dumps(dict(out, error=not_run(out))))
         sys.exit(0)
     out["version"] = torch.__version__
     out["cuda"] = torch.version.cuda
@@ -225,7 +233,7 @@ try:
     out["torch"] = torch.__version__
     dev = out["device"]
     if not gate_wait(out):
-        out["error"] = "not run: the probe ended first"
+        out["error"] = not_run(out)
     elif dev == "cuda" and not torch.cuda.is_available():
         out["error"] = "CUDA not available"
     else:
@@ -282,17 +290,18 @@ print(json.dumps(out))
 
 class Gate(object):
     """A pipe a gated check (the CUDA test, the bench) reads one byte from before it touches a GPU: it imports torch
-    meanwhile. Closed without the byte (the probe ending first), it tells the check not to run."""
+    meanwhile. Closed without the byte (the probe ending first), it tells the check not to run; `h` tells it not to
+    run because the driver hung (nvidia-smi did not answer): CUDA's initialisation would hang for its whole limit."""
 
     def __init__(self):
         self.r, self.w = os.pipe()
 
-    def open(self, go=True):
+    def open(self, go=True, hung=False):
         if self.w is not None:
             w, self.w = self.w, None
             try:
-                if go:
-                    os.write(w, b"g")
+                if go or hung:
+                    os.write(w, b"g" if go else b"h")
             except OSError:  # the check has ended already (torch missing): nobody reads
                 pass
             finally:
@@ -631,11 +640,13 @@ def together(jobs, facts):
 def gpu_facts(P, lim, facts, looked):
     """What nvidia-smi and the kernel log say about the GPUs; then `looked` opens. The GPU query first, alone: a hung
     nvidia-smi is found within the `nvidia_smi` budget and no other call is started on it (the table gets what is
-    left of that budget). Then the table, the health query, the GPU processes and the kernel log at once."""
+    left of that budget), nor does the CUDA test touch a GPU (its gate says the driver hung: CUDA's initialisation
+    would hang out its whole limit). Then the table, the health query, the GPU processes and the kernel log at once."""
+    hung = False
     try:
-        _gpu_facts(P, lim, facts)
+        hung = _gpu_facts(P, lim, facts)
     finally:
-        looked.open()
+        looked.open(go=not hung, hung=hung)
 
 
 def _gpu_facts(P, lim, facts):
@@ -644,7 +655,7 @@ def _gpu_facts(P, lim, facts):
     timed("nvidia_smi_query", lambda: tool("nvidia-smi", ["--query-gpu=" + SMI_FIELDS, "--format=csv,noheader,nounits"],
                                            budget), budget + 2, facts)
     q = facts.get("nvidia_smi_query") or {}
-    hung = q.get("timeout") or (q.get("value") or {}).get("timeout")
+    hung = driver_hung(facts)
     jobs = []
     if hung:
         facts["nvidia_smi"] = dict(q)
@@ -663,6 +674,12 @@ def _gpu_facts(P, lim, facts):
         k = lim.get("kernel_log", 10)
         jobs.append(("kernel_log", lambda: kernel_log(k), k * 2 + 2))
     together(jobs, facts)
+    return bool(hung)
+
+
+def driver_hung(facts):
+    q = facts.get("nvidia_smi_query") or {}
+    return bool(q.get("timeout") or (q.get("value") or {}).get("timeout"))
 
 
 def in_background(fn, *args):
@@ -710,7 +727,7 @@ def main():
         for th in waits:
             th.join()
         user_checks(P, lim, facts)
-        rest_done.open()
+        rest_done.open(go=not driver_hung(facts), hung=driver_hung(facts))
         if bench is not None:
             bt = lim.get("bench", 180)
             timed("bench", lambda: last_json(finish(bench, bt), bt), bt + 5, facts)

@@ -7,7 +7,8 @@ of the image written into its first lines. It answers the calls gpuops' probe an
 get_device_capability/get_arch_list/synchronize/is_bf16_supported`, `torch.randn(..., device=...)`, `a @ b`,
 `.sum().item()`, `torch.backends.cudnn.version()`), and learns its GPUs as the real one does from the driver: it
 asks the (emulated) `nvidia-smi` on PATH, honouring CUDA_VISIBLE_DEVICES (indexes or UUID prefixes). With no driver,
-`cuda.is_available()` is False, as with a real CUDA build on a host whose driver is not loaded.
+`cuda.is_available()` is False, as with a real CUDA build on a host whose driver is not loaded; with a driver that
+hangs (the sandbox's `hang` failure), it hangs, as CUDA's initialisation does.
 It says what it is: `torch.EMULATED` is True.
 """
 __version__ = "2.9.0+cu128"
@@ -39,8 +40,9 @@ def _devices():
         return _devices_cache
     found = []
     try:
+        # no time limit: on a driver that does not answer, CUDA's initialisation hangs as nvidia-smi does
         r = _subprocess.run(["nvidia-smi", "--query-gpu=index,name,compute_cap,uuid", "--format=csv,noheader"],
-                            stdout=_subprocess.PIPE, stderr=_subprocess.PIPE, timeout=20)
+                            stdout=_subprocess.PIPE, stderr=_subprocess.PIPE)
         if r.returncode == 0:
             for line in r.stdout.decode().splitlines():
                 parts = [p.strip() for p in line.split(",")]

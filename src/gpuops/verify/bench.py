@@ -111,7 +111,9 @@ def judge(bench: dict, facts: Facts, thresholds: dict | None = None) -> Iterable
     warn_at = float(th.get("bench_warn_fraction", 0.8))
     if bench.get("error") and not bench.get("devices"):
         yield CheckResult("bench.run", "Benchmark", WARN, "did not run", detail=str(bench["error"])[:400],
-                          remediation="the bench needs torch with CUDA on the host (see cuda.runtime)"
+                          remediation="nvidia-smi hung: the bench would hang too (see gpu.nvidia_smi)"
+                          if bench.get("driver_hung") else
+                          "the bench needs torch with CUDA on the host (see cuda.runtime)"
                           if "CUDA" in str(bench["error"]) or "torch" in str(bench["error"]) else
                           "run it again; if it hangs, a GPU may be wedged (see the health checks)")
         return

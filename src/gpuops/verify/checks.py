@@ -527,6 +527,11 @@ def check_cuda_runtime(c: Context) -> Iterable[CheckResult]:
         yield CheckResult("cuda.runtime", "CUDA tensor test", FAIL, "timed out",
                           remediation="CUDA initialisation hung: a GPU is wedged or busy; reboot the instance", detail=rt.get("error"))
         return
+    if rt.get("driver_hung"):
+        yield CheckResult("cuda.runtime", "CUDA tensor test", FAIL, "not run: the driver does not answer",
+                          remediation="nvidia-smi hung (see gpu.nvidia_smi), and CUDA's initialisation hangs with it: "
+                                      "reboot the instance; replace it if that does not help")
+        return
     if rt.get("crashed"):
         yield CheckResult("cuda.runtime", "CUDA tensor test", FAIL, "the test process crashed", detail=rt.get("error"),
                           remediation="run `python -c 'import torch; torch.zeros(1).cuda()'` on the host to see the crash")
