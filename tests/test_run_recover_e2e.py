@@ -226,3 +226,34 @@ def test_health_sampling_on_a_real_shell_with_an_old_driver(sandbox):
     found = [f for e in evs for f in hw.apply(e)]
     assert any("uncorrectable since boot: GPU 0: 2" in f for f in found), found
     assert any("Xid 79" in f for f in found), found
+
+
+def test_a_fleet_with_a_preempted_node_is_replaced_whole_and_every_node_resumes(cloud):
+    """A torchrun job dies with any of its nodes: the whole fleet is replaced (every node terminated after the fetch
+    was tried, a new fleet launched in one region) and the checkpoint pushed to every new node, each of which
+    resumes from it."""
+    cloud.capacity(TYPE, ["us-east-1"])
+    _project(text=RESUMABLE)
+    p = _cli(cloud, "--nodes", "2", "--launcher", "none", "--script", "train.py", "--fetch", "checkpoints", "--json",
+             "--recover", "1", "--", str(STEPS), "6", "0.5")
+    _wait(lambda: ((_records() or [{}])[0].get("checkpoint") or {}).get("step", 0) >= 2,
+          what="checkpoint-2 fetched", p=p)
+    first = sorted(i["id"] for i in _live(cloud))
+    assert len(first) == 2
+    cloud.preempt(first[1])
+    out, err = p.communicate(timeout=300)
+    assert p.returncode == 0, err
+    doc = json.loads(out)
+    assert doc["outcome"] == "succeeded" and doc["recoveries"] == 1, doc
+    assert sorted(doc["instances"][0]["ids"]) == first and len(doc["instances"][1]["ids"]) == 2
+    assert not _billing(cloud) and not [x for x in Ledger().records() if x.open]
+    assert f"instance {first[1]} is preempted" in err and "replacing the whole fleet, its 2 instances" in err, err
+    assert "stopping the job on every node and fetching from node 0" in err, err
+    resumed = _both_halves_here(doc)
+    # node 0's job was stopped when node 1 ended (a torchrun job would hang there), not left to run to its end
+    log0 = (Path.cwd() / doc["fetched"]["log.instance1"]).read_text()
+    assert f"step {resumed} saved" in log0 and f"step {STEPS} saved" not in log0, log0
+    log1 = (Path.cwd() / doc["fetched"]["log.host1"]).read_text()  # node 1 resumed from the pushed checkpoint too
+    assert f"resumed from {doc['resumed_from']}" in log1 and f"step {STEPS} saved" in log1, log1
+    push = next(s for s in doc["stages"] if s["stage"] == "push")
+    assert push["ok"] and "on 2 hosts" in push["detail"], push

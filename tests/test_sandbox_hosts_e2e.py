@@ -73,3 +73,28 @@ def test_sandbox_fixture_host_unchanged(sandbox, gpuops):
     assert st["running"] and st["address"] == "127.0.0.1" and st["port"] == sandbox["port"]
     r = gpuops("sandbox", "status")
     assert r.code == 0 and f"127.0.0.1:{sandbox['port']}" in r.out
+
+
+def test_a_session_reads_the_hosts_own_home_not_this_machines(sandbox):
+    """sshd starts each session with the user's login shell, which (bash, started by sshd) reads ~/.bashrc before
+    anything else. It used to be this machine's (root's pyenv init, whose rehash lock, left by a killed session,
+    made every later session wait 60 s and time out); it is the sandbox host's home, as on an instance."""
+    home = sandbox["dir"] / "home"
+    rc = home / ".bashrc"
+    rc.write_text('echo "$HOME" > "$HOME/bashrc-ran"\n')
+    try:
+        r = subprocess.run(["ssh", "-p", str(sandbox["port"]), "-i", str(sandbox["dir"] / "client_ed25519"),
+                            "-o", "StrictHostKeyChecking=no", "-o", "UserKnownHostsFile=/dev/null", "-o", "BatchMode=yes",
+                            f"{sandbox['user']}@127.0.0.1", "echo $HOME"], capture_output=True, text=True, timeout=30)
+        assert r.returncode == 0 and r.stdout.strip() == str(home), r
+        if Path("/bin/bash").samefile(_login_shell(sandbox["user"])):  # a bash login shell read the host's .bashrc
+            assert (home / "bashrc-ran").read_text().strip() == str(home)
+    finally:
+        rc.unlink()
+        (home / "bashrc-ran").unlink(missing_ok=True)
+
+
+def _login_shell(user: str) -> str:
+    import pwd
+
+    return pwd.getpwnam(user).pw_shell

@@ -53,8 +53,10 @@ def run(
                                                "still has, terminate it, launch a new one, setup, verify, sync, push "
                                                "the newest checkpoint fetched and verified, and start the job again "
                                                "with its path in GPUOPS_RESUME_FROM. Each checkpoint is fetched as "
-                                               "it appears (the first --fetch name, or `checkpoints`). With "
-                                               "--resume: the run's new N.", show_default=False),
+                                               "it appears (the first --fetch name, or `checkpoints`). A fleet "
+                                               "(--nodes) is replaced whole when any node ends, the checkpoint "
+                                               "pushed to every node. With --resume: the run's new N.",
+                                          show_default=False),
     unreachable: Optional[str] = typer.Option(None, "--unreachable", metavar="DURATION",
                                               help="How long the instance may stay unreachable while the API shows "
                                                    "it running (default 5m): then it is replaced (--recover), else "
@@ -125,8 +127,6 @@ def _resumed(out, project: Path, run_id: Optional[str], new_run: dict, *, fetch:
     if rec is None:
         raise UsageError("no unfinished run to resume here" + (f" named {run_id!r}" if run_id else ""),
                          hint=f"records are in {pl.records_dir(project)}")
-    if recover and rec.nodes > 1:
-        raise UsageError(f"--recover: run {rec.id} has {rec.nodes} nodes; a fleet is not replaced (yet)")
     run_ops.amend_for_resume(rec, fetch=fetch, keep=keep, max_cost=max_cost, recover=recover)
     out.info(f"resuming run {rec.id} at stage '{pl.next_stage(rec) or 'summary'}'")
     rec.outcome = pl.RUNNING
@@ -157,9 +157,6 @@ def _new_run(out, project: Path, *, types: list, gpu: Optional[str], max_price: 
         raise UsageError(f"--launcher {launcher!r}: choose one of auto, {', '.join(LAUNCHERS)}")
     if nproc != "auto" and not (nproc.isdigit() and int(nproc) > 0):
         raise UsageError(f"--nproc-per-node {nproc!r}: 'auto' or a whole number above 0")
-    if recover and nodes > 1:
-        raise UsageError("--recover with --nodes above 1: a fleet is not replaced (yet)",
-                         hint="run one node with --recover, or a fleet without it")
     script = script_path(script, project, must_exist=True)
     template, note = run_ops.run_template(template_for(from_, project), from_)
     if note:

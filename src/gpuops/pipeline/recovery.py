@@ -93,6 +93,12 @@ class CheckpointFetcher:
         return got
 
 
+def node0_alive(r: dict) -> bool:
+    """A fleet's recovery where the node that ended is not node 0: node 0 can still be fetched from."""
+    ids = r.get("instance_ids") or []
+    return r.get("kind") == "lost" and len(ids) > 1 and bool(r.get("lost_id")) and r["lost_id"] != ids[0]
+
+
 class RecoveryStages:
     """The Runner's recovery: spotting what ends an instance's usefulness while watching, and the stages `recover`
     and `push`. Uses the Runner's rec, out, project, seams, ctx_factory and its stage helpers."""
@@ -171,14 +177,16 @@ class RecoveryStages:
         now = self.seams.clock()
         ids = (rec.instance or {}).get("ids") or ([instance_id] if instance_id else [])
         rec.recovering = {"kind": kind, "reason": reason, "at": now, "stage": stage, "status": status,
-                          "instance_ids": ids, "fetch_tried": False, "terminated": False, "ended": None}
+                          "instance_ids": ids, "fetch_tried": False, "terminated": False, "ended": None,
+                          "lost_id": instance_id}
         if rec.run_id and rec.job_state is None and kind != "gpu":
             rec.job_state = "lost"
         ck = rec.checkpoint
         resume = (f"the job starts again from checkpoint {ck['local']} (fetched and verified)" if ck else
                   "no checkpoint was fetched: the job starts again from the beginning")
-        self.out.error(f"{reason}: replacing the instance (recovery {len(rec.attempts) + 1} of {rec.recover}); "
-                       f"{resume}")
+        what = (f"the whole fleet, its {len(ids)} instances (a job across nodes ends with any of them)"
+                if len(ids) > 1 else "the instance")
+        self.out.error(f"{reason}: replacing {what} (recovery {len(rec.attempts) + 1} of {rec.recover}); {resume}")
         for name in pl.STAGES[:-1]:
             st = rec.stages.get(name)
             if st is not None and st.started is not None and st.ended is None:
@@ -196,6 +204,12 @@ class RecoveryStages:
         ids = ", ".join(r.get("instance_ids") or []) or "?"
         if not r.get("fetch_tried"):
             if r["kind"] == "gpu":
+                self._stop_job()
+                self._fetch_reachable()
+            elif node0_alive(r):  # a fleet that lost another node: node 0 (its checkpoints, its log) still answers
+                self.out.info(f"instance {r['lost_id']} is {r.get('status') or 'gone'}; node 0 "
+                              f"({(r.get('instance_ids') or ['?'])[0]}) still runs: stopping the job on every node "
+                              "and fetching from node 0 before the whole fleet is replaced")
                 self._stop_job()
                 self._fetch_reachable()
             else:
@@ -280,13 +294,7 @@ class RecoveryStages:
 
     def stage_push(self) -> None:
         """The checkpoint the replaced instance left (fetched and verified here) back onto the new instance, at the
-        path the job gets in GPUOPS_RESUME_FROM."""
-        from ..profiles.model import shell_path
-        from ..remote import rsync as rs
-        from ..remote.connection import connect, ssh_command
-        from ..transfer import plan as tr
-        from ..transfer.progress import ProgressView
-
+        path the job gets in GPUOPS_RESUME_FROM: onto every node of a fleet (each rank may load it)."""
         rec = self.rec
         self._begin("push")
         ck = rec.checkpoint
@@ -296,18 +304,35 @@ class RecoveryStages:
             self.out.error(f"the checkpoint to resume from, {local}, is not here any more; nothing to push")
             return
         prof = self._profile()
-        dest = tr.join_remote(prof.remote_dir_for(self.project), ck["path"])
+        nodes = prof.nodes() if prof.is_fleet else [prof]
+        sent = 0
+        for i, node in enumerate(nodes):
+            where = f" to host #{i}" if len(nodes) > 1 else ""
+            try:
+                dest, res = self._push_one(node, local, ck["path"], f"push {ck['local']}{where}")
+            except GpuopsError as exc:
+                self._end("push", ok=False, detail=f"{where.strip() + ': ' if where else ''}{exc.message}")
+                self.out.error(f"push of {ck['local']}{where} failed: {exc.message}", exc.hint)
+                return
+            sent += res.stats.get("total_bytes", 0)
+        hosts = f" on {len(nodes)} hosts" if len(nodes) > 1 else ""
+        self._end("push", ok=True, detail=f"{ck['local']} -> {dest}{hosts} ({sent} bytes)")
+
+    def _push_one(self, prof, local: Path, path: str, label: str):
+        """rsync `local` to `path` under the host's project folder; (the remote path, rsync's result)."""
+        from ..profiles.model import shell_path
+        from ..remote import rsync as rs
+        from ..remote.connection import connect, ssh_command
+        from ..transfer import plan as tr
+        from ..transfer.progress import ProgressView
+
+        dest = tr.join_remote(prof.remote_dir_for(self.project), path)
         where = dest if local.is_dir() else dest.rsplit("/", 1)[0] or "/"
         argv = tr.base_args(ssh_command(prof)) + [str(local) + ("/" if local.is_dir() else ""),
                                                   tr.remote_arg(prof.host, dest, contents=local.is_dir())]
-        try:
-            with connect(prof, announce=self.out.info) as remote:
-                remote.run(f"mkdir -p -- {shell_path(where)}", timeout=60, check=True)
-            view = ProgressView(self.out, f"push {ck['local']}")
-            with view:
-                res = rs.run(argv, host=prof.host, on_progress=view.update, on_retry=view.retry)
-        except GpuopsError as exc:
-            self._end("push", ok=False, detail=exc.message)
-            self.out.error(f"push of {ck['local']} failed: {exc.message}", exc.hint)
-            return
-        self._end("push", ok=True, detail=f"{ck['local']} -> {dest} ({res.stats.get('total_bytes', 0)} bytes)")
+        with connect(prof, announce=self.out.info) as remote:
+            remote.run(f"mkdir -p -- {shell_path(where)}", timeout=60, check=True)
+        view = ProgressView(self.out, label)
+        with view:
+            res = rs.run(argv, host=prof.host, on_progress=view.update, on_retry=view.retry)
+        return dest, res

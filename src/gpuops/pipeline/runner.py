@@ -85,6 +85,7 @@ class InstanceLost(Exception):
 
 
 FATE_EVERY_S = 30.0  # while reconnecting, the API is asked again at most this often
+FLEET_FATE_EVERY_S = 10.0  # a fleet's watch follows node 0: the API is asked this often whether every node is there
 
 
 @dataclass
@@ -234,13 +235,20 @@ class Runner(RecoveryStages):
         try:
             ctx = self.ctx_factory()
             with ctx.client:
-                for iid in prof.cloud.instance_ids:
-                    try:
-                        status = ctx.client.instance(iid).status
-                    except LambdaError as exc:
-                        if not exc.not_found:
-                            raise
-                        status = "terminated"
+                ids = list(prof.cloud.instance_ids)
+                if len(ids) > 1:  # a fleet: one list call for every node
+                    known = {i.id: i.status for i in ctx.client.instances()}
+                    statuses = [(iid, known.get(iid, "terminated")) for iid in ids]
+                else:
+                    statuses = []
+                    for iid in ids:
+                        try:
+                            statuses.append((iid, ctx.client.instance(iid).status))
+                        except LambdaError as exc:
+                            if not exc.not_found:
+                                raise
+                            statuses.append((iid, "terminated"))
+                for iid, status in statuses:
                     if status not in ("active", "booting"):
                         return InstanceLost(iid, status)
         except GpuopsError as exc:
@@ -584,10 +592,16 @@ class Runner(RecoveryStages):
         dash = w.Dashboard(meta, price_per_hour=(prof.price_per_hour or 0) * max(1, rec.nodes), log_lines=15)
         budget_said = [False]
         asked = [None]  # when the API was last asked about the instance during this outage
+        fleet_asked = [self.seams.clock()]  # a fleet: when the API was last asked about every node
         extras, health, fetcher = self._watch_extras(prof)
 
         def on_event(ev: dict) -> None:
             self._watch_event(ev, health, fetcher)
+            if rec.nodes > 1 and self.seams.clock() - fleet_asked[0] >= FLEET_FATE_EVERY_S:
+                fleet_asked[0] = self.seams.clock()  # node 0's stream does not see another node end
+                lost = self._fate()
+                if lost is not None:
+                    raise lost
             if ev.get("type") == "log" and not self.out.json_mode:
                 self.out.print(ev["line"])
             elif ev.get("type") == "reconnecting":

@@ -279,6 +279,10 @@ ClientAliveInterval 15
 MaxSessions 64
 MaxStartups 64:30:128
 ForceCommand {d / 'bin' / 'session'}
+# sshd runs the ForceCommand with the user's login shell, and bash started by sshd reads ~/.bashrc: with this
+# machine's HOME, its rc files (pyenv init, which takes a lock on every rehash) would run in every session, and a
+# session killed while holding that lock made every later one wait 60 s. The host's own home is read instead.
+SetEnv HOME={d / 'home'}
 Subsystem sftp internal-sftp
 """
 
