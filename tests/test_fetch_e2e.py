@@ -72,6 +72,22 @@ def test_fetch_latest_and_step(sandbox, gpuops):
     assert r.code == 2
 
 
+def test_fetch_latest_passes_over_a_checkpoint_still_being_written(sandbox, gpuops):
+    """global_step_12 has its model but not yet its meta.json (global_step_10 has both): --latest says so and takes
+    global_step_10, verified; once 12 is complete, --latest takes it."""
+    ck = make_checkpoints(sandbox)
+    write(ck / "run/global_step_12/actor/model.pt", os.urandom(20_012))
+    r = gpuops("fetch", "-p", "sandbox", "--latest", "--json")
+    assert r.code == 0, r.all
+    doc = json.loads(r.out)
+    assert doc["steps"] == [10] and doc["skipped_partial"] == "run/global_step_12", doc
+    assert "run/global_step_12 lacks 1 file(s) that run/global_step_10 has (meta.json)" in r.err, r.err
+    assert tree(Path("checkpoints")) == {"run/global_step_10/actor/model.pt", "run/global_step_10/meta.json"}
+    write(ck / "run/global_step_12/meta.json", json.dumps({"step": 12}))
+    r = gpuops("fetch", "-p", "sandbox", "--latest", "--json")
+    assert r.code == 0 and json.loads(r.out)["steps"] == [12] and "lacks" not in r.err, r.all
+
+
 def test_fetch_list_and_other_names(sandbox, gpuops):
     make_checkpoints(sandbox)
     write(remote_project(sandbox) / "outputs/eval/results.json", "{}")

@@ -150,7 +150,8 @@ def test_step_dirs_and_selection():
             ["run/global_step_10/optim/o.pt", 5, 3.0], ["hf/checkpoint-7/w.bin", 1, 9.0], ["other/x", 1, 1.0],
             ["global_step_10/model.pt", 20, 0.5]]
     steps = tr.step_dirs(rows)
-    assert steps["run/global_step_10"] == {"step": 10, "bytes": 25, "files": 2, "mtime": 3.0}
+    assert steps["run/global_step_10"] == {"step": 10, "bytes": 25, "files": 2, "mtime": 3.0,
+                                           "names": {"model.pt", "optim/o.pt"}}
     assert set(steps) == {"run/global_step_2", "run/global_step_10", "hf/checkpoint-7", "global_step_10"}
     assert tr.select_steps(steps, latest=True) == ["run/global_step_10"]  # same number: the newest written
     assert tr.select_steps(steps, step=10) == ["global_step_10", "run/global_step_10"]
@@ -162,6 +163,27 @@ def test_step_dirs_and_selection():
     assert tr.step_of("global_step_0012") == 12 and tr.step_of("global_step_x") is None
     assert tr.under("run/global_step_10/a", ["run/global_step_10"])
     assert not tr.under("run/global_step_100/a", ["run/global_step_10"])
+
+
+def test_latest_passes_over_a_newest_step_folder_that_lacks_files_its_predecessor_has():
+    """A checkpoint being written (or cut short) has some of its files: --latest (and the checkpoints run --recover
+    fetches while training) takes the newest complete one, comparing a folder only with its kin."""
+    hf = ["model.safetensors", "optimizer.pt", "trainer_state.json"]
+    rows = [[f"out/checkpoint-{n}/{f}", 10, float(n)] for n in (100, 200) for f in hf]
+    rows += [["out/checkpoint-300/model.safetensors", 10, 300.0]]  # optimizer.pt, trainer_state.json: not yet
+    rows += [["other/global_step_7/model.pt", 1, 1.0]]  # another family: never compared with out/checkpoint-N
+    steps = tr.step_dirs(rows)
+    partial = tr.partial_newest(steps)
+    assert partial == {"newest": "out/checkpoint-300", "missing": ["optimizer.pt", "trainer_state.json"],
+                       "instead": "out/checkpoint-200"}
+    assert tr.select_steps(steps, latest=True) == ["out/checkpoint-200"]
+    assert tr.select_steps(steps, step=300) == ["out/checkpoint-300"]  # asked for by number: taken as it is
+    rows += [[f"out/checkpoint-300/{f}", 10, 301.0] for f in hf[1:]]  # now complete (and a new file is fine)
+    rows += [["out/checkpoint-300/extra.json", 1, 301.0]]
+    assert tr.select_steps(tr.step_dirs(rows), latest=True) == ["out/checkpoint-300"]
+    first = tr.step_dirs([["ck/checkpoint-1/model.safetensors", 1, 1.0], ["x/global_step_9/a", 1, 0.0],
+                          ["x/global_step_9/b", 1, 0.0]])
+    assert tr.partial_newest(first) is None  # its folder's first checkpoint: nothing to compare with
 
 
 def test_compare():

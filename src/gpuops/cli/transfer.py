@@ -70,7 +70,9 @@ def fetch(
                                         show_default=False),
     list_: bool = typer.Option(False, "--list", "-l", help="Show what the remote has under each fetch name, with "
                                                            "sizes and checkpoint steps; fetch nothing."),
-    latest: bool = typer.Option(False, "--latest", help="Fetch only the newest global_step_N / checkpoint-N directory."),
+    latest: bool = typer.Option(False, "--latest", help="Fetch only the newest complete global_step_N / checkpoint-N directory "
+                                                      "(one lacking a file its predecessor has is passed over, "
+                                                      "said)."),
     step: Optional[int] = typer.Option(None, "--step", help="Fetch only step N (global_step_N / checkpoint-N).",
                                        show_default=False),
     json_: bool = JsonOpt,

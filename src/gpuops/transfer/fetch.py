@@ -16,7 +16,7 @@ import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Sequence
+from typing import Optional, Sequence
 
 from . import plan as tr
 from ..errors import ConnectError, GpuopsError, RemoteError, UsageError
@@ -297,6 +297,11 @@ def fetch(profile, remote, out, name: str = "checkpoints", *, dest: Path | None 
     dest = Path(dest) if dest is not None else project_dir / name
     dest = dest if dest.is_absolute() else (Path.cwd() / dest)
     sel = _select(profile, remote, name, src, latest=latest, step=step)
+    if sel.partial:
+        miss = sel.partial["missing"]
+        out.warn(f"{sel.partial['newest']} lacks {len(miss)} file(s) that {sel.partial['instead']} has "
+                 f"({', '.join(miss[:3])}{' ...' if len(miss) > 3 else ''}): still being written, or cut short; "
+                 f"fetching {sel.partial['instead']} instead (--step N takes a given one)")
     staging = dest / tr.STAGING_DIR
     _check_room(sel.files, dest, staging)
     staging.mkdir(parents=True, exist_ok=True)
@@ -321,6 +326,7 @@ def fetch(profile, remote, out, name: str = "checkpoints", *, dest: Path | None 
         "dest": str(dest),
         "steps": sel.steps_chosen,
         "dirs": sel.subs,
+        "skipped_partial": sel.partial["newest"] if sel.partial else None,
         "file": sel.files[0][0] if sel.single and sel.files else None,
         "files": res.stats.get("files_transferred", 0),
         "verified": len(v.ok),
@@ -340,6 +346,7 @@ class _Selection:
     subs: list[str]
     steps_chosen: list[int]
     single: bool
+    partial: Optional[dict] = None  # --latest: the newest step folder, left because it lacks files (plan.partial_newest)
 
 
 def _select(profile, remote, name: str, src: str, *, latest: bool, step: int | None) -> _Selection:
@@ -356,15 +363,17 @@ def _select(profile, remote, name: str, src: str, *, latest: bool, step: int | N
     files = root.get("files", [])
     subs: list[str] = []
     steps_chosen: list[int] = []
+    partial = None
     if latest or step is not None:
         steps = tr.step_dirs(files)
+        partial = tr.partial_newest(steps) if latest else None
         try:
             subs = tr.select_steps(steps, latest=latest, step=step)
         except LookupError as exc:
             raise GpuopsError(f"{name} on {profile.host}: {exc}") from None
         steps_chosen = sorted({steps[s]["step"] for s in subs})
         files = [f for f in files if tr.under(f[0], subs)]
-    return _Selection(files, subs, steps_chosen, single)
+    return _Selection(files, subs, steps_chosen, single, partial)
 
 
 def _check_room(files: list, dest: Path, staging: Path) -> None:

@@ -11,7 +11,7 @@ import re
 import shlex
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Iterable, Sequence
+from typing import Optional, Iterable, Sequence
 
 IGNORE_FILE = ".gpuopsignore"
 STAGING_DIR = ".gpuops-partial"  # fetch: files land here, are verified, then moved into place
@@ -435,8 +435,9 @@ def step_of(name: str) -> int | None:
 
 
 def step_dirs(files: Iterable[Sequence]) -> dict[str, dict]:
-    """{relative dir: {step, bytes, files, mtime}} for every global_step_N / checkpoint-N directory (any depth),
-    from a listing of (relative path, size, mtime) rows. Step dirs inside step dirs are not separate steps."""
+    """{relative dir: {step, bytes, files, mtime, names}} for every global_step_N / checkpoint-N directory (any
+    depth), from a listing of (relative path, size, mtime) rows; names: its files' paths inside it. Step dirs inside
+    step dirs are not separate steps."""
     out: dict[str, dict] = {}
     for row in files:
         rel, size, mtime = row[0], int(row[1]), float(row[2]) if len(row) > 2 else 0.0
@@ -445,7 +446,8 @@ def step_dirs(files: Iterable[Sequence]) -> dict[str, dict]:
             n = step_of(part)
             if n is not None:
                 key = "/".join(parts[: i + 1])
-                d = out.setdefault(key, {"step": n, "bytes": 0, "files": 0, "mtime": 0.0})
+                d = out.setdefault(key, {"step": n, "bytes": 0, "files": 0, "mtime": 0.0, "names": set()})
+                d["names"].add("/".join(rel.split("/")[i + 1:]))
                 d["bytes"] += size
                 d["files"] += 1
                 d["mtime"] = max(d["mtime"], mtime)
@@ -465,9 +467,33 @@ def select_steps(steps: dict[str, dict], *, latest: bool = False, step: int | No
             raise LookupError(f"no step {step}; steps available: {', '.join(map(str, have))}")
         return hit
     if latest:
-        best = max(steps.items(), key=lambda kv: (kv[1]["step"], kv[1]["mtime"], kv[0]))
-        return [best[0]]
+        partial = partial_newest(steps)
+        return [partial["instead"] if partial else _by_age(steps)[-1]]
     return sorted(steps)
+
+
+def _by_age(steps: dict[str, dict]) -> list[str]:
+    return [k for k, _ in sorted(steps.items(), key=lambda kv: (kv[1]["step"], kv[1]["mtime"], kv[0]))]
+
+
+def partial_newest(steps: dict[str, dict]) -> Optional[dict]:
+    """The newest step folder lacks a file the one before it has (model.safetensors written, optimizer.pt and
+    trainer_state.json not yet): it is still being written, or was cut short. {newest, missing, instead}: the folder
+    to take instead, the newest step below it; None when the newest looks complete (or has no step before it)."""
+    order = _by_age(steps)
+    top = order[-1]
+    kin = [k for k in order if _family(k) == _family(top) and steps[k]["step"] < steps[top]["step"]]
+    if not kin:  # the first checkpoint of its folder: nothing to compare it with
+        return None
+    before = kin[-1]
+    missing = sorted(set(steps[before].get("names") or ()) - set(steps[top].get("names") or ()))
+    return {"newest": top, "missing": missing, "instead": before} if missing else None
+
+
+def _family(key: str) -> tuple[str, str]:
+    """A step folder's parent and kind (run/global_step_N, hf/checkpoint-N): only kin are compared."""
+    parent, _, base = key.rpartition("/")
+    return parent, re.sub(r"\d+$", "", base)
 
 
 def under(rel: str, roots: Sequence[str]) -> bool:
