@@ -232,20 +232,13 @@ def test_a_fleet_with_a_preempted_node_is_replaced_whole_and_every_node_resumes(
     """A torchrun job dies with any of its nodes: the whole fleet is replaced (every node terminated after the fetch
     was tried, a new fleet launched in one region) and the checkpoint pushed to every new node, each of which
     resumes from it."""
-    cloud.capacity(TYPE, ["us-east-1"])
-    _project(text=RESUMABLE)
-    p = _cli(cloud, "--nodes", "2", "--launcher", "none", "--script", "train.py", "--fetch", "checkpoints", "--json",
-             "--recover", "1", "--", str(STEPS), "6", "0.5")
-    _wait(lambda: ((_records() or [{}])[0].get("checkpoint") or {}).get("step", 0) >= 2,
-          what="checkpoint-2 fetched", p=p)
-    first = sorted(i["id"] for i in _live(cloud))
-    assert len(first) == 2
+    p, first = _fleet_training_with_a_checkpoint(cloud)
     cloud.preempt(first[1])
     out, err = p.communicate(timeout=300)
     assert p.returncode == 0, err
     doc = json.loads(out)
     assert doc["outcome"] == "succeeded" and doc["recoveries"] == 1, doc
-    assert sorted(doc["instances"][0]["ids"]) == first and len(doc["instances"][1]["ids"]) == 2
+    assert doc["instances"][0]["ids"] == first and len(doc["instances"][1]["ids"]) == 2
     assert not _billing(cloud) and not [x for x in Ledger().records() if x.open]
     assert f"instance {first[1]} is preempted" in err and "replacing the whole fleet, its 2 instances" in err, err
     assert "stopping the job on every node and fetching from node 0" in err, err
@@ -257,3 +250,35 @@ def test_a_fleet_with_a_preempted_node_is_replaced_whole_and_every_node_resumes(
     assert f"resumed from {doc['resumed_from']}" in log1 and f"step {STEPS} saved" in log1, log1
     push = next(s for s in doc["stages"] if s["stage"] == "push")
     assert push["ok"] and "on 2 hosts" in push["detail"], push
+
+
+def test_a_gpu_that_falls_off_the_bus_on_another_node_replaces_the_fleet(cloud):
+    """Node 0's stream does not see node 1's GPU: with --recover, each other node's health is streamed beside it
+    (one long-lived command per node). An Xid 79 on node 1 replaces the fleet; node 0's checkpoint is fetched from
+    it (it still answers) before anything is terminated."""
+    p, first = _fleet_training_with_a_checkpoint(cloud)
+    cloud.gpu_fault(first[1], "xid=79")
+    out, err = p.communicate(timeout=300)
+    assert p.returncode == 0, err
+    doc = json.loads(out)
+    assert doc["outcome"] == "succeeded" and doc["recoveries"] == 1, doc
+    assert "host #1: Xid errors" in err and "Xid 79" in err and "replacing the whole fleet" in err, err
+    assert doc["instances"][0]["ids"] == first and len(doc["instances"][1]["ids"]) == 2
+    assert not _billing(cloud) and not [x for x in Ledger().records() if x.open]
+    resumed = _both_halves_here(doc)
+    log0 = (Path.cwd() / doc["fetched"]["log.instance1"]).read_text()  # fetched from node 0 before terminating
+    assert f"step {resumed} saved" in log0 and f"step {STEPS} saved" not in log0, log0
+
+
+def _fleet_training_with_a_checkpoint(cloud):
+    """A `gpuops run --nodes 2 --recover 1` process whose job trains on both nodes (slowly) and whose checkpoint-2
+    was fetched from node 0 meanwhile: (the process, the instance ids in rank order)."""
+    cloud.capacity(TYPE, ["us-east-1"])
+    _project(text=RESUMABLE)
+    p = _cli(cloud, "--nodes", "2", "--launcher", "none", "--script", "train.py", "--fetch", "checkpoints", "--json",
+             "--recover", "1", "--", str(STEPS), "6", "0.5")
+    _wait(lambda: ((_records() or [{}])[0].get("checkpoint") or {}).get("step", 0) >= 2,
+          what="checkpoint-2 fetched", p=p)
+    first = list((_records()[0].get("instance") or {}).get("ids") or [])  # rank order
+    assert len(first) == 2 and sorted(first) == sorted(i["id"] for i in _live(cloud))
+    return p, first

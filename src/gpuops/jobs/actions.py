@@ -427,18 +427,23 @@ def follow(prof, out, project: Path, meta: dict, dash, *, lines: int, samples: b
     return {"interrupted": False, "info": fs.info, "code": 1 if fs.info is None else core.exit_for_state(fs.info)}
 
 
+STREAM_ENDED = {False: "the GPU sample stream ended", True: "its health stream ended"}
+
+
 class FleetSampler:
     """A fleet watch's other hosts: each host's GPUs through one long-lived `nvidia-smi -lms` stream (no command per
     refresh), connected and read by one background thread. Its events, {"type": "sample", "gpu", "host"} and
     {"type": "gpu_error", "host", "message"}, wait in a queue that the watching thread drains (`drain()`) between
     its own events, so the dashboard is only ever touched by one thread. Best effort: a host that cannot be reached,
-    or whose stream ends, is reported once and left out; the watch goes on."""
+    or whose stream ends, is reported once and left out; the watch goes on.
+    health=True: each host's health lines (watch.health_command) instead of its GPU samples, as events of the
+    stream parser ({"type": "health"|"xid"|"heartbeat", "host"}): a run's fleet watch judges them (--recover)."""
 
-    def __init__(self, nodes: list, interval: float):
+    def __init__(self, nodes: list, interval: float, health: bool = False):
         import queue
         import threading
 
-        self.nodes, self.interval = list(nodes), interval
+        self.nodes, self.interval, self.health = list(nodes), interval, health
         self._queue: "queue.SimpleQueue[dict]" = queue.SimpleQueue()
         self.on_event = self._queue.put
         self._stop = threading.Event()
@@ -478,7 +483,7 @@ class FleetSampler:
 
         remote = open_connection(node, announce=lambda s: None, attempts=1)
         try:
-            return remote, remote.stream(w.sample_command(self.interval))
+            return remote, remote.stream(w.health_command() if self.health else w.sample_command(self.interval))
         except BaseException:
             remote.close()
             raise
@@ -493,7 +498,8 @@ class FleetSampler:
             if r.ok:
                 self._streams.append((node.rank, *r.value))
             else:
-                self.on_event({"type": "gpu_error", "host": node.rank, "message": f"not sampled: {r.message}"})
+                self.on_event({"type": "gpu_error", "host": node.rank,
+                               "message": f"{'not watched' if self.health else 'not sampled'}: {r.message}"})
         if self._stop.is_set():
             return
         pending = {rank: b"" for rank, _, _ in self._streams}
@@ -506,12 +512,17 @@ class FleetSampler:
                 if not data and (chan.exit_status_ready() or chan.closed or chan.eof_received):
                     del live[id(chan)]
                     if not self._stop.is_set():
-                        self.on_event({"type": "gpu_error", "host": rank, "message": "the GPU sample stream ended"})
+                        self.on_event({"type": "gpu_error", "host": rank, "message": STREAM_ENDED[self.health]})
                     continue
                 *lines, pending[rank] = (pending[rank] + data).split(b"\n")
                 for raw in lines:
                     text = raw.decode("utf-8", "replace").strip()
                     if not text:
+                        continue
+                    if self.health:
+                        ev = w.parse_stderr_line(text)
+                        if ev:
+                            self.on_event({**ev, "host": rank})
                         continue
                     g = w.parse_gpu(text)
                     self.on_event({"type": "sample", "gpu": g, "host": rank} if g else

@@ -169,6 +169,13 @@ def once_events(remote, run_id: str, run_dir: str, lines: int) -> list[dict]:
 
 
 # -- parsing ------------------------------------------------------------------------------------------
+def health_command(beat_s: float = 5.0) -> str:
+    """A fleet's other hosts while a run watches node 0's stream: their health lines (HG, HX) and a heartbeat (H),
+    every beat_s, as one long-lived command writing to its stdout (parse_stderr_line reads them)."""
+    fns, beat, _ = _extras_script(Extras(health=True))
+    return "exec 2>&1\n" + fns + f"while :; do {beat}echo \"H $(date +%s)\" >&2; sleep {beat_s:g}; done\n"
+
+
 def sample_command(interval: float = 2.0) -> str:
     """The GPU samples alone, as one long-lived command (a fleet watch's other hosts: no command per refresh)."""
     return f"nvidia-smi --query-gpu={GPU_QUERY} --format=csv,noheader,nounits -lms {max(100, int(interval * 1000))} 2>&1"

@@ -135,6 +135,39 @@ class RecoveryStages:
         if fetcher is not None:
             self._checkpoints_fetched(fetcher.on_event(ev))
 
+    def _other_nodes_sampler(self, fleet_prof):
+        """A fleet run with --recover: the other hosts' health, each through one long-lived stream beside node 0's
+        (jobs.actions.FleetSampler); None otherwise."""
+        from ..jobs import actions as lifecycle
+
+        if not fleet_prof.is_fleet or self.rec.recover <= 0:
+            return None
+        return lifecycle.FleetSampler(fleet_prof.nodes()[1:], self.seams.poll_s, health=True)
+
+    def _other_nodes_events(self, events: list, watches: dict) -> None:
+        """The other hosts' health events: a GPU that stopped being usable raises GpuFault (the fleet is replaced);
+        a host whose stream could not start or ended has the API asked at once (InstanceLost if it ended)."""
+        from .. import knowledge as kb
+        from ..jobs import watch as w
+        from ..jobs.actions import STREAM_ENDED
+
+        found = []
+        for ev in events:
+            rank = ev.get("host")
+            msg = ev.get("message") or ""
+            if ev.get("type") == "gpu_error" and (msg.startswith("not watched") or msg == STREAM_ENDED[True]):
+                lost = self._fate()
+                if lost is not None:
+                    raise lost
+                self.out.warn(f"host #{rank}: {msg} (the Lambda API shows it running; the run goes on with node 0)")
+                continue
+            if rank not in watches:
+                watches[rank] = w.HealthWatch(kb.load_playbook("xid", self.project),
+                                              kb.knowledge(self.project).get("nvidia_smi_failures", []))
+            found += [f"host #{rank}: {f}" for f in watches[rank].apply(ev)]
+        if found:
+            raise GpuFault(found)
+
     def _checkpoints_fetched(self, results: list) -> None:
         for entry, err in results:
             if err is not None:

@@ -12,6 +12,8 @@ fails is replaced instead (pipeline/recovery.py), its time and money counted wit
 """
 from __future__ import annotations
 
+import contextlib
+
 import time
 import uuid
 from dataclasses import dataclass, field
@@ -594,9 +596,12 @@ class Runner(RecoveryStages):
         asked = [None]  # when the API was last asked about the instance during this outage
         fleet_asked = [self.seams.clock()]  # a fleet: when the API was last asked about every node
         extras, health, fetcher = self._watch_extras(prof)
+        others, other_health = self._other_nodes_sampler(fleet_prof), {}
 
         def on_event(ev: dict) -> None:
             self._watch_event(ev, health, fetcher)
+            if others is not None:
+                self._other_nodes_events(others.drain(), other_health)
             if rec.nodes > 1 and self.seams.clock() - fleet_asked[0] >= FLEET_FATE_EVERY_S:
                 fleet_asked[0] = self.seams.clock()  # node 0's stream does not see another node end
                 lost = self._fate()
@@ -614,9 +619,10 @@ class Runner(RecoveryStages):
                 raise BudgetReached()
 
         try:
-            res = lifecycle.follow(prof, self.out, self.project, meta, dash, lines=5, samples=True,
-                                   interval=self.seams.poll_s, on_event=on_event, extras=extras,
-                                   give_up_after=rec.unreachable_s)
+            with others or contextlib.nullcontext():
+                res = lifecycle.follow(prof, self.out, self.project, meta, dash, lines=5, samples=True,
+                                       interval=self.seams.poll_s, on_event=on_event, extras=extras,
+                                       give_up_after=rec.unreachable_s)
         except BudgetReached:
             return self._budget_stop()
         except GpuFault as exc:
