@@ -162,3 +162,40 @@ def test_a_checkpoint_is_fetched_once_it_held_still():
     cw.done()
     assert cw.apply(ck("4", "20")) is False  # fetched in that state
     assert cw.apply({"type": "sample"}) is False
+
+
+def test_an_api_outage_is_said_once_and_its_end_once(monkeypatch, tmp_path):
+    """A fleet's watch asks the API every 10 s: an outage used to be a warning at every ask (360 an hour)."""
+    import io
+    from types import SimpleNamespace
+
+    from gpuops.cloud import instances
+    from gpuops.console import Output
+    from gpuops.errors import GpuopsError
+    from gpuops.pipeline import runner as rn
+
+    ids = ["i-0", "i-1"]
+    monkeypatch.setattr(instances, "managed_profile", lambda name: SimpleNamespace(cloud=SimpleNamespace(instance_ids=ids)))
+    answers = ["down", "down", "down", "up", "down"]
+
+    class Client:
+        def __enter__(self):
+            return self
+
+        def __exit__(self, *exc):
+            return False
+
+        def instances(self):
+            if answers.pop(0) == "down":
+                raise GpuopsError("Lambda API: global/internal-error (HTTP 500)")
+            return [SimpleNamespace(id=i, status="active") for i in ids]
+
+    err = io.StringIO()
+    out = Output(json_mode=False, stdout=io.StringIO(), stderr=err)
+    rec = rn.new_record(script="train.py", args=[], regions=[], nodes=2, fetch=[], keep=False, ttl_s=None,
+                        max_cost=None, key=None, name="t")
+    runner = rn.Runner(rec, out, tmp_path, lambda: SimpleNamespace(client=Client()))
+    assert [runner._fate() for _ in range(5)] == [None] * 5
+    said = err.getvalue()
+    assert said.count("could not ask the Lambda API") == 2, said  # the first outage, then the second
+    assert said.count("answers again") == 1, said

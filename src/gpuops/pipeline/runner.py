@@ -152,6 +152,7 @@ class Runner(RecoveryStages):
         self.confirm = confirm
         self.fetched: dict[str, str] = {}
         self._fetcher = None  # the background checkpoint fetch while watching (--recover)
+        self._api_down: Optional[str] = None  # the API could not be asked (said once until it answers again)
 
     # -- helpers -------------------------------------------------------------------------------------------------
     def _cost(self) -> str:
@@ -250,11 +251,17 @@ class Runner(RecoveryStages):
                             if not exc.not_found:
                                 raise
                             statuses.append((iid, "terminated"))
-                for iid, status in statuses:
-                    if status not in ("active", "booting"):
-                        return InstanceLost(iid, status)
+            if self._api_down is not None:
+                self.out.info(f"the Lambda API answers again about {self.rec.profile}'s instance")
+                self._api_down = None
+            for iid, status in statuses:
+                if status not in ("active", "booting"):
+                    return InstanceLost(iid, status)
         except GpuopsError as exc:
-            self.out.warn(f"could not ask the Lambda API about {self.rec.profile}'s instance: {exc.message}")
+            if self._api_down is None:  # once per outage: a fleet's watch asks every 10 s
+                self.out.warn(f"could not ask the Lambda API about {self.rec.profile}'s instance: {exc.message} "
+                              "(asked again as the run goes on)")
+            self._api_down = exc.message
         return None
 
     def _check_fate(self, stage: Optional[str]) -> bool:
