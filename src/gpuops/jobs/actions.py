@@ -427,9 +427,6 @@ def follow(prof, out, project: Path, meta: dict, dash, *, lines: int, samples: b
     return {"interrupted": False, "info": fs.info, "code": 1 if fs.info is None else core.exit_for_state(fs.info)}
 
 
-STREAM_ENDED = {False: "the GPU sample stream ended", True: "its health stream ended"}
-
-
 class FleetSampler:
     """A fleet watch's other hosts: each host's GPUs through one long-lived `nvidia-smi -lms` stream (no command per
     refresh), connected and read by one background thread. Its events, {"type": "sample", "gpu", "host"} and
@@ -437,13 +434,15 @@ class FleetSampler:
     its own events, so the dashboard is only ever touched by one thread. Best effort: a host that cannot be reached,
     or whose stream ends, is reported once and left out; the watch goes on.
     health=True: each host's health lines (watch.health_command) instead of its GPU samples, as events of the
-    stream parser ({"type": "health"|"xid"|"heartbeat", "host"}): a run's fleet watch judges them (--recover)."""
+    stream parser ({"type": "health"|"xid"|"heartbeat", "host"}): a run's fleet watch judges them (--recover); a
+    host not reached, or whose stream ended, is {"type": "unwatched", "host", "message"}."""
 
     def __init__(self, nodes: list, interval: float, health: bool = False):
         import queue
         import threading
 
         self.nodes, self.interval, self.health = list(nodes), interval, health
+        self._lost_type = "unwatched" if health else "gpu_error"  # a host not reached, or whose stream ended
         self._queue: "queue.SimpleQueue[dict]" = queue.SimpleQueue()
         self.on_event = self._queue.put
         self._stop = threading.Event()
@@ -498,7 +497,7 @@ class FleetSampler:
             if r.ok:
                 self._streams.append((node.rank, *r.value))
             else:
-                self.on_event({"type": "gpu_error", "host": node.rank,
+                self.on_event({"type": self._lost_type, "host": node.rank,
                                "message": f"{'not watched' if self.health else 'not sampled'}: {r.message}"})
         if self._stop.is_set():
             return
@@ -512,7 +511,8 @@ class FleetSampler:
                 if not data and (chan.exit_status_ready() or chan.closed or chan.eof_received):
                     del live[id(chan)]
                     if not self._stop.is_set():
-                        self.on_event({"type": "gpu_error", "host": rank, "message": STREAM_ENDED[self.health]})
+                        self.on_event({"type": self._lost_type, "host": rank, "message":
+                                       "its health stream ended" if self.health else "the GPU sample stream ended"})
                     continue
                 *lines, pending[rank] = (pending[rank] + data).split(b"\n")
                 for raw in lines:

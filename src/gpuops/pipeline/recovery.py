@@ -149,17 +149,16 @@ class RecoveryStages:
         a host whose stream could not start or ended has the API asked at once (InstanceLost if it ended)."""
         from .. import knowledge as kb
         from ..jobs import watch as w
-        from ..jobs.actions import STREAM_ENDED
 
         found = []
         for ev in events:
             rank = ev.get("host")
-            msg = ev.get("message") or ""
-            if ev.get("type") == "gpu_error" and (msg.startswith("not watched") or msg == STREAM_ENDED[True]):
+            if ev.get("type") == "unwatched":
                 lost = self._fate()
                 if lost is not None:
                     raise lost
-                self.out.warn(f"host #{rank}: {msg} (the Lambda API shows it running; the run goes on with node 0)")
+                self.out.warn(f"host #{rank}: {ev['message']} (the Lambda API shows it running; the run goes on "
+                              "with node 0)")
                 continue
             if rank not in watches:
                 watches[rank] = w.HealthWatch(kb.load_playbook("xid", self.project),
@@ -337,7 +336,7 @@ class RecoveryStages:
             self.out.error(f"the checkpoint to resume from, {local}, is not here any more; nothing to push")
             return
         prof = self._profile()
-        nodes = prof.nodes() if prof.is_fleet else [prof]
+        nodes = prof.nodes()
         sent = 0
         for i, node in enumerate(nodes):
             where = f" to host #{i}" if len(nodes) > 1 else ""

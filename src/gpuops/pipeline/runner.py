@@ -13,7 +13,6 @@ fails is replaced instead (pipeline/recovery.py), its time and money counted wit
 from __future__ import annotations
 
 import contextlib
-
 import time
 import uuid
 from dataclasses import dataclass, field

@@ -300,8 +300,10 @@ class Gate(object):
         if self.w is not None:
             w, self.w = self.w, None
             try:
-                if go or hung:
-                    os.write(w, b"g" if go else b"h")
+                if hung:
+                    os.write(w, b"h")
+                elif go:
+                    os.write(w, b"g")
             except OSError:  # the check has ended already (torch missing): nobody reads
                 pass
             finally:
@@ -646,7 +648,7 @@ def gpu_facts(P, lim, facts, looked):
     try:
         hung = _gpu_facts(P, lim, facts)
     finally:
-        looked.open(go=not hung, hung=hung)
+        looked.open(hung=hung)
 
 
 def _gpu_facts(P, lim, facts):
@@ -727,7 +729,7 @@ def main():
         for th in waits:
             th.join()
         user_checks(P, lim, facts)
-        rest_done.open(go=not driver_hung(facts), hung=driver_hung(facts))
+        rest_done.open(hung=driver_hung(facts))
         if bench is not None:
             bt = lim.get("bench", 180)
             timed("bench", lambda: last_json(finish(bench, bt), bt), bt + 5, facts)

@@ -5,7 +5,8 @@ A virtual environment made with `--system-site-packages` sees its BASE interpret
 Python must be a base interpreter of its own, not a venv. `build` makes one cheaply from this machine's interpreter:
 a folder laid out as a Python installation whose executable is a copy, whose standard library is symlinks to this
 interpreter's, and whose site folder (where its site module looks: Debian's and Ubuntu's dist-packages included) is
-its own (pip linked in, the emulated CUDA torch of image_torch.py written with its version). Python finds its prefix from the executable's real location, so `sys.prefix` is the image's.
+its own (pip linked in, the emulated CUDA torch of image_torch.py written with its version). Python finds its prefix
+from the executable's real location, so `sys.prefix` is the image's.
 
 Used by the sandbox host (`start(image_python=...)`: the image's python3 comes first on the session's PATH) and the
 Lambda emulator's instance images.
