@@ -12,8 +12,10 @@ What counts as needed, so that a refusal is never a false alarm:
   folder: `foo.py` or `foo/__init__.py`, and the project root and `src/` layouts);
 - a `.sh` script: each simple command that runs `python`/`python3`/`python3.X` (after `exec`, `nohup`, `time`,
   `env`, `uv run` and `VAR=value` prefixes) with `X.py` (X.py's imports as above) or `-m module` (its top-level name;
-  the project's own module: its imports one level), and `torchrun ... X.py` / `python -m torch.distributed.run ...
-  X.py` (torch, and X.py's imports). A word with a shell variable, a line that sets PYTHONPATH, a python given by
+  the project's own module: its imports one level), and the launchers of SCRIPT_LAUNCHERS: `torchrun ... X.py` /
+  `python -m torch.distributed.run ... X.py` (torch, and X.py's imports), `accelerate launch ... X.py` (accelerate),
+  `deepspeed ... X.py` (deepspeed), each also as `python -m` its module. An option's value may hold a shell
+  variable (`--nproc_per_node $N`); a script word with one, a line that sets PYTHONPATH, a python given by
   path, and a script that switches environment (`activate`, `conda`) are not read: nothing is inferred from them.
 - a file that changes sys.path (or a shell script that sets PYTHONPATH) may import the project's modules from any of
   its folders: its imports whose name is a folder or a .py file anywhere in the project are not required.
@@ -38,6 +40,17 @@ NEVER = {"__future__", "__main__"}
 PYTHON = re.compile(r"python(3(\.\d+)?)?\Z")
 ASSIGN = re.compile(r"[A-Za-z_][A-Za-z0-9_]*=")
 TORCHRUN_MODULES = ("torch.distributed.run", "torch.distributed.launch")
+# Launchers that run a Python script with the job's python: the command (its words), the package it runs from (the
+# module the job's python must find), its `python -m` modules. torchrun's options are read exactly (TORCHRUN_FLAGS);
+# the others' script is their first word that ends in .py (their options' values are numbers, names and files that
+# are not .py). Sources: pytorch.org/docs/stable/elastic/run.html (torchrun = python -m torch.distributed.run),
+# huggingface.co/docs/accelerate/package_reference/cli (accelerate launch), deepspeed.ai/getting-started
+# ("deepspeed <client_entry.py> <client args>"; the runner is deepspeed.launcher.runner).
+SCRIPT_LAUNCHERS = (
+    (("torchrun",), "torch", TORCHRUN_MODULES),
+    (("accelerate", "launch"), "accelerate", ("accelerate.commands.launch",)),
+    (("deepspeed",), "deepspeed", ("deepspeed.launcher.runner",)),
+)
 # torchrun options that take no value (every other option takes one, as `--opt value` or `--opt=value`)
 TORCHRUN_FLAGS = {"--standalone", "--module", "-m", "--no-python", "--no_python", "--run-path", "--run_path"}
 # uv run: options whose value follows; options that make uv run another environment than the one setup built
@@ -225,6 +238,8 @@ class Invocation:
     target: str  # X.py, or the dotted module
     torchrun: bool = False
     cwd: Optional[str] = None  # the folder it runs in, relative to the project, when the script `cd`s literally
+    launcher: Optional[str] = None  # the launcher's words ("torchrun", "accelerate launch", "deepspeed")
+    package: Optional[str] = None  # the module the launcher runs from (torch, accelerate, deepspeed)
 
 
 def _simple_commands(text: str) -> Iterator[list[str]]:
@@ -292,6 +307,9 @@ def _python_invocation(args: list[str]) -> Optional[Invocation]:
                 after = args[i + 1:] if rest else args[i + 2:]
                 if mod in TORCHRUN_MODULES:
                     return _torchrun_invocation(after)
+                for words, package, modules in SCRIPT_LAUNCHERS[1:]:
+                    if mod in modules:
+                        return _launcher_invocation(after, " ".join(words), package)
                 return Invocation("module", mod)
             if ch in "WX":
                 i += 0 if rest else 1
@@ -305,17 +323,31 @@ def _torchrun_invocation(args: list[str]) -> Optional[Invocation]:
     i = 0
     while i < len(args):
         a = args[i]
-        if "$" in a or "`" in a:
-            return None
-        if a.startswith("-"):
+        if a.startswith("-"):  # an option (its value may hold a shell variable: only the script's word matters)
             if a in ("--no-python", "--no_python"):
                 return None
             module = module or a in ("-m", "--module")
             i += 1 if (a in TORCHRUN_FLAGS or "=" in a) else 2
             continue
+        if "$" in a or "`" in a:
+            return None
+        how = dict(launcher="torchrun", package="torch")
         if module:
-            return Invocation("module", a, torchrun=True)
-        return Invocation("script", a, torchrun=True) if a.endswith(".py") else None
+            return Invocation("module", a, torchrun=True, **how)
+        return Invocation("script", a, torchrun=True, **how) if a.endswith(".py") else None
+    return None
+
+
+def _launcher_invocation(args: list[str], launcher: str, package: str) -> Optional[Invocation]:
+    """`accelerate launch [options] X.py ...`, `deepspeed [options] X.py ...`: X.py is the first word that ends in
+    .py; a launcher told to run a module or no python (-m, --module, --no_python) is not read."""
+    for a in args:
+        if a in ("-m", "--module", "--no_python", "--no-python", "--no_local_rank"):
+            return None
+        if a.endswith(".py") and not a.startswith("-"):
+            if "$" in a or "`" in a:
+                return None
+            return Invocation("script", a, launcher=launcher, package=package)
     return None
 
 
@@ -362,6 +394,9 @@ def invocation(words: list[str]) -> Optional[Invocation]:
         return _python_invocation(args)
     if cmd == "torchrun":
         return _torchrun_invocation(args)
+    for launcher, package, _ in SCRIPT_LAUNCHERS[1:]:
+        if tuple(words[i:i + len(launcher)]) == launcher:
+            return _launcher_invocation(words[i + len(launcher):], " ".join(launcher), package)
     return None
 
 
@@ -381,7 +416,7 @@ def shell_invocations(text: str) -> list[Invocation]:
             continue
         inv = invocation(words)
         if inv:
-            out.append(Invocation(inv.kind, inv.target, inv.torchrun, cwd))
+            out.append(replace(inv, cwd=cwd))
     return out
 
 
@@ -411,8 +446,8 @@ def _shell_runs(project: Path, script: str, text: str, namespaces: list[str]) ->
     for inv in shell_invocations(text):
         dirs = [d for d in dict.fromkeys([_normal_dir(inv.cwd) if inv.cwd is not None else None, "", sh_dir])
                 if d is not None and d != "\0"]
-        if inv.torchrun:
-            needs.append(Need("torch", "torch", script, "runs torchrun, which imports", dirs[0]))
+        if inv.launcher:
+            needs.append(Need(inv.package, inv.package, script, f"runs {inv.launcher}, which imports", dirs[0]))
         if inv.kind == "script":
             for d in dirs:
                 f = project / d / inv.target if d else project / inv.target

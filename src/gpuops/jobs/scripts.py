@@ -68,7 +68,7 @@ def gate_lines(remote_dir: str, script: Optional[str], python: str, probe_params
     verify probe's stack facts (torch build, CUDA, GPU count, flash-attn import) under `@facts`."""
     P = shell_path(remote_dir)
     first = shell_path((shlex.split(python) or ["python3"])[0])
-    out = ""
+    out = f'if command -v {first} >/dev/null 2>&1; then echo "@python 1"; else echo "@python 0"; fi\n'
     if script:
         f = f"{P}/{shlex.quote(script)}"
         if script.endswith(".py"):
