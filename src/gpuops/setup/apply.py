@@ -90,13 +90,17 @@ def setup(prof, out, project: Path, *, dry_run: bool = False, verify: bool = Tru
             out.step(f"a setup is already running on {prof.name}: re-attaching to its log ({setup_dir}/log)")
         else:
             plan = sp.make_plan(facts, prof, knowledge, remote_dir=remote_dir, force=force,
-                                lock_text=_local_lock(project, facts))
+                                lock_text=_local_lock(project, facts),
+                                tools=kb.load_playbook("images", project).get("project_tools") or [])
             doc["plan"] = plan.to_dict()
             if on_plan:
                 on_plan(plan)
             if plan.nothing_to_do or dry_run:
                 doc["executions"] = remote.exec_count
                 return doc
+            if plan.blocked:
+                raise ChecksFailed(f"setup cannot install the project on {prof.name}: {plan.blocked}",
+                                   hint=plan.blocked_hint)
             if plan.cannot:
                 raise ChecksFailed(f"setup cannot start on {prof.name}: {plan.cannot}; nothing was installed",
                                    hint="set setup.base_python to an interpreter the host has (`ls /usr/bin/python3*` "

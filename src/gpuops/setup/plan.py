@@ -30,8 +30,8 @@ from typing import Optional
 from ..verify.results import TORCH_INDEX, _cuda_tag, _local_tag, _major_minor, spec_matches
 from ..errors import ProfileError
 from ..profiles.model import shell_command, shell_path
-from .project import (Project, Req, _norm, marker_env, parse_pyproject, parse_requirements,  # noqa: F401
-                      read_project)
+from .project import (Project, Req, _norm, installs_itself, marker_env, parse_pyproject,  # noqa: F401
+                      parse_requirements, python_meets, read_project, requires_python, tool_project, tool_refusal)
 
 SETUP_SUBDIR = ".gpuops/setup"
 TORCH_FAMILY = ("torch", "torchvision", "torchaudio")
@@ -247,12 +247,14 @@ class Plan:
     free_mb: Optional[int] = None
     refusal: Optional[str] = None  # the plan cannot fit: setup refuses before it starts
     cannot: Optional[str] = None  # the plan cannot start (no interpreter to make the environment from)
+    blocked: Optional[str] = None  # the project cannot be installed or run here (a tool's lock, requires-python)
+    blocked_hint: Optional[str] = None  # what to do about it (never "run setup again": nothing it can change)
     notes: list[str] = field(default_factory=list)
     stamp: dict = field(default_factory=dict)
 
     @property
     def nothing_to_do(self) -> bool:
-        return not self.steps
+        return not self.steps and not self.blocked
 
     def lines(self) -> list[str]:
         """The plan as plain lines: each step with its reason, which torch the job will import, the installer, the
@@ -260,6 +262,8 @@ class Plan:
         if self.nothing_to_do:
             return [f"nothing to do: the environment {self.env_dir} matches the profile",
                     f"  torch: {self.torch_source}"]
+        if self.blocked:
+            return [f"CANNOT INSTALL the project: {self.blocked}", f"  {self.blocked_hint}"]
         lines = [f"plan for {self.python} ({len(self.steps)} step(s)):"]
         for i, s in enumerate(self.steps, 1):
             lines.append(f"  {i}. {s.title}{'  [long]' if s.long else ''}")
@@ -294,7 +298,8 @@ class Plan:
                 "index_url": redact_url(self.index_url),
                 "extra_index_urls": [redact_url(u) for u in self.extra_index_urls],
                 "pip_config": self.pip_config, "cache_dir": self.cache_dir, "disk_mb": self.disk_mb,
-                "free_mb": self.free_mb, "refusal": self.refusal, "cannot": self.cannot, "notes": self.notes,
+                "free_mb": self.free_mb, "refusal": self.refusal, "cannot": self.cannot, "blocked": self.blocked,
+                "blocked_hint": self.blocked_hint, "notes": self.notes,
                 "nothing_to_do": self.nothing_to_do}
 
 
@@ -402,14 +407,17 @@ class _Ctx:
 
 
 def make_plan(facts: HostFacts, profile, knowledge: dict, *, remote_dir: str, force: bool = False,
-              lock_text: Optional[str] = None) -> Plan:
+              lock_text: Optional[str] = None, tools: Optional[list] = None) -> Plan:
     """The ordered steps that bring the host to the profile; none when it already matches (unless `force`).
-    lock_text: the project's uv.lock when this machine has the same file (for the disk estimate)."""
+    lock_text: the project's uv.lock when this machine has the same file (for the disk estimate); tools: the project
+    tools setup does not drive (images.yaml project_tools). A project it cannot install or run is `blocked`: no step."""
     S = profile.setup
     plan = Plan(python=profile.python, env_dir=env_dir_of(profile.python), base_python=S.base_python or "python3",
                 index_url=S.index_url, extra_index_urls=list(S.extra_index_url), pip_config=dict(facts.pipconf))
     c = _Ctx(facts, profile, knowledge, remote_dir, plan, read_project(facts, S), force=force, lock_text=lock_text)
     plan.notes += c.project.notes
+    if _plan_blocked(c, tools or []):
+        return plan
     _plan_uv(c)
     _plan_environment(c)
     _choose_installer(c)
@@ -426,6 +434,35 @@ def make_plan(facts: HostFacts, profile, knowledge: dict, *, remote_dir: str, fo
     _plan_disk(c)
     plan.stamp = {"deps": _sha_key(facts, profile)}
     return plan
+
+
+def _plan_blocked(c: _Ctx, tools: list) -> bool:
+    """A project setup cannot install (a poetry/pdm/conda project with nothing setup installs) or whose
+    requires-python the environment's python does not meet: blocked, before any step (uv, pip and the job would
+    each fail after minutes of installing)."""
+    f, S, plan = c.facts, c.profile.setup, c.plan
+    tp = tool_project(set(f.files), f.texts.get("pyproject.toml"), list(S.requirements), tools)
+    if tp is not None and not tp.installable:
+        plan.blocked, plan.blocked_hint = tool_refusal(tp, list(S.requirements))
+        return True
+    if tp is not None:
+        plan.notes.append(f"{tp.marker}: setup does not read {tp.tool}'s lock; it installs "
+                          + (", ".join(r for r in S.requirements if r in f.files) or "the [project] table")
+                          + f" (for the lock's versions: {tp.export})")
+    spec = requires_python(f.texts.get("pyproject.toml")) if c.project.kind in ("uv-lock", "pyproject") else None
+    version = f.env_python_version if f.env_python else f.base_python_version
+    if spec and version and python_meets(spec, version) is False:
+        which = (f"the environment's python ({plan.python})" if f.env_python else
+                 f"the python the environment is made from ({plan.base_python})")
+        mm = ".".join(version.split(".")[:2])
+        plan.blocked = (f"pyproject.toml says requires-python = \"{spec}\", and {which} is {version}")
+        plan.blocked_hint = (f"nothing was installed. Lower requires-python if the code runs on Python {mm}, or name "
+                             f"in setup.base_python a python of the host that meets it (a python that is not the "
+                             f"image's has no CUDA torch: torch is then installed from the index, several GB). The "
+                             f"python of each Lambda Stack image is in playbooks/images.yaml; `gpuops run` refuses "
+                             f"such a project before it launches")
+        return True
+    return False
 
 
 def _plan_uv(c: _Ctx) -> None:
@@ -610,7 +647,12 @@ def _plan_deps(c: _Ctx) -> bool:
         return True
     parts = [f"gpuops_install -r {shlex.quote(r)}" for r in p.requirements]
     titles = [f"-r {r}" for r in p.requirements]
-    if p.kind == "pyproject":
+    itself = next((x for x in (installs_itself(f.texts, r) for r in p.requirements) if x), None)
+    if p.kind == "pyproject" and itself:  # `-e .` in a requirements file installs the project: once is enough
+        plan.notes.append(f"{itself} installs the project folder itself (-e .): setup does not install it a second "
+                          "time" + (f"; setup.extras ({', '.join(p.extras)}) go on that line: -e .[{','.join(p.extras)}]"
+                                    if p.extras else ""))
+    elif p.kind == "pyproject":
         spec = "." + (f"[{','.join(p.extras)}]" if p.extras else "")
         parts.append(f"gpuops_install -e {shlex.quote(spec)}")
         titles.append(f"-e {spec} (editable: the job runs the synced source)")

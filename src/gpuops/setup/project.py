@@ -176,3 +176,111 @@ def read_project(facts, settings) -> Project:
     for miss in facts.missing:
         p.notes.append(f"a requirements file includes {miss}, which is not on the host (sync it, or fix the -r line)")
     return p
+
+
+# -- what setup cannot install or run (issue #28) --------------------------------------------------------------------
+SELF = re.compile(r"^\s*(?:(?:-e|--editable)(?:\s*=\s*|\s+))?(?:file:)?\.(?:/)?(?:\[[^\]]*\])?\s*(?:#.*)?$")
+
+
+def installs_itself(texts: dict[str, str], start: str) -> Optional[str]:
+    """The requirements file (start, or one it includes with -r) that installs the project folder itself (`-e .`,
+    `.`, `-e .[extra]`), or None."""
+    import posixpath
+
+    seen: set[str] = set()
+
+    def walk(rel: str) -> Optional[str]:
+        rel = posixpath.normpath(rel)
+        if rel in seen or rel not in texts:
+            return None
+        seen.add(rel)
+        for raw in texts[rel].replace("\\\n", " ").splitlines():
+            line = raw.split(" #", 1)[0].strip()
+            m = _INCLUDE.match(line)
+            if m and m.group(1) in ("-r", "--requirement"):
+                hit = walk(posixpath.join(posixpath.dirname(rel), m.group(2)))
+                if hit:
+                    return hit
+            elif posixpath.dirname(rel) in ("", ".") and SELF.match(line):
+                return rel
+        return None
+
+    return walk(start)
+
+
+def requires_python(pyproject_text: Optional[str]) -> Optional[str]:
+    """[project] requires-python of a pyproject.toml (">=3.13"), or None."""
+    if not pyproject_text:
+        return None
+    try:
+        import tomllib
+    except ImportError:  # Python 3.10: the one line, by pattern
+        m = re.search(r'(?m)^\s*requires-python\s*=\s*["\']([^"\']+)["\']', pyproject_text)
+        return m.group(1).strip() if m else None
+    try:
+        proj = tomllib.loads(pyproject_text).get("project")
+    except ValueError:
+        return None
+    spec = proj.get("requires-python") if isinstance(proj, dict) else None
+    return str(spec).strip() if spec else None
+
+
+def python_meets(spec: str, version: str) -> Optional[bool]:
+    """Does python `version` (3.10.12) meet requires-python `spec`? None when the spec cannot be read."""
+    from packaging.specifiers import InvalidSpecifier, SpecifierSet
+    from packaging.version import InvalidVersion, Version
+
+    try:
+        return Version(version) in SpecifierSet(spec)
+    except (InvalidSpecifier, InvalidVersion):
+        return None
+
+
+@dataclass
+class ToolProject:
+    """A project whose dependencies a tool setup does not drive decides (poetry.lock, pdm.lock, environment.yml)."""
+    tool: str
+    marker: str  # the file (or pyproject table) that says so
+    export: str  # the command that writes a requirements file setup installs
+    installable: bool  # setup installs something all the same (a [project] table, a requirements file)
+
+
+def _has_table(doc: Optional[dict], dotted: str) -> bool:
+    node = doc
+    for part in dotted.split("."):
+        if not isinstance(node, dict) or part not in node:
+            return False
+        node = node[part]
+    return True
+
+
+def tool_project(files: set[str], pyproject_text: Optional[str], requirements: list[str],
+                 tools: list[dict]) -> Optional[ToolProject]:
+    """The first tool of `tools` (images.yaml project_tools) the project uses, by its files or its pyproject table,
+    and whether setup installs the project anyway: requirements files, or a [project] table that names dependencies
+    (setup installs it editable; the tool's lock is then not what decides the versions)."""
+    doc = None
+    if pyproject_text:
+        try:
+            import tomllib
+
+            doc = tomllib.loads(pyproject_text)
+        except (ImportError, ValueError):
+            doc = None
+    pp = parse_pyproject(pyproject_text)
+    installable = bool([r for r in requirements if r in files]) or (pp["project"] and bool(pp["dependencies"]))
+    for t in tools or []:
+        marker = next((f for f in t.get("files") or [] if f in files), None)
+        if marker is None and t.get("pyproject") and "pyproject.toml" in files and _has_table(doc, t["pyproject"]):
+            marker = f"pyproject.toml [{t['pyproject']}]"
+        if marker:
+            return ToolProject(str(t["tool"]), marker, str(t.get("export") or ""), installable)
+    return None
+
+
+def tool_refusal(tp: ToolProject, requirements: list[str]) -> tuple[str, str]:
+    """(problem, hint) for a tool's project setup cannot install."""
+    first = requirements[0] if requirements else "requirements.txt"
+    return (f"this is a {tp.tool} project ({tp.marker}), and setup installs no {tp.tool} lock or environment: "
+            f"it installs uv.lock, {first} or a [project] table, and the project has none of them",
+            f"write {first} from it on this machine: {tp.export}; then setup installs it (gpuops sync sends it)")

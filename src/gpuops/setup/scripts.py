@@ -70,6 +70,8 @@ add("uv.lock", False)
 add("pyproject.toml", True)
 add("setup.py", False)
 add("setup.cfg", False)
+for other in ("poetry.lock", "pdm.lock", "environment.yml", "environment.yaml"):  # tools setup does not drive
+    add(other, False)
 
 print("arch=%s" % os.uname().machine)
 if sys.argv[4:] != ["files"]:  # not run by the environment's python for want of a base python
