@@ -112,9 +112,11 @@ def _suppresses_import_error(item: ast.withitem) -> bool:
         any(_names(a) & GUARDS for a in call.args)
 
 
-def required_imports(source: str | bytes, *, as_main: bool = True) -> list[tuple[str, list[str]]]:
+def required_imports(source: str | bytes, *, as_main: bool = True,
+                     relative: bool = False) -> list[tuple[str, list[str]]]:
     """The absolute imports that run when the file runs (as `__main__` or imported): [(module, names imported from
-    it)], in order. Conditional ones (see the module's docstring) are left out. A file that does not parse: []."""
+    it)], in order. Conditional ones (see the module's docstring) are left out. A file that does not parse: [].
+    relative: the relative ones instead (`from .model import Net` -> (".model", ["Net"]))."""
     try:
         tree = ast.parse(source)
     except (SyntaxError, ValueError):
@@ -124,9 +126,12 @@ def required_imports(source: str | bytes, *, as_main: bool = True) -> list[tuple
     def walk(body: Iterable[ast.stmt]) -> None:
         for st in body:
             if isinstance(st, ast.Import):
-                found.extend((a.name, []) for a in st.names)
+                if not relative:
+                    found.extend((a.name, []) for a in st.names)
             elif isinstance(st, ast.ImportFrom):
-                if not st.level and st.module:
+                if relative and st.level:
+                    found.append(("." * st.level + (st.module or ""), [a.name for a in st.names if a.name != "*"]))
+                elif not relative and not st.level and st.module:
                     found.append((st.module, [a.name for a in st.names if a.name != "*"]))
             elif isinstance(st, ast.If):
                 if _is_main_test(st.test):
@@ -475,6 +480,39 @@ def _shell_runs(project: Path, script: str, text: str, namespaces: list[str]) ->
     return needs
 
 
+# -- what no host can run ----------------------------------------------------------------------------------------
+def script_problems(project: Path, script: str) -> list[tuple[str, str]]:
+    """(problem, fix) for a --script that fails on any host, read from the local file before anything is synced,
+    launched or billed: a shell script with Windows line endings (bash reads `set -e\\r`: error checking silently
+    off, and its last argument arrives as "\\r"; gpuops refuses it rather than converting a file the user keeps), a
+    .py script with relative imports at module level (they fail when it runs as a file: run it as a module)."""
+    text = _read(project / script)
+    if text is None:
+        return []
+    out = []
+    shell = script.endswith((".sh", ".bash")) or re.match(rb"#!\s*\S*(/|env\s+)(ba|da|z)?sh\b", text[:80])
+    if shell and b"\r\n" in text:
+        n = text.count(b"\r\n")
+        q = shlex.quote(script)
+        out.append((f"{script} has Windows line endings (CRLF, {n} line(s)): bash would read `set -e` as `set -e\\r` "
+                    "(error checking off) and pass a \"\\r\" as each line's last argument",
+                    f"fix: convert it to Unix line endings: sed -i 's/\\r$//' {q} (or dos2unix {q}); "
+                    "git config core.autocrlf input keeps it so"))
+    if script.endswith(".py"):
+        rel = required_imports(text, relative=True)
+        if rel:
+            parts = PurePosixPath(script[:-3]).parts
+            parts = parts[1:] if parts[:1] == ("src",) and len(parts) > 2 else parts
+            module = ".".join(parts)
+            out.append((f"{script} uses relative imports ({', '.join(f'from {m} import ...' for m, _ in rel[:2])}), "
+                        "which fail when it runs as a file (\"attempted relative import with no known parent "
+                        "package\")",
+                        f"fix: run it as a module, -m {module}: a run.sh holding `python -m {module} \"$@\"` given as "
+                        "--script" if len(parts) > 1 else "fix: a file at the project's top is no package's module: "
+                        "import absolutely (from model import Net for from .model import Net)"))
+    return out
+
+
 # -- what a job needs ---------------------------------------------------------------------------------------------
 def job_needs(project: Path, script: str, namespaces: Iterable[str] = ()) -> list[Need]:
     """The modules the job started with --script (relative to the project) must import, each once (first reason
@@ -628,18 +666,38 @@ def declared(project: Path) -> dict[str, str]:
     return out
 
 
+def extras_only(project: Path) -> dict[str, list[str]]:
+    """Distributions pyproject.toml names only under [project.optional-dependencies] (normalized name -> the extras
+    that name it): setup installs them only for the extras the profile's setup.extras names."""
+    py = _toml(project / "pyproject.toml") or {}
+    proj = py.get("project") if isinstance(py.get("project"), dict) else {}
+    main = {normalize(n) for n in (_requirement_name(i) for i in proj.get("dependencies") or [] if isinstance(i, str))
+            if n}
+    main |= set(requirements_names(project, "requirements.txt"))
+    out: dict[str, list[str]] = {}
+    opt = proj.get("optional-dependencies") if isinstance(proj.get("optional-dependencies"), dict) else {}
+    for extra, items in opt.items():
+        for item in items if isinstance(items, list) else []:
+            name = _requirement_name(item) if isinstance(item, str) else None
+            if name and normalize(name) not in main:
+                out.setdefault(normalize(name), []).append(str(extra))
+    return out
+
+
 def has_project_table(project: Path) -> bool:
     py = _toml(project / "pyproject.toml") or {}
     return isinstance(py.get("project"), dict)
 
 
 # -- the judgement --------------------------------------------------------------------------------------------------
+def _row(module: str, table: list[dict]) -> dict:
+    return next((r for r in table or [] if str(r.get("module")) == module), {})
+
+
 def distributions(module: str, table: list[dict]) -> list[str]:
     """The distributions that provide an import name (modules.yaml), the first the one to add; else the name."""
-    for row in table or []:
-        if str(row.get("module")) == module:
-            return [str(row["distribution"]), *[str(a) for a in row.get("also") or []]]
-    return [module]
+    row = _row(module, table)
+    return [str(row["distribution"]), *[str(a) for a in row.get("also") or []]] if row else [module]
 
 
 def namespaces(table: list[dict]) -> list[str]:
@@ -655,9 +713,11 @@ def missing(needs: list[Need], found: Optional[dict]) -> list[Need]:
 
 
 def problems(gone: list[Need], *, python: str, declared_names: dict[str, str], table: list[dict],
-             project_table: bool) -> list[tuple[str, list[str]]]:
+             project_table: bool, extras: Optional[dict[str, list[str]]] = None,
+             wanted_extras=()) -> list[tuple[str, list[str]]]:
     """One (problem, fix lines) per file that needs missing modules, worded like the gate's other problems:
-    `train.py imports wandb, which ~/.venvs/gpuops/bin/python cannot import`."""
+    `train.py imports wandb, which ~/.venvs/gpuops/bin/python cannot import`. extras: extras_only(project);
+    wanted_extras: the profile's setup.extras (a list, or "all")."""
     groups: dict[tuple[str, str], list[Need]] = {}
     for n in gone:
         groups.setdefault((n.source, n.how), []).append(n)
@@ -665,12 +725,13 @@ def problems(gone: list[Need], *, python: str, declared_names: dict[str, str], t
     for (source, how), ns in groups.items():
         names = [n.shown for n in ns]
         listed = names[0] if len(names) == 1 else ", ".join(names[:-1]) + " and " + names[-1]
-        out.append((f"{source} {how} {listed}, which {python} cannot import", [_fix(n, declared_names, table,
-                                                                                      project_table) for n in ns]))
+        out.append((f"{source} {how} {listed}, which {python} cannot import",
+                    [_fix(n, declared_names, table, project_table, extras or {}, wanted_extras) for n in ns]))
     return out
 
 
-def _fix(n: Need, declared_names: dict[str, str], table: list[dict], project_table: bool) -> str:
+def _fix(n: Need, declared_names: dict[str, str], table: list[dict], project_table: bool,
+         extras: dict[str, list[str]], wanted_extras) -> str:
     head = f"fix ({n.shown}): "
     if n.local:
         if n.local_root == n.path0:  # python finds it there once it is on the host
@@ -682,7 +743,19 @@ def _fix(n: Need, declared_names: dict[str, str], table: list[dict], project_tab
         return head + (f"it is the project's own module ({n.local}), not on the job's path: set PYTHONPATH "
                        f"(--env PYTHONPATH={n.local_root or '.'} or the profile's env:)")
     dists = distributions(n.module, table)
+    row = _row(n.module, table)
+    if row.get("setup") == "expect.packages":  # built against torch: setup's own step installs it (modules.yaml)
+        return head + (f"{dists[0]} is built for the exact torch, CUDA and Python: name it in the profile's "
+                       f"expect.packages ({dists[0]}: \"*\" or a version), and gpuops setup installs a prebuilt "
+                       "wheel that matches them, else builds it (MAX_JOBS, --no-build-isolation); a requirements "
+                       "line builds it against whatever torch the installer picks, or fails")
     hit = next((normalize(d) for d in dists if normalize(d) in declared_names), None)
+    wanted = [] if wanted_extras == "all" else list(wanted_extras or [])
+    if hit and hit in extras and wanted_extras != "all" and not set(extras[hit]) & set(wanted):
+        names = extras[hit]
+        return head + (f"the project lists {hit} only in pyproject.toml's extra {' or '.join(names)}, which setup "
+                       f"does not install: add it to the profile's setup.extras (setup: {{extras: [{names[0]}]}}), "
+                       "then gpuops setup")
     if hit:
         return head + f"gpuops setup (the project lists {hit} in {declared_names[hit]}; setup installs it)"
     return head + f"add {dists[0]} to the project's requirements, then gpuops setup"
