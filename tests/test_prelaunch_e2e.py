@@ -86,3 +86,51 @@ def test_train_before_setup_says_run_setup_not_does_not_compile(sandbox, gpuops)
     assert r.code == 1, r.all
     assert "the profile's python ~/never-made-env/bin/python does not exist on the host yet" in r.err
     assert "run `gpuops setup`" in r.err and "does not compile" not in r.err
+
+
+# -- setup: the host's several indexes through uv, and the cause of a failure in its summary -------------------------
+def _file_index(folder: Path, name: str, version: str) -> str:
+    """A PEP 503 simple index in a folder (file://), holding one version of one package."""
+    from indexes import make_wheel
+
+    whl = make_wheel(folder / "files", name, version, f"VALUE = {version!r}\n")
+    page = folder / "simple" / name
+    page.mkdir(parents=True)
+    (page / "index.html").write_text(f'<html><body><a href="../../files/{whl.name}">{whl.name}</a></body></html>\n')
+    return f"file://{folder}/simple"
+
+
+def test_two_extra_indexes_of_the_hosts_pip_config_are_searched_as_pip_does(sandbox, gpuops, tmp_path):
+    """extra-index-url names two indexes, the first lacking the pinned version: pip finds it (it considers every
+    index), uv by default stops at the first index that has the package ("no version of pinpkg==1.0"). setup gives
+    uv pip's semantics for pip's settings (UV_INDEX_STRATEGY=unsafe-best-match)."""
+    from test_setup_e2e import LOCAL_INDEX, fresh_env, home, set_profile
+
+    first = _file_index(tmp_path / "first", "pinpkg", "1.1")
+    second = _file_index(tmp_path / "second", "pinpkg", "1.0")
+    conf = home(sandbox) / ".config" / "pip" / "pip.conf"
+    conf.parent.mkdir(parents=True, exist_ok=True)
+    conf.write_text(f"[global]\nindex-url = {LOCAL_INDEX}\nextra-index-url = {first} {second}\n")
+    try:
+        set_profile(sandbox, python=fresh_env(sandbox, "senv-two-indexes"), expect={"packages": {"pinpkg": "1.0"}})
+        Path("requirements.txt").write_text("pinpkg==1.0\n")
+        assert gpuops("sync", "-p", "sandbox").code == 0
+        r = gpuops("setup", "sandbox")
+        assert r.code == 0, r.all
+        assert "installer: uv" in r.out and "PASS  pinpkg: 1.0" in r.out
+    finally:
+        conf.unlink(missing_ok=True)
+
+
+def test_setups_summary_quotes_the_cause_of_a_failed_install(cloud, gpuops):
+    """On Lambda Stack setup installs with pip, whose output ends "See above for output." and "note: This error
+    originates from a subprocess": the summary quotes git's own line (the host it could not reach)."""
+    cloud.image("lambda-stack")
+    Path("requirements.txt").write_text("git+https://127.0.0.1:1/acme/tools.git\n")
+    Path("train.py").write_text("print('hi')\n")
+    r = gpuops("run", "--type", TYPE, "--key", str(cloud.key), "--yes", "--json", "--script", "train.py")
+    assert r.code == 1, r.all
+    summary = next(ln for ln in r.err.splitlines() if "setup failed: setup failed on" in ln)
+    assert "at step deps (exit 1): fatal: unable to access 'https://127.0.0.1:1/acme/tools.git/': Failed to connect " \
+           "to 127.0.0.1 port 1" in summary, r.err
+    assert not _live(cloud)

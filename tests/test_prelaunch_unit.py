@@ -159,3 +159,18 @@ def test_run_refuses_tool_projects_and_conda_jobs_before_the_launch(tmp_path):
     problems = [p for p, _ in prelaunch.findings(tmp_path, "job.sh", IMAGES).problems]
     assert problems[0].startswith("this is a poetry project (poetry.lock)")
     assert problems[1] == "job.sh runs `conda activate`, and the images a launch boots have no conda"
+
+
+def test_the_telling_line_of_a_failed_install():
+    pip_tail = ["fatal: unable to access 'https://github.com/acme/tools.git/': Could not resolve host: github.com",
+                "error: subprocess-exited-with-error", "× git clone --filter=blob:none --quiet ... did not run "
+                "successfully.", "│ exit code: 128", "╰─> See above for output.",
+                "note: This error originates from a subprocess, and is likely not a problem with pip."]
+    pats = KNOW["setup_error_lines"]
+    assert sp.telling_line(pip_tail, pats).endswith("Could not resolve host: github.com")
+    uv_tail = ["× No solution found when resolving dependencies:", "╰─▶ Because there is no version of six==9 and "
+               "you require six==9, we can conclude that your requirements are unsatisfiable."]
+    assert sp.telling_line(uv_tail, pats).startswith("╰─▶ Because there is no version of six==9")
+    assert sp.telling_line(["ERROR: No matching distribution found for six==9", "x"], pats) == \
+        "ERROR: No matching distribution found for six==9"
+    assert sp.telling_line(["all fine", "still fine"], pats) is None

@@ -16,7 +16,8 @@ What users bring, and what the plan does with it:
   (installed editable: the job runs the synced source), a requirements.txt with `-r`/`-c` includes (every included
   file is part of the no-op check), a pyproject that only configures tools next to a requirements.txt;
 - the host's pip configuration (index-url, extra-index-url, find-links, cert, trusted-host): pip reads it itself, and
-  setup.sh gives it to uv as uv's own settings (setup/scripts.py PIP_TO_ENV).
+  setup.sh gives it to uv as uv's own settings (PIP_TO_ENV), with pip's way of choosing among several indexes
+  (UV_INDEX_STRATEGY=unsafe-best-match) when pip's configuration names extra indexes.
 """
 from __future__ import annotations
 
@@ -301,6 +302,21 @@ class Plan:
                 "free_mb": self.free_mb, "refusal": self.refusal, "cannot": self.cannot, "blocked": self.blocked,
                 "blocked_hint": self.blocked_hint, "notes": self.notes,
                 "nothing_to_do": self.nothing_to_do}
+
+
+def telling_line(lines: list[str], patterns) -> Optional[str]:
+    """The most telling line of a failed step's output: the last line that the first matching pattern of
+    `patterns` (knowledge.yaml setup_error_lines, regular expressions, most telling first) matches; None when none
+    does. A line is shown at most 300 characters long."""
+    for pat in patterns or []:
+        try:
+            rx = re.compile(str(pat))
+        except re.error:
+            continue
+        hits = [ln for ln in lines if rx.search(ln)]
+        if hits:
+            return hits[-1].strip()[:300]
+    return None
 
 
 def redact_url(url: Optional[str]) -> Optional[str]:
@@ -830,6 +846,8 @@ extra = os.environ.get("GPUOPS_EXTRA_INDEX", "").split()
 merged = extra + [u for u in os.environ.get("UV_EXTRA_INDEX_URL", "").split() + cfg.get("extra-index-url", [])
                   if u not in extra]
 put("UV_EXTRA_INDEX_URL", " ".join(merged), force=True)
+if cfg.get("extra-index-url"):  # pip's semantics for pip's settings: the best version across every index (uv's
+    put("UV_INDEX_STRATEGY", "unsafe-best-match")  # default takes the first index that has the package at all)
 if extra:
     put("PIP_EXTRA_INDEX_URL", " ".join(extra + [u for u in cfg.get("extra-index-url", []) if u not in extra]),
         force=True)
