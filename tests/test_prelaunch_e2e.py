@@ -134,3 +134,26 @@ def test_setups_summary_quotes_the_cause_of_a_failed_install(cloud, gpuops):
     assert "at step deps (exit 1): fatal: unable to access 'https://127.0.0.1:1/acme/tools.git/': Failed to connect " \
            "to 127.0.0.1 port 1" in summary, r.err
     assert not _live(cloud)
+
+
+# -- launchers in a .sh job -------------------------------------------------------------------------------------------
+def test_torchrun_in_a_sh_job_runs_with_the_job_environments_python(cloud, gpuops, tmp_path):
+    """Lambda Stack's torchrun is the system python's (/usr/bin/torchrun): from a .sh job it ran train.py without the
+    project's packages, which setup installed into the run's environment. launch.sh puts a torchrun that runs the
+    environment's python next on PATH, before the system's."""
+    from indexes import make_wheel
+
+    cloud.image("lambda-stack")
+    whl = make_wheel(tmp_path / "wheels", "pinpkg", "1.0", "VALUE = 'one'\n")
+    Path("requirements.txt").write_text(f"{whl}\n")
+    Path("train.py").write_text("import os, sys, torch, pinpkg\nprint('rank', os.environ['RANK'], 'of', "
+                                "os.environ['WORLD_SIZE'], 'pinpkg', pinpkg.VALUE, 'python', sys.executable, "
+                                "flush=True)\n")
+    Path("job.sh").write_text("#!/bin/bash\nset -e\necho \"torchrun is $(command -v torchrun)\"\n"
+                              "torchrun --standalone --nproc_per_node 2 train.py\n")
+    r = gpuops("run", "--type", TYPE, "--key", str(cloud.key), "--yes", "--json", "--script", "job.sh")
+    assert r.code == 0, r.all
+    log = (Path.cwd() / json.loads(r.out)["fetched"]["log"]).read_text()
+    assert "rank 0 of 2 pinpkg one python" in log and "rank 1 of 2 pinpkg one python" in log, log
+    assert "/.venvs/gpuops/bin/python" in log and "/bin/torchrun" in log
+    assert not _live(cloud)
