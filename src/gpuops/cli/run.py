@@ -17,7 +17,11 @@ def run(
     gpu: Optional[str] = GpuOpt,
     max_price: Optional[float] = MaxPriceOpt,
     wait_for_capacity: Optional[str] = WaitForCapacityOpt,
-    script: Optional[str] = typer.Option(None, "--script", "-s", help="Training script, relative to the project."),
+    script: Optional[str] = typer.Option(None, "--script", "-s", help="Training script, relative to the project. "
+                                         "Refused before anything is launched when the launched image cannot run "
+                                         "it: requires-python its python misses, a poetry/pdm/conda project setup "
+                                         "cannot install, conda activate, Windows line endings, relative imports "
+                                         "(docs/run.md)."),
     region: List[str] = typer.Option([], "--region", "-r", help="Region to try, in order (repeatable; default: "
                                                                 "every region with capacity)."),
     fetch: Optional[str] = typer.Option(None, "--fetch", metavar="NAME[,NAME...]",
