@@ -34,7 +34,8 @@ def test_a_poetry_project_with_nothing_setup_installs_is_blocked_naming_poetry_a
     f = facts({"pyproject.toml": POETRY1, "poetry.lock": "# lock\n", "requirements.txt": "six==1.16.0\n"})
     plan = sp.make_plan(f, profile(expect={}), KNOW, remote_dir="~/proj", tools=TOOLS)
     assert plan.blocked is None and [s.id for s in plan.steps] == ["environment", "deps"]
-    assert any("setup does not read poetry's lock" in n for n in plan.notes)
+    assert any("poetry.lock: setup does not install from poetry's files; it installs requirements.txt" in n
+               for n in plan.notes)
 
 
 def test_pdm_and_conda_projects_are_named():

@@ -463,9 +463,9 @@ def _plan_blocked(c: _Ctx, tools: list) -> bool:
         plan.blocked, plan.blocked_hint = tool_refusal(tp, list(S.requirements))
         return True
     if tp is not None:
-        plan.notes.append(f"{tp.marker}: setup does not read {tp.tool}'s lock; it installs "
+        plan.notes.append(f"{tp.marker}: setup does not install from {tp.tool}'s files; it installs "
                           + (", ".join(r for r in S.requirements if r in f.files) or "the [project] table")
-                          + f" (for the lock's versions: {tp.export})")
+                          + f" (for {tp.tool}'s versions: {tp.export})")
     spec = requires_python(f.texts.get("pyproject.toml")) if c.project.kind in ("uv-lock", "pyproject") else None
     version = f.env_python_version if f.env_python else f.base_python_version
     if spec and version and python_meets(spec, version) is False:
