@@ -157,3 +157,21 @@ def test_torchrun_in_a_sh_job_runs_with_the_job_environments_python(cloud, gpuop
     assert "rank 0 of 2 pinpkg one python" in log and "rank 1 of 2 pinpkg one python" in log, log
     assert "/.venvs/gpuops/bin/python" in log and "/bin/torchrun" in log
     assert not _live(cloud)
+
+
+def test_setup_names_poetry_instead_of_nothing_to_do(sandbox, gpuops):
+    """The facts script reports poetry.lock from the host: setup refuses before any step, naming poetry and its
+    export, where it used to say "nothing to do" (and the gate then refused after the instance billed)."""
+    from test_setup_e2e import fresh_env, set_profile
+
+    set_profile(sandbox, python=fresh_env(sandbox, "senv-poetry"))
+    Path("pyproject.toml").write_text(POETRY1)
+    Path("poetry.lock").write_text("# poetry\n")
+    Path("train.py").write_text("print('hi')\n")
+    assert gpuops("sync", "-p", "sandbox").code == 0
+    r = gpuops("setup", "sandbox")
+    assert r.code == 1, r.all
+    assert "setup cannot install the project on sandbox: this is a poetry project (poetry.lock)" in r.err
+    assert "poetry export -f requirements.txt --output requirements.txt --without-hashes" in r.err
+    assert "nothing to do" not in r.all
+    assert not (Path(sandbox["dir"]) / "home" / "senv-poetry").exists()  # nothing was made or installed
