@@ -17,7 +17,11 @@ def run(
     gpu: Optional[str] = GpuOpt,
     max_price: Optional[float] = MaxPriceOpt,
     wait_for_capacity: Optional[str] = WaitForCapacityOpt,
-    script: Optional[str] = typer.Option(None, "--script", "-s", help="Training script, relative to the project."),
+    script: Optional[str] = typer.Option(None, "--script", "-s", help="Training script, relative to the project. "
+                                         "Refused before anything is launched when the launched image cannot run "
+                                         "it: requires-python its python misses, a poetry/pdm/conda project setup "
+                                         "cannot install, conda activate, Windows line endings, relative imports "
+                                         "(docs/run.md)."),
     region: List[str] = typer.Option([], "--region", "-r", help="Region to try, in order (repeatable; default: "
                                                                 "every region with capacity)."),
     fetch: Optional[str] = typer.Option(None, "--fetch", metavar="NAME[,NAME...]",
@@ -144,6 +148,7 @@ def _new_run(out, project: Path, *, types: list, gpu: Optional[str], max_price: 
     from ..errors import UsageError
     from ..jobs.launchers import LAUNCHERS
     from ..jobs.plan import script_path
+    from ..pipeline import prelaunch
     from ..pipeline import runner as run_ops
     from ..pipeline import stages as pl
 
@@ -161,6 +166,7 @@ def _new_run(out, project: Path, *, types: list, gpu: Optional[str], max_price: 
     template, note = run_ops.run_template(template_for(from_, project), from_)
     if note:
         out.info(note)
+    prelaunch.check(project, script, out, template)  # a job that cannot run is refused before anything bills
     return run_ops.new_record(types=types, gpu=gpu, max_price=max_price, wait_for_capacity_s=wait_s, script=script,
                               args=args or [], regions=region, nodes=nodes, fetch=fetch, keep=keep,
                               ttl_s=d.parse_limit(ttl, "--ttl") if ttl is not None else None, max_cost=max_cost,
