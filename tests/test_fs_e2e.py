@@ -139,3 +139,16 @@ def test_reap_never_deletes_a_filesystem(cloud, gpuops):
     assert not _live(cloud)
     [row] = json.loads(gpuops("fs", "ls", "--json").out)["filesystems"]
     assert row["name"] == "keepme" and (cloud.fs_dir("keepme") / "weights.pt").read_text() == "w"
+
+
+def test_a_fleet_attaches_the_filesystem_on_every_node(cloud, gpuops):
+    cloud.capacity(TYPE, ["us-west-2", "us-east-1"])
+    assert gpuops("fs", "create", "shared", "--region", "us-east-1").code == 0
+    r = _up(gpuops, cloud, "pair", "--nodes", "2", "--fs", "shared")
+    assert r.code == 0, r.all
+    live = _live(cloud)
+    assert len(live) == 2 and all(i["file_system_names"] == ["shared"] and i["region"]["name"] == "us-east-1"
+                                  for i in live)
+    [row] = json.loads(gpuops("fs", "ls", "--json").out)["filesystems"]
+    assert sorted(i["id"] for i in row["instances"]) == sorted(i["id"] for i in live)
+    assert gpuops("down", "pair", "--yes").code == 0
