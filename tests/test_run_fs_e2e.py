@@ -9,6 +9,7 @@ import hashlib
 import http.server
 import io
 import json
+import sys
 import tarfile
 import threading
 from pathlib import Path
@@ -113,6 +114,82 @@ def test_run_data_without_fs_is_a_copy_on_the_instance_disk(cloud, gpuops):
     assert r.code == 0, r.all
     log = (Path.cwd() / json.loads(r.out)["fetched"]["log"]).read_text()
     assert "FS None\n" in log and "READ on the disk" in log and "/gpuops-data/plain\n" in log
+
+
+HUB_FILES = {"config.json": b'{"hidden": 8}\n', "train.txt": b"from the hub\n"}
+HUB_SHA = "c0ffee" + "0" * 34
+HUB_TOKEN = "hf_e2e" + "Qw7" * 10  # must reach the hub, and appear in no output, log or file here
+
+
+@pytest.fixture
+def hub():
+    """A local server speaking enough of the Hugging Face Hub's API for huggingface_hub's snapshot_download (repo
+    info, the recursive tree, HEAD and GET of each file under /resolve/), a private repo: the token is required."""
+    seen = []
+
+    class Hub(http.server.BaseHTTPRequestHandler):
+        protocol_version = "HTTP/1.1"
+
+        def log_message(self, *a):
+            pass
+
+        def _send(self, code, body=b"", headers=None):
+            self.send_response(code)
+            for k, v in (headers or {}).items():
+                self.send_header(k, v)
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            if self.command != "HEAD":
+                self.wfile.write(body)
+
+        def do_GET(self):
+            p = self.path.split("?")[0]
+            seen.append((self.command, p, self.headers.get("Authorization")))
+            if self.headers.get("Authorization") != f"Bearer {HUB_TOKEN}":
+                return self._send(401, b'{"error": "Invalid credentials"}', {"X-Error-Code": "RepoNotFound"})
+            if p.startswith("/api/datasets/org/set/tree/"):
+                return self._send(200, json.dumps([{"type": "file", "path": f, "size": len(d),
+                                                    "oid": hashlib.sha1(d).hexdigest()}
+                                                   for f, d in HUB_FILES.items()]).encode())
+            if p.startswith("/api/datasets/org/set/revision/"):
+                return self._send(200, json.dumps({"id": "org/set", "sha": HUB_SHA,
+                                                   "siblings": [{"rfilename": f} for f in HUB_FILES]}).encode())
+            for f, d in HUB_FILES.items():
+                if p == f"/datasets/org/set/resolve/{HUB_SHA}/{f}":
+                    return self._send(200, d, {"ETag": f'"{hashlib.sha1(d).hexdigest()}"', "X-Repo-Commit": HUB_SHA})
+            self._send(404, b'{"error": "not found"}', {"X-Error-Code": "EntryNotFound"})
+
+        do_HEAD = do_GET
+
+    srv = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Hub)
+    threading.Thread(target=srv.serve_forever, daemon=True).start()
+    srv.url, srv.seen = f"http://127.0.0.1:{srv.server_address[1]}", seen
+    yield srv
+    srv.shutdown()
+    srv.server_close()
+
+
+def test_run_data_hf_is_snapshot_downloaded_by_the_instance_with_the_token_as_a_secret(cloud, gpuops, hub, monkeypatch):
+    import sysconfig
+
+    cloud.capacity(TYPE, ["us-east-1"])
+    # huggingface_hub on the instance's python3: its user site points at this test environment's packages
+    ver = f"python{sys.version_info.major}.{sys.version_info.minor}"
+    cloud.image(files={f".local/lib/{ver}/site-packages/hub.pth": sysconfig.get_paths()["purelib"] + "\n"})
+    (Path.cwd() / ".env").write_text(f"HF_TOKEN={HUB_TOKEN}\n")
+    monkeypatch.setenv("HF_ENDPOINT", hub.url)
+    (Path.cwd() / "job.py").write_text(JOB)
+    assert gpuops("fs", "create", "models", "--region", "us-east-1").code == 0
+    r = _run(gpuops, cloud, "--fs", "models", "--data", "hf://datasets/org/set")
+    assert r.code == 0, r.all
+    log = (Path.cwd() / json.loads(r.out)["fetched"]["log"]).read_text()
+    assert "READ from the hub" in log and "/gpuops/data/org--set\n" in log
+    assert (cloud.fs_dir("models") / "gpuops" / "data" / "org--set" / "config.json").read_bytes() == HUB_FILES["config.json"]
+    assert ("GET", f"/datasets/org/set/resolve/{HUB_SHA}/train.txt", f"Bearer {HUB_TOKEN}") in hub.seen
+    assert HUB_TOKEN not in r.all
+    for f in Path.cwd().rglob("*"):  # the run's record, log and profile copies: never the token (.env is the user's)
+        if f.is_file() and f.name != ".env":
+            assert HUB_TOKEN.encode() not in f.read_bytes(), f
 
 
 def test_run_data_refusals_before_any_launch(cloud, gpuops):

@@ -581,9 +581,10 @@ class Runner(RecoveryStages):
 
         src = dataplan.parse(self.rec.data, self.project)
         fss = self._profile().cloud.filesystems
-        token = environment(self.project).get("HF_TOKEN") if src.kind == "hf" else None
+        here = environment(self.project) if src.kind == "hf" else {}
         with connect(node, announce=node_out.info) as remote:
-            return data.put(node, remote, node_out, src, fss[0].mount_point if fss else None, token=token)["path"]
+            return data.put(node, remote, node_out, src, fss[0].mount_point if fss else None,
+                            token=here.get("HF_TOKEN"), endpoint=here.get("HF_ENDPOINT"))["path"]
 
     def stage_train(self) -> None:
         from ..jobs import actions as lifecycle

@@ -16,7 +16,8 @@ from . import plan as tr
 FETCH_TIMEOUT_S = 6 * 3600.0  # a large dataset over the instance's own link
 
 
-def put(profile, remote, out, src: dp.Source, fs_mount: Optional[str], *, token: Optional[str] = None) -> dict:
+def put(profile, remote, out, src: dp.Source, fs_mount: Optional[str], *, token: Optional[str] = None,
+        endpoint: Optional[str] = None) -> dict:
     """The source at its place on the instance. Returns {path (GPUOPS_DATA), bytes_here (crossed this machine),
     bytes_remote (downloaded by the instance), skipped}."""
     if src.kind == "local":
@@ -35,7 +36,7 @@ def put(profile, remote, out, src: dp.Source, fs_mount: Optional[str], *, token:
                  f"{tr.human_bytes(sent)} sent")
         return {"path": dest, "bytes_here": sent, "bytes_remote": 0, "skipped": False}
     out.step(f"the instance downloads {src.text} into {dest}")
-    stdin = json.dumps(dp.fetch_params(src, dest, token)) + "\n"
+    stdin = json.dumps(dp.fetch_params(src, dest, token, endpoint)) + "\n"
     r = remote.run("python3 -c " + shlex.quote(dp.RUNNER), stdin=stdin + dp.FETCH_SCRIPT, timeout=FETCH_TIMEOUT_S)
     try:
         doc = json.loads((r.stdout.strip().splitlines() or ["{}"])[-1])

@@ -83,10 +83,12 @@ def target(src: Source, fs_mount: Optional[str]) -> str:
     return f"{data_root(fs_mount)}/{src.name}"
 
 
-def fetch_params(src: Source, dest: str, token: Optional[str] = None) -> dict:
-    """The download script's parameters (sent on stdin: the token never on a command line)."""
+def fetch_params(src: Source, dest: str, token: Optional[str] = None, endpoint: Optional[str] = None) -> dict:
+    """The download script's parameters (sent on stdin: the token never on a command line). `endpoint`: this
+    machine's HF_ENDPOINT (a Hub mirror), given to huggingface_hub on the instance."""
     return {"kind": src.kind, "url": src.text, "sha256": src.sha256, "filename": src.filename, "dest": dest,
-            "repo_id": src.repo_id, "repo_type": src.repo_type, "revision": src.revision, "token": token}
+            "repo_id": src.repo_id, "repo_type": src.repo_type, "revision": src.revision, "token": token,
+            "endpoint": endpoint}
 
 
 # Runs on the instance (python3, stdlib; huggingface_hub for hf://): stdin is the JSON parameters' line, then this
@@ -147,6 +149,9 @@ if p["kind"] == "url":
 if p["kind"] == "hf":
     if p.get("token"):
         os.environ["HF_TOKEN"] = p["token"]
+    if p.get("endpoint"):
+        os.environ["HF_ENDPOINT"] = p["endpoint"]
+    os.environ.setdefault("HF_HUB_DISABLE_TELEMETRY", "1")
     try:
         from huggingface_hub import snapshot_download
     except ImportError:
@@ -155,7 +160,8 @@ if p["kind"] == "hf":
         snapshot_download(repo_id=p["repo_id"], repo_type=p["repo_type"], revision=p["revision"], local_dir=dest)
     except Exception as e:
         fail("%s: %s" % (type(e).__name__, str(e).splitlines()[0] if str(e) else ""))
-    n = sum(os.path.getsize(os.path.join(a, f)) for a, _, fs in os.walk(dest) if "/.cache" not in a for f in fs)
+    n = sum(os.path.getsize(os.path.join(a, f)) for a, _, fs in os.walk(dest)
+            if "/.cache" not in a + "/" for f in fs)
     done(bytes=n)
 fail("unknown kind %r" % p["kind"])
 '''
