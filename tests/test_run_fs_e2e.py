@@ -201,3 +201,35 @@ def test_run_data_refusals_before_any_launch(cloud, gpuops):
     r = gpuops("run", "--type", TYPE, "--key", str(cloud.key), "--script", "job.py", "--fs", "missing")
     assert r.code == 2 and "gpuops fs create missing --region" in r.err and "--yes" in r.err
     assert cloud.launch_requests() == 0
+
+
+def test_a_replacement_attaches_the_filesystem_too(cloud, gpuops):
+    """--recover with --fs: the replacement is launched in the filesystem's region with it attached, and the job
+    there sees the same files (what the first instance's job wrote on the filesystem)."""
+    from test_run_recover_e2e import RESUMABLE, STEPS, _finished_on_a_second_instance, _training_with_a_checkpoint
+
+    cloud.capacity(TYPE, ["us-west-2", "us-east-1"])
+    assert gpuops("fs", "create", "keep", "--region", "us-east-1").code == 0
+    marker = RESUMABLE.replace("start = 0\n", "start = 0\nopen(os.path.join(os.environ['GPUOPS_FS'], "
+                                              "os.environ['SSH_CONNECTION'].split()[2]), 'w').write('seen')\n"
+                                              "print('ON FS', sorted(os.listdir(os.environ['GPUOPS_FS'])), "
+                                              "flush=True)\n")
+    import test_run_recover_e2e as rr
+
+    saved = rr.RESUMABLE
+    rr.RESUMABLE = marker
+    try:
+        p, first = _training_with_a_checkpoint(cloud, "--recover", "1", "--fs", "keep")
+    finally:
+        rr.RESUMABLE = saved
+    cloud.preempt(first)
+    doc, err = _finished_on_a_second_instance(p, first, cloud)
+    insts = {i["id"]: i for i in cloud.instances()}
+    second = doc["instances"][1]["ids"][0]
+    assert insts[first]["file_system_names"] == insts[second]["file_system_names"] == ["keep"]
+    assert insts[first]["region"]["name"] == insts[second]["region"]["name"] == "us-east-1"
+    assert err.count("filesystem keep is in us-east-1: trying only us-east-1") == 2, err
+    log = (Path.cwd() / doc["fetched"]["log"]).read_text()
+    marks = sorted(f.name for f in cloud.fs_dir("keep").iterdir() if f.is_file())  # each instance's address
+    assert marks == sorted({insts[first]["_address"], insts[second]["_address"]}) and len(marks) == 2
+    assert f"ON FS {marks + ['gpuops']}" in log and f"step {STEPS} saved" in log  # the replacement's job saw the first one's
