@@ -33,10 +33,17 @@ def fs_question(yes: bool) -> Callable[[str], Optional[bool]]:
     return ask
 
 
-def _context(out):
+def _ask_api(out, json_: bool, fn) -> Optional[dict]:
+    """fn(context) with the API client open; its document printed with --json (then None is returned)."""
     from ..cloud.instances import make_context
 
-    return make_context(out, project_dir=Path.cwd())
+    ctx = make_context(out, project_dir=Path.cwd())
+    with ctx.client:
+        doc = fn(ctx)
+    if json_:
+        out.emit_json(doc)
+        return None
+    return doc
 
 
 @fs_app.command("ls")
@@ -48,11 +55,8 @@ def ls(json_: bool = JsonOpt) -> None:
     from ..cloud.fs_actions import listing
 
     out = output(json_)
-    ctx = _context(out)
-    with ctx.client:
-        doc = listing(ctx, Path.cwd())
-    if json_:
-        out.emit_json(doc)
+    doc = _ask_api(out, json_, lambda ctx: listing(ctx, Path.cwd()))
+    if doc is None:
         return
     rows = doc["filesystems"]
     if not rows:
@@ -83,11 +87,8 @@ def create(
     from ..cloud.fs_actions import create as do_create
 
     out = output(json_)
-    ctx = _context(out)
-    with ctx.client:
-        fs = do_create(ctx, name, region)
-    if json_:
-        out.emit_json(fs)
+    fs = _ask_api(out, json_, lambda ctx: do_create(ctx, name, region))
+    if fs is None:
         return
     out.success(f"filesystem {fs['name']} created in {fs['region']} (mounted at {fs['mount_point']} by default)")
     out.info(f"next: gpuops run --fs {fs['name']} ... (or gpuops up NAME --fs {fs['name']} ...)")
@@ -114,10 +115,7 @@ def rm(
                              hint=f"gpuops fs rm {name} --yes")
         return answer
 
-    ctx = _context(out)
-    with ctx.client:
-        res = remove(ctx, name, confirm)
-    if json_:
-        out.emit_json(res)
+    res = _ask_api(out, json_, lambda ctx: remove(ctx, name, confirm))
+    if res is None:
         return
     out.success(f"filesystem {name} deleted ({res['region']})")
