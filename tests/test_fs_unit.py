@@ -82,3 +82,20 @@ def test_data_sources(tmp_path):
         with pytest.raises(UsageError):
             dp.parse(bad, tmp_path)
     assert dp.fetch_params(m, "/d", "tok")["token"] == "tok"
+
+
+def test_lambda_filesystem_errors_become_one_clear_message_and_exit_code():
+    from gpuops.cloud.api import error_from_response
+
+    def err(code, status=400, message="m"):
+        return error_from_response(status, {"error": {"code": code, "message": message}}, {}, "POST", "/filesystems")
+
+    assert fsd.fs_error(err("global/duplicate"), "d").code == 2
+    in_use = fsd.fs_error(err("filesystems/filesystem-in-use", message="in use by i-1"), "d")
+    assert in_use.code == 1 and "in use by i-1" in in_use.message and "gpuops down" in in_use.hint
+    assert fsd.fs_error(err("global/object-does-not-exist", 404), "d").code == 2
+    wrong = fsd.fs_error(err("instance-operations/launch/file-system-in-wrong-region", message="in us-east-1"))
+    assert wrong.code == 2 and "in us-east-1" in wrong.message
+    assert fsd.fs_error(err("global/quota-exceeded")).code == 1
+    other = err("provider/internal-unavailable", 503)
+    assert fsd.fs_error(other) is other

@@ -639,6 +639,10 @@ def _launch_refused(ctx: Context, exc: LambdaError, launch_id: str, state: dict,
     state["in_flight"] = False
     if not exc.ambiguous and not exc.transient:
         ctx.ledger.update(launch_id, state=FAILED, ended_at=ctx.clock(), note=exc.api_code or exc.message)
+        if exc.api_code == "instance-operations/launch/file-system-in-wrong-region":
+            from .filesystems import fs_error
+
+            raise fs_error(exc) from None
         raise exc
     wait["transient"] += 1
     if wait["transient"] >= MAX_TRANSIENT_LAUNCH_FAILURES:
