@@ -582,9 +582,17 @@ class Runner(RecoveryStages):
         src = dataplan.parse(self.rec.data, self.project)
         fss = self._profile().cloud.filesystems
         here = environment(self.project) if src.kind == "hf" else {}
+        if here.get("HF_TOKEN"):  # a secret: scrubbed from every message from here on, as the API key is
+            from ..cloud.api import Secret, redact
+
+            Secret(here["HF_TOKEN"])
         with connect(node, announce=node_out.info) as remote:
-            return data.put(node, remote, node_out, src, fss[0].mount_point if fss else None,
-                            token=here.get("HF_TOKEN"), endpoint=here.get("HF_ENDPOINT"))["path"]
+            try:
+                return data.put(node, remote, node_out, src, fss[0].mount_point if fss else None,
+                                token=here.get("HF_TOKEN"), endpoint=here.get("HF_ENDPOINT"))["path"]
+            except GpuopsError as exc:
+                raise GpuopsError(redact(exc.message) if here.get("HF_TOKEN") else exc.message, hint=exc.hint,
+                                  code=exc.code) from None
 
     def stage_train(self) -> None:
         from ..jobs import actions as lifecycle
