@@ -1,0 +1,74 @@
+"""Issue #28 end to end through the sandbox: what sync sends, secrets and settings, processes. The pure parts:
+tests/test_syncsec_unit.py."""
+from __future__ import annotations
+
+import json
+import os
+import time
+from pathlib import Path
+
+import pytest
+
+from test_runs_e2e import cleanup_runs, put, remote_project, run_dir, run_id_of, wait_ended, wait_for  # noqa: F401
+
+
+def write(path: Path, text: str = "x") -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(text)
+    return path
+
+
+def tree(root: Path) -> set[str]:
+    return {str(p.relative_to(root)) for p in root.rglob("*") if p.is_file()}
+
+
+def test_node_modules_is_excluded_by_default(sandbox, gpuops):
+    here = Path.cwd()
+    for rel in ["train.py", "node_modules/left-pad/index.js", "web/node_modules/x/y.js"]:
+        write(here / rel)
+    r = gpuops("sync", "-p", "sandbox")
+    assert r.code == 0, r.all
+    assert tree(remote_project(sandbox)) == {"train.py"}
+
+
+ENV_SPY = """\
+import json, os
+json.dump({k: v for k, v in os.environ.items()}, open("env.json", "w"))
+print("ok", flush=True)
+"""
+
+
+def test_every_dotenv_variable_and_secret_looking_env_reach_the_job_as_secrets(sandbox, gpuops, monkeypatch):
+    monkeypatch.delenv("WANDB_MODE")  # the tests' own setting: here the project's .env decides
+    values = {"HF_TOKEN": "hf_TOKENVALUE_5a4b3c", "WANDB_MODE": "offline-mode-x7", "WANDB_PROJECT": "proj-q9z8",
+              "MY_SETTING": "setting-v1w2"}
+    Path(".env").write_text("".join(f"{k}={v}\n" for k, v in values.items()) +
+                            "LAMBDA_API_KEY=secret_lambda_abc.def\nGPUOPS_SOMETHING=gpuops-own-1\n")
+    os.chmod(".env", 0o600)
+    put(sandbox, "spy.py", ENV_SPY)
+    cli = "openai-cli-secret-3k4j"
+    res = gpuops("train", "--script", "spy.py", "--no-sync", "--no-snapshot", "--env", f"OPENAI_API_KEY={cli}",
+                 "--env", "PLAIN_ONE=visible-1")
+    rid = run_id_of(res)
+    assert wait_ended(sandbox, rid) == 0
+    got = json.loads((remote_project(sandbox) / "env.json").read_text())
+    for k, v in values.items():
+        assert got.get(k) == v, k
+    assert got["OPENAI_API_KEY"] == cli and got["PLAIN_ONE"] == "visible-1"
+    assert "LAMBDA_API_KEY" not in got and "GPUOPS_SOMETHING" not in got  # gpuops' own stay here
+    # the launch lists the names it sent, never the values
+    for name in [*values, "OPENAI_API_KEY"]:
+        assert f"{name}=<secret" in res.err, name
+    assert "PLAIN_ONE=visible-1" in res.err
+    places = {"train output": res.all}
+    for f in run_dir(sandbox, rid).rglob("*"):
+        if f.is_file():
+            places[f"remote {f.name}"] = f.read_text(errors="replace")
+    for f in (Path("runs") / rid).rglob("*"):
+        if f.is_file():
+            places[f"local {f}"] = f.read_text(errors="replace")
+    for where, text in places.items():
+        for v in [*values.values(), cli]:
+            assert v not in text, f"{v} leaked in {where}"
+    meta = json.loads((Path("runs") / rid / "meta.json").read_text())
+    assert sorted(meta["secrets"]) == sorted([*values, "OPENAI_API_KEY"])
