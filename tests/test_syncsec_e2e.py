@@ -72,3 +72,45 @@ def test_every_dotenv_variable_and_secret_looking_env_reach_the_job_as_secrets(s
             assert v not in text, f"{v} leaked in {where}"
     meta = json.loads((Path("runs") / rid / "meta.json").read_text())
     assert sorted(meta["secrets"]) == sorted([*values, "OPENAI_API_KEY"])
+
+
+SETSID_CHILD = """\
+import os, signal, subprocess, sys, time
+env = dict(os.environ, GPUOPS_SANDBOX_HOLD="0:40000")
+child = subprocess.Popen([sys.executable, "-c",
+    "import os, signal, time\\nsignal.signal(signal.SIGINT, signal.SIG_IGN)\\n"
+    "open('setsid_child.pid', 'w').write(str(os.getpid()))\\ntime.sleep(600)"], env=env, start_new_session=True)
+print("training", flush=True)
+time.sleep(600)
+"""
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except OSError:
+        return False
+    return state != "Z"
+
+
+def test_stop_ends_a_child_that_started_its_own_session_and_the_next_train_sees_the_gpu_free(sandbox, gpuops):
+    import signal
+
+    put(sandbox, "setsid_job.py", SETSID_CHILD)
+    put(sandbox, "quick.py", "print('quick', flush=True)\n")
+    rid = run_id_of(gpuops("train", "--script", "setsid_job.py", "--no-sync", "--no-snapshot"))
+    proj = remote_project(sandbox)
+    f = proj / "setsid_child.pid"
+    child = int(wait_for(lambda: f.is_file() and f.read_text(), what="the setsid child"))
+    try:
+        assert os.getsid(child) == child  # its own session: not in the launcher's process group
+        res = gpuops("stop", rid, "--grace", "0.5", "--json")
+        assert res.code == 0, res.all
+        wait_for(lambda: not _pid_alive(child), timeout=5, what="the setsid child to end")
+        nxt = gpuops("train", "--script", "quick.py", "--no-sync", "--no-snapshot", "--name", "next")
+        assert nxt.code == 0, nxt.all
+        assert "holds" not in nxt.err
+        assert wait_ended(sandbox, run_id_of(nxt)) == 0
+    finally:
+        if _pid_alive(child):
+            os.kill(child, signal.SIGKILL)

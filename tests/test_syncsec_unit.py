@@ -47,3 +47,17 @@ def test_names_that_look_secret_given_with_env_are_secrets(name):
 @pytest.mark.parametrize("name", ["WANDB_MODE", "NCCL_DEBUG", "PYTORCH_CUDA_ALLOC_CONF", "GPUOPS_RESUME_FROM"])
 def test_plain_names_stay_plain(name):
     assert not core.looks_secret(name)
+
+
+def test_a_process_of_a_run_that_is_not_running_holds_the_gpu_as_any_other():
+    from test_gate_unit import ADA0, ada
+
+    apps = f"5002, 48900, {ADA0}, python3\n"
+    procs = {"5002": {"pgid": 5002, "sid": 5002, "environ": True, "run_id": "train-20260101-000000"}}
+    # the run is active: its child that left the session is the run's
+    assert core.gpu_holders(ada(apps, procs), [], active_ids=["train-20260101-000000"]) == []
+    # the run was stopped or ended: its leftover holds GPU 0, said with the stop that ends it
+    got = core.gpu_holders(ada(apps, procs), [], active_ids=[])
+    assert [p for p, _ in got] == ["GPU 0 holds 48900 MiB of process 5002 (python3), a process left over from gpuops "
+                                   "run train-20260101-000000, which is not running (stop it: gpuops stop "
+                                   "train-20260101-000000)"]

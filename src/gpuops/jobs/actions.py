@@ -61,7 +61,7 @@ class _Gate:
         pf, found = rl.preflight(remote, remote_dir, script_rel, node.python, packages,
                                  core.gate_params(node, remote_dir, env=self.env, modules=ji.probe_groups(self.needs)))
         pf.job_gpus = core.job_gpu_count(pf.facts, self.env, len(pf.gpus))
-        extra = core.gpu_holders(pf.facts, pf.active_pids, self.env)
+        extra = core.gpu_holders(pf.facts, pf.active_pids, self.env, active_ids=pf.active)
         gone = ji.missing(self.needs, core.found_modules(pf.facts))
         if gone:
             extra += ji.problems(gone, python=node.python, declared_names=ji.declared(self.project), table=self.table,

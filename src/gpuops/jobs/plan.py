@@ -573,11 +573,14 @@ APPS_COMMAND = "nvidia-smi --query-compute-apps=pid,process_name,used_memory --f
 
 
 def gpu_holders(facts_doc: Optional[dict], active_pids: Iterable[int],
-                env: Optional[dict[str, Optional[str]]] = None) -> list[tuple[str, list[str]]]:
+                env: Optional[dict[str, Optional[str]]] = None,
+                active_ids: Optional[Iterable[str]] = None) -> list[tuple[str, list[str]]]:
     """The GPUs the job will see (CUDA_VISIBLE_DEVICES of `env`, else the host's) holding memory of a process that is
-    not a gpuops run: one (problem, fix lines) per process. A gpuops run's process: its process group or session is
-    an active run's launcher (active_pids), or its environment names GPUOPS_RUN_ID. Pure: the probe's gpu_apps fact
-    (nvidia-smi's compute processes, raw, and /proc facts per pid)."""
+    not a running gpuops run: one (problem, fix lines) per process. A running gpuops run's process: its process group
+    or session is an active run's launcher (active_pids), or its environment names GPUOPS_RUN_ID of an active run
+    (active_ids; None: any run id). A process of a run that has ended or was stopped (a child that left the run's
+    session) holds the GPU as any other process does. Pure: the probe's gpu_apps fact (nvidia-smi's compute
+    processes, raw, and /proc facts per pid)."""
     from ..verify.facts import fact_value, from_probe
 
     apps = fact_value(facts_doc or {}, "gpu_apps")
@@ -597,12 +600,14 @@ def gpu_holders(facts_doc: Optional[dict], active_pids: Iterable[int],
         if seen is not None and gpu not in seen:
             continue
         who = (apps.get("procs") or {}).get(str(pid)) or {}
-        if who.get("run_id") or who.get("pgid") in ours or who.get("sid") in ours:
+        rid = who.get("run_id")
+        if (rid and (active_ids is None or rid in active_ids)) or who.get("pgid") in ours or who.get("sid") in ours:
             continue
         held = f"{mem} MiB" if mem.isdigit() else f"memory ({mem})"
         owner = f", user {who['user']}" if who.get("user") else ""
-        out.append((f"GPU {gpu if gpu is not None else uuid} holds {held} of process {pid} ({name}{owner}), "
-                    "which is not a gpuops run",
+        what = (f"a process left over from gpuops run {rid}, which is not running (stop it: gpuops stop {rid})"
+                if rid else "which is not a gpuops run")
+        out.append((f"GPU {gpu if gpu is not None else uuid} holds {held} of process {pid} ({name}{owner}), " + what,
                     [f"fix (process {pid}): see it with `{APPS_COMMAND}` and `ps -o pid,user,etime,cmd -p {pid}`; "
                      "stop it, or give the job another GPU (CUDA_VISIBLE_DEVICES in the profile's env: or --env)"]))
     return out
