@@ -114,3 +114,81 @@ def test_stop_ends_a_child_that_started_its_own_session_and_the_next_train_sees_
     finally:
         if _pid_alive(child):
             os.kill(child, signal.SIGKILL)
+
+
+class Blackhole:
+    """A TCP server on 127.0.0.1 that accepts connections and never answers: a W&B server that hangs."""
+
+    def __init__(self):
+        import socket
+        import threading
+
+        self.sock = socket.socket()
+        self.sock.bind(("127.0.0.1", 0))
+        self.sock.listen(64)
+        self.port = self.sock.getsockname()[1]
+        self.accepted = []
+        threading.Thread(target=self._loop, daemon=True).start()
+
+    def _loop(self):
+        while True:
+            try:
+                conn, _ = self.sock.accept()
+            except OSError:
+                return
+            self.accepted.append(conn)
+
+    def close(self):
+        self.sock.close()
+        for c in self.accepted:
+            c.close()
+
+
+def _snapshot_with_wandb(sandbox, isolated):
+    import io
+
+    from gpuops.console import Output
+    from gpuops.profiles import model as profiles
+    from gpuops.remote.connection import connect
+    from gpuops.transfer import snapshot as snap
+
+    prof = profiles.resolve("sandbox", isolated)
+    out = Output(stdout=io.StringIO(), stderr=io.StringIO())
+    rid = "wb-20260115-100000"
+    remote = connect(prof, announce=lambda m: None)
+    t0 = time.monotonic()
+    try:
+        res = snap.snapshot_for_run(remote, prof, run_id=rid, remote_run_dir=f"~/wbproj/runs/{rid}",
+                                    local_dir=isolated / "runs" / rid / "environment", out=out, project_dir=isolated)
+    finally:
+        remote.close()
+    return res, time.monotonic() - t0, out.stderr.getvalue()
+
+
+@pytest.fixture
+def wandb_server(monkeypatch, tmp_path):
+    hole = Blackhole()
+    monkeypatch.setenv("WANDB_BASE_URL", f"http://127.0.0.1:{hole.port}")
+    monkeypatch.setenv("WANDB_DIR", str(tmp_path / "wb"))
+    (tmp_path / "wb").mkdir()
+    monkeypatch.delenv("WANDB_MODE")  # the tests' own setting: here the project's .env decides
+    yield hole
+    hole.close()
+
+
+def test_gpuops_wandb_logging_obeys_wandb_mode_offline_in_dotenv(sandbox, isolated, wandb_server):
+    (isolated / ".env").write_text("WANDB_API_KEY=" + "7a" * 20 + "\nWANDB_MODE=offline\n")
+    res, took, _ = _snapshot_with_wandb(sandbox, isolated)
+    assert res["ok"] and res["error"] is None, res["error"]
+    assert res["wandb"]["mode"] == "offline"
+    assert not wandb_server.accepted  # the network was never tried
+    assert took < 60
+
+
+def test_gpuops_wandb_logging_is_bounded_in_time(sandbox, isolated, wandb_server):
+    (isolated / ".env").write_text("WANDB_API_KEY=" + "7a" * 20 + "\nGPUOPS_WANDB_TIMEOUT=4\n")
+    res, took, err = _snapshot_with_wandb(sandbox, isolated)
+    assert res["ok"] and res["wandb"] is None  # the snapshot itself is kept
+    assert "W&B logging gave up after 4s" in res["error"]
+    assert "gave up after 4s" in err and "7a7a7a" not in err
+    assert took < 30
