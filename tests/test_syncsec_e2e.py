@@ -192,3 +192,130 @@ def test_gpuops_wandb_logging_is_bounded_in_time(sandbox, isolated, wandb_server
     assert "W&B logging gave up after 4s" in res["error"]
     assert "gave up after 4s" in err and "7a7a7a" not in err
     assert took < 30
+
+
+# -- what sync sends ------------------------------------------------------------------------------------------------
+def sparse(path: Path, size: int) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "wb") as fh:
+        fh.truncate(size)
+    return path
+
+
+class _Terminal:
+    """stdin as a person at a terminal who answers `answer` to the question."""
+
+    def __init__(self, answer: str):
+        import io
+
+        self._buf = io.StringIO(answer + "\n")
+
+    def isatty(self):
+        return True
+
+    def readline(self, *a):
+        return self._buf.readline(*a)
+
+    def read(self, *a):
+        return self._buf.read(*a)
+
+
+def test_a_large_upload_is_said_with_its_biggest_folders_and_a_resync_of_it_is_not(sandbox, gpuops):
+    write(Path.cwd() / "train.py", "print('hi')\n")
+    sparse(Path.cwd() / "data" / "forgotten.bin", 120_000_000)  # far more than the code (> 100 MB, > 50x)
+    r = gpuops("sync", "-p", "sandbox", "--json")
+    assert r.code == 0, r.all
+    doc = json.loads(r.out)
+    (w,) = [w for w in doc["warnings"] if "this sync uploads" in w]
+    assert w.startswith("this sync uploads 120.0 MB (2 files) to sandbox:") and "the biggest: data/ 120.0 MB" in w
+    assert ".gpuopsignore" in w
+    assert (remote_project(sandbox) / "data" / "forgotten.bin").stat().st_size == 120_000_000
+    again = gpuops("sync", "-p", "sandbox", "--json")  # nothing would go: nothing said
+    assert again.code == 0 and not [w for w in json.loads(again.out)["warnings"] if "uploads" in w]
+
+
+def test_a_large_upload_declined_at_a_terminal_sends_nothing_and_yes_skips_the_question(sandbox, gpuops, monkeypatch):
+    import sys
+
+    write(Path.cwd() / "train.py", "print('hi')\n")
+    sparse(Path.cwd() / "data" / "huge.bin", 600_000_000)
+    monkeypatch.setattr(sys, "stdin", _Terminal("n"))
+    r = gpuops("sync", "-p", "sandbox")
+    assert r.code == 1, r.all
+    assert "this sync uploads 600.0 MB" in r.err and "upload 600.0 MB to sandbox?" in r.err
+    assert "not synced: 600.0 MB would have been uploaded" in r.err and "Traceback" not in r.all
+    assert not (remote_project(sandbox) / "train.py").exists()  # nothing was sent
+    monkeypatch.setattr(sys, "stdin", _Terminal(""))  # --yes: no question read
+    sparse(Path.cwd() / "data" / "huge.bin", 0)  # (and nothing big to send, so the test stays fast)
+    sparse(Path.cwd() / "data" / "big.bin", 130_000_000)
+    r = gpuops("sync", "-p", "sandbox", "--yes")
+    assert r.code == 0, r.all
+    assert "this sync uploads 130.0 MB" in r.err and "upload 130.0 MB to sandbox?" not in r.err
+    assert (remote_project(sandbox) / "train.py").exists()
+
+
+def test_symlinks_pointing_outside_are_said_in_text_and_json_and_copy_links_sends_their_targets(sandbox, gpuops,
+                                                                                                tmp_path):
+    outside = tmp_path / "shared-weights"
+    write(outside / "w.bin", "weights")
+    write(Path.cwd() / "train.py", "print('hi')\n")
+    (Path.cwd() / "weights.bin").symlink_to(outside / "w.bin")
+    (Path.cwd() / "shared").symlink_to(outside)
+    r = gpuops("sync", "-p", "sandbox", "--json")
+    assert r.code == 0, r.all
+    doc = json.loads(r.out)
+    (w,) = [w for w in doc["warnings"] if "symlink" in w]
+    assert w.startswith("2 symlink(s) point outside the project and would arrive on the host as links")
+    assert "--copy-links" in w
+    assert sorted(x["path"] for x in doc["outside_links"]) == ["shared", "weights.bin"]
+    remote = remote_project(sandbox)
+    # a link to a path of this machine (the sandbox host is this machine: on a real host it dangles)
+    assert (remote / "weights.bin").is_symlink() and os.readlink(remote / "weights.bin") == str(outside / "w.bin")
+    t = gpuops("sync", "-p", "sandbox")
+    assert "2 symlink(s) point outside the project" in t.err
+    c = gpuops("sync", "-p", "sandbox", "--copy-links", "--json")
+    assert c.code == 0, c.all
+    assert not (remote / "weights.bin").is_symlink() and (remote / "weights.bin").read_text() == "weights"
+    assert (remote / "shared" / "w.bin").read_text() == "weights" and not (remote / "shared").is_symlink()
+    assert any("their targets are copied" in w for w in json.loads(c.out)["warnings"])
+    # the profile's sync.copy_links says the same
+    prof = Path(sandbox["profile"])
+    prof.write_text(prof.read_text() + "sync:\n  copy_links: true\n")
+    assert any("their targets are copied" in w for w in json.loads(gpuops("sync", "-p", "sandbox", "--json").out)["warnings"])
+
+
+def test_train_says_before_it_syncs_that_a_file_the_script_names_is_left_out(sandbox, gpuops):
+    write(Path.cwd() / "train.py", "import os\nprint(os.path.exists('checkpoints/pretrained.pt'), flush=True)\n")
+    sparse(Path.cwd() / "checkpoints" / "pretrained.pt", 1000)
+    r = gpuops("train", "--script", "train.py", "--no-snapshot")
+    assert r.code == 0, r.all
+    said = ("train.py names checkpoints/pretrained.pt, which sync leaves out (rule 'checkpoints' of the profile's "
+            "sync.exclude): the job will not find it on the host; to send it: set sync: exclude:")
+    assert said in r.err
+    assert r.err.index(said) < r.err.index("syncing")  # before anything is sent
+    assert wait_ended(sandbox, run_id_of(r)) == 0
+
+
+from test_cloud_e2e import TYPE, cloud, cloud_emu  # noqa: E402,F401  (fixtures)
+
+
+def test_run_says_what_sync_leaves_out_and_asks_before_a_large_upload_before_anything_bills(cloud, gpuops,
+                                                                                           monkeypatch):
+    import sys
+
+    from gpuops.pipeline import stages as pl
+
+    write(Path.cwd() / "train.py", "import torch\nsd = torch.load('checkpoints/pretrained.pt')\n")
+    sparse(Path.cwd() / "checkpoints" / "pretrained.pt", 1000)
+    sparse(Path.cwd() / "data" / "forgotten.bin", 2_000_000_000)
+    (Path.cwd() / "link").symlink_to("/etc/hostname")
+    monkeypatch.setattr(sys, "stdin", _Terminal("n"))
+    r = gpuops("run", "--type", TYPE, "--key", str(cloud.key), "--script", "train.py")
+    assert r.code == 1, r.all
+    assert "train.py names checkpoints/pretrained.pt, which sync leaves out (rule 'checkpoints'" in r.err
+    assert "1 symlink(s) point outside the project" in r.err
+    assert "this sync uploads 2.0 GB (2 files); the biggest: data/ 2.0 GB" in r.err
+    assert "upload 2.0 GB once the instance is up?" in r.err and "not launched" in r.err
+    assert not cloud.launch_requests() and not cloud.instances()  # nothing billed
+    d = pl.records_dir(Path.cwd())
+    assert not (d.is_dir() and any(d.iterdir()))  # and no run record left behind

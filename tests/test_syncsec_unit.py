@@ -61,3 +61,100 @@ def test_a_process_of_a_run_that_is_not_running_holds_the_gpu_as_any_other():
     assert [p for p, _ in got] == ["GPU 0 holds 48900 MiB of process 5002 (python3), a process left over from gpuops "
                                    "run train-20260101-000000, which is not running (stop it: gpuops stop "
                                    "train-20260101-000000)"]
+
+
+# -- what sync sends ------------------------------------------------------------------------------------------------
+from gpuops.profiles.model import DEFAULT_EXCLUDES  # noqa: E402
+from gpuops.transfer import plan as tr  # noqa: E402
+from gpuops.transfer import preview as pv  # noqa: E402
+
+
+def sparse(path: Path, size: int) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "wb") as fh:
+        fh.truncate(size)
+    return path
+
+
+def rules(ignore=(), cli=()):
+    return tr.labelled_rules(DEFAULT_EXCLUDES, cli, list(ignore))
+
+
+def test_node_modules_is_a_default_exclusion():
+    assert "node_modules" in DEFAULT_EXCLUDES
+    assert pv.Matcher(rules()).excluded("web/node_modules/react/index.js") == ("node_modules",
+                                                                                "the profile's sync.exclude")
+
+
+def test_the_matcher_judges_as_rsync_first_match_and_folders():
+    m = pv.Matcher(rules(ignore=tr.read_ignore_file_lines(["data/", "*.ckpt", "!keep.ckpt"])
+                         if hasattr(tr, "read_ignore_file_lines") else ["+ keep.ckpt", "- *.ckpt", "- /data/"]))
+    assert m.excluded("checkpoints/pretrained.pt") == ("checkpoints", "the profile's sync.exclude")
+    assert m.excluded("a/b/__pycache__/x.py")[0] == "__pycache__"
+    assert m.excluded("data/train.bin") == ("/data/", ".gpuopsignore")
+    assert m.excluded("sub/data/train.bin") is None  # anchored at the root
+    assert m.excluded("m.ckpt") == ("*.ckpt", ".gpuopsignore") and m.excluded("keep.ckpt") is None
+    assert m.excluded(".env")[1] == "gpuops' own exclusions (never sent)"
+    assert m.excluded("train.py") is None and m.excluded("src/pkg/model.py") is None
+
+
+def test_scan_counts_what_a_first_sync_sends_with_the_biggest_folders(tmp_path):
+    (tmp_path / "train.py").write_text("print(1)\n" * 10)
+    sparse(tmp_path / "data" / "big.bin", 2_000_000_000)
+    sparse(tmp_path / "data" / "sub" / "more.bin", 100_000_000)
+    sparse(tmp_path / "assets" / "a.bin", 30_000_000)
+    sparse(tmp_path / "checkpoints" / "pretrained.pt", 5_000_000_000)  # excluded: not counted
+    sparse(tmp_path / "node_modules" / "x" / "y.js", 900_000_000)  # excluded too
+    s = pv.scan(tmp_path, rules())
+    assert s.total == 2_130_000_090 and s.files == 4 and s.code == 90
+    assert s.biggest(2) == [("data/", 2_100_000_000), ("assets/", 30_000_000)]
+    assert s.large
+    text = pv.size_warning(s.total, s.files, s.biggest())
+    assert text == ("this sync uploads 2.1 GB (4 files); the biggest: data/ 2.1 GB, assets/ 30.0 MB, "
+                    "train.py 90 B")
+
+
+@pytest.mark.parametrize("total,code,large", [
+    (499_000_000, 400_000_000, False),  # all code, under 500 MB
+    (501_000_000, 400_000_000, True),  # over 500 MB
+    (120_000_000, 1_000_000, True),  # 120 MB of data, 1 MB of code: far more than the code
+    (120_000_000, 3_000_000, False),  # 40 times the code: not far more
+    (90_000_000, 10, False),  # under 100 MB: never
+])
+def test_the_large_upload_rule(total, code, large):
+    assert pv.is_large(total, code) is large
+
+
+def test_symlinks_pointing_outside_the_project_are_found(tmp_path):
+    proj, outside = tmp_path / "proj", tmp_path / "outside"
+    proj.mkdir()
+    outside.mkdir()
+    (outside / "weights.bin").write_text("w")
+    (proj / "inside.txt").write_text("i")
+    (proj / "abs_link").symlink_to(outside / "weights.bin")
+    (proj / "rel_link").symlink_to("../outside")
+    (proj / "ok_link").symlink_to("inside.txt")
+    (proj / "sub").mkdir()
+    (proj / "sub" / "up_ok").symlink_to("../inside.txt")
+    s = pv.scan(proj, rules())
+    assert sorted(s.outside_links) == [("abs_link", str(outside / "weights.bin")), ("rel_link", "../outside")]
+    w = pv.links_warning(s.outside_links, copying=False)
+    assert w.startswith("2 symlink(s) point outside the project and would arrive on the host as links to paths")
+    assert "--copy-links" in w and "copy_links: true" in w
+
+
+def test_a_file_the_script_names_that_the_sync_leaves_out_is_found(tmp_path):
+    (tmp_path / "train.py").write_text('import torch\nsd = torch.load("checkpoints/pretrained.pt")\n'
+                                       'out = "checkpoints/step_1/model.pt"\nopen("data/labels.csv")\n')
+    sparse(tmp_path / "checkpoints" / "pretrained.pt", 10)
+    (tmp_path / "data").mkdir()
+    (tmp_path / "data" / "labels.csv").write_text("a\n")
+    got = pv.silent_exclusions(tmp_path, "train.py", rules())
+    assert got == [("checkpoints/pretrained.pt", "checkpoints", "the profile's sync.exclude")]
+    w = pv.exclusion_warning("train.py", *got[0])
+    assert w.startswith("train.py names checkpoints/pretrained.pt, which sync leaves out (rule 'checkpoints' of the "
+                        "profile's sync.exclude): the job will not find it on the host; to send it: set sync: exclude:")
+    # a shell script's bare words, and .gpuopsignore's rule named as such
+    (tmp_path / "run.sh").write_text("#!/bin/sh\npython train.py --labels data/labels.csv\n")
+    got = pv.silent_exclusions(tmp_path, "run.sh", rules(ignore=["- /data/"]))
+    assert got == [("data/labels.csv", "/data/", ".gpuopsignore")]

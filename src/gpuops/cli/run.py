@@ -71,7 +71,8 @@ def run(
                                                         "the options that describe a new run are refused."),
     run_id: Optional[str] = typer.Option(None, "--id", metavar="RUN", help="With --resume: which run.",
                                          show_default=False),
-    yes: bool = typer.Option(False, "--yes", "-y", help="Do not ask before launching."),
+    yes: bool = typer.Option(False, "--yes", "-y", help="Do not ask before launching (the price), nor before a "
+                                                        "large upload (over 500 MB, or far more than the code)."),
     json_: bool = typer.Option(False, "--json", help="Print the closing summary as one JSON document."),
     args: Optional[List[str]] = typer.Argument(None, help="Arguments for the script, after --.", show_default=False),
 ) -> None:
@@ -102,7 +103,7 @@ def run(
         rec = _new_run(out, project, types=type_, gpu=gpu, max_price=max_price, wait_for_capacity=wait_for_capacity,
                        script=script, region=region, fetch=fetch_names, keep=keep, ttl=ttl, max_cost=max_cost, key=key,
                        name=name, nodes=nodes, launcher=launcher, nproc=nproc, from_=from_, args=args,
-                       recover=recover or 0, unreachable=unreachable)
+                       recover=recover or 0, unreachable=unreachable, confirm=_confirmer(yes))
 
     runner = run_ops.Runner(rec, out, project, lambda: make_context(out, project_dir=project), confirm=_confirmer(yes))
     with as_interrupt():
@@ -137,8 +138,9 @@ def _new_run(out, project: Path, *, types: list, gpu: Optional[str], max_price: 
              wait_for_capacity: Optional[str], script: Optional[str], region: list, fetch: list, keep: bool,
              ttl: Optional[str], max_cost: Optional[float], key: Optional[Path], name: Optional[str], nodes: int,
              launcher: str, nproc: str, from_: Optional[str], args: Optional[list], recover: int = 0,
-             unreachable: Optional[str] = None):
-    """A new run's record, every option checked (and a --from template read) before anything is launched."""
+             unreachable: Optional[str] = None, confirm=None):
+    """A new run's record, every option checked (and a --from template read) before anything is launched; what the
+    sync will send said (and a large upload asked with `confirm`) before the record is written."""
     from ..cloud import decisions as d
     from ..cloud.instances import template_for
     from ..errors import UsageError
@@ -161,6 +163,7 @@ def _new_run(out, project: Path, *, types: list, gpu: Optional[str], max_price: 
     template, note = run_ops.run_template(template_for(from_, project), from_)
     if note:
         out.info(note)
+    _before_launch(out, project, script, template, confirm)
     return run_ops.new_record(types=types, gpu=gpu, max_price=max_price, wait_for_capacity_s=wait_s, script=script,
                               args=args or [], regions=region, nodes=nodes, fetch=fetch, keep=keep,
                               ttl_s=d.parse_limit(ttl, "--ttl") if ttl is not None else None, max_cost=max_cost,
@@ -169,13 +172,19 @@ def _new_run(out, project: Path, *, types: list, gpu: Optional[str], max_price: 
                               unreachable_s=d.parse_limit(unreachable, "--unreachable") if unreachable else None)
 
 
+def _before_launch(out, project: Path, script: str, template: Optional[dict], confirm) -> None:
+    """Said before anything bills: the files the script names that the sync leaves out, symlinks pointing outside
+    the project, a large upload (asked unless --yes). The run's profile takes its sync: settings from --from."""
+    from ..profiles.model import SyncSettings
+    from ..transfer.sync import local_preview
+
+    sync = SyncSettings.model_validate((template or {}).get("sync") or {})
+    local_preview(out, project, script, sync.exclude, copy_links=sync.copy_links, confirm=confirm)
+
+
 def _confirmer(yes: bool):
-    """The question before a launch: asked at a terminal, answered yes with --yes or without one."""
-    import sys
+    """The questions before a launch (the price, a large upload): asked at a terminal, answered yes with --yes or
+    without one."""
+    from .app import confirmer
 
-    def confirm(question: str) -> bool:
-        if yes or not sys.stdin.isatty():
-            return True
-        return typer.confirm(question, default=False, err=True)
-
-    return confirm
+    return confirmer(yes)

@@ -546,7 +546,8 @@ class Runner(RecoveryStages):
 
         def one(node, node_out):
             with connect(node, announce=node_out.info) as remote:
-                return sync_project(node, remote, node_out, self.project, excludes=excludes)
+                # symlinks and the upload's size were said before the launch (local_preview)
+                return sync_project(node, remote, node_out, self.project, excludes=excludes, preview=False)
 
         if prof.is_fleet:
             got = self._every_node(prof, one)
