@@ -319,3 +319,45 @@ def test_run_says_what_sync_leaves_out_and_asks_before_a_large_upload_before_any
     assert not cloud.launch_requests() and not cloud.instances()  # nothing billed
     d = pl.records_dir(Path.cwd())
     assert not (d.is_dir() and any(d.iterdir()))  # and no run record left behind
+
+
+# -- rehearsing with the Lambda Stack image --------------------------------------------------------------------------
+def test_sandbox_up_image_lambda_stack_gives_the_host_lambda_stacks_python(sandbox, gpuops):
+    from gpuops.profiles import model as profiles
+    from gpuops.remote.connection import connect
+    from gpuops.sandbox import host
+
+    try:
+        r = gpuops("sandbox", "up", "--image", "lambda-stack", "--json")
+        assert r.code == 0, r.all
+        assert json.loads(r.out)["image"] == "lambda-stack"
+        prof = profiles.resolve("sandbox", Path.cwd())
+        with connect(prof, announce=lambda m: None) as remote:
+            res = remote.run("python3 -c 'import torch, sys; print(torch.__version__, torch.version.cuda, sys.prefix)'",
+                             timeout=60)
+        assert res.rc == 0, res.stderr
+        version, cuda, prefix = res.stdout.split()
+        assert (version, cuda) == ("2.9.0+cu128", "12.8") and prefix.endswith("images/lambda-stack")
+        bad = gpuops("sandbox", "up", "--image", "ubuntu")
+        assert bad.code == 2 and "unknown image; known: lambda-stack" in bad.err
+    finally:
+        host.up()  # the session's sandbox as the other tests know it
+
+
+def test_sandbox_up_cloud_image_lambda_stack_sets_what_instances_boot_with(gpuops, monkeypatch, tmp_path):
+    import urllib.request
+
+    monkeypatch.setenv("GPUOPS_STATE_DIR", str(tmp_path / "state"))
+    r = gpuops("sandbox", "up", "--cloud", "--image", "lambda-stack", "--json", "--boot-seconds", "0.2")
+    assert r.code == 0, r.all
+    info = json.loads(r.out)
+    try:
+        def image() -> str:
+            req = urllib.request.Request(info["url"].rsplit("/api/v1", 1)[0] + "/_emulator/state",
+                                         headers={"Authorization": f"Bearer {info['api_key']}"})
+            with urllib.request.urlopen(req, timeout=5) as resp:
+                return json.loads(resp.read())["data"]["image"]
+
+        assert info["image"] == "lambda-stack" and image() == "lambda-stack"
+    finally:
+        gpuops("sandbox", "down", "--cloud")
