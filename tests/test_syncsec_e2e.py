@@ -9,7 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from test_runs_e2e import cleanup_runs, put, remote_project, run_dir, run_id_of, wait_ended, wait_for  # noqa: F401
+from test_runs_e2e import (cleanup_runs, put, remote_project, run_dir, run_id_of, run_texts,  # noqa: F401
+                           wait_ended, wait_for)
 
 
 def write(path: Path, text: str = "x") -> Path:
@@ -60,13 +61,7 @@ def test_every_dotenv_variable_and_secret_looking_env_reach_the_job_as_secrets(s
     for name in [*values, "OPENAI_API_KEY"]:
         assert f"{name}=<secret" in res.err, name
     assert "PLAIN_ONE=visible-1" in res.err
-    places = {"train output": res.all}
-    for f in run_dir(sandbox, rid).rglob("*"):
-        if f.is_file():
-            places[f"remote {f.name}"] = f.read_text(errors="replace")
-    for f in (Path("runs") / rid).rglob("*"):
-        if f.is_file():
-            places[f"local {f}"] = f.read_text(errors="replace")
+    places = {"train output": res.all, **run_texts(run_dir(sandbox, rid), rid)}
     for where, text in places.items():
         for v in [*values.values(), cli]:
             assert v not in text, f"{v} leaked in {where}"

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 import re
+import stat
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Iterable, Optional, Sequence
@@ -86,9 +87,31 @@ class Matcher:
                 continue
             self.rules.append(_Rule(text[0], pat, origin, _pattern_re(body), anchored, dir_only,
                                     "/" not in body and "**" not in body))
+        # without include rules, whether any rule matches decides: one regular expression per kind of rule (a walk
+        # of a large project asks it for every file), the ordered list only to name the rule that matched
+        self._fast = all(r.sign == "-" for r in self.rules)
+        self._groups = {}
+        for key in ((True, False), (True, True), (False, False), (False, True)):  # (name only, folders only)
+            pats = [r.regex.pattern for r in self.rules if not r.anchored and r.name_only == key[0] and
+                    r.dir_only == key[1]] if key[0] else []
+            anch = [r.regex.pattern for r in self.rules if r.anchored and r.dir_only == key[1]] if not key[0] else []
+            both = pats or anch
+            self._groups[key] = re.compile("|".join(f"(?:{x})" for x in both)) if both else None
+        self._paths = [r for r in self.rules if not r.anchored and not r.name_only]
+
+    def _any(self, rel: str, is_dir: bool) -> bool:
+        name = rel.rsplit("/", 1)[-1]
+        g = self._groups
+        return bool((g[(True, False)] and g[(True, False)].match(name)) or
+                    (is_dir and g[(True, True)] and g[(True, True)].match(name)) or
+                    (g[(False, False)] and g[(False, False)].match(rel)) or
+                    (is_dir and g[(False, True)] and g[(False, True)].match(rel)) or
+                    any(r.matches(rel, is_dir) for r in self._paths))
 
     def rule_for(self, rel: str, is_dir: bool) -> Optional[_Rule]:
         """The rule deciding this path itself (its folders not considered): an exclude, an include, or None."""
+        if self._fast and not self._any(rel, is_dir):
+            return None
         for r in self.rules:
             if r.matches(rel, is_dir):
                 return r
@@ -125,7 +148,7 @@ def is_large(total: int, code: int) -> bool:
     return total > LARGE_BYTES or (total > DATA_FLOOR and total > FAR_MORE * max(code, 1))
 
 
-def _outside(root: Path, link: Path) -> Optional[str]:
+def _outside(root: Path, link) -> Optional[str]:
     """The target of a symlink that points outside root (absolute, or climbing out of it), else None."""
     try:
         target = os.readlink(link)
@@ -150,10 +173,11 @@ def scan(root: Path, rules: Iterable[tuple[str, str]]) -> Scan:
         keep = []
         for d in dnames:
             rel = f"{rel_dir}/{d}" if rel_dir else d
-            if m.rule_for(rel, True) is not None and m.rule_for(rel, True).sign == "-":
+            r = m.rule_for(rel, True)
+            if r is not None and r.sign == "-":
                 continue
-            full = Path(cur) / d
-            if full.is_symlink():  # os.walk does not follow it; rsync -a sends it as a link
+            full = os.path.join(cur, d)
+            if os.path.islink(full):  # os.walk does not follow it; rsync -a sends it as a link
                 target = _outside(root, full)
                 if target is not None:
                     s.outside_links.append((rel, target))
@@ -165,12 +189,12 @@ def scan(root: Path, rules: Iterable[tuple[str, str]]) -> Scan:
             r = m.rule_for(rel, False)
             if r is not None and r.sign == "-":
                 continue
-            full = Path(cur) / f
+            full = os.path.join(cur, f)
             try:
                 st = os.lstat(full)
             except OSError:
                 continue
-            if os.path.islink(full):
+            if stat.S_ISLNK(st.st_mode):
                 target = _outside(root, full)
                 if target is not None:
                     s.outside_links.append((rel, target))
