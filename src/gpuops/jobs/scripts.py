@@ -450,7 +450,9 @@ sendall() {{ [ -n "$p" ] && env kill -s "$1" -- -"$p" 2>/dev/null; m=$(members);
 if [ -z "$p" ] && [ -z "$(members)" ]; then echo "@stop nopid"; gpuops_state "$D" {rid}; exit 0; fi
 if ! galive; then echo "@stop notrunning"; gpuops_state "$D" {rid}; exit 0; fi
 had_rc=0; [ -f "$D/exit_code" ] && had_rc=1
-gone() {{ i=0; while galive && [ $i -lt $1 ]; do sleep 0.1; i=$((i+1)); done; ! galive; }}
+gone() {{ i=0; while [ $i -lt $1 ]; do
+  if [ -n "$p" ] && env kill -0 -- -"$p" 2>/dev/null; then :; elif [ -z "$(members)" ]; then return 0; fi
+  sleep 0.1; i=$((i+1)); done; ! galive; }}
 req=$(date +%s)
 sig=INT
 sendall INT
