@@ -143,9 +143,10 @@ def warn_script_exclusions(out, project_dir: Path, script_rel: Optional[str], ex
 
 def local_preview(out, project_dir: Path, script_rel: Optional[str], excludes_of_profile: Sequence[str], *,
                   copy_links: bool = False, confirm: Optional[Callable[[str], bool]] = None) -> pv.Scan:
-    """What is said on this machine before a launch (`gpuops run`, before anything bills; `train`, before it
-    syncs): the files the script names that the sync leaves out, symlinks pointing outside the project, and a large
-    upload (asked with `confirm`: False raises, exit 1). Returns the scan."""
+    """What `gpuops run` says on this machine before anything bills (train says the first through
+    warn_script_exclusions, the others in sync_project): the files the script names that the sync leaves out,
+    symlinks pointing outside the project, and a large upload of the whole project (a new instance has nothing yet;
+    asked with `confirm`: False raises, exit 1). Returns the scan."""
     project_dir = Path(project_dir).resolve()
     labelled = warn_script_exclusions(out, project_dir, script_rel, excludes_of_profile)
     scan = pv.scan(project_dir, labelled)
