@@ -167,37 +167,38 @@ def scan(root: Path, rules: Iterable[tuple[str, str]]) -> Scan:
     root = Path(root)
     m = Matcher(rules)
     s = Scan()
+
+    def sent(rel: str, is_dir: bool) -> bool:
+        r = m.rule_for(rel, is_dir)
+        return r is None or r.sign != "-"
+
+    def outside(rel: str, full: str) -> None:
+        target = _outside(root, full)
+        if target is not None:
+            s.outside_links.append((rel, target))
+
     for cur, dnames, fnames in os.walk(root):
         rel_dir = os.path.relpath(cur, root)
-        rel_dir = "" if rel_dir == "." else rel_dir.replace(os.sep, "/")
+        prefix = "" if rel_dir == "." else rel_dir.replace(os.sep, "/") + "/"
         keep = []
         for d in dnames:
-            rel = f"{rel_dir}/{d}" if rel_dir else d
-            r = m.rule_for(rel, True)
-            if r is not None and r.sign == "-":
+            if not sent(prefix + d, True):
                 continue
-            full = os.path.join(cur, d)
-            if os.path.islink(full):  # os.walk does not follow it; rsync -a sends it as a link
-                target = _outside(root, full)
-                if target is not None:
-                    s.outside_links.append((rel, target))
-                continue
-            keep.append(d)
+            if os.path.islink(os.path.join(cur, d)):  # os.walk does not follow it; rsync -a sends it as a link
+                outside(prefix + d, os.path.join(cur, d))
+            else:
+                keep.append(d)
         dnames[:] = keep
         for f in fnames:
-            rel = f"{rel_dir}/{f}" if rel_dir else f
-            r = m.rule_for(rel, False)
-            if r is not None and r.sign == "-":
+            rel, full = prefix + f, os.path.join(cur, f)
+            if not sent(rel, False):
                 continue
-            full = os.path.join(cur, f)
             try:
                 st = os.lstat(full)
             except OSError:
                 continue
             if stat.S_ISLNK(st.st_mode):
-                target = _outside(root, full)
-                if target is not None:
-                    s.outside_links.append((rel, target))
+                outside(rel, full)
                 continue
             s.total += st.st_size
             s.files += 1
