@@ -223,6 +223,7 @@ class Instance:
     hostname: Optional[str] = None
     ssh_key_names: tuple[str, ...] = ()
     tags: dict = field(default_factory=dict)
+    file_system_names: tuple[str, ...] = ()  # the filesystems attached at launch (Lambda's instance record)
 
     @property
     def type_name(self) -> str:
@@ -242,7 +243,8 @@ class Instance:
                    region=_str(region.get("name")) if isinstance(region, dict) else _str(region),
                    type=InstanceType.parse(d["instance_type"]) if isinstance(d.get("instance_type"), dict) else None,
                    hostname=_str(d.get("hostname")),
-                   ssh_key_names=tuple(k for k in d.get("ssh_key_names") or [] if isinstance(k, str)), tags=tags)
+                   ssh_key_names=tuple(k for k in d.get("ssh_key_names") or [] if isinstance(k, str)), tags=tags,
+                   file_system_names=tuple(f for f in d.get("file_system_names") or [] if isinstance(f, str)))
 
 
 @dataclass(frozen=True)

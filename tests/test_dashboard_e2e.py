@@ -1,0 +1,198 @@
+"""`gpuops dashboard` in a real browser: Debian's Chromium driven by Playwright for Python, against the Lambda API
+emulator (its instances are sandbox hosts) with a job training on one of them.
+
+What a person sees: the instances (one marked "billing, unwatched"), the run, its page's values changing without a
+reload (utilisation, step, loss), a training signal on the timeline, the state turning to succeeded. What the page
+must not do: a request beyond the dashboard itself, a JavaScript error. The token: 401 without it, traded for an
+HttpOnly SameSite=Strict cookie. One stream per run however many tabs. Screenshots for docs/dashboard.md."""
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from pathlib import Path
+
+import pytest
+from playwright.sync_api import expect
+
+from test_cloud_e2e import API_KEY, TYPE, _up, cloud, cloud_emu  # noqa: F401  (the emulator fixtures)
+
+ROOT = Path(__file__).resolve().parent.parent
+IMG = ROOT / "docs" / "img"
+CHROMIUM = "/usr/bin/chromium"
+ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update",
+        "--disable-quic", "--no-first-run", "--disable-sync"]
+
+TRAINER = """\
+import sys, time
+print("Training: total_training_steps=80", flush=True)
+for i in range(1, 81):
+    print(f"step {i}/80 | loss {3.0 / i ** 0.5:.4f} | {900 + 7 * i} tokens/s", flush=True)
+    if i == 12:
+        print("NCCL WARN NET/IB : Got async event : port error", flush=True)
+    time.sleep(0.35)
+print("done", flush=True)
+"""
+
+
+@pytest.fixture
+def browser():
+    from playwright.sync_api import expect, sync_playwright
+
+    expect.set_options(timeout=20000)
+
+    assert os.path.exists(CHROMIUM), "chromium is not installed: scripts/install-system-deps.sh installs it"
+    with sync_playwright() as pw:
+        b = pw.chromium.launch(executable_path=CHROMIUM, args=ARGS)
+        yield b
+        b.close()
+
+
+def start_dashboard(project: Path):
+    """`gpuops dashboard --no-browser` as a process of its own: (process, URL)."""
+    proc = subprocess.Popen([sys.executable, "-m", "gpuops", "dashboard", "--no-browser"], cwd=project,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env={**os.environ})
+    line = proc.stdout.readline().strip()
+    assert line.startswith("http://127.0.0.1:"), (line, proc.stderr.read() if proc.poll() is not None else "")
+    return proc, line
+
+
+def stop(proc) -> None:
+    proc.terminate()
+    try:
+        proc.wait(timeout=10)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
+
+
+def get(url: str, headers: dict | None = None) -> tuple[int, str]:
+    class NoRedirect(urllib.request.HTTPRedirectHandler):
+        def redirect_request(self, *a, **k):
+            return None
+
+    opener = urllib.request.build_opener(NoRedirect)
+    try:
+        with opener.open(urllib.request.Request(url, headers=headers or {}), timeout=10) as r:
+            return r.status, r.read(2000).decode()
+    except urllib.error.HTTPError as e:
+        return e.code, e.read(2000).decode()
+
+
+def streams_on_host(run_id: str) -> int:
+    """The watch streams reading the run's log on its (sandbox) host: its `tail --pid=... -F <run dir>/log`."""
+    out = subprocess.run(["ps", "-ww", "-eo", "args"], capture_output=True, text=True).stdout
+    return sum(1 for line in out.splitlines() if line.startswith("tail --pid=") and f"/{run_id}/log" in line)
+
+
+def watch_page(page, errors: list, requests: list) -> None:
+    page.on("pageerror", lambda exc: errors.append(f"pageerror: {exc}"))
+    page.on("console", lambda msg: errors.append(f"console {msg.type}: {msg.text}") if msg.type == "error" else None)
+    page.on("request", lambda req: requests.append(req.url))
+
+
+def test_dashboard_in_chromium_instances_runs_and_a_live_run(cloud, gpuops, isolated, browser):
+    cloud.capacity(TYPE, ["us-east-1"])
+    cloud.handle("POST", "/api/v1/filesystems", {"name": "datasets", "region": "us-east-1"})
+    assert _up(gpuops, cloud, "box", "--no-verify", "--ttl", "2h", "--fs", "datasets").code == 0
+    assert _up(gpuops, cloud, "spare", "--no-verify").code == 0  # billing, and no run follows it
+    (isolated / "trainer.py").write_text(TRAINER)
+    r = gpuops("train", "-p", "box", "--script", "trainer.py", "--no-snapshot")
+    assert r.code == 0, r.all
+    rid = r.out.strip().splitlines()[-1]
+
+    proc, url = start_dashboard(isolated)
+    try:
+        base = url.split("/?")[0]
+        token = url.split("token=")[1]
+        # no token, a wrong token, another Host: no data
+        for u, h in ((base + "/", {}), (base + "/api/overview", {}), (base + "/events/run/" + rid, {}),
+                     (base + "/api/overview?token=" + "x" * len(token), {}),
+                     (base + "/api/overview", {"Cookie": "gpuops_dashboard=nope"})):
+            code, body = get(u, h)
+            assert code == 401, (u, code)
+            assert rid not in body and "box" not in body and "instances" not in body
+        code, _ = get(url, {"Host": "evil.example:80"})
+        assert code == 403
+
+        errors, requests = [], []
+        ctx = browser.new_context(viewport={"width": 1280, "height": 900})
+        page = ctx.new_page()
+        watch_page(page, errors, requests)
+        t0 = time.monotonic()
+        page.goto(url)
+        assert page.url == base + "/", page.url  # the token traded for a cookie, out of the address bar
+        cookie = next(c for c in ctx.cookies() if c["name"] == "gpuops_dashboard")
+        assert cookie["httpOnly"] and cookie["sameSite"] == "Strict" and cookie["value"] == token
+        # the instances: both, with type, region, price, cost, TTL, filesystems; the spare one billing unwatched
+        page.get_by_role("table", name="instances").wait_for(timeout=20000)
+        spare = page.locator("table[aria-label=instances] tr", has_text="spare")
+        spare.get_by_text("billing, unwatched").wait_for(timeout=20000)
+        box = page.locator("table[aria-label=instances] tr", has_text="box")
+        box_text = box.inner_text()
+        assert TYPE in box_text and "us-east-1" in box_text and "datasets" in box_text and "$" in box_text
+        assert "1h5" in box_text  # TTL left of 2h
+        runs = page.locator("table[aria-label=runs] tr", has_text=rid)
+        runs.get_by_text("running").wait_for(timeout=20000)
+        assert "billing, unwatched" not in box.inner_text()  # its run follows it
+        print(f"overview loaded and filled in {time.monotonic() - t0:.2f}s")
+        page.screenshot(path=str(IMG / "dashboard-overview.png"))
+
+        # the run's page: values change without a reload
+        runs.get_by_role("link", name=rid).click()
+        page.wait_for_url(re.compile(f"/run/{rid}$"))
+        util = page.locator("#latest-util")
+        expect(util).to_contain_text("%", timeout=20000)
+        expect(page.locator("#run-progress")).to_contain_text(re.compile(r"step \d+/80"), timeout=20000)
+        first = page.locator("#run-progress").inner_text()
+        expect(page.locator("#run-progress")).not_to_have_text(first, timeout=5000)  # the job went on: no reload
+        assert 90 <= float(util.inner_text().split()[0]) <= 100  # the job computes on the emulated GPU
+        assert "latest:" in page.locator("#chart-util").get_attribute("aria-label")
+        for key in ("util", "mem", "power", "temp", "loss", "rate"):
+            fig = page.locator(f"#chart-{key}")
+            assert fig.get_attribute("role") == "img" and fig.locator("canvas").count() >= 1
+        expect(page.locator("#latest-loss")).to_have_text(re.compile(r"^\d\.\d+$"), timeout=10000)
+        assert "tokens/s" in page.locator("#latest-rate").inner_text()
+        page.get_by_label("training signals").get_by_text("NCCL network error").wait_for(timeout=20000)
+        assert "step " in page.locator("#log").inner_text()
+        assert "running" in page.locator("#run-state").inner_text()
+
+        # a second tab on the same run: still one stream on the host
+        page2 = ctx.new_page()
+        watch_page(page2, errors, requests)
+        page2.goto(f"{base}/run/{rid}")
+        expect(page2.locator("#run-progress")).to_contain_text(re.compile(r"step \d+"), timeout=20000)
+        assert streams_on_host(rid) == 1, [x for x in subprocess.run(["ps", "-ww", "-eo", "args"], capture_output=True,
+                                                                        text=True).stdout.splitlines() if "tail" in x]
+        page2.close()
+        page.screenshot(path=str(IMG / "dashboard-run.png"), full_page=True)
+
+        # the job ends: the page says so, without a reload
+        expect(page.locator("#run-state")).to_contain_text("succeeded", timeout=60000)
+        assert page.locator("#run-progress").inner_text().startswith("step 80/80")
+
+        assert not errors, errors
+        outside = [u for u in requests if not (u.startswith(base + "/") or u.startswith("data:"))]
+        assert not outside, outside
+        ctx.close()
+    finally:
+        stop(proc)
+    assert API_KEY not in (proc.stderr.read() if proc.stderr else "")
+
+
+def test_port_in_use_is_a_usage_error(gpuops):
+    import socket
+
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    s.listen(1)
+    try:
+        r = gpuops("dashboard", "--no-browser", "--port", str(s.getsockname()[1]))
+    finally:
+        s.close()
+    assert r.code == 2, r.all
+    assert "cannot listen on 127.0.0.1:" in r.err and "--port" in r.err and "Traceback" not in r.all
