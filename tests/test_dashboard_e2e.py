@@ -120,7 +120,7 @@ def test_dashboard_in_chromium_instances_runs_and_a_live_run(cloud, gpuops, isol
         assert code == 403
 
         errors, requests = [], []
-        ctx = browser.new_context(viewport={"width": 1280, "height": 900})
+        ctx = browser.new_context(viewport={"width": 1100, "height": 760})
         page = ctx.new_page()
         watch_page(page, errors, requests)
         t0 = time.monotonic()
@@ -169,12 +169,14 @@ def test_dashboard_in_chromium_instances_runs_and_a_live_run(cloud, gpuops, isol
         assert streams_on_host(rid) == 1, [x for x in subprocess.run(["ps", "-ww", "-eo", "args"], capture_output=True,
                                                                         text=True).stdout.splitlines() if "tail" in x]
         page2.close()
-        page.screenshot(path=str(IMG / "dashboard-run.png"), full_page=True)
+        page.screenshot(path=str(IMG / "dashboard-run.png"))
 
         # the job ends: the page says so, without a reload
         expect(page.locator("#run-state")).to_contain_text("succeeded", timeout=60000)
         assert page.locator("#run-progress").inner_text().startswith("step 80/80")
 
+        page.goto(f"{base}/api/overview")
+        assert API_KEY not in page.content() and rid in page.content()  # the page's data carries no secret
         assert not errors, errors
         outside = [u for u in requests if not (u.startswith(base + "/") or u.startswith("data:"))]
         assert not outside, outside
@@ -196,3 +198,93 @@ def test_port_in_use_is_a_usage_error(gpuops):
         s.close()
     assert r.code == 2, r.all
     assert "cannot listen on 127.0.0.1:" in r.err and "--port" in r.err and "Traceback" not in r.all
+
+
+class FleetHub:
+    """The dashboard's data source with one fleet run of 64 emulated hosts (8 GPUs each), fed live by a thread."""
+
+    def __init__(self):
+        import threading
+
+        from gpuops.dashboard import views
+        from gpuops.jobs import watch as w
+
+        self.lock = threading.Lock()
+        self.feed_ = views.RunFeed("fleet-64", profile="fleet", hosts=64)
+        self.dash = w.Dashboard({"run_id": "fleet-64"}, price_per_hour=64 * 23.92, signal_spec={})
+        self.stop = threading.Event()
+        self.t = time.time() - 120
+        for _ in range(60):  # two minutes of history
+            self.tick(step=2.0)
+        self.thread = threading.Thread(target=self.run, daemon=True)
+
+    def tick(self, step: float) -> None:
+        from gpuops.jobs.watch import parse_gpu
+
+        self.t += step
+        for h in range(64):
+            for i in range(8):
+                busy = h not in (13, 42)  # two hosts idle: they stand out in the grid
+                util = (55 + (int(self.t) * 5 + h + i) % 40) if busy else 0
+                g = parse_gpu(f"{i}, NVIDIA H100 80GB HBM3, {util}, {61000 if busy else 1}, 81559, "
+                              f"{60 + h % 9 if busy else 33}, {650 - (h % 5) * 10 if busy else 70}.00")
+                ev = {"type": "sample", "gpu": g, "host": h}
+                self.dash.apply(ev)
+                with self.lock:
+                    self.feed_.record(ev, self.t, self.dash)
+
+    def run(self) -> None:
+        while not self.stop.wait(1.0):
+            self.tick(step=1.0)
+
+    def overview(self):
+        return {"project": "p", "now": time.time(), "runs": [], "pipelines": [], "instances": [],
+                "instances_error": None, "instances_loaded": True}
+
+    def feed(self, run_id):
+        return self.feed_ if run_id == "fleet-64" else None
+
+
+def test_a_64_host_fleet_page_is_readable_in_chromium(browser):
+    """The run page of a 64-host fleet: three lines per chart (min, mean, max across hosts) and a grid of every host's
+    GPUs in rank order, the idle ones marked; updated live."""
+    import threading
+
+    import uvicorn
+
+    from gpuops.dashboard.app import allowed_hosts, bind, build_app, new_token
+
+    hub = FleetHub()
+    sock = bind("127.0.0.1", 0)
+    port, token = sock.getsockname()[1], new_token()
+    server = uvicorn.Server(uvicorn.Config(build_app(hub, token, allowed_hosts("127.0.0.1", port)),
+                                           log_level="warning", lifespan="off"))
+    th = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
+    th.start()
+    hub.thread.start()
+    errors, requests = [], []
+    try:
+        ctx = browser.new_context(viewport={"width": 1100, "height": 900})
+        page = ctx.new_page()
+        watch_page(page, errors, requests)
+        page.goto(f"http://127.0.0.1:{port}/run/fleet-64?token={token}")
+        grid = page.get_by_role("list", name="GPUs of every host")
+        expect(grid.get_by_role("listitem")).to_have_count(64)
+        assert grid.get_by_role("listitem").nth(0).get_attribute("aria-label").startswith("host 0: mean utilisation")
+        expect(grid.get_by_role("listitem").nth(13)).to_have_attribute("aria-label", "host 13: mean utilisation 0 %")
+        assert page.locator("#chart-util .cell, .host").count() >= 64
+        assert page.locator(".host").nth(5).locator(".cell").count() == 8
+        assert page.locator(".host").nth(42).locator(".cell.idle").count() == 8
+        latest = page.locator("#latest-util")
+        expect(latest).to_contain_text("min of 64 hosts 0 %")
+        first = latest.inner_text()
+        expect(latest).not_to_have_text(first, timeout=10000)  # live
+        assert page.locator("#chart-util .u-legend .u-series").count() == 4  # time + min, mean, max
+        page.screenshot(path=str(IMG / "dashboard-fleet.png"))
+        assert not errors, errors
+        assert all(u.startswith(f"http://127.0.0.1:{port}/") or u.startswith("data:") for u in requests), requests
+        ctx.close()
+    finally:
+        hub.stop.set()
+        server.should_exit = True
+        th.join(timeout=10)

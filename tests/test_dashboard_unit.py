@@ -67,7 +67,7 @@ def test_feed_records_samples_log_progress_signals_and_state_for_viewers():
         feed.record(ev, clock[0], dash)
     entries = feed.since(seen)
     kinds = [e["k"] for e in entries]
-    assert kinds.count("row") == 2 and "layout" in kinds and "mark" in kinds and kinds.count("loss") == 2
+    assert kinds.count("row") == 1 and "layout" in kinds  # the samples of one 2 s bucket: one chart row and "mark" in kinds and kinds.count("loss") == 2
     assert [e["p"][2] for e in entries if e["k"] == "loss"] == [2.5, 2.0]
     assert [e for e in entries if e["k"] == "rate"][0]["unit"] == "tokens/s"
     mark = next(e for e in entries if e["k"] == "mark")
@@ -85,9 +85,11 @@ def test_feed_records_samples_log_progress_signals_and_state_for_viewers():
 
 def test_feed_memory_is_bounded_and_a_viewer_far_behind_gets_a_snapshot():
     feed = views.RunFeed("r", bucket_s=2.0, history_s=60.0)
-    for n in range(20000):
+    for n in range(6000):
         feed.record(sample(0, 0, float(n % 100)), 1000.0 + n * 0.5)
         feed.record({"type": "log", "line": f"line {n}"}, 1000.0 + n * 0.5)
+        if n % 3 == 0:
+            feed.since(feed.seq)  # a viewer reading now and then
     assert len(feed.rows) <= 31 and len(feed.log) == views.LOG_LINES and len(feed.journal) == views.JOURNAL
     assert feed.since(0) is None  # fell behind the journal: the page is sent a fresh snapshot
     assert feed.since(feed.seq - 3) and len(feed.since(feed.seq - 3)) == 3

@@ -215,6 +215,8 @@ class RunFeed:
         self.seq = 0
         self.journal: deque = deque(maxlen=JOURNAL)
         self._seen = 0  # GPUs the layout was made for
+        self._pending: Optional[float] = None  # the time of the newest sample not yet in a chart row
+        self._grid_at = float("-inf")
 
     # -- in ---------------------------------------------------------------------------------------------------------
     def _emit(self, entry: dict) -> None:
@@ -230,7 +232,9 @@ class RunFeed:
             self.latest[key] = g
             if len(self.latest) != self._seen:
                 self._relayout()
-            self._row(now)
+            if self._pending is not None and math.floor(now / self.bucket_s) != math.floor(self._pending / self.bucket_s):
+                self.flush()  # the bucket before ends: its row as it last stood
+            self._pending = now
             self.gpu_error = None
         elif t == "gpu_error":
             self.gpu_error = self.redact(ev.get("message") or "")
@@ -283,7 +287,12 @@ class RunFeed:
             self.rows.clear()  # a row's values follow the series: a new layout starts its charts afresh
             self._emit({"k": "layout", "series": lay["series"], "mode": lay["mode"]})
 
-    def _row(self, now: float) -> None:
+    def flush(self) -> None:
+        """The chart row (and the fleet's grid, at most once a second) for the samples recorded since the last flush:
+        computed when a viewer reads, or when a 2 s bucket ends, not at every sample of every host."""
+        now, self._pending = self._pending, None
+        if now is None:
+            return
         b = math.floor(now / self.bucket_s) * self.bucket_s
         vals = {m: [None if v is None else round(v, 1) for v in chart_values(self.latest, self.lay, m)]
                 for m in METRICS}
@@ -291,11 +300,14 @@ class RunFeed:
             self.rows[-1][1] = vals
         else:
             self.rows.append([b, vals])
-        self._emit({"k": "row", "t": b, "v": vals, "grid": grid_rows(self.latest) if self.hosts > 1 or
-                    len(self.latest) > 1 else None})
+        self._emit({"k": "row", "t": b, "v": vals})
+        if len(self.latest) > 1 and now - self._grid_at >= 1.0:
+            self._grid_at = now
+            self._emit({"k": "grid", "grid": grid_rows(self.latest)})
 
     # -- out ----------------------------------------------------------------------------------------------------------
     def since(self, seq: int) -> Optional[list[dict]]:
+        self.flush()
         if seq >= self.seq:
             return []
         if not self.journal or self.journal[0]["seq"] > seq + 1:
@@ -303,6 +315,7 @@ class RunFeed:
         return [e for e in self.journal if e["seq"] > seq]
 
     def snapshot(self) -> dict:
+        self.flush()
         return {"run_id": self.run_id, "profile": self.profile, "seq": self.seq, "state": self.state,
                 "state_text": self.state_text, "link": self.link, "series": self.lay["series"], "mode": self.lay["mode"],
                 "rows": [[t, v] for t, v in self.rows], "grid": grid_rows(self.latest), "log": list(self.log),
@@ -311,6 +324,7 @@ class RunFeed:
 
     def summary(self) -> dict:
         """What the runs table shows of a followed run: its state, progress, signals, each host's mean utilisation."""
+        self.flush()
         return {"state": self.state if self.state != "connecting" else None, "progress": self.progress,
                 "signals": [m["title"] for m in self.marks],
                 "hosts": {r["host"]: r["util"] for r in grid_rows(self.latest)}}

@@ -94,7 +94,7 @@
     const logEl = $("pre", { cls: "log", "aria-label": "log tail", tabindex: "0", id: "log" });
     document.getElementById("where").textContent = "run " + runId;
     main.replaceChildren($("h1", { text: runId, style: "font-size:18px;margin:4px 0" }), stateEl, progEl, errEl,
-      charts, $("h2", { text: "Training signals" }), marksEl, gridEl, $("h2", { text: "Log" }), logEl);
+      gridEl, charts, $("h2", { text: "Training signals" }), marksEl, $("h2", { text: "Log" }), logEl);
     main.setAttribute("aria-busy", "false");
 
     const xrange = () => {
@@ -216,8 +216,8 @@
           const last = st.rows[st.rows.length - 1];
           if (last && last[0] === e.t) last[1] = e.v; else st.rows.push([e.t, e.v]);
           if (st.rows.length > 1801) st.rows.shift();
-          if (e.grid) showGrid(e.grid);
-        } else if (e.k === "layout") { st.series = e.series; st.rows = []; layoutChanged = true; }
+        } else if (e.k === "grid") showGrid(e.grid);
+        else if (e.k === "layout") { st.series = e.series; st.rows = []; layoutChanged = true; }
         else if (e.k === "log") addLog(e.text, e.kind);
         else if (e.k === "loss") { st.loss.push(e.p); if (st.loss.length > 3000) st.loss.shift(); }
         else if (e.k === "rate") { st.rate.push(e.p); st.unit = e.unit; if (st.rate.length > 3000) st.rate.shift(); }
