@@ -91,7 +91,7 @@ def _sse(data: dict, event: Optional[str] = None) -> str:
 
 def build_app(hub: Hub, token: str, hosts: set[str]):
     from starlette.applications import Starlette
-    from starlette.responses import FileResponse, JSONResponse, StreamingResponse
+    from starlette.responses import FileResponse, JSONResponse, Response, StreamingResponse
     from starlette.routing import Mount, Route
     from starlette.staticfiles import StaticFiles
 
@@ -152,7 +152,10 @@ def build_app(hub: Hub, token: str, hosts: set[str]):
                 idle += RUN_POLL_S
         return StreamingResponse(stream(), media_type="text/event-stream")
 
-    routes = [Route("/", page), Route("/run/{run_id}", page), Route("/api/overview", overview),
+    def no_icon(request):
+        return Response(status_code=204)
+
+    routes = [Route("/", page), Route("/favicon.ico", no_icon), Route("/run/{run_id}", page), Route("/api/overview", overview),
               Route("/api/run/{run_id}", run_doc), Route("/events/overview", overview_events),
               Route("/events/run/{run_id}", run_events),
               Mount("/static", StaticFiles(directory=STATIC), name="static")]
