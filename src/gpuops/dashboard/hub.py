@@ -66,7 +66,16 @@ class Hub:
         self.streams_started = 0  # followers started (one stream each): what the tests count
 
     def start(self) -> "Hub":
+        """The API poller, and the runs to follow started now, before the URL is printed: the libraries a follower
+        loads (paramiko, fabric, pydantic) are loaded here, not while the first page is being served."""
+        import fabric  # noqa: F401
+        import paramiko  # noqa: F401
+
+        from ..jobs import actions  # noqa: F401
+        from ..profiles import model  # noqa: F401
+
         self._api_thread.start()
+        self.overview()
         return self
 
     def close(self) -> None:
