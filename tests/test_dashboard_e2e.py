@@ -288,3 +288,40 @@ def test_a_64_host_fleet_page_is_readable_in_chromium(browser):
         hub.stop.set()
         server.should_exit = True
         th.join(timeout=10)
+
+
+def test_browser_opened_on_a_private_redirect_file_and_ctrl_c_exits_130(isolated, tmp_path):
+    """Without --no-browser: $BROWSER (webbrowser's own knob) is started on a 0600 local file that redirects to the
+    URL, so the token is never on a command line; SIGINT ends the dashboard with 130."""
+    import signal
+    import stat
+
+    seen = tmp_path / "browser-args"
+    fake = tmp_path / "browser.sh"
+    fake.write_text(f'#!/bin/sh\nprintf "%s\\n" "$@" > {seen}\n')
+    fake.chmod(0o755)
+    env = {**os.environ, "BROWSER": f"{fake} %s", "GPUOPS_STATE_DIR": str(tmp_path / "state")}
+    proc = subprocess.Popen([sys.executable, "-m", "gpuops", "dashboard"], cwd=isolated, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, env=env)
+    try:
+        url = proc.stdout.readline().strip()
+        token = url.split("token=")[1]
+        deadline = time.monotonic() + 20
+        while not (seen.is_file() and seen.read_text().strip()):
+            assert time.monotonic() < deadline, "the browser was not started"
+            time.sleep(0.1)
+        arg = seen.read_text().strip()
+        assert arg.startswith("file://") and token not in arg
+        page = Path(arg[len("file://"):])
+        assert stat.S_IMODE(page.stat().st_mode) == 0o600 and url in page.read_text()
+        assert get(url)[0] == 303  # the URL answers: the token traded for a cookie
+    finally:
+        proc.send_signal(signal.SIGINT)
+        try:
+            proc.wait(timeout=15)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            raise
+    err = proc.stderr.read()
+    assert proc.returncode == 130, err
+    assert "Traceback" not in err
