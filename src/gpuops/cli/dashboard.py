@@ -36,12 +36,17 @@ def dashboard(
     if host not in ("127.0.0.1", "localhost", "::1"):
         out.warn(f"listening on {host}: anyone who can reach this address and has the URL sees your instances and runs")
     hub = Hub(Path.cwd()).start()
-    out.info("gpuops dashboard: open this URL (it carries the access token; Ctrl-C stops the dashboard)")
-    out.print(url)
-    if not no_browser:
-        _open(url, out)
+    hub.settle()
+
+    def ready() -> None:
+        out.info("gpuops dashboard: open this URL (it carries the access token; Ctrl-C stops the dashboard)")
+        out.print(url)
+        out.stdout.flush()
+        if not no_browser:
+            _open(url, out)
+
     try:
-        serve(hub, sock, token, host, bound)
+        serve(hub, sock, token, host, bound, ready)
     except KeyboardInterrupt:
         pass
     raise typer.Exit(int(ExitCode.INTERRUPTED))

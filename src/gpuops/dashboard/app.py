@@ -91,12 +91,14 @@ def _sse(data: dict, event: Optional[str] = None) -> str:
 
 def build_app(hub: Hub, token: str, hosts: set[str]):
     from starlette.applications import Starlette
-    from starlette.responses import FileResponse, JSONResponse, Response, StreamingResponse
+    from starlette.responses import JSONResponse, Response, StreamingResponse
     from starlette.routing import Mount, Route
     from starlette.staticfiles import StaticFiles
 
+    shell = (STATIC / "index.html").read_bytes()  # the one page (its script draws the overview or a run)
+
     def page(request):
-        return FileResponse(STATIC / "index.html", media_type="text/html; charset=utf-8")
+        return Response(shell, media_type="text/html; charset=utf-8")
 
     async def overview(request):
         return JSONResponse(await asyncio.to_thread(hub.overview))
@@ -159,7 +161,9 @@ def build_app(hub: Hub, token: str, hosts: set[str]):
               Route("/api/run/{run_id}", run_doc), Route("/events/overview", overview_events),
               Route("/events/run/{run_id}", run_events),
               Mount("/static", StaticFiles(directory=STATIC), name="static")]
-    return TokenGate(Starlette(routes=routes), token, hosts)
+    app = Starlette(routes=routes)
+    app.middleware_stack = app.build_middleware_stack()  # built now, not while the first page waits
+    return TokenGate(app, token, hosts)
 
 
 def bind(host: str, port: int) -> socket.socket:
@@ -185,15 +189,22 @@ def allowed_hosts(host: str, port: int) -> set[str]:
     return {f"{n}:{port}" for n in names}
 
 
-def serve(hub: Hub, sock: socket.socket, token: str, host: str, port: int) -> None:
-    """Serve until Ctrl-C (uvicorn's own signal handling ends the server; the followers are daemon threads)."""
+def serve(hub: Hub, sock: socket.socket, token: str, host: str, port: int, ready=lambda: None) -> None:
+    """Serve until Ctrl-C (uvicorn's own signal handling ends the server; the followers are daemon threads).
+    ready() is called once the server accepts requests: the URL is printed then, so the first page is not kept
+    waiting by the server's start."""
     import uvicorn
+
+    class Server(uvicorn.Server):
+        async def startup(self, sockets=None):
+            await super().startup(sockets=sockets)
+            if not self.should_exit:
+                ready()
 
     app = build_app(hub, token, allowed_hosts(host, port))
     config = uvicorn.Config(app, log_level="warning", access_log=False, lifespan="off", timeout_graceful_shutdown=1,
                             ws="none")
-    server = uvicorn.Server(config)
     try:
-        server.run(sockets=[sock])
+        Server(config).run(sockets=[sock])
     finally:
         hub.close()

@@ -78,6 +78,18 @@ class Hub:
         self.overview()
         return self
 
+    def settle(self, timeout: float = 5.0) -> None:
+        """Wait (at most `timeout`) for the first answer of the API and of each run followed: the first page then
+        shows them at once, and is not served while they are still being loaded and connected."""
+        end = self.clock() + timeout
+        while self.clock() < end:
+            with self.lock:
+                busy = not self._instances["loaded"] or any(
+                    f.feed.seq == 0 and f.failed_at is None and not f.done for f in self.followers.values())
+            if not busy:
+                return
+            time.sleep(0.05)
+
     def close(self) -> None:
         self._stop.set()
 
