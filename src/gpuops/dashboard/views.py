@@ -15,6 +15,8 @@ import re
 from collections import deque
 from typing import Iterable, Optional
 
+from ..jobs.watch import classify
+
 HISTORY_S = 3600.0  # the GPU charts cover the last hour
 BUCKET_S = 2.0  # one chart row per 2 s (the watch stream's default sample interval)
 LOG_LINES = 200  # the log tail a page shows
@@ -86,8 +88,7 @@ def run_rows(metas: list[dict], states: dict[str, dict], now: float, prices: dic
         started = st.get("started") or m.get("started_ts")
         elapsed = lv.get("elapsed")
         if elapsed is None and started:
-            ended = st.get("ended")
-            elapsed = max(0.0, (ended if ended else now if state in ("running", "unknown") else now) - started)
+            elapsed = max(0.0, (st.get("ended") or now) - started)
         nodes = m.get("nodes") or []
         n = max(1, len(nodes))
         price = prices.get(m.get("profile") or "")
@@ -241,8 +242,6 @@ class RunFeed:
             self._emit({"k": "gpu_error", "text": self.gpu_error})
         elif t == "log":
             text = self.redact(safe_line(ev.get("line") or ""))
-            from ..jobs.watch import classify
-
             kind = classify(text)
             self.log.append([text, kind])
             self._emit({"k": "log", "text": text, "kind": kind})
