@@ -210,6 +210,7 @@ class FleetHub:
         from gpuops.jobs import watch as w
 
         self.lock = threading.Lock()
+        self.closing = threading.Event()
         self.feed_ = views.RunFeed("fleet-64", profile="fleet", hosts=64)
         self.dash = w.Dashboard({"run_id": "fleet-64"}, price_per_hour=64 * 23.92, signal_spec={})
         self.stop = threading.Event()
@@ -315,6 +316,9 @@ def test_browser_opened_on_a_private_redirect_file_and_ctrl_c_exits_130(isolated
         page = Path(arg[len("file://"):])
         assert stat.S_IMODE(page.stat().st_mode) == 0o600 and url in page.read_text()
         assert get(url)[0] == 303  # the URL answers: the token traded for a cookie
+        events = urllib.request.urlopen(urllib.request.Request(  # a page's event stream, open while it stops
+            url.split("/?")[0] + "/events/overview", headers={"Cookie": f"gpuops_dashboard={token}"}), timeout=10)
+        assert events.readline().startswith(b"data: ")
     finally:
         proc.send_signal(signal.SIGINT)
         try:

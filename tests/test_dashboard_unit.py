@@ -153,6 +153,7 @@ def test_pipeline_rows_stage_cost_checkpoint_outcome():
 # -- the token gate --------------------------------------------------------------------------------------------------
 class _Hub:
     lock = __import__("threading").Lock()
+    closing = __import__("threading").Event()
 
     def overview(self):
         return {"project": "p", "now": 0, "runs": [{"run_id": "secret-run"}], "pipelines": [], "instances": [],
@@ -195,3 +196,11 @@ def test_another_host_header_is_refused(client):
 
 def test_a_post_with_the_token_gets_no_cookie(client):
     assert client.post("/?token=tok-" + "a" * 40).status_code == 401
+
+
+def test_hosts_allowed_loopback_an_address_or_any_when_listening_everywhere():
+    from gpuops.dashboard.app import allowed_hosts
+
+    assert allowed_hosts("127.0.0.1", 80) == {"127.0.0.1:80", "localhost:80", "[127.0.0.1]:80"}
+    assert allowed_hosts("10.1.2.3", 9000) == {"10.1.2.3:9000", "[10.1.2.3]:9000"}
+    assert allowed_hosts("0.0.0.0", 9000) is None  # reached by any of the machine's names: the token guards it

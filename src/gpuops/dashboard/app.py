@@ -37,14 +37,14 @@ def new_token() -> str:
 class TokenGate:
     """Pure ASGI middleware: the Host check, the token-for-cookie trade, 401 without either, security headers."""
 
-    def __init__(self, app, token: str, hosts: set[str]):
+    def __init__(self, app, token: str, hosts: Optional[set[str]]):
         self.app, self.token, self.hosts = app, token, hosts
 
     async def __call__(self, scope, receive, send):
         if scope["type"] != "http":
             return await self.app(scope, receive, send)
         headers = {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope.get("headers") or []}
-        if headers.get("host", "") not in self.hosts:
+        if self.hosts is not None and headers.get("host", "") not in self.hosts:
             return await _plain(send, 403, "403: this dashboard answers only at the address it printed")
         jar = SimpleCookie()
         try:
@@ -89,7 +89,7 @@ def _sse(data: dict, event: Optional[str] = None) -> str:
     return (f"event: {event}\n" if event else "") + "data: " + json.dumps(data, separators=(",", ":")) + "\n\n"
 
 
-def build_app(hub: Hub, token: str, hosts: set[str]):
+def build_app(hub: Hub, token: str, hosts: Optional[set[str]]):
     from starlette.applications import Starlette
     from starlette.responses import JSONResponse, Response, StreamingResponse
     from starlette.routing import Mount, Route
@@ -114,7 +114,7 @@ def build_app(hub: Hub, token: str, hosts: set[str]):
     async def overview_events(request):
         async def stream():
             last = None
-            while not await request.is_disconnected():
+            while not (hub.closing.is_set() or await request.is_disconnected()):
                 doc = await asyncio.to_thread(hub.overview)
                 text = json.dumps({k: v for k, v in doc.items() if k != "now"}, sort_keys=True)
                 if text != last:
@@ -137,7 +137,7 @@ def build_app(hub: Hub, token: str, hosts: set[str]):
         async def stream():
             nonlocal seq
             idle = 0.0
-            while not await request.is_disconnected():
+            while not (hub.closing.is_set() or await request.is_disconnected()):
                 with hub.lock:
                     got = feed.since(seq)
                     snap = feed.snapshot() if got is None else None
@@ -184,7 +184,14 @@ def bind(host: str, port: int) -> socket.socket:
     return sock
 
 
-def allowed_hosts(host: str, port: int) -> set[str]:
+WILDCARDS = ("0.0.0.0", "::", "")
+
+
+def allowed_hosts(host: str, port: int) -> Optional[set[str]]:
+    """The Host headers a request may carry: the address it listens on (and localhost for loopback); None (any) when
+    it listens on every address, where the token alone guards it."""
+    if host in WILDCARDS:
+        return None
     names = {host, f"[{host}]"} | ({"localhost", "127.0.0.1"} if host in ("127.0.0.1", "localhost") else set())
     return {f"{n}:{port}" for n in names}
 
@@ -201,8 +208,12 @@ def serve(hub: Hub, sock: socket.socket, token: str, host: str, port: int, ready
             if not self.should_exit:
                 ready()
 
+        async def shutdown(self, sockets=None):
+            hub.close()  # the event streams end now, so the shutdown has no task left to cancel
+            await super().shutdown(sockets=sockets)
+
     app = build_app(hub, token, allowed_hosts(host, port))
-    config = uvicorn.Config(app, log_level="warning", access_log=False, lifespan="off", timeout_graceful_shutdown=1,
+    config = uvicorn.Config(app, log_level="warning", access_log=False, lifespan="off", timeout_graceful_shutdown=5,
                             ws="none")
     try:
         Server(config).run(sockets=[sock])

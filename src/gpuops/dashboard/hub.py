@@ -90,6 +90,10 @@ class Hub:
                 return
             time.sleep(0.05)
 
+    @property
+    def closing(self) -> threading.Event:
+        return self._stop
+
     def close(self) -> None:
         self._stop.set()
 
