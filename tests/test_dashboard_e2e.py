@@ -105,6 +105,14 @@ def test_dashboard_in_chromium_instances_runs_and_a_live_run(cloud, gpuops, isol
     assert r.code == 0, r.all
     rid = r.out.strip().splitlines()[-1]
 
+    from gpuops.pipeline import stages as ps
+
+    rec = ps.Record(id="run-sft-20261127-101500-ab12", profile="run-sft-20261127-101500-ab12", script="sft.py",
+                    instance_type=TYPE, created=time.time() - 5400, price_per_hour=2.49, billed_from=time.time() - 5300,
+                    outcome="succeeded", checkpoint={"name": "ckpt", "step": 400, "local": "ckpt/step_400"})
+    for name in ps.STAGES:
+        rec.stages[name] = ps.Stage(started=time.time() - 5300, ended=time.time() - 60, ok=True)
+    ps.save(rec, isolated)  # a finished `gpuops run` of this project
     proc, url = start_dashboard(isolated)
     try:
         base = url.split("/?")[0]
@@ -139,6 +147,8 @@ def test_dashboard_in_chromium_instances_runs_and_a_live_run(cloud, gpuops, isol
         runs = page.locator("table[aria-label=runs] tr", has_text=rid)
         runs.get_by_text("running").wait_for(timeout=20000)
         assert "billing, unwatched" not in box.inner_text()  # its run follows it
+        pipe = page.locator("table[aria-label=pipelines] tr", has_text="run-sft-20261127-101500-ab12").inner_text()
+        assert "ckpt/step_400 (step 400)" in pipe and "succeeded" in pipe
         print(f"overview loaded and filled in {time.monotonic() - t0:.2f}s")
         page.screenshot(path=str(IMG / "dashboard-overview.png"))
 

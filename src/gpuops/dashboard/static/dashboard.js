@@ -23,9 +23,9 @@
   const money = (v) => (v === null || v === undefined ? "-" : "$" + Number(v).toFixed(2));
   const num = (v, unit, digits) => (v === null || v === undefined ? "-" : Number(v).toFixed(digits || 0) + (unit || ""));
   const tag = (text, extra) => $("span", { cls: "tag " + (extra || text), text });
-  const table = (label, heads, rows) => $("table", { "aria-label": label },
+  const table = (label, heads, rows) => $("div", { cls: "scroll" }, $("table", { "aria-label": label },
     $("thead", {}, $("tr", {}, ...heads.map((h) => $("th", { scope: "col", text: h })))),
-    $("tbody", {}, ...rows));
+    $("tbody", {}, ...rows)));
   const td = (v, cls) => (v instanceof Node ? $("td", { cls }, v) : $("td", { cls, text: v }));
 
   // -- overview ------------------------------------------------------------------------------------------------
@@ -37,12 +37,15 @@
     if (doc.instances_error) parts.push($("p", { cls: "error", text: "instances: " + doc.instances_error }));
     else if (!doc.instances_loaded) parts.push($("p", { cls: "note", text: "asking the API…" }));
     if (doc.instances.length) {
-      parts.push(table("instances", ["name", "id", "type", "region", "status", "uptime", "$/hour", "cost so far",
-        "TTL left", "filesystems", ""], doc.instances.map((r) => $("tr", { "data-id": r.id || "" },
-        td(r.name || "-"), td(r.id || "(launching)"), td(r.type || "-"), td(r.region || "-"), td(tag(r.status)),
+      parts.push(table("instances", ["name", "status", "type", "region", "uptime", "$/hour", "cost so far",
+        "TTL left", "filesystems", "id"], doc.instances.map((r) => $("tr", { "data-id": r.id || "" },
+        td(r.name || "-"),
+        td($("span", {}, tag(r.status), r.unwatched ? " " : null, r.unwatched ? tag("billing, unwatched", "unwatched") : null,
+          !r.unwatched && r.flags.length ? " " : null, !r.unwatched && r.flags.length ? tag(r.flags[0], "unwatched") : null)),
+        td(r.type || "-"), td(r.region || "-"),
         td(dur(r.uptime_s), "num"), td(money(r.price_per_hour), "num"), td(money(r.cost_so_far), "num"),
         td(dur(r.ttl_left_s), "num"), td(r.file_systems.length ? r.file_systems.join(", ") : "-"),
-        td(r.unwatched ? tag("billing, unwatched", "unwatched") : r.flags.length ? tag(r.flags[0], "unwatched") : "")))));
+        td(r.id || "(launching)", "id")))));
     } else if (doc.instances_loaded && !doc.instances_error) parts.push($("p", { cls: "note", text: "no instances on the account" }));
 
     parts.push($("h2", { text: "Runs" }));
