@@ -204,3 +204,27 @@ def test_hosts_allowed_loopback_an_address_or_any_when_listening_everywhere():
     assert allowed_hosts("127.0.0.1", 80) == {"127.0.0.1:80", "localhost:80", "[127.0.0.1]:80"}
     assert allowed_hosts("10.1.2.3", 9000) == {"10.1.2.3:9000", "[10.1.2.3]:9000"}
     assert allowed_hosts("0.0.0.0", 9000) is None  # reached by any of the machine's names: the token guards it
+
+
+def test_a_run_that_cannot_be_followed_says_why_on_its_page(isolated):
+    """A run whose profile is gone: its feed says it is not followed (and why), the dashboard goes on."""
+    import json
+    import time
+
+    from gpuops.dashboard.hub import Hub
+
+    d = isolated / "runs" / "t-1"
+    d.mkdir(parents=True)
+    (d / "meta.json").write_text(json.dumps({"run_id": "t-1", "profile": "gone-box", "script": "t.py",
+                                             "started_ts": time.time() - 60, "remote_run_dir": "~/p/.gpuops/runs/t-1"}))
+    hub = Hub(isolated, follow=False)
+    feed = hub.feed("t-1")
+    assert feed is not None and hub.feed("nope") is None
+    deadline = time.monotonic() + 10
+    while not feed.link.startswith("not followed"):
+        assert time.monotonic() < deadline, feed.link
+        time.sleep(0.05)
+    assert "gone-box" in feed.link
+    assert hub.feed("t-1") is feed and hub.streams_started == 1  # not restarted at once by the next viewer
+    rows = hub.overview()["runs"]
+    assert [(r["run_id"], r["state"]) for r in rows] == [("t-1", "unknown")]
