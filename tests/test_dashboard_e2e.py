@@ -161,6 +161,7 @@ def test_dashboard_in_chromium_instances_runs_and_a_live_run(cloud, gpuops, isol
         first = page.locator("#run-progress").inner_text()
         expect(page.locator("#run-progress")).not_to_have_text(first, timeout=5000)  # the job went on: no reload
         assert 90 <= float(util.inner_text().split()[0]) <= 100  # the job computes on the emulated GPU
+        expect(util).not_to_have_text(util.inner_text(), timeout=15000)  # its utilisation moves, no reload
         assert "latest:" in page.locator("#chart-util").get_attribute("aria-label")
         for key in ("util", "mem", "power", "temp", "loss", "rate"):
             fig = page.locator(f"#chart-{key}")
