@@ -276,7 +276,7 @@ def test_a_64_host_fleet_page_is_readable_in_chromium(browser):
     hub.thread.start()
     errors, requests = [], []
     try:
-        ctx = browser.new_context(viewport={"width": 1100, "height": 900})
+        ctx = browser.new_context(viewport={"width": 1100, "height": 640})
         page = ctx.new_page()
         watch_page(page, errors, requests)
         page.goto(f"http://127.0.0.1:{port}/run/fleet-64?token={token}")
