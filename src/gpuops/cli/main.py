@@ -32,7 +32,10 @@ def run(argv: list[str] | None = None) -> int:
         args.remove("--debug")
         DEBUG = True
     DEBUG = DEBUG or bool(os.environ.get("GPUOPS_DEBUG"))
-    from ..errors import ExitCode, GpuopsError
+    from ..errors import ExitCode, GpuopsError, set_command
+
+    set_command(_command_name(args[:cut]))
+    _quiet_libraries(DEBUG)
 
     code: int
     try:
@@ -51,6 +54,35 @@ def run(argv: list[str] | None = None) -> int:
     if argv is None:
         sys.exit(code)
     return code
+
+
+GROUPS = ("profiles", "cloud", "sandbox")  # command groups: their subcommand is part of the name
+
+
+def _command_name(args: list[str]) -> str:
+    """"gpuops sync", "gpuops profiles new": the words before the first option or argument that is not a command."""
+    words = [a for a in args if not a.startswith("-")][:2]
+    name = words[:2] if words and words[0] in GROUPS else words[:1]
+    return " ".join(["gpuops", *name])
+
+
+_SILENT = []  # the handler that keeps paramiko's log (a traceback per failed handshake) off stderr
+
+
+def _quiet_libraries(debug: bool) -> None:
+    """Paramiko logs every failed handshake (a host that drops the connection before the SSH banner) as an ERROR
+    with a traceback, which Python's last-resort handler prints on stderr: 44-66 lines before gpuops' one message.
+    Without --debug that log goes nowhere; with it, it is printed as before."""
+    import logging
+
+    log = logging.getLogger("paramiko")
+    if not _SILENT:
+        _SILENT.append(logging.NullHandler())
+    log.propagate = debug  # nor through a handler some library set on the root logger
+    if debug:
+        log.removeHandler(_SILENT[0])
+    elif _SILENT[0] not in log.handlers:
+        log.addHandler(_SILENT[0])
 
 
 def _report(message: str, hint: str | None, exc: BaseException | None) -> None:
