@@ -88,3 +88,27 @@ def test_a_sync_gives_up_as_fast_as_verify(dropping, gpuops):
     assert r.code == 3
     assert "`gpuops sync` tried 3 times" in r.err, r.err
     assert t_sync < t_verify + 1.5, (t_sync, t_verify)
+
+
+@pytest.mark.parametrize("argv,says", [
+    (["train", "train.py"], "`train.py` was taken as an argument for the script, not as the script: name it with "
+                            "--script: gpuops train --script train.py"),
+    (["train", "-p", "x", "train.py", "5"], "gpuops train -p x --script train.py -- 5"),
+    (["train", "train.py", "--lr", "3"], "gpuops train --script train.py -- --lr 3"),
+    (["train", "--script", "s.sh", "--quick"], "--quick is not an option of gpuops train; the script's own arguments "
+                                               "go after `--`: gpuops train --script s.sh -- --quick"),
+    (["run", "-s", "s.sh", "--quick"], "the script's own arguments go after `--`: gpuops run -s s.sh -- --quick"),
+])
+def test_the_two_usual_slips_get_a_hint(gpuops, argv, says):
+    r = gpuops(*argv)
+    assert r.code == 2, r.all
+    assert "Traceback" not in r.err
+    hints = [ln for ln in r.err.splitlines() if ln.startswith("hint: ")]
+    assert len(hints) == 1 and says in hints[0], r.err
+
+
+def test_no_hint_where_there_is_no_slip(gpuops):
+    r = gpuops("train", "--script", "s.sh", "--", "--quick", "--nosuch")
+    assert "after `--`" not in r.err and "taken as an argument" not in r.err
+    r = gpuops("verify", "--nosuch")
+    assert r.code == 2 and "hint:" not in r.err

@@ -50,7 +50,7 @@ def run(argv: list[str] | None = None) -> int:
         print("interrupted", file=sys.stderr)
         code = int(ExitCode.INTERRUPTED)
     except Exception as exc:  # click usage errors and anything unexpected
-        code = _click_or_internal(exc)
+        code = _click_or_internal(exc, args)
     if argv is None:
         sys.exit(code)
     return code
@@ -101,7 +101,7 @@ def _report(message: str, hint: str | None, exc: BaseException | None) -> None:
     out.error(scrub(message), scrub(hint) if hint else None)
 
 
-def _click_or_internal(exc: Exception) -> int:
+def _click_or_internal(exc: Exception, args: list[str] = ()) -> int:
     """Usage errors (typer's vendored click), typer's Abort/Exit, and the last resort for anything unexpected: one
     line and exit 1, a traceback only with --debug. Nothing in here may raise (it is the fallback)."""
     try:
@@ -110,6 +110,11 @@ def _click_or_internal(exc: Exception) -> int:
 
         if isinstance(exc, cx.ClickException):
             exc.show()
+            from .slips import hint
+
+            said = hint(exc, list(args))
+            if said:
+                print(f"hint: {said}", file=sys.stderr)
             return exc.exit_code
         if isinstance(exc, typer.Abort):
             print("interrupted", file=sys.stderr)
