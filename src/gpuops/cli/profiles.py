@@ -28,7 +28,7 @@ def list_profiles(ctx: typer.Context, json_: bool = JsonOpt) -> None:
     found = profiles.available(cwd)
     mine = profiles.available(cwd, examples=False)
     last = profiles.last_used(cwd)
-    rows = [{"name": n, "file": str(p), "example": n not in mine, "last_used_here": n == last} for n, p in found.items()]
+    rows = [{"name": n, "file": str(p), "example": n not in mine, "default_here": n == last} for n, p in found.items()]
     if json_:
         out.emit_json(rows)
         return
@@ -37,7 +37,7 @@ def list_profiles(ctx: typer.Context, json_: bool = JsonOpt) -> None:
         return
     for r in rows:
         flags = " (example)" if r["example"] else ""
-        flags += " (last used here)" if r["last_used_here"] else ""
+        flags += " (default here)" if r["default_here"] else ""
         out.print(f"{r['name']:<28} {r['file']}{flags}")
 
 
@@ -47,7 +47,7 @@ def show(name: Optional[str] = typer.Argument(None, help="Profile name or path."
          json_: bool = JsonOpt) -> None:
     """Print a profile as resolved (defaults filled, ${VAR} expanded, secret-looking values masked)."""
     out = output(json_)
-    prof = pick_profile(name)
+    prof = pick_profile(name, announce=False)
     data = prof.model_dump(mode="json", exclude={"source"})
     secret_names = set(prof.secrets) | {"WANDB_API_KEY"}
     data["env"] = {k: ("***" if k in secret_names or any(h in k.upper() for h in SECRET_HINTS) else v)
@@ -60,6 +60,22 @@ def show(name: Optional[str] = typer.Argument(None, help="Profile name or path."
 
     out.print(f"# {prof.source}")
     out.print(yaml.safe_dump(data, sort_keys=False).rstrip())
+
+
+@profiles_app.command("use")
+def use(name: str = typer.Argument(..., metavar="NAME", help="The profile every command uses here when none is named.",
+                                   show_default=False, autocompletion=profile_names)) -> None:
+    """Make NAME this project folder's default profile: the one `train`, `fetch`, `watch`... use when none is named.
+    Naming another profile on one command (`gpuops verify other`) never changes it."""
+    from ..profiles import model as profiles
+
+    out = output(False)
+    prof = profiles.resolve(name, Path.cwd())  # a typo: "did you mean", nothing written
+    before = profiles.use(prof.name, Path.cwd())
+    if before == prof.name:
+        out.info(f"'{prof.name}' is already the default profile here")
+    else:
+        out.success(f"default profile here: '{prof.name}'" + (f" (was '{before}')" if before else ""))
 
 
 @profiles_app.command("new")
