@@ -20,6 +20,7 @@ STAGING_DIR = ".gpuops-partial"  # fetch: files land here, are verified, then mo
 # project; the project's profiles (./profiles/*.yaml: hosts, key paths, values typed into env:); verify's reports
 # (./logs/env_checks/).
 ALWAYS_EXCLUDED = ("/.gpuops/", "/runs/", ".env", "/profiles/*.yaml", "/profiles/*.yml", "/logs/env_checks/")
+FETCHED_FILE = "runs/fetched.json"  # the project folders `gpuops fetch` wrote into: never uploaded again by a sync
 PARTIAL_DIR = ".gpuops-rsync-partial"  # rsync --partial-dir (relative: rsync also protects it from --delete)
 OUT_PREFIX = "::gpuops:: "
 OUT_FORMAT = OUT_PREFIX + "%i %l %n"
@@ -117,21 +118,39 @@ def read_ignore_file(path: Path) -> list[str]:
 
 
 def sync_filter_rules(profile_excludes: Sequence[str], cli_excludes: Sequence[str] = (),
-                      ignore_rules: Sequence[str] = (), gitignore: bool = False) -> list[str]:
+                      ignore_rules: Sequence[str] = (), gitignore: bool = False,
+                      fetched: Sequence[str] = ()) -> list[str]:
     """Ordered rsync filter rules for sync. First match wins, so the order is the priority:
 
     1. gpuops' own folders: staging, the remote run records (/.gpuops/) and the local run registry (/runs/),
-    which a sync never sends and --delete never touches, 2. --exclude, 3. the profile's sync.exclude (so a `!` line in .gpuopsignore
+    which a sync never sends and --delete never touches, and the folders `gpuops fetch` wrote into (FETCHED_FILE),
+    2. --exclude, 3. the profile's sync.exclude (so a `!` line in .gpuopsignore
     can never re-include, nor expose to --delete, a folder the profile protects), 4. .gpuopsignore,
     5. `.gitignore` files at every depth (only with --gitignore).
     """
     rules = [f"- /{STAGING_DIR}/", f"- {STAGING_DIR}/"] + [f"- {p}" for p in ALWAYS_EXCLUDED]
+    rules += fetched_rules(fetched)
     rules += [f"- {p}" for p in cli_excludes if p.strip()]
     rules += [f"- {p}" for p in profile_excludes if p.strip()]
     rules += list(ignore_rules)
     if gitignore:
         rules.append(":- .gitignore")
     return rules
+
+
+def fetched_rel(dest: Path, project_dir: Path) -> str | None:
+    """A fetch destination as the project-relative folder a sync must leave out, or None when it lies outside the
+    project (nothing to leave out) or is the project itself (never left out: the sync would send nothing)."""
+    try:
+        rel = Path(dest).resolve().relative_to(Path(project_dir).resolve())
+    except ValueError:
+        return None
+    return rel.as_posix() if rel.parts else None
+
+
+def fetched_rules(rels: Iterable[str]) -> list[str]:
+    """rsync rules that keep fetched folders out of a sync (anchored: `backups` here, not every folder so named)."""
+    return [f"- /{r.strip('/')}/" for r in rels if r and r.strip("/")]
 
 
 def simple_excluded_names(patterns: Iterable[str]) -> tuple[list[str], list[str]]:
