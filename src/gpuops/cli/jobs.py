@@ -357,26 +357,33 @@ def _status_lines(out, prof, doc: dict) -> None:
     if not rows:
         out.print(f"no runs of profile '{prof.name}' (gpuops train --script train.py)")
         return
+    priced = any(r.get("cost") is not None for r in rows)  # the profile states price_per_hour: cost so far
+
+    def money(r) -> str:
+        return "-" if r.get("cost") is None else f"${r['cost']:.2f}"
+
     if out.rich:
         from rich.table import Table
 
         t = Table(title=f"runs on {prof.name}")
-        for col in ("run", "script", "state", "started", "elapsed", "exit"):
+        for col in ("run", "script", "state", "started", "elapsed", "exit") + (("cost",) if priced else ()):
             t.add_column(col)
         colour = {"running": "cyan", "succeeded": "green", "failed": "red", "stopped": "yellow", "lost": "red"}
         for r in rows:
             t.add_row(r["run_id"], str(r["script"] or "-"), f"[{colour.get(r['state'], 'white')}]{r['state']}[/]",
                       when(r["started"]), fmt_duration(r["elapsed"]),
-                      "-" if r["exit_code"] is None else str(r["exit_code"]))
+                      "-" if r["exit_code"] is None else str(r["exit_code"]), *((money(r),) if priced else ()))
         out.render(t)
         _signal_lines(out, rows)
         return
     width = max([6] + [len(str(r["script"] or "-")) for r in rows])  # the column grows: paths stay whole
-    out.print(f"{'RUN':<36} {'SCRIPT':<{width}} {'STATE':<10} {'STARTED':<19} {'ELAPSED':>9} EXIT")
+    out.print(f"{'RUN':<36} {'SCRIPT':<{width}} {'STATE':<10} {'STARTED':<19} {'ELAPSED':>9} EXIT"
+              + ("  COST" if priced else ""))
     for r in rows:
         out.print(f"{r['run_id']:<36} {str(r['script'] or '-'):<{width}} {r['state']:<10} "
                   f"{when(r['started']):<19} {fmt_duration(r['elapsed']):>9} "
-                  f"{'-' if r['exit_code'] is None else r['exit_code']}")
+                  + (f"{'-' if r['exit_code'] is None else r['exit_code']:<4}  {money(r)}" if priced else
+                     f"{'-' if r['exit_code'] is None else r['exit_code']}"))
     _signal_lines(out, rows)
 
 

@@ -89,11 +89,16 @@ def new(out, *, name: str, host: str, key: Path | None, user: str, port: int, in
     remote_dir = "~/" + remote_dir[len(home):] if remote_dir and remote_dir.startswith(home) else remote_dir
     python = "~/" + python[len(home):] if python.startswith(home) else python
     expect = type_expectations(instance_type, project_dir) if instance_type else pt.Expectations()
+    price = (None, "")
+    if instance_type:
+        from ..cloud.prices import listed_price
+
+        price = listed_price(instance_type, project_dir, warn=out.warn)
     how = "gpuops profiles new" + (" --from-host" if from_host else "") + (f" --type {instance_type}" if instance_type else "")
 
     def text_for(e: pt.Expectations) -> str:
         return pt.render(name, host=host, user=user, port=port, key=str(key) if key else None, remote_dir=remote_dir,
-                         python=python, instance_type=instance_type, expect=e, written_by=how)
+                         python=python, instance_type=instance_type, expect=e, written_by=how, price=price)
 
     text = text_for(expect)
     prof = profiles.profile_from_text(text, dest, project_dir)  # the hand-written profile's gate, before anything
