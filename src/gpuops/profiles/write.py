@@ -155,3 +155,33 @@ def pin(out, prof, *, project_dir: Path, yes: bool, dry_run: bool, confirm: Call
         out.success(f"pinned {prof.name}: {path}")
         out.info(f"next: gpuops verify {prof.name}")
     return 0
+
+
+def marked(project_dir: Path) -> list[dict]:
+    """Every profile of this user and project (examples left out) with its mark (profiles.marks), read from the
+    profiles and this machine's launch ledger, no network. A profile that does not load is never marked."""
+    from . import marks
+    from . import model as profiles
+    from ..cloud.ledger import Ledger
+
+    states = {r.instance_id: r.state for r in Ledger().records() if r.instance_id}
+    rows = []
+    for name, path in profiles.available(project_dir, examples=False).items():
+        try:
+            prof = profiles.load_profile(path, project_dir)
+        except Exception:  # noqa: BLE001 - a broken profile is shown as it is, never pruned
+            rows.append({"name": name, "file": str(path), "mark": None, "prunable": False})
+            continue
+        m = marks.mark(prof.name or name, prof.cloud, states)
+        rows.append({"name": name, "file": str(path), "mark": m.text, "prunable": m.prunable})
+    return rows
+
+
+def prune(rows: list[dict]) -> list[str]:
+    """Remove the profile files of `rows` (each prunable, as marked() said); returns the names removed."""
+    gone = []
+    for r in rows:
+        if r["prunable"]:
+            Path(r["file"]).unlink(missing_ok=True)
+            gone.append(r["name"])
+    return gone
