@@ -93,6 +93,9 @@ def watch(
     interval: float = typer.Option(2.0, "--interval", help="Seconds between GPU samples.", min=0.1),
     lines: int = typer.Option(15, "--lines", "-n", help="Log lines shown (and replayed at start).", min=0),
     host: Optional[int] = HostOpt,
+    notify: bool = typer.Option(False, "--notify", help="When the run ends: a desktop notification (a terminal bell "
+                                                        "where there is none) and GPUOPS_NOTIFY_URL or the profile's "
+                                                        "notify_url webhook (Slack, Discord)."),
 ) -> None:
     """Live dashboard of a run: GPUs, processes, state, cost, progress (loss sparkline, steps/min, time left, cost at
     the end), training signals (OOM, NCCL, GPU idle, RL learning nothing; playbooks/signals.yaml), log tail.
@@ -149,7 +152,13 @@ def watch(
     finally:
         if live:
             live.close()
-    _ended(out, meta, dash, _whole_fleet(fleet_prof, out, project, fleet_meta, res))
+    res = _whole_fleet(fleet_prof, out, project, fleet_meta, res)
+    if notify and not res["interrupted"] and res["info"] is not None:
+        from ..notify import notify as say
+
+        say(out, name=meta.get("name") or meta["run_id"], outcome=dash.state, seconds=dash.elapsed(),
+            cost=dash.cost(), profile=fleet_prof)
+    _ended(out, meta, dash, res)
 
 
 def _raw_stdout(out):

@@ -212,6 +212,8 @@ class Profile(_Strict):
     region: Optional[str] = None
     instance_type: Optional[str] = None
     price_per_hour: Optional[float] = Field(None, ge=0)
+    notify_url: Optional[str] = Field(None, description="a Slack or Discord webhook for --notify (write it as "
+                                      "${VAR}: the URL is a secret)")
     host_key_policy: Literal["accept-new", "strict"] = "accept-new"
     connect_timeout: float = Field(10.0, gt=0)
     expect: Expect = Field(default_factory=Expect)
