@@ -96,12 +96,9 @@ def test_a_forward_reaches_a_server_on_the_host(sandbox):
 
 
 def test_a_changed_host_key_is_refused_with_exit_3(sandbox):
-    kh = Path(os.environ["GPUOPS_CONFIG_DIR"]) / "known_hosts"
-    kh.parent.mkdir(parents=True, exist_ok=True)
-    other = Path(os.environ["HOME"]) / "fake_host_key"
-    subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(other)], check=True)
-    pub = other.with_suffix(".pub").read_text().split()
-    kh.write_text(f"[127.0.0.1]:{sandbox['port']} {pub[0]} {pub[1]}\n")
+    from helpers import record_another_host_key
+
+    kh, pub = record_another_host_key(sandbox["port"])
     p = gpuops_proc("ssh", "sandbox", "--", "echo should-not-run")
     assert p.returncode == 3, p.stderr
     assert "CHANGED" in p.stderr and "gpuops trust sandbox --reset" in p.stderr
