@@ -18,11 +18,14 @@ class _DashDash(typer.core.TyperCommand):
         ctx.meta["gpuops.after_dashdash"] = len(args) - args.index("--") - 1 if "--" in args else 0
         return super().parse_args(ctx, args)
 
+    def collect_usage_pieces(self, ctx):
+        return ["[OPTIONS]", "[PROFILE]", "[-- COMMAND...]"]
+
 
 @app.command("ssh", cls=_DashDash)
 def ssh(
     ctx: typer.Context,
-    words: Optional[List[str]] = typer.Argument(None, metavar="[PROFILE] [-- COMMAND...]", show_default=False,
+    words: Optional[List[str]] = typer.Argument(None, metavar="PROFILE -- COMMAND", show_default=False,
                                                 autocompletion=profile_names,
                                                 help="The profile (default as for every command), then after -- a "
                                                      "command to run instead of a shell."),
