@@ -373,9 +373,10 @@ def connect(profile, *, announce=print, attempts: int = 3, tried: int = 0) -> Re
     except Exception as exc:
         from ..errors import command
 
+        n = attempts + tried
         raise ConnectError(f"cannot connect to {tg.user}@{tg.host}:{tg.port}: {_describe(exc)}",
                            hint=f"is the instance running and the address right? (`{command()}` tried "
-                                f"{attempts + tried} times)") from exc
+                                + ("once)" if n == 1 else f"{n} times)")) from exc
     raise ConnectError(f"cannot connect to {profile.host}:{profile.port}")
 
 
