@@ -91,7 +91,8 @@ def watch(
     json_: bool = typer.Option(False, "--json", help="One JSON object per line: samples, log lines, state changes."),
     once: bool = typer.Option(False, "--once", help="One snapshot, then exit."),
     interval: float = typer.Option(2.0, "--interval", help="Seconds between GPU samples.", min=0.1),
-    lines: int = typer.Option(15, "--lines", "-n", help="Log lines shown (and replayed at start).", min=0),
+    lines: int = typer.Option(15, "--lines", "-n", help="Log lines replayed at start (the screen shows as many of the "
+                              "newest as fit the terminal, the newest last).", min=0),
     host: Optional[int] = HostOpt,
 ) -> None:
     """Live dashboard of a run: GPUs, processes, state, cost, progress (loss sparkline, steps/min, time left, cost at
@@ -108,7 +109,7 @@ def watch(
     prof, meta = _node(fleet_prof, fleet_meta, host)
     n_nodes = len(fleet_meta.get("nodes") or [])
     price = prof.price_per_hour * max(1, n_nodes) if prof.price_per_hour is not None else None  # every node bills
-    dash = w.Dashboard(meta, price_per_hour=price, log_lines=min(max(lines, 1), w.DASH_LINES_MAX), host=prof.rank)
+    dash = w.Dashboard(meta, price_per_hour=price, log_lines=w.DASH_LINES_MAX, host=prof.rank)
     cloud = _cloud_summary(prof, True, [])  # watching a run: the instance is in use
     if cloud and not json_:
         from ..cloud.guardrail import line
