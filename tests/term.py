@@ -58,6 +58,16 @@ def run_in_pty(argv: list[str], *, cols: int, rows: int, seconds: float, env: di
     return out
 
 
+FRAME_START = b"\r\x1b[2K\x1b[1A\x1b[2K"  # rich Live going back to redraw: what came before is a whole frame
+
+
+def complete_frames(data: bytes) -> bytes:
+    """The output up to the last redraw rich's Live started: the screen then shows one whole frame (a redraw cut
+    short by the read, or by Ctrl-C, is left out)."""
+    i = data.rfind(FRAME_START)
+    return data[:i] if i > 0 else data
+
+
 def screen(data: bytes, *, cols: int, rows: int) -> list[str]:
     """The rows a terminal of cols x rows shows after receiving data (text, CR, LF, CSI A/B/C/D/G/H/J/K; others
     ignored), scrolling at the bottom."""

@@ -98,7 +98,7 @@ def test_watch_at_a_pty_shows_the_header_and_the_newest_line(sandbox, gpuops, co
     import os
     import sys
 
-    from term import run_in_pty, screen
+    from term import complete_frames, run_in_pty, screen
     from test_runs_e2e import put, run_id_of
 
     put(sandbox, "many.py", MANY)
@@ -108,11 +108,12 @@ def test_watch_at_a_pty_shows_the_header_and_the_newest_line(sandbox, gpuops, co
                           cols=cols, rows=rows, seconds=40, env=dict(os.environ), cwd=os.getcwd(),
                           until=b"the newest line")
         assert b"the newest line" in data, data[-2000:]
-        shown = screen(data, cols=cols, rows=rows)
+        shown = screen(complete_frames(data), cols=cols, rows=rows)
         text = "\n".join(shown)
         assert f"{rid}: " in text, text
-        head = next(i for i, ln in enumerate(shown) if f"{rid}: " in ln)
-        newest = next(i for i, ln in enumerate(shown) if "the newest line" in ln)
+        head = next((i for i, ln in enumerate(shown) if f"{rid}: " in ln), None)
+        newest = next((i for i, ln in enumerate(shown) if "the newest line" in ln), None)
+        assert head is not None and newest is not None, text
         assert head < newest and "╰" in shown[newest + 1], text  # the header above, the newest line last in the panel
         assert "TAIL-OF-LONG" not in text and "…" in text  # the long line cut, not wrapped
     finally:
