@@ -217,11 +217,12 @@ class _Live:
             self.live.stop()
 
 
-def _ended(out, meta: dict, dash, res: dict) -> None:
+def _ended(out, meta: dict, dash, res: dict, *, what: str = "watching") -> None:
     """watch's and logs -f's last word (stderr: logs -f keeps stdout for the log) and exit code."""
     if res["interrupted"]:
         rid = meta["run_id"]
-        out.info(f"stopped watching; run {rid} keeps running (gpuops watch {rid})")
+        again = f" (gpuops watch {rid})" if what == "watching" else ""
+        out.info(f"stopped {what}; run {rid} keeps running{again}")
     elif res["info"] is not None:
         out.info(dash.state_text())
     raise typer.Exit(res["code"])
@@ -291,7 +292,7 @@ def logs(
 
     dash = w.Dashboard(meta, price_per_hour=prof.price_per_hour)
     res = lifecycle.follow(prof, out, project, meta, dash, lines=lines, samples=False, interval=2.0, on_event=show)
-    _ended(out, meta, dash, _whole_fleet(fleet_prof, out, project, fleet_meta, res))
+    _ended(out, meta, dash, _whole_fleet(fleet_prof, out, project, fleet_meta, res), what="following the log")
 
 
 # -- status --------------------------------------------------------------------------------------------

@@ -576,6 +576,7 @@ class Dashboard:
                 ev["signals"] = new
             if (self.sig.step, len(self.sig.losses)) != before:
                 ev["progress"] = self.sig.progress(now)
+                ev["new_step"] = self.sig.step != before[0]  # a second format's line of the same step: not a new one
 
     def progress(self) -> Optional[dict]:
         return self.sig.progress(self.clock()) if self.sig else None
@@ -707,12 +708,13 @@ def signal_docs(ev: dict, ts: float) -> list[dict]:
 
 
 def signal_lines(ev: dict, stamp: str) -> list[str]:
-    """Plain watch: `HH:MM:SS signal: <title>: <hint>` once per signal; progress every 10th parsed step."""
+    """Plain watch: `HH:MM:SS signal: <title>: <hint>` once per signal; progress every 10th parsed step, once per
+    step when the log prints each step in two formats (a trainer's line and a logger's dict)."""
     from .signals import progress_text, signal_text
 
     lines = [f"{stamp} {signal_text(sig)}" for sig in ev.get("signals") or []]
     p = ev.get("progress")
-    if p and (p.get("step") is None or p["step"] % 10 == 0 or (p.get("total") and p["step"] >= p["total"])):
+    if p and ev.get("new_step", True) and (p.get("step") is None or p["step"] % 10 == 0 or (p.get("total") and p["step"] >= p["total"])):
         lines.append(f"{stamp} progress {progress_text(p)}")
     return lines
 
