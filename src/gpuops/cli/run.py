@@ -158,6 +158,9 @@ def _new_run(out, project: Path, *, types: list, gpu: Optional[str], max_price: 
     if nproc != "auto" and not (nproc.isdigit() and int(nproc) > 0):
         raise UsageError(f"--nproc-per-node {nproc!r}: 'auto' or a whole number above 0")
     script = script_path(script, project, must_exist=True)
+    from ..cloud.instances import require_key
+
+    require_key((key or Path("~/.ssh/id_ed25519")).expanduser(), given=key is not None)
     template, note = run_ops.run_template(template_for(from_, project), from_)
     if note:
         out.info(note)
