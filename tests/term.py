@@ -13,11 +13,9 @@ import subprocess
 import termios
 import time
 
+from helpers import default_sigint
+
 _CSI = re.compile(r"\x1b\[([?0-9;]*)([A-Za-z])")
-
-
-def _default_sigint() -> None:
-    signal.signal(signal.SIGINT, signal.SIG_DFL)  # a child of a suite started with SIGINT ignored still gets Ctrl-C
 
 
 def run_in_pty(argv: list[str], *, cols: int, rows: int, seconds: float, env: dict, cwd: str,
@@ -29,7 +27,7 @@ def run_in_pty(argv: list[str], *, cols: int, rows: int, seconds: float, env: di
     env = {k: v for k, v in env.items() if k not in ("COLUMNS", "LINES", "NO_COLOR")}
     env["TERM"] = "xterm-256color"
     proc = subprocess.Popen(argv, stdin=slave, stdout=slave, stderr=slave, env=env, cwd=cwd, close_fds=True,
-                            start_new_session=True, preexec_fn=_default_sigint)
+                            start_new_session=True, preexec_fn=default_sigint)  # Ctrl-C works in a suite run with it ignored
     os.close(slave)
     out = b""
     end = time.monotonic() + seconds

@@ -8,6 +8,7 @@ import time
 
 import pytest
 
+from helpers import python_sigint
 from test_runs_e2e import FOREVER, cleanup_runs, put, run_id_of, wait_ended  # noqa: F401
 from gpuops.jobs import watch as w
 
@@ -17,7 +18,6 @@ pytestmark = pytest.mark.usefixtures("cleanup_runs")
 @pytest.fixture
 def ctrl_c():
     """Ctrl-C as a person presses it, even in a suite started with SIGINT ignored (nohup, a CI runner)."""
-    old = signal.signal(signal.SIGINT, signal.default_int_handler)
     main = threading.main_thread().ident
 
     def press(after: float) -> threading.Timer:
@@ -25,8 +25,8 @@ def ctrl_c():
         t.start()
         return t
 
-    yield press
-    signal.signal(signal.SIGINT, old)
+    with python_sigint():
+        yield press
 
 
 def test_plain_watch_prints_a_steps_progress_once_with_two_formats():
