@@ -140,6 +140,17 @@ class Screen:
         self.dash = dash
 
     def __rich_console__(self, console, options):
+        # rich's refresh thread draws while the watch's thread feeds the model: a collection that changed under
+        # the drawing is drawn again
+        for attempt in range(3):
+            try:
+                return list(self._segments(console, options))
+            except RuntimeError:
+                if attempt == 2:
+                    raise
+        return []
+
+    def _segments(self, console, options):
         from rich.segment import Segment
 
         width = options.max_width

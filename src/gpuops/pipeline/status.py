@@ -45,11 +45,15 @@ class StatusLine:
             from rich.live import Live
             from rich.text import Text
 
-            text = self.text
+            text, last = self.text, [""]
 
             class _Line:
-                def __rich__(self):
-                    return Text(text(), style="bold", no_wrap=True, overflow="ellipsis")
+                def __rich__(self):  # drawn by rich's refresh thread while the run's thread updates what it reads
+                    try:
+                        last[0] = text()
+                    except (RuntimeError, KeyError, TypeError, ValueError):
+                        pass
+                    return Text(last[0], style="bold", no_wrap=True, overflow="ellipsis")
 
             console = self.out.err_console
             self._live = Live(_Line(), console=console, refresh_per_second=2, transient=True,
