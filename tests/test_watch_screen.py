@@ -114,7 +114,8 @@ def test_watch_at_a_pty_shows_the_header_and_the_newest_line(sandbox, gpuops, co
         head = next((i for i, ln in enumerate(shown) if f"{rid}: " in ln), None)
         newest = next((i for i, ln in enumerate(shown) if "the newest line" in ln), None)
         assert head is not None and newest is not None, text
-        assert head < newest and "╰" in shown[newest + 1], text  # the header above, the newest line last in the panel
+        # the header is the top row; the newest line is the panel's last, just above its border on the bottom row
+        assert head == 0 and newest == rows - 2 and "╰" in shown[rows - 1], text
         assert "TAIL-OF-LONG" not in text and "…" in text  # the long line cut, not wrapped
     finally:
         assert gpuops("stop", rid, "--grace", "2").code == 0
