@@ -68,3 +68,29 @@ def record_another_host_key(port: int, kind: str = "ed25519") -> tuple[Path, lis
     pub = other.with_suffix(".pub").read_text().split()
     kh.write_text(f"[127.0.0.1]:{port} {pub[0]} {pub[1]}\n")
     return kh, pub
+
+
+# -- Ctrl-C in tests ---------------------------------------------------------------------------------------------------
+# A suite started from a background job (nohup, a CI runner) runs with SIGINT ignored, and every child inherits that:
+# a test that presses Ctrl-C gives its target the default handler itself.
+def default_sigint() -> None:
+    """preexec_fn for a child the test will send SIGINT: Python there turns it into KeyboardInterrupt again."""
+    import signal
+
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
+def python_sigint():
+    """A context for a test that sends SIGINT to its own process (the CLI run in-process): Python's own handler."""
+    import contextlib
+    import signal
+
+    @contextlib.contextmanager
+    def ctx():
+        old = signal.signal(signal.SIGINT, signal.default_int_handler)
+        try:
+            yield
+        finally:
+            signal.signal(signal.SIGINT, old)
+
+    return ctx()

@@ -9,6 +9,7 @@ from pathlib import Path
 import yaml
 
 from gpuops.sandbox import host
+from helpers import default_sigint
 
 
 def profile_from_sandbox(sandbox, name: str, **over) -> Path:
@@ -236,7 +237,7 @@ def test_ctrl_c_exits_130_without_traceback(sandbox, isolated):
     host.up(fail="hang")
     env = {**os.environ, "NO_COLOR": "1"}
     p = subprocess.Popen([sys.executable, "-m", "gpuops", "verify", "sandbox", "--no-save"], cwd=isolated, env=env,
-                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, preexec_fn=default_sigint)
     time.sleep(3)  # connected, waiting on the hung nvidia-smi
     p.send_signal(signal.SIGINT)
     out, err = p.communicate(timeout=30)

@@ -96,7 +96,8 @@ def watch(
     json_: bool = typer.Option(False, "--json", help="One JSON object per line: samples, log lines, state changes."),
     once: bool = typer.Option(False, "--once", help="One snapshot, then exit."),
     interval: float = typer.Option(2.0, "--interval", help="Seconds between GPU samples.", min=0.1),
-    lines: int = typer.Option(15, "--lines", "-n", help="Log lines shown (and replayed at start).", min=0),
+    lines: int = typer.Option(15, "--lines", "-n", help="Log lines replayed at start (the screen shows as many of the "
+                              "newest as fit the terminal, the newest last).", min=0),
     host: Optional[int] = HostOpt,
     notify: bool = typer.Option(False, "--notify", help="When the run ends: a desktop notification (a terminal bell "
                                                         "where there is none) and GPUOPS_NOTIFY_URL or the profile's "
@@ -116,7 +117,7 @@ def watch(
     prof, meta = _node(fleet_prof, fleet_meta, host)
     n_nodes = len(fleet_meta.get("nodes") or [])
     price = prof.price_per_hour * max(1, n_nodes) if prof.price_per_hour is not None else None  # every node bills
-    dash = w.Dashboard(meta, price_per_hour=price, log_lines=min(max(lines, 1), w.DASH_LINES_MAX), host=prof.rank)
+    dash = w.Dashboard(meta, price_per_hour=price, log_lines=w.DASH_LINES_MAX, host=prof.rank)
     cloud = _cloud_summary(prof, True, [])  # watching a run: the instance is in use
     if cloud and not json_:
         from ..cloud.guardrail import line
@@ -230,11 +231,12 @@ class _Live:
             self.live.stop()
 
 
-def _ended(out, meta: dict, dash, res: dict) -> None:
+def _ended(out, meta: dict, dash, res: dict, *, what: str = "watching") -> None:
     """watch's and logs -f's last word (stderr: logs -f keeps stdout for the log) and exit code."""
     if res["interrupted"]:
         rid = meta["run_id"]
-        out.info(f"stopped watching; run {rid} keeps running (gpuops watch {rid})")
+        again = f" (gpuops watch {rid})" if what == "watching" else ""
+        out.info(f"stopped {what}; run {rid} keeps running{again}")
     elif res["info"] is not None:
         out.info(dash.state_text())
     raise typer.Exit(res["code"])
@@ -304,7 +306,7 @@ def logs(
 
     dash = w.Dashboard(meta, price_per_hour=prof.price_per_hour)
     res = lifecycle.follow(prof, out, project, meta, dash, lines=lines, samples=False, interval=2.0, on_event=show)
-    _ended(out, meta, dash, _whole_fleet(fleet_prof, out, project, fleet_meta, res))
+    _ended(out, meta, dash, _whole_fleet(fleet_prof, out, project, fleet_meta, res), what="following the log")
 
 
 # -- status --------------------------------------------------------------------------------------------

@@ -206,6 +206,9 @@ def _new_run(out, project: Path, *, types: list, gpu: Optional[str], max_price: 
         from ..transfer.dataplan import parse
 
         parse(data, project)  # checked before anything is launched
+    from ..cloud.instances import require_key
+
+    require_key((key or Path("~/.ssh/id_ed25519")).expanduser(), given=key is not None)
     template, note = run_ops.run_template(template_for(from_, project), from_)
     if note:
         out.info(note)
