@@ -17,6 +17,7 @@ import urllib.request
 from pathlib import Path
 
 import pytest
+from helpers import default_sigint
 from playwright.sync_api import expect
 
 from test_cloud_e2e import API_KEY, TYPE, _up, cloud, cloud_emu  # noqa: F401  (the emulator fixtures)
@@ -314,7 +315,7 @@ def test_browser_opened_on_a_private_redirect_file_and_ctrl_c_exits_130(isolated
     fake.chmod(0o755)
     env = {**os.environ, "BROWSER": f"{fake} %s", "GPUOPS_STATE_DIR": str(tmp_path / "state")}
     proc = subprocess.Popen([sys.executable, "-m", "gpuops", "dashboard"], cwd=isolated, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True, env=env)
+                            stderr=subprocess.PIPE, text=True, env=env, preexec_fn=default_sigint)
     try:
         url = proc.stdout.readline().strip()
         token = url.split("token=")[1]

@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from helpers import default_sigint
 from gpuops.remote import interactive
 
 
@@ -77,7 +78,7 @@ def test_a_forward_reaches_a_server_on_the_host(sandbox):
     remote, local = server.server_address[1], free_port()
     proc = subprocess.Popen([sys.executable, "-m", "gpuops", "ssh", "sandbox", "-L", f"{local}:{remote}", "-N"],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+                            preexec_fn=default_sigint)
     try:
         body, deadline = None, time.monotonic() + 30
         while time.monotonic() < deadline and body is None:
