@@ -547,6 +547,10 @@ class Runner(RecoveryStages):
         prof = self._profile()
         # a replacement instance: what was fetched stays here (the checkpoint it resumes from is pushed on its own)
         excludes = [f"/{n}" for n in self.rec.fetch] if self.rec.attempts else []
+        if self.rec.data:  # a data folder inside the project goes to its own place (_put_data), not with the project
+            from ..transfer.dataplan import parse, project_exclude
+
+            excludes += [x for x in [project_exclude(parse(self.rec.data, self.project), self.project)] if x]
 
         def one(node, node_out):
             with connect(node, announce=node_out.info) as remote:

@@ -74,6 +74,18 @@ def parse(text: str, project_dir: Path) -> Source:
     return Source("local", raw, _clean(path.name), path=path)
 
 
+def project_exclude(src: Source, project_dir: Path) -> Optional[str]:
+    """A local data folder inside the project: the sync's exclude that keeps it out of the project's upload (it goes
+    to its own place, once, through `put`; without this it crossed again with the project to every instance)."""
+    if src.kind != "local" or src.path is None:
+        return None
+    try:
+        rel = src.path.relative_to(Path(project_dir).resolve())
+    except ValueError:
+        return None  # outside the project: the project's sync never sends it
+    return f"/{rel.as_posix()}/" if rel.parts else None
+
+
 def data_root(fs_mount: Optional[str]) -> str:
     return f"{fs_mount.rstrip('/')}/{FS_DATA}" if fs_mount else LOCAL_DATA
 
