@@ -75,6 +75,8 @@ def test_up_fs_tries_only_its_region_mounts_it_and_rm_is_refused_while_mounted(c
     r = _up(gpuops, cloud, "withfs", "--fs", "ckpts")
     assert r.code == 0, r.all
     assert "filesystem ckpts is in us-east-1: trying only us-east-1" in r.err
+    # the price line (the question without --yes) names that region, not "any region"
+    assert f"launch {TYPE} (" in r.err and " in us-east-1 at $" in r.err and "any region" not in r.err, r.err
     [inst] = _live(cloud)
     assert inst["region"]["name"] == "us-east-1" and inst["file_system_names"] == ["ckpts"]
     mount = inst["file_system_mounts"][0]["mount_point"]
