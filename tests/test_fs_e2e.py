@@ -32,6 +32,8 @@ def test_fs_create_ls_rm_and_their_refusals(cloud, gpuops):
     assert r.code == 2 and "exists already" in r.err and "Traceback" not in r.all
     r = gpuops("fs", "create", "1bad", "--region", "us-east-1")
     assert r.code == 2 and "not a usable filesystem name" in r.err
+    r = gpuops("fs", "create", "data-2", "--region", "mars-1")  # an unknown region: said as such, not "name or region"
+    assert r.code == 2 and "in region 'mars-1'" in r.err and "not one Lambda knows" in r.err, r.all
     (cloud.fs_dir("data-1") / "blob").write_bytes(b"x" * 3 * 1024 * 1024)
     r = gpuops("fs", "ls", "--json")
     assert r.code == 0, r.all

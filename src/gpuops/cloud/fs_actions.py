@@ -37,6 +37,11 @@ def create(ctx, name: str, region: str) -> dict:
             found = fsd.find(ctx.client.filesystems(), name)
             if found is not None and found.region == region:
                 return found.to_dict()
+        if exc.api_code == "global/invalid-parameters":  # the name passed Lambda's rule above: the region is left
+            raise UsageError(f"Lambda refused to create filesystem {name!r} in region {region!r}: {exc.api_message} "
+                             "(the name follows Lambda's rule, so the region is not one Lambda knows)",
+                             hint="give a region as Lambda spells it (us-east-1, us-west-1, ...); `gpuops cloud "
+                                  "types --available` lists the regions with capacity now") from None
         raise fsd.fs_error(exc, name) from None
     return fs.to_dict()
 
