@@ -89,11 +89,12 @@ def test_up_fs_tries_only_its_region_mounts_it_and_rm_is_refused_while_mounted(c
     assert cloud.launch_requests() == 1
     r = gpuops("fs", "rm", "ckpts", "--yes")
     assert r.code == 1 and inst["id"] in r.err and "mounted by instance" in r.err
+    assert f"`gpuops down {inst['id']}`" in r.err, r.err  # the command that works, not a placeholder
     r = gpuops("fs", "ls", "--json")
     assert [i["id"] for i in json.loads(r.out)["filesystems"][0]["instances"]] == [inst["id"]]
     r = gpuops("ls")
     assert r.code == 0 and "ckpts" in r.out and f"mounted by {inst['id']}" in r.out
-    assert gpuops("down", "withfs", "--yes").code == 0
+    assert gpuops("down", inst["id"], "--yes").code == 0  # as the hint says
     assert gpuops("fs", "rm", "ckpts", "--yes").code == 0
 
 
