@@ -138,6 +138,8 @@ if p["kind"] == "url":
     if h.hexdigest() != p["sha256"]:
         os.unlink(tmp); fail("checksum mismatch: got sha256 %s, expected %s (%d bytes)" % (h.hexdigest(), p["sha256"], n))
     name = p["filename"]
+    if os.path.exists(mark):  # the folder changes from here: no earlier source's mark may vouch for it meanwhile
+        os.unlink(mark)
     try:
         if name.endswith((".tar.gz", ".tgz", ".tar.bz2", ".tar.xz", ".tar")):
             with tarfile.open(tmp) as t:
