@@ -74,9 +74,12 @@ def test_run_fs_with_a_local_folder_puts_it_once_and_the_job_sees_both(cloud, gp
     assert not _live(cloud)
     # a second run: the data is there already; only what changed is sent
     (corpus / "train.txt").write_text("hello again\n")
+    (corpus / "big.bin").unlink()  # deleted here: the copy keeps it (gpuops deletes nothing there), and says so
     r = _run(gpuops, cloud, "--fs", "work", "--data", str(corpus))
     assert r.code == 0, r.all
     assert "1 files changed" in r.err and "READ hello again" in (Path.cwd() / json.loads(r.out)["fetched"]["log"]).read_text()
+    assert f"1 file in {mount}/gpuops/data/corpus is not in {corpus}" in r.err and "too: big.bin" in r.err, r.err
+    assert (fsdir / "gpuops" / "data" / "corpus" / "big.bin").exists()
 
 
 def test_run_data_url_is_downloaded_by_the_instance_and_checked(cloud, gpuops, http_files):

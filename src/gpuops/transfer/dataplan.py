@@ -86,6 +86,20 @@ def project_exclude(src: Source, project_dir: Path) -> Optional[str]:
     return f"/{rel.as_posix()}/" if rel.parts else None
 
 
+def stale_warning(src: Source, dest: str, extra: list[str], shown: int = 5) -> Optional[tuple[str, str]]:
+    """Files in the instance's copy of a local folder that the folder no longer has (deleted here, or another folder
+    of the same name sent before): the job reads them too, and gpuops deletes nothing there. (message, hint) or
+    None."""
+    if not extra:
+        return None
+    names = ", ".join(extra[:shown]) + (f" and {len(extra) - shown} more" if len(extra) > shown else "")
+    return (f"data {src.text}: {len(extra)} file{'s' if len(extra) != 1 else ''} in {dest} "
+            f"{'are' if len(extra) != 1 else 'is'} not in {src.path} (deleted here, or another folder named "
+            f"{src.name!r} sent before); the job sees {'them' if len(extra) != 1 else 'it'} too: {names}",
+            "gpuops never deletes data there: remove them on the instance (or from the job), or give the folder "
+            "another name")
+
+
 def data_root(fs_mount: Optional[str]) -> str:
     return f"{fs_mount.rstrip('/')}/{FS_DATA}" if fs_mount else LOCAL_DATA
 
