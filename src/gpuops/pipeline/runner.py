@@ -550,7 +550,10 @@ class Runner(RecoveryStages):
         if self.rec.data:  # a data folder inside the project goes to its own place (_put_data), not with the project
             from ..transfer.dataplan import parse, project_exclude
 
-            excludes += [x for x in [project_exclude(parse(self.rec.data, self.project), self.project)] if x]
+            try:
+                excludes += [x for x in [project_exclude(parse(self.rec.data, self.project), self.project)] if x]
+            except GpuopsError:
+                pass  # gone since the launch (a --resume): _put_data says so, and the stage fails there
 
         def one(node, node_out):
             with connect(node, announce=node_out.info) as remote:
