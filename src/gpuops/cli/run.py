@@ -184,16 +184,15 @@ def _new_run(out, project: Path, *, types: list, gpu: Optional[str], max_price: 
         from ..cloud.filesystems import check_name
 
         check_name(fs)
-    data_exclude = None
     if data:
-        from ..transfer.dataplan import parse, project_exclude
+        from ..transfer.dataplan import parse
 
-        data_exclude = project_exclude(parse(data, project), project)  # checked before anything is launched
+        parse(data, project)  # checked before anything is launched
     template, note = run_ops.run_template(template_for(from_, project), from_)
     if note:
         out.info(note)
     prelaunch.check(project, script, out, template)  # a job that cannot run is refused before anything bills
-    _before_launch(out, project, script, template, confirm, data_exclude)
+    _before_launch(out, project, script, template, confirm, data)
     return run_ops.new_record(types=types, gpu=gpu, max_price=max_price, wait_for_capacity_s=wait_s, script=script,
                               args=args or [], regions=region, nodes=nodes, fetch=fetch, keep=keep,
                               ttl_s=d.parse_limit(ttl, "--ttl") if ttl is not None else None, max_cost=max_cost,
@@ -204,7 +203,7 @@ def _new_run(out, project: Path, *, types: list, gpu: Optional[str], max_price: 
 
 
 def _before_launch(out, project: Path, script: str, template: Optional[dict], confirm,
-                   data_exclude: Optional[str] = None) -> None:
+                   data: Optional[str] = None) -> None:
     """Said before anything bills: the files the script names that the sync leaves out, symlinks pointing outside
     the project, a large upload (asked unless --yes). The run's profile takes its sync: settings from --from; a
     --data folder inside the project is not part of the project's upload."""
@@ -212,6 +211,11 @@ def _before_launch(out, project: Path, script: str, template: Optional[dict], co
     from ..transfer.sync import local_preview
 
     sync = SyncSettings.model_validate((template or {}).get("sync") or {})
+    data_exclude = None
+    if data:
+        from ..transfer.dataplan import parse, project_exclude
+
+        data_exclude = project_exclude(parse(data, project), project)
     excludes = list(sync.exclude) + ([data_exclude] if data_exclude else [])
     local_preview(out, project, script, excludes, copy_links=sync.copy_links, confirm=confirm)
 
