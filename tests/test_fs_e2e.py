@@ -32,6 +32,8 @@ def test_fs_create_ls_rm_and_their_refusals(cloud, gpuops):
     assert r.code == 2 and "exists already" in r.err and "Traceback" not in r.all
     r = gpuops("fs", "create", "1bad", "--region", "us-east-1")
     assert r.code == 2 and "not a usable filesystem name" in r.err
+    r = gpuops("fs", "create", "data-2", "--region", "mars-1")  # an unknown region: said as such, not "name or region"
+    assert r.code == 2 and "in region 'mars-1'" in r.err and "not one Lambda knows" in r.err, r.all
     (cloud.fs_dir("data-1") / "blob").write_bytes(b"x" * 3 * 1024 * 1024)
     r = gpuops("fs", "ls", "--json")
     assert r.code == 0, r.all
@@ -75,6 +77,8 @@ def test_up_fs_tries_only_its_region_mounts_it_and_rm_is_refused_while_mounted(c
     r = _up(gpuops, cloud, "withfs", "--fs", "ckpts")
     assert r.code == 0, r.all
     assert "filesystem ckpts is in us-east-1: trying only us-east-1" in r.err
+    # the price line (the question without --yes) names that region, not "any region"
+    assert f"launch {TYPE} (" in r.err and " in us-east-1 at $" in r.err and "any region" not in r.err, r.err
     [inst] = _live(cloud)
     assert inst["region"]["name"] == "us-east-1" and inst["file_system_names"] == ["ckpts"]
     mount = inst["file_system_mounts"][0]["mount_point"]
@@ -85,11 +89,12 @@ def test_up_fs_tries_only_its_region_mounts_it_and_rm_is_refused_while_mounted(c
     assert cloud.launch_requests() == 1
     r = gpuops("fs", "rm", "ckpts", "--yes")
     assert r.code == 1 and inst["id"] in r.err and "mounted by instance" in r.err
+    assert f"`gpuops down {inst['id']}`" in r.err, r.err  # the command that works, not a placeholder
     r = gpuops("fs", "ls", "--json")
     assert [i["id"] for i in json.loads(r.out)["filesystems"][0]["instances"]] == [inst["id"]]
     r = gpuops("ls")
     assert r.code == 0 and "ckpts" in r.out and f"mounted by {inst['id']}" in r.out
-    assert gpuops("down", "withfs", "--yes").code == 0
+    assert gpuops("down", inst["id"], "--yes").code == 0  # as the hint says
     assert gpuops("fs", "rm", "ckpts", "--yes").code == 0
 
 

@@ -2,6 +2,7 @@
 (transfer/dataplan.py)."""
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -99,3 +100,65 @@ def test_lambda_filesystem_errors_become_one_clear_message_and_exit_code():
     assert fsd.fs_error(err("global/quota-exceeded")).code == 1
     other = err("provider/internal-unavailable", 503)
     assert fsd.fs_error(other) is other
+
+
+def _fetch(params: dict) -> dict:
+    """The instance's download script, run here as the instance runs it (python3, parameters then script on stdin)."""
+    import subprocess
+    import sys
+
+    from gpuops.transfer import dataplan as dp
+
+    r = subprocess.run([sys.executable, "-c", dp.RUNNER], input=json.dumps(params) + "\n" + dp.FETCH_SCRIPT,
+                       capture_output=True, text=True, timeout=60)
+    return json.loads(r.stdout.strip().splitlines()[-1])
+
+
+def test_a_failed_unpack_never_leaves_the_earlier_archives_mark_on_mixed_files(tmp_path):
+    """Archive A put, then archive B (its checksum right, its unpacking failing half way: B's first file written over
+    A's): the folder no longer holds A, so a later run asking for A must download it again, not say 'already there'."""
+    import functools
+    import hashlib
+    import http.server
+    import io
+    import tarfile
+    import threading
+
+    from gpuops.transfer import dataplan as dp
+
+    www = tmp_path / "www"
+    www.mkdir()
+
+    def tar(files, cut=0):
+        buf = io.BytesIO()
+        with tarfile.open(fileobj=buf, mode="w") as t:
+            for name, data in files.items():
+                info = tarfile.TarInfo(name)
+                info.size = len(data)
+                t.addfile(info, io.BytesIO(data))
+        return buf.getvalue()[: len(buf.getvalue()) - cut] if cut else buf.getvalue()
+
+    (www / "a.tar").write_bytes(tar({"train.txt": b"version A\n"}))
+    (www / "b.tar").write_bytes(tar({"train.txt": b"version B\n", "more.bin": b"x" * 20000}, cut=15000))
+    handler = functools.partial(http.server.SimpleHTTPRequestHandler, directory=str(www))
+    handler.log_message = lambda *a: None
+    srv = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    threading.Thread(target=srv.serve_forever, daemon=True).start()
+    try:
+        base, dest = f"http://127.0.0.1:{srv.server_address[1]}", tmp_path / "data" / "set"
+
+        def src(name):
+            sha = hashlib.sha256((www / name).read_bytes()).hexdigest()
+            return dp.parse(f"{base}/{name}#sha256={sha}", tmp_path)
+
+        a, b = src("a.tar"), src("b.tar")
+        assert _fetch(dp.fetch_params(a, str(dest)))["ok"]
+        got = _fetch(dp.fetch_params(b, str(dest)))
+        assert not got["ok"] and "could not unpack" in got["error"], got
+        assert (dest / "train.txt").read_text() == "version B\n"  # half of B is there
+        again = _fetch(dp.fetch_params(a, str(dest)))
+        assert again["ok"] and not again["skipped"], again
+        assert (dest / "train.txt").read_text() == "version A\n"
+    finally:
+        srv.shutdown()
+        srv.server_close()

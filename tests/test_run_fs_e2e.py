@@ -74,9 +74,12 @@ def test_run_fs_with_a_local_folder_puts_it_once_and_the_job_sees_both(cloud, gp
     assert not _live(cloud)
     # a second run: the data is there already; only what changed is sent
     (corpus / "train.txt").write_text("hello again\n")
+    (corpus / "big.bin").unlink()  # deleted here: the copy keeps it (gpuops deletes nothing there), and says so
     r = _run(gpuops, cloud, "--fs", "work", "--data", str(corpus))
     assert r.code == 0, r.all
     assert "1 files changed" in r.err and "READ hello again" in (Path.cwd() / json.loads(r.out)["fetched"]["log"]).read_text()
+    assert f"1 file in {mount}/gpuops/data/corpus is not in {corpus}" in r.err and "too: big.bin" in r.err, r.err
+    assert (fsdir / "gpuops" / "data" / "corpus" / "big.bin").exists()
 
 
 def test_run_data_url_is_downloaded_by_the_instance_and_checked(cloud, gpuops, http_files):
@@ -233,3 +236,24 @@ def test_a_replacement_attaches_the_filesystem_too(cloud, gpuops):
     marks = sorted(f.name for f in cloud.fs_dir("keep").iterdir() if f.is_file())  # each instance's address
     assert marks == sorted({insts[first]["_address"], insts[second]["_address"]}) and len(marks) == 2
     assert f"ON FS {marks + ['gpuops']}" in log and f"step {STEPS} saved" in log  # the replacement's job saw the first one's
+
+
+def test_a_data_folder_inside_the_project_is_not_uploaded_with_the_project(cloud, gpuops):
+    """--data ./corpus where corpus is in the project: it goes once to its data folder, not again with the project to
+    every instance (the sync's upload leaves it out; the job reads it at GPUOPS_DATA)."""
+    cloud.capacity(TYPE, ["us-east-1"])
+    assert gpuops("fs", "create", "inproj", "--region", "us-east-1").code == 0
+    (Path.cwd() / "job.py").write_text(JOB + "print('PROJECT HAS CORPUS', os.path.exists('corpus'), flush=True)\n")
+    corpus = Path.cwd() / "corpus"
+    corpus.mkdir()
+    (corpus / "train.txt").write_text("hello data\n")
+    (corpus / "big.bin").write_bytes(b"\1" * 300_000)
+    r = _run(gpuops, cloud, "--fs", "inproj", "--data", "./corpus")
+    assert r.code == 0, r.all
+    doc = json.loads(r.out)
+    log = (Path.cwd() / doc["fetched"]["log"]).read_text()
+    assert "READ hello data" in log and "PROJECT HAS CORPUS False" in log, log
+    sync = next(s for s in doc["stages"] if s["stage"] == "sync")
+    sent = int(sync["detail"].split(", ")[1].split()[0])
+    assert sent < 100_000, sync  # the project's code, not the 300 KB corpus
+    assert (cloud.fs_dir("inproj") / "gpuops" / "data" / "corpus" / "big.bin").stat().st_size == 300_000

@@ -213,7 +213,7 @@ def _new_run(out, project: Path, *, types: list, gpu: Optional[str], max_price: 
     if note:
         out.info(note)
     prelaunch.check(project, script, out, template)  # a job that cannot run is refused before anything bills
-    _before_launch(out, project, script, template, confirm)
+    _before_launch(out, project, script, template, confirm, data)
     return run_ops.new_record(types=types, gpu=gpu, max_price=max_price, wait_for_capacity_s=wait_s, script=script,
                               args=args or [], regions=region, nodes=nodes, fetch=fetch, keep=keep,
                               ttl_s=d.parse_limit(ttl, "--ttl") if ttl is not None else None, max_cost=max_cost,
@@ -223,14 +223,22 @@ def _new_run(out, project: Path, *, types: list, gpu: Optional[str], max_price: 
                               file_systems=[fs] if fs else [], data=data)
 
 
-def _before_launch(out, project: Path, script: str, template: Optional[dict], confirm) -> None:
+def _before_launch(out, project: Path, script: str, template: Optional[dict], confirm,
+                   data: Optional[str] = None) -> None:
     """Said before anything bills: the files the script names that the sync leaves out, symlinks pointing outside
-    the project, a large upload (asked unless --yes). The run's profile takes its sync: settings from --from."""
+    the project, a large upload (asked unless --yes). The run's profile takes its sync: settings from --from; a
+    --data folder inside the project is not part of the project's upload."""
     from ..profiles.model import SyncSettings
     from ..transfer.sync import local_preview
 
     sync = SyncSettings.model_validate((template or {}).get("sync") or {})
-    local_preview(out, project, script, sync.exclude, copy_links=sync.copy_links, confirm=confirm)
+    data_exclude = None
+    if data:
+        from ..transfer.dataplan import parse, project_exclude
+
+        data_exclude = project_exclude(parse(data, project), project)
+    excludes = list(sync.exclude) + ([data_exclude] if data_exclude else [])
+    local_preview(out, project, script, excludes, copy_links=sync.copy_links, confirm=confirm)
 
 
 def _confirmer(yes: bool):

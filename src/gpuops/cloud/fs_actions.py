@@ -37,6 +37,11 @@ def create(ctx, name: str, region: str) -> dict:
             found = fsd.find(ctx.client.filesystems(), name)
             if found is not None and found.region == region:
                 return found.to_dict()
+        if exc.api_code == "global/invalid-parameters":  # the name passed Lambda's rule above: the region is left
+            raise UsageError(f"Lambda refused to create filesystem {name!r} in region {region!r}: {exc.api_message} "
+                             "(the name follows Lambda's rule, so the region is not one Lambda knows)",
+                             hint="give a region as Lambda spells it (us-east-1, us-west-1, ...); `gpuops cloud "
+                                  "types --available` lists the regions with capacity now") from None
         raise fsd.fs_error(exc, name) from None
     return fs.to_dict()
 
@@ -54,8 +59,9 @@ def remove(ctx, name: str, confirm: Optional[Callable[[str], bool]]) -> dict:
     if users:
         who = ", ".join(f"{i.id}" + (f" ({i.name})" if i.name else "") for i in users)
         raise GpuopsError(f"filesystem {name!r} is mounted by instance {who}: Lambda deletes a filesystem only when "
-                          "no instance mounts it", hint="end the instance first (`gpuops down NAME`; `gpuops ls` "
-                          "shows it), then remove the filesystem", code=ExitCode.FAILED)
+                          "no instance mounts it", hint="end it first: " + " and ".join(
+                              f"`gpuops down {i.id}`" for i in users) + " (gpuops down takes an instance id or the "
+                          "profile `gpuops ls` shows), then remove the filesystem", code=ExitCode.FAILED)
     size = fsd.human_bytes(fs.bytes_used)
     if confirm is not None and not confirm(f"delete filesystem {name!r} ({fs.region}, {size} used) and every file "
                                            "on it? This cannot be undone"):

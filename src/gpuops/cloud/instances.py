@@ -399,7 +399,7 @@ def _preflight(spec: UpSpec, ctx: Context):
 def _launch_question(spec: UpSpec, want: d.Want, types: dict, choice: d.Choice) -> str:
     """The price line asked before launching: the one type, or the candidates in the order they are tried and the
     most it may cost."""
-    where = ", ".join(spec.regions) if spec.regions else "any region"
+    where = ", ".join(want.regions) if want.regions else "any region"  # --fs keeps it to the filesystem's region
     n, cands = spec.nodes, choice.candidates
     if len(cands) == 1 and not want.gpu:
         itype = d.find_type(types, cands[0].name).type

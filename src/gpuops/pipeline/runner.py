@@ -547,6 +547,13 @@ class Runner(RecoveryStages):
         prof = self._profile()
         # a replacement instance: what was fetched stays here (the checkpoint it resumes from is pushed on its own)
         excludes = [f"/{n}" for n in self.rec.fetch] if self.rec.attempts else []
+        if self.rec.data:  # a data folder inside the project goes to its own place (_put_data), not with the project
+            from ..transfer.dataplan import parse, project_exclude
+
+            try:
+                excludes += [x for x in [project_exclude(parse(self.rec.data, self.project), self.project)] if x]
+            except GpuopsError:
+                pass  # gone since the launch (a --resume): _put_data says so, and the stage fails there
 
         def one(node, node_out):
             with connect(node, announce=node_out.info) as remote:

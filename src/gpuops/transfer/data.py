@@ -34,6 +34,12 @@ def put(profile, remote, out, src: dp.Source, fs_mount: Optional[str], *, token:
         sent = res.stats.get("bytes_sent", 0)
         out.info(f"data {src.text} → {dest}: {res.stats.get('files_transferred', 0)} files changed, "
                  f"{tr.human_bytes(sent)} sent")
+        # what the copy holds beyond the folder (a dry run with --delete lists it; nothing is deleted)
+        dry = tr.sync_args(remote.ssh_argv(), src.path, profile.host, dest, [], delete=True, dry_run=True)
+        extra = sorted(c.path for c in rs.run(dry, host=profile.host).items if c.change == "deleted" and c.kind != "dir")
+        stale = dp.stale_warning(src, dest, extra)
+        if stale:
+            out.warn(stale[0] + "; " + stale[1])
         return {"path": dest, "bytes_here": sent, "bytes_remote": 0, "skipped": False}
     out.step(f"the instance downloads {src.text} into {dest}")
     stdin = json.dumps(dp.fetch_params(src, dest, token, endpoint)) + "\n"

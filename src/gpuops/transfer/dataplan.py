@@ -74,6 +74,32 @@ def parse(text: str, project_dir: Path) -> Source:
     return Source("local", raw, _clean(path.name), path=path)
 
 
+def project_exclude(src: Source, project_dir: Path) -> Optional[str]:
+    """A local data folder inside the project: the sync's exclude that keeps it out of the project's upload (it goes
+    to its own place, once, through `put`; without this it crossed again with the project to every instance)."""
+    if src.kind != "local" or src.path is None:
+        return None
+    try:
+        rel = src.path.relative_to(Path(project_dir).resolve())
+    except ValueError:
+        return None  # outside the project: the project's sync never sends it
+    return f"/{rel.as_posix()}/" if rel.parts else None
+
+
+def stale_warning(src: Source, dest: str, extra: list[str], shown: int = 5) -> Optional[tuple[str, str]]:
+    """Files in the instance's copy of a local folder that the folder no longer has (deleted here, or another folder
+    of the same name sent before): the job reads them too, and gpuops deletes nothing there. (message, hint) or
+    None."""
+    if not extra:
+        return None
+    names = ", ".join(extra[:shown]) + (f" and {len(extra) - shown} more" if len(extra) > shown else "")
+    return (f"data {src.text}: {len(extra)} file{'s' if len(extra) != 1 else ''} in {dest} "
+            f"{'are' if len(extra) != 1 else 'is'} not in {src.path} (deleted here, or another folder named "
+            f"{src.name!r} sent before); the job sees {'them' if len(extra) != 1 else 'it'} too: {names}",
+            "gpuops never deletes data there: remove them on the instance (or from the job), or give the folder "
+            "another name")
+
+
 def data_root(fs_mount: Optional[str]) -> str:
     return f"{fs_mount.rstrip('/')}/{FS_DATA}" if fs_mount else LOCAL_DATA
 
@@ -126,6 +152,8 @@ if p["kind"] == "url":
     if h.hexdigest() != p["sha256"]:
         os.unlink(tmp); fail("checksum mismatch: got sha256 %s, expected %s (%d bytes)" % (h.hexdigest(), p["sha256"], n))
     name = p["filename"]
+    if os.path.exists(mark):  # the folder changes from here: no earlier source's mark may vouch for it meanwhile
+        os.unlink(mark)
     try:
         if name.endswith((".tar.gz", ".tgz", ".tar.bz2", ".tar.xz", ".tar")):
             with tarfile.open(tmp) as t:
