@@ -893,7 +893,8 @@ def render_summary(out, rec: pl.Record, fetched: dict, now: float) -> dict:
            "stages": rows, "instances": insts, "total_cost": round(total, 4), "fetched": fetched,
            "environment": str(env) if env and env.is_dir() else None, "overhead": pl.overhead(rec),
            "stop_reason": rec.stop_reason, "recoveries": len(rec.attempts), "resumed_from": rec.resume_from,
-           "checkpoint": (rec.checkpoint or {}).get("local")}
+           "checkpoint": (rec.checkpoint or {}).get("local"),
+           "warnings": list(dict.fromkeys(out.warnings))}  # every warning said on stderr, once each
     if out.json_mode:
         out.emit_json(doc)
         return doc

@@ -651,7 +651,9 @@ def _plan_deps(c: _Ctx) -> bool:
     if p.kind == "none":
         if not f.files and (f.python3 or f.env_python):  # else no python could read them
             plan.notes.append(f"no uv.lock, pyproject.toml or {', '.join(c.profile.setup.requirements)} in "
-                              f"{c.remote_dir}: no project dependencies (sync the project first: gpuops sync)")
+                              f"{c.remote_dir}: setup installs no project dependencies (the job imports what the "
+                              "environment's python has); a project that has such a file here: gpuops sync, then "
+                              "gpuops setup")
         return False
     if not changed:
         return False
