@@ -27,3 +27,26 @@ def test_run_json_carries_the_prelaunch_warnings_and_their_hints_name_what_run_t
     # the project was synced a moment before setup: no "sync the project first"
     assert not [w for w in warnings if "sync the project first" in w], warnings  # a no-dependency project is a real one
     assert sorted(set(warnings)) == sorted(warnings)  # each said once
+
+
+def test_a_gate_refusal_in_run_points_to_a_new_run_not_to_setup_on_the_terminated_instance(cloud, gpuops):
+    """The gate's fix said "add it to the project's requirements, then gpuops setup": the run then terminates the
+    instance (and its profile), so setup has nothing to run on. The fix says to start gpuops run again."""
+    (Path.cwd() / "train.py").write_text("import nosuchmod_review28\n")
+    r = gpuops("run", "--type", TYPE, "--key", str(cloud.key), "--yes", "--script", "train.py")
+    assert r.code == 1, r.all
+    assert "imports nosuchmod_review28, which" in r.err and "cannot import" in r.err
+    assert "then gpuops setup" not in r.err, r.err
+    assert "add nosuchmod_review28 to the project's requirements, then start gpuops run again" in r.err
+    assert not [i for i in cloud.instances() if i["status"] not in ("terminated", "terminating")]
+
+
+def test_refusal_hint_keeps_setup_for_a_kept_instance_and_rewords_every_setup_fix_otherwise():
+    from gpuops.pipeline.stages import refusal_hint
+
+    gate = ("fix (x): add x to the project's requirements, then gpuops setup\n"
+            "fix: put torchrun in the project's dependencies (or expect.packages) and run gpuops setup")
+    assert refusal_hint(gate, kept=True) == gate  # --keep: the instance and its profile stay, setup applies
+    said = refusal_hint(gate, kept=False)
+    assert "gpuops setup" not in said and said.count("start gpuops run again") == 2
+    assert refusal_hint(None, kept=False) is None

@@ -652,8 +652,7 @@ def _plan_deps(c: _Ctx) -> bool:
         if not f.files and (f.python3 or f.env_python):  # else no python could read them
             plan.notes.append(f"no uv.lock, pyproject.toml or {', '.join(c.profile.setup.requirements)} in "
                               f"{c.remote_dir}: setup installs no project dependencies (the job imports what the "
-                              "environment's python has); a project that has such a file here: gpuops sync, then "
-                              "gpuops setup")
+                              "environment's python has; setup reads these files in the synced project)")
         return False
     if not changed:
         return False
