@@ -477,7 +477,8 @@ def _plan_blocked(c: _Ctx, tools: list) -> bool:
                              f"in setup.base_python a python of the host that meets it (a python that is not the "
                              f"image's has no CUDA torch: torch is then installed from the index, several GB). The "
                              f"python of each Lambda Stack image is in playbooks/images.yaml; `gpuops run` refuses "
-                             f"such a project before it launches")
+                             f"such a project before it launches when no image's python meets it (it warns when "
+                             f"only some do)")
         return True
     return False
 
