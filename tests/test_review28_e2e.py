@@ -50,3 +50,18 @@ def test_refusal_hint_keeps_setup_for_a_kept_instance_and_rewords_every_setup_fi
     said = refusal_hint(gate, kept=False)
     assert "gpuops setup" not in said and said.count("start gpuops run again") == 2
     assert refusal_hint(None, kept=False) is None
+    setup = "the whole log is ~/p/.gpuops/setup/log on the host; fix the cause, then run `gpuops setup` again " \
+            "(finished steps are not repeated)"
+    assert refusal_hint(setup, kept=False) == ("the whole log is ~/p/.gpuops/setup/log on the host; fix the cause, "
+                                               "then start gpuops run again (its setup runs on the new instance)")
+
+
+def test_a_setup_failure_in_run_says_its_cause_and_points_to_a_new_run(cloud, gpuops):
+    """setup's hint "fix the cause, then run `gpuops setup` again" was said after the run terminated the instance."""
+    (Path.cwd() / "train.py").write_text("print(1)\n")
+    (Path.cwd() / "requirements.txt").write_text("git+https://127.0.0.1:9/nobody/pkg.git\n")
+    r = gpuops("run", "--type", TYPE, "--key", str(cloud.key), "--yes", "--script", "train.py")
+    assert r.code == 1, r.all
+    assert "error: setup failed" in r.err and "127.0.0.1" in r.err.split("error: setup failed", 1)[1].splitlines()[0]
+    assert "gpuops setup` again" not in r.err and "then start gpuops run again" in r.err, r.err
+    assert not [i for i in cloud.instances() if i["status"] not in ("terminated", "terminating")]

@@ -531,7 +531,7 @@ class Runner(RecoveryStages):
             doc = setup(prof, self.out, self.project, verify=True, on_plan=on_plan)
         except GpuopsError as exc:
             self._end("setup", ok=False, detail=exc.message)
-            self.out.error(f"setup failed: {exc.message}", exc.hint)
+            self.out.error(f"setup failed: {exc.message}", pl.refusal_hint(exc.hint, kept=self.rec.keep))
             return
         code = exit_code(doc["verify"]) if doc.get("verify") else 0
         if code and doc.get("verify_results") is not None and not self.out.json_mode:

@@ -28,16 +28,18 @@ NAME_MAX = 38  # run-<name>-YYYYmmdd-HHMMSS-xxxx stays a profile name (63 charac
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
 
 
-_SETUP_AGAIN = re.compile(r"(,? then|,? and) (?:run )?(`?)gpuops setup\2")
+_SETUP_AGAIN = re.compile(r"(,? then|,? and) (?:run )?(`?)gpuops setup\2(?: again)?(?: \(finished steps are not "
+                          r"repeated\))?")
 
 
 def refusal_hint(hint: Optional[str], *, kept: bool) -> Optional[str]:
-    """The launch gate's fixes as a run says them: the gate speaks to `gpuops train` (fix the project, then gpuops
-    setup on the same host), but a run terminates the instance and its profile after a refusal, so the next step is
-    a new `gpuops run` (whose setup installs what the project lists). With --keep the instance stays: unchanged."""
+    """The hints of the launch gate and of setup as a run says them: they speak to `gpuops train`/`setup` (fix the
+    project, then gpuops setup on the same host), but a run terminates the instance and its profile after such a
+    failure, so the next step is a new `gpuops run` (whose setup runs on the new instance). With --keep the instance
+    stays: unchanged."""
     if not hint or kept:
         return hint
-    return _SETUP_AGAIN.sub(r"\1 start gpuops run again (its setup installs it)", hint).replace(
+    return _SETUP_AGAIN.sub(r"\1 start gpuops run again (its setup runs on the new instance)", hint).replace(
         "fix: run `gpuops setup` (it creates", "fix: start gpuops run again (its setup creates")
 
 
