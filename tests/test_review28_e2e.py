@@ -65,3 +65,33 @@ def test_a_setup_failure_in_run_says_its_cause_and_points_to_a_new_run(cloud, gp
     assert "error: setup failed" in r.err and "127.0.0.1" in r.err.split("error: setup failed", 1)[1].splitlines()[0]
     assert "gpuops setup` again" not in r.err and "then start gpuops run again" in r.err, r.err
     assert not [i for i in cloud.instances() if i["status"] not in ("terminated", "terminating")]
+
+
+def test_index_lines_of_a_requirements_file_are_searched_as_pip_does_under_uv(sandbox, gpuops, tmp_path):
+    """requirements.txt includes (-r) a file with two --extra-index-url lines, the first index lacking the pinned
+    version: pip finds it (it considers every index); uv by default stops at the first index that has the package.
+    The file is pip's format, read by a user for pip: setup gives uv pip's semantics there too."""
+    from test_prelaunch_e2e import _file_index
+    from test_setup_e2e import fresh_env, set_profile
+
+    first = _file_index(tmp_path / "first", "pinpkg", "1.1")
+    second = _file_index(tmp_path / "second", "pinpkg", "1.0")
+    set_profile(sandbox, python=fresh_env(sandbox, "senv-req-indexes"), expect={"packages": {"pinpkg": "1.0"}})
+    Path("requirements.txt").write_text("-r requirements/base.txt\n")
+    (Path("requirements") / "base.txt").parent.mkdir()
+    Path("requirements/base.txt").write_text(f"--extra-index-url {first}\n--extra-index-url {second}\npinpkg==1.0\n")
+    assert gpuops("sync", "-p", "sandbox").code == 0
+    r = gpuops("setup", "sandbox")
+    assert r.code == 0, r.all
+    assert "installer: uv" in r.out and "PASS  pinpkg: 1.0" in r.out
+
+
+def test_names_extra_index_reads_the_files_a_requirements_file_includes():
+    from gpuops.setup.project import installs_itself, names_extra_index
+
+    texts = {"requirements.txt": "-r requirements/base.txt\n-e .\n", "requirements/base.txt":
+             "# pinned\n--extra-index-url=https://a.example/simple  # ours\nsix==1.16.0\n",
+             "plain.txt": "--index-url https://b.example/simple\nsix\n"}
+    assert names_extra_index(texts, "requirements.txt") == "requirements/base.txt"
+    assert names_extra_index(texts, "plain.txt") is None  # one index: nothing to choose among
+    assert installs_itself(texts, "requirements.txt") == "requirements.txt"  # the walk they share
