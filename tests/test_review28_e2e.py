@@ -95,3 +95,35 @@ def test_names_extra_index_reads_the_files_a_requirements_file_includes():
     assert names_extra_index(texts, "requirements.txt") == "requirements/base.txt"
     assert names_extra_index(texts, "plain.txt") is None  # one index: nothing to choose among
     assert installs_itself(texts, "requirements.txt") == "requirements.txt"  # the walk they share
+
+
+def test_the_lambda_stack_rehearsal_runs_as_docs_sandbox_md_prints_it(sandbox, gpuops):
+    """docs/sandbox.md: `gpuops sandbox up --image lambda-stack`, then `gpuops setup sandbox && gpuops train -s
+    train.py -p sandbox`. setup refused (exit 2: the profile named the system python3, as no Lambda profile does);
+    and once an `up` rewrote the profile, setup found nothing to do and left the job on the system python."""
+    import shutil
+
+    import yaml
+
+    from gpuops.sandbox import host
+    from test_runs_e2e import run_dir, run_id_of, wait_ended
+    from test_setup_e2e import home
+
+    shutil.rmtree(home(sandbox) / ".venvs" / "gpuops", ignore_errors=True)
+    (Path.cwd() / "train.py").write_text("import sys, torch\nprint('python', sys.executable, torch.__version__)\n")
+    try:
+        for attempt in (1, 2):  # the second `up` regenerates the profile; the environment is already there
+            assert gpuops("sandbox", "up", "--image", "lambda-stack").code == 0
+            assert "python" not in yaml.safe_load(sandbox["profile"].read_text())  # as `gpuops up` writes one
+            assert gpuops("sync", "-p", "sandbox").code == 0
+            r = gpuops("setup", "sandbox")
+            assert r.code == 0, r.all
+            assert yaml.safe_load(sandbox["profile"].read_text())["python"] == "~/.venvs/gpuops/bin/python"
+            r = gpuops("train", "-s", "train.py", "-p", "sandbox", "--no-sync")
+            assert r.code == 0, r.all
+            rid = run_id_of(r)
+            assert wait_ended(sandbox, rid) == 0
+            log = (run_dir(sandbox, rid) / "log").read_text()
+            assert "/.venvs/gpuops/bin/python 2.9.0+cu128" in log, (attempt, log)  # the image's torch, seen
+    finally:
+        host.up()  # the session's sandbox as the other tests know it
