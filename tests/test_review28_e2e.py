@@ -50,6 +50,12 @@ def test_refusal_hint_keeps_setup_for_a_kept_instance_and_rewords_every_setup_fi
     said = refusal_hint(gate, kept=False)
     assert "gpuops setup" not in said and said.count("start gpuops run again") == 2
     assert refusal_hint(None, kept=False) is None
+    extra = ("fix (aenum): the project lists aenum only in pyproject.toml's extra track, which setup does not install: "
+             "add it to the profile's setup.extras (setup: {extras: [track]}), then gpuops setup")
+    assert refusal_hint(extra, kept=False) == (
+        "fix (aenum): the project lists aenum only in pyproject.toml's extra track, which setup does not install: add "
+        "it to setup.extras of a profile given with --from (gpuops run --from PROFILE) (setup: {extras: [track]}), "
+        "then start gpuops run again (its setup runs on the new instance)")
     setup = "the whole log is ~/p/.gpuops/setup/log on the host; fix the cause, then run `gpuops setup` again " \
             "(finished steps are not repeated)"
     assert refusal_hint(setup, kept=False) == ("the whole log is ~/p/.gpuops/setup/log on the host; fix the cause, "
