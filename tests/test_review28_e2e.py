@@ -36,6 +36,8 @@ def test_a_gate_refusal_in_run_points_to_a_new_run_not_to_setup_on_the_terminate
     r = gpuops("run", "--type", TYPE, "--key", str(cloud.key), "--yes", "--script", "train.py")
     assert r.code == 1, r.all
     assert "imports nosuchmod_review28, which" in r.err and "cannot import" in r.err
+    line = next(ln for ln in r.err.splitlines() if ln.startswith("error:"))
+    assert line.count("not launch") == 1, line  # "not launched: ...; not launching" said it twice
     assert "then gpuops setup" not in r.err, r.err
     assert "add nosuchmod_review28 to the project's requirements, then start gpuops run again" in r.err
     assert not [i for i in cloud.instances() if i["status"] not in ("terminated", "terminating")]

@@ -615,7 +615,8 @@ class Runner(RecoveryStages):
                 res = lifecycle.train(prof, self.out, self.project, script=rec.script, args=rec.args, sync=False,
                                       env=env)
         except GpuopsError as exc:  # the launch gate refused a broken stack, or the launch failed
-            self.out.error(f"not launched: {exc.message}", pl.refusal_hint(exc.hint, kept=rec.keep))
+            said = exc.message.removesuffix("; not launching")  # the gate's own ending, said once by the prefix
+            self.out.error(f"not launched: {said}", pl.refusal_hint(exc.hint, kept=rec.keep))
             self._end("train", ok=False, detail=exc.message)
             return
         rec.run_id = res["run_id"]
