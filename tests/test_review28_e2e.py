@@ -135,3 +135,21 @@ def test_the_lambda_stack_rehearsal_runs_as_docs_sandbox_md_prints_it(sandbox, g
             assert "/.venvs/gpuops/bin/python 2.9.0+cu128" in log, (attempt, log)  # the image's torch, seen
     finally:
         host.up()  # the session's sandbox as the other tests know it
+
+
+def test_train_json_carries_the_warnings_said_before_the_launch(sandbox, gpuops):
+    """train said on stderr that the script's checkpoints/pretrained.pt is left out by the sync and that a symlink
+    points outside the project; its --json document had no word of either."""
+    from test_runs_e2e import wait_ended
+
+    root = Path.cwd()
+    (root / "train.py").write_text("import os\nprint(os.path.exists('checkpoints/pretrained.pt'))\n")
+    (root / "checkpoints").mkdir()
+    (root / "checkpoints" / "pretrained.pt").write_text("weights")
+    (root / "link").symlink_to("/etc/hostname")
+    r = gpuops("train", "-p", "sandbox", "-s", "train.py", "--json")
+    assert r.code == 0, r.all
+    doc = json.loads(r.out)
+    assert [w for w in doc["warnings"] if "train.py names checkpoints/pretrained.pt, which sync leaves out" in w]
+    assert [w for w in doc["warnings"] if "1 symlink(s) point outside the project" in w]
+    assert wait_ended(sandbox, doc["run_id"]) == 0
