@@ -153,3 +153,15 @@ def test_train_json_carries_the_warnings_said_before_the_launch(sandbox, gpuops)
     assert [w for w in doc["warnings"] if "train.py names checkpoints/pretrained.pt, which sync leaves out" in w]
     assert [w for w in doc["warnings"] if "1 symlink(s) point outside the project" in w]
     assert wait_ended(sandbox, doc["run_id"]) == 0
+
+
+def test_a_missing_launch_key_is_hinted_with_the_option_that_gives_it(cloud, gpuops, tmp_path):
+    """`run` and `up` take the key with --key (default ~/.ssh/id_ed25519); the hint said "set 'key:' in the profile",
+    a profile the run has not written yet."""
+    (Path.cwd() / "train.py").write_text("print(1)\n")
+    for cmd in (["run", "--script", "train.py"], ["up", "box"]):
+        r = gpuops(*cmd, "--type", TYPE, "--key", str(tmp_path / "nokey"), "--yes")
+        assert r.code != 0 and f"key file not found: {tmp_path / 'nokey'}" in r.err, r.all
+        assert "set 'key:' in the profile" not in r.err and "--key" in r.err.split("hint:", 1)[1], r.err
+        assert "Traceback" not in r.all
+    assert not cloud.launch_requests()

@@ -126,9 +126,13 @@ def _iso(ts: Optional[float]) -> Optional[str]:
 
 # -- keys --------------------------------------------------------------------------------------------------------
 def public_key_of(key: Path) -> str:
-    """The OpenSSH public line of a private key file (its .pub if present, else derived)."""
+    """The OpenSSH public line of a private key file (its .pub if present, else derived): the key `up`/`run` launch
+    with, given by --key (no profile names it yet)."""
     from ..remote.connection import check_key_file
 
+    if not key.exists():
+        raise AuthError(f"key file not found: {key}", hint="give your private SSH key with --key PATH (default "
+                                                           "~/.ssh/id_ed25519), or make one: ssh-keygen -t ed25519")
     check_key_file(key)
     pub = Path(str(key) + ".pub")
     if pub.is_file():
