@@ -55,6 +55,8 @@ def test_requires_python_the_hosts_python_misses_is_blocked_before_any_step():
                             'from (python3) is 3.10.12')
     assert "gpuops setup" not in plan.blocked_hint  # nothing a second setup would change
     assert "Lower requires-python if the code runs on Python 3.10" in plan.blocked_hint
+    # said also inside a run that was not refused (some image's python meets it): the rule, not "always refuses"
+    assert "refuses such a project before it launches when no image's python meets it" in plan.blocked_hint
     f = facts({"pyproject.toml": PROJECT.format(spec=">=3.10")})
     assert sp.make_plan(f, profile(expect={}), KNOW, remote_dir="~/proj", tools=TOOLS).blocked is None
 

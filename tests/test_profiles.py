@@ -1,4 +1,5 @@
 """Profiles: validation messages, ${VAR} and .env, lookup order and selection."""
+import json
 import os
 from pathlib import Path
 
@@ -122,3 +123,23 @@ def test_shell_command_keeps_home_and_quotes_words():
     assert profiles.shell_command("~/venv/bin/python -X dev") == "\"$HOME\"/venv/bin/python -X dev"
     assert profiles.shell_command("'/opt/py thon/bin/python' -c 'a;b'") == "'/opt/py thon/bin/python' -c 'a;b'"
     assert profiles.shell_command("python3") == "python3"
+
+
+def test_profiles_of_terminated_instances_do_not_pile_up_in_the_list(isolated, gpuops, tmp_path):
+    """Issue #28: every `gpuops run` writes a run-* profile, kept (cloud.state: gone) once its instance is
+    terminated; the list showed them all. Hidden unless --all, and counted with how to see them."""
+    user = tmp_path / "config" / "profiles"
+    for i in range(3):
+        write(user, f"run-train-2026112{i}", "host: 127.0.0.9\ncloud:\n  provider: lambda\n  instance_id: i%d\n"
+                                             "  state: gone\n" % i)
+    write(user, "run-live", "host: 127.0.0.8\ncloud:\n  provider: lambda\n  instance_id: live\n")
+    r = gpuops("profiles")
+    assert r.code == 0, r.all
+    assert "run-live" in r.out and "run-train-2026112" not in r.out
+    assert "3 profiles of terminated instances not shown: gpuops profiles --all" in r.all
+    rows = json.loads(gpuops("profiles", "--json").out)
+    assert "run-live" in [x["name"] for x in rows] and not [x for x in rows if x["name"].startswith("run-train")]
+    r = gpuops("profiles", "--all")
+    assert r.code == 0 and r.out.count("terminated)") == 3
+    rows = json.loads(gpuops("profiles", "--all", "--json").out)
+    assert sorted(x["name"] for x in rows if x["terminated"]) == [f"run-train-2026112{i}" for i in range(3)]

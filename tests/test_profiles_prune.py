@@ -56,7 +56,10 @@ def test_marks_are_pure_decisions():
 
 
 def test_profiles_marks_and_prune_removes_only_leftovers(leftovers, gpuops, monkeypatch):
-    r = gpuops("profiles")
+    r = gpuops("profiles")  # the terminated instances' profiles are counted, not listed (they would pile up)
+    assert r.code == 0 and "not shown: gpuops profiles --all" in r.err
+    assert "downed" not in {ln.split()[0] for ln in r.out.splitlines()}
+    r = gpuops("profiles", "--all")
     assert r.code == 0
     lines = {ln.split()[0]: ln for ln in r.out.splitlines()}
     assert lines["downed"].endswith("(instance terminated)") and lines["ended"].endswith("(instance terminated)")
@@ -64,7 +67,7 @@ def test_profiles_marks_and_prune_removes_only_leftovers(leftovers, gpuops, monk
     assert lines["run-20261126-9"].endswith("(run, instance terminated)") and lines["run-old"].endswith("(run)")
     assert "(" not in lines["h100"].split()[-1] and "(" not in lines["mine"].split()[-1]
     assert "4 leftover profile(s)" in r.err and "gpuops profiles prune" in r.err
-    doc = json.loads(gpuops("profiles", "--json").out)
+    doc = json.loads(gpuops("profiles", "--all", "--json").out)
     assert {d["name"] for d in doc if d["prunable"]} == {"downed", "ended", "run-20261126-9", "run-old"}
     # not asked, not removed (no terminal, no --yes)
     r = gpuops("profiles", "prune")

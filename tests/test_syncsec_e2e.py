@@ -311,6 +311,7 @@ def test_run_says_what_sync_leaves_out_and_asks_before_a_large_upload_before_any
     assert "1 symlink(s) point outside the project" in r.err
     assert "this sync uploads 2.0 GB (2 files); the biggest: data/ 2.0 GB" in r.err
     assert "upload 2.0 GB once the instance is up?" in r.err and "not launched" in r.err
+    assert "--exclude" not in r.err and "give data with --data" in r.err  # run has no --exclude (review28)
     assert not cloud.launch_requests() and not cloud.instances()  # nothing billed
     d = pl.records_dir(Path.cwd())
     assert not (d.is_dir() and any(d.iterdir()))  # and no run record left behind

@@ -9,7 +9,7 @@ from typing import List, Optional
 import typer
 
 from .completion import run_ids
-from .app import HostOpt, JsonOpt, ProfileOpt, app, output, pick_profile
+from .app import HostOpt, JsonOpt, ProfileOpt, app, output, pick_profile, with_warnings
 
 RunArg = typer.Argument(None, help="Run id or a unique prefix (default: the profile's latest run).", show_default=False,
                         autocompletion=run_ids)
@@ -64,7 +64,7 @@ def train(
         raise UsageError(f"--launcher {launcher!r}: choose one of {', '.join(LAUNCHERS)}")
     if nproc != "auto" and not (nproc.isdigit() and int(nproc) > 0):
         raise UsageError(f"--nproc-per-node {nproc!r}: 'auto' or a whole number above 0")
-    prof = pick_profile(None, profile)
+    prof = pick_profile(None, profile, out=out)
     opts = dict(script=script, name=name, env=env, args=args or [], sync=not no_sync, force=force, seed=seed,
                 snapshot=not no_snapshot)
     if prof.is_fleet or launcher != "none":
@@ -73,7 +73,7 @@ def train(
     else:
         res = lifecycle.train(prof, out, Path.cwd(), **opts)
     if json_:
-        out.emit_json(res)
+        out.emit_json(with_warnings(res, out))  # what was said before the launch (left out by sync, links...)
     elif res.get("nodes"):
         out.success(f"launched {res['run_id']} on {len(res['nodes'])} host(s) of {prof.name} "
                     f"({res['launcher']}), detached")

@@ -17,8 +17,11 @@ SECRET_HINTS = ("KEY", "TOKEN", "SECRET", "PASSWORD", "PASSWD")
 
 
 @profiles_app.callback()
-def list_profiles(ctx: typer.Context, json_: bool = JsonOpt) -> None:
-    """List the profiles found (project, user, packaged examples), and which one is selected here."""
+def list_profiles(ctx: typer.Context, json_: bool = JsonOpt,
+                  all_: bool = typer.Option(False, "--all", help="Also the profiles of terminated instances (kept "
+                                                                 "for their history, hidden by default).")) -> None:
+    """List the profiles found (project, user, packaged examples), and which one is selected here. Profiles of
+    terminated instances (every `gpuops run` writes one) are left out unless --all."""
     if ctx.invoked_subcommand:
         return
     from ..profiles import model as profiles
@@ -32,8 +35,13 @@ def list_profiles(ctx: typer.Context, json_: bool = JsonOpt) -> None:
     last = profiles.last_used(cwd)
     marks = {r["name"]: r for r in marked(cwd)}
     rows = [{"name": n, "file": str(p), "example": n not in mine, "default_here": n == last,
-             "mark": (marks.get(n) or {}).get("mark"), "prunable": bool((marks.get(n) or {}).get("prunable"))}
-            for n, p in found.items()]
+             "mark": (marks.get(n) or {}).get("mark"), "prunable": bool((marks.get(n) or {}).get("prunable")),
+             "terminated": n in mine and profiles.terminated(p)} for n, p in found.items()]
+    hidden = 0 if all_ else sum(r["terminated"] for r in rows)
+    rows = rows if all_ else [r for r in rows if not r["terminated"]]
+    if hidden:
+        out.info(f"{hidden} profiles of terminated instances not shown: gpuops profiles --all "
+                 "(`gpuops profiles prune` removes them)")
     if json_:
         out.emit_json(rows)
         return
@@ -45,7 +53,7 @@ def list_profiles(ctx: typer.Context, json_: bool = JsonOpt) -> None:
                  "run's): `gpuops profiles prune` removes them")
     for r in rows:
         flags = " (example)" if r["example"] else ""
-        flags += f" ({r['mark']})" if r["mark"] else ""
+        flags += f" ({r['mark']})" if r["mark"] else (" (terminated)" if r["terminated"] else "")
         flags += " (default here)" if r["default_here"] else ""
         out.print(f"{r['name']:<28} {r['file']}{flags}")
 

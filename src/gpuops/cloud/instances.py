@@ -139,7 +139,8 @@ def require_key(key: Path, *, given: bool = True) -> None:
 
 
 def public_key_of(key: Path) -> str:
-    """The OpenSSH public line of a private key file (its .pub if present, else derived)."""
+    """The OpenSSH public line of a private key file (its .pub if present, else derived): the key `up`/`run` launch
+    with, given by --key (no profile names it yet)."""
     from ..remote.connection import check_key_file
 
     require_key(key)

@@ -531,7 +531,7 @@ class Runner(RecoveryStages):
             doc = setup(prof, self.out, self.project, verify=True, on_plan=on_plan)
         except GpuopsError as exc:
             self._end("setup", ok=False, detail=exc.message)
-            self.out.error(f"setup failed: {exc.message}", exc.hint)
+            self.out.error(f"setup failed: {exc.message}", pl.refusal_hint(exc.hint, kept=self.rec.keep))
             return
         code = exit_code(doc["verify"]) if doc.get("verify") else 0
         if code and doc.get("verify_results") is not None and not self.out.json_mode:
@@ -622,7 +622,8 @@ class Runner(RecoveryStages):
                 res = lifecycle.train(prof, self.out, self.project, script=rec.script, args=rec.args, sync=False,
                                       env=env)
         except GpuopsError as exc:  # the launch gate refused a broken stack, or the launch failed
-            self.out.error(f"not launched: {exc.message}", exc.hint)
+            said = exc.message.removesuffix("; not launching")  # the gate's own ending, said once by the prefix
+            self.out.error(f"not launched: {said}", pl.refusal_hint(exc.hint, kept=rec.keep))
             self._end("train", ok=False, detail=exc.message)
             return
         rec.run_id = res["run_id"]
@@ -905,7 +906,8 @@ def render_summary(out, rec: pl.Record, fetched: dict, now: float) -> dict:
            "stages": rows, "instances": insts, "total_cost": round(total, 4), "fetched": fetched,
            "environment": str(env) if env and env.is_dir() else None, "overhead": pl.overhead(rec),
            "stop_reason": rec.stop_reason, "recoveries": len(rec.attempts), "resumed_from": rec.resume_from,
-           "checkpoint": (rec.checkpoint or {}).get("local")}
+           "checkpoint": (rec.checkpoint or {}).get("local"),
+           "warnings": list(dict.fromkeys(out.warnings))}  # every warning said on stderr, once each
     if out.json_mode:
         out.emit_json(doc)
         return doc

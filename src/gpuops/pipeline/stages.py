@@ -28,6 +28,26 @@ NAME_MAX = 38  # run-<name>-YYYYmmdd-HHMMSS-xxxx stays a profile name (63 charac
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
 
 
+_SETUP_AGAIN = re.compile(r"(,? then|,? and) (?:run )?(`?)gpuops setup\2(?: again)?(?: \(finished steps are not "
+                          r"repeated\))?")
+
+
+_PROFILES = re.compile(r"the profile's (setup\.extras|expect\.packages|env:)")
+
+
+def refusal_hint(hint: Optional[str], *, kept: bool) -> Optional[str]:
+    """The hints of the launch gate and of setup as a run says them: they speak to `gpuops train`/`setup` (fix the
+    project, then gpuops setup on the same host), but a run terminates the instance and its profile after such a
+    failure, so the next step is a new `gpuops run` (whose setup runs on the new instance), and a setting the fix
+    names goes in the profile given with --from (the run's profile takes python, expect, setup, env from it). With
+    --keep the instance and its profile stay: unchanged."""
+    if not hint or kept:
+        return hint
+    hint = _PROFILES.sub(r"\1 of a profile given with --from (gpuops run --from PROFILE)", hint)  # the run's own is gone
+    return _SETUP_AGAIN.sub(r"\1 start gpuops run again (its setup runs on the new instance)", hint).replace(
+        "fix: run `gpuops setup` (it creates", "fix: start gpuops run again (its setup creates")
+
+
 @dataclass
 class Stage:
     started: Optional[float] = None

@@ -501,6 +501,19 @@ def available(project_dir: Path | None = None, *, examples: bool = True) -> dict
     return found
 
 
+def terminated(path: Path) -> bool:
+    """A profile `gpuops up`/`run` wrote for an instance since terminated (cloud.state: gone, kept for its history).
+    An unreadable file is not one: it stays listed, so its error is found."""
+    import yaml
+
+    try:
+        doc = yaml.safe_load(path.read_text())
+    except (OSError, UnicodeDecodeError, yaml.YAMLError):
+        return False
+    cloud = doc.get("cloud") if isinstance(doc, dict) else None
+    return isinstance(cloud, dict) and cloud.get("state") == "gone"
+
+
 def _last_used_file() -> Path:
     return state_dir() / "last_profile.json"
 

@@ -193,6 +193,9 @@ def start(d: Path, *, address: str = "127.0.0.1", port: int | None = None, gpu: 
         state = _start_sshd(d, address, port)
         state["port_moved_from"] = moved_from
     state.update(gpu=gpu_state, dir=str(d), python=python or "python3")  # every `up` states the whole host
+    # an image's host gets the profile a launched instance gets (`gpuops up` writes no python:): setup makes the
+    # job's environment from the image's python3, as on Lambda; an explicit --python is written as given
+    state["profile_python"] = python or (None if image_python else "python3")
     state["client_key"] = str(d / "client_ed25519") if authorized_keys is None else None
     write_atomic(d / "state.json", json.dumps({k: v for k, v in state.items() if k not in ("started", "port_moved_from")},
                                               indent=1))
@@ -336,14 +339,15 @@ def _write_profile(d: Path, state: dict, name: str = PROFILE_NAME) -> None:
     from .nvidia_smi import CATALOG
 
     spec = CATALOG[g["gpu"]]
+    py = state.get("profile_python", state.get("python", "python3"))
+    python_line = f"python: {py}\n" if py else ""
     text = f"""# Written by `gpuops sandbox up`: the local sandbox host (real sshd on 127.0.0.1, emulated GPUs).
 # Rehearse a run here before paying for GPU time. Regenerated on every `sandbox up`.
 host: {state.get('address', '127.0.0.1')}
 port: {state['port']}
 user: {state['user']}
 key: {state.get('client_key') or d / 'client_ed25519'}
-python: {state.get('python', 'python3')}
-region: local
+{python_line}region: local
 instance_type: sandbox_{g['count']}x_{g['gpu'].replace('-', '_')}
 price_per_hour: 0
 host_key_policy: accept-new

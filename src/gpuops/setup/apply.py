@@ -97,6 +97,8 @@ def setup(prof, out, project: Path, *, dry_run: bool = False, verify: bool = Tru
                 on_plan(plan)
             if plan.nothing_to_do or dry_run:
                 doc["executions"] = remote.exec_count
+                if adopted and not dry_run:  # the environment is there already: the profile names it from now on
+                    record_environment(prof, out)
                 return doc
             if plan.blocked:
                 raise ChecksFailed(f"setup cannot install the project on {prof.name}: {plan.blocked}",

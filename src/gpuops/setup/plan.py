@@ -31,8 +31,9 @@ from typing import Optional
 from ..verify.results import TORCH_INDEX, _cuda_tag, _local_tag, _major_minor, spec_matches
 from ..errors import ProfileError
 from ..profiles.model import shell_command, shell_path
-from .project import (Project, Req, _norm, installs_itself, marker_env, parse_pyproject,  # noqa: F401
-                      parse_requirements, python_meets, read_project, requires_python, tool_project, tool_refusal)
+from .project import (Project, Req, _norm, installs_itself, marker_env, names_extra_index,  # noqa: F401
+                      parse_pyproject, parse_requirements, python_meets, read_project, requires_python, tool_project,
+                      tool_refusal)
 from .render import PIP_TO_ENV, PIPCONF, render_script  # noqa: F401  (setup's script: setup/render.py)
 
 SETUP_SUBDIR = ".gpuops/setup"
@@ -477,7 +478,8 @@ def _plan_blocked(c: _Ctx, tools: list) -> bool:
                              f"in setup.base_python a python of the host that meets it (a python that is not the "
                              f"image's has no CUDA torch: torch is then installed from the index, several GB). The "
                              f"python of each Lambda Stack image is in playbooks/images.yaml; `gpuops run` refuses "
-                             f"such a project before it launches")
+                             f"such a project before it launches when no image's python meets it (it warns when "
+                             f"only some do)")
         return True
     return False
 
@@ -651,7 +653,8 @@ def _plan_deps(c: _Ctx) -> bool:
     if p.kind == "none":
         if not f.files and (f.python3 or f.env_python):  # else no python could read them
             plan.notes.append(f"no uv.lock, pyproject.toml or {', '.join(c.profile.setup.requirements)} in "
-                              f"{c.remote_dir}: no project dependencies (sync the project first: gpuops sync)")
+                              f"{c.remote_dir}: setup installs no project dependencies (the job imports what the "
+                              "environment's python has; setup reads these files in the synced project)")
         return False
     if not changed:
         return False
@@ -673,8 +676,12 @@ def _plan_deps(c: _Ctx) -> bool:
         spec = "." + (f"[{','.join(p.extras)}]" if p.extras else "")
         parts.append(f"gpuops_install -e {shlex.quote(spec)}")
         titles.append(f"-e {spec} (editable: the job runs the synced source)")
+    # --extra-index-url in a requirements file is pip's setting: pip searches every index for the best version, uv
+    # only up to the first index that has the package; give uv pip's semantics (unless the host chose otherwise)
+    several = next((x for x in (names_extra_index(f.texts, r) for r in p.requirements) if x), None)
+    strategy = 'export UV_INDEX_STRATEGY="${UV_INDEX_STRATEGY:-unsafe-best-match}" && ' if several else ""
     plan.steps.append(Step("deps", f"install {' and '.join(titles)} ({plan.installer})", why,
-                           f"cd {P} && " + " && ".join(parts), long=True))
+                           f"cd {P} && {strategy}" + " && ".join(parts), long=True))
     return True
 
 

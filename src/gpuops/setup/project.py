@@ -182,30 +182,46 @@ def read_project(facts, settings) -> Project:
 SELF = re.compile(r"^\s*(?:(?:-e|--editable)(?:\s*=\s*|\s+))?(?:file:)?\.(?:/)?(?:\[[^\]]*\])?\s*(?:#.*)?$")
 
 
-def installs_itself(texts: dict[str, str], start: str) -> Optional[str]:
-    """The requirements file (start, or one it includes with -r) that installs the project folder itself (`-e .`,
-    `.`, `-e .[extra]`), or None."""
+def _lines(texts: dict[str, str], start: str):
+    """(file, line) of a requirements file and of the files it includes with -r, depth first, each file once; a
+    line without its comment, continuations joined."""
     import posixpath
 
     seen: set[str] = set()
 
-    def walk(rel: str) -> Optional[str]:
+    def walk(rel: str):
         rel = posixpath.normpath(rel)
         if rel in seen or rel not in texts:
-            return None
+            return
         seen.add(rel)
         for raw in texts[rel].replace("\\\n", " ").splitlines():
             line = raw.split(" #", 1)[0].strip()
             m = _INCLUDE.match(line)
             if m and m.group(1) in ("-r", "--requirement"):
-                hit = walk(posixpath.join(posixpath.dirname(rel), m.group(2)))
-                if hit:
-                    return hit
-            elif posixpath.dirname(rel) in ("", ".") and SELF.match(line):
-                return rel
-        return None
+                yield from walk(posixpath.join(posixpath.dirname(rel), m.group(2)))
+            else:
+                yield rel, line
 
-    return walk(start)
+    yield from walk(start)
+
+
+def installs_itself(texts: dict[str, str], start: str) -> Optional[str]:
+    """The requirements file (start, or one it includes with -r) that installs the project folder itself (`-e .`,
+    `.`, `-e .[extra]`), or None."""
+    import posixpath
+
+    return next((rel for rel, line in _lines(texts, start)
+                 if posixpath.dirname(rel) in ("", ".") and SELF.match(line)), None)
+
+
+_EXTRA_INDEX = re.compile(r"^--extra-index-url(?:\s*=\s*|\s+)\S")
+
+
+def names_extra_index(texts: dict[str, str], start: str) -> Optional[str]:
+    """The requirements file (start, or one it includes with -r) with an --extra-index-url line, or None: several
+    indexes, which pip searches all of for the best version, and uv by default only up to the first that has the
+    package."""
+    return next((rel for rel, line in _lines(texts, start) if _EXTRA_INDEX.match(line)), None)
 
 
 def requires_python(pyproject_text: Optional[str]) -> Optional[str]:

@@ -218,6 +218,12 @@ def size_warning(total: int, files: int, biggest: Sequence[tuple[str, int]], *, 
 
 SIZE_HINT = ("leave large folders out with .gpuopsignore (one pattern a line, e.g. data/) or --exclude, or keep data "
              "on the instance's disk or a filesystem; docs/sync.md")
+RUN_SIZE_HINT = ("leave large folders out with .gpuopsignore (one pattern a line, e.g. data/), or give data with "
+                 "--data (on the instance's disk, or once on a filesystem with --fs); docs/sync.md")
+# how to change a setting of the sync: `gpuops sync` (and train) read the profile; `gpuops run` has no sync options
+# and its profile takes its sync: settings from the one given with --from
+LINKS_HOW = "gpuops sync --copy-links, or sync: copy_links: true in the profile"
+RUN_LINKS_HOW = "sync: copy_links: true in a profile given with --from (gpuops run --from PROFILE)"
 
 
 def top_of_changes(changes: Iterable) -> tuple[int, int, dict[str, int]]:
@@ -233,14 +239,13 @@ def top_of_changes(changes: Iterable) -> tuple[int, int, dict[str, int]]:
     return total, files, top
 
 
-def links_warning(links: Sequence[tuple[str, str]], *, copying: bool) -> str:
-    """The symlinks pointing outside the project: what arrives on the host."""
+def links_warning(links: Sequence[tuple[str, str]], *, copying: bool, how: str = LINKS_HOW) -> str:
+    """The symlinks pointing outside the project: what arrives on the host (how: how to send their targets)."""
     shown = ", ".join(f"{rel} -> {target}" for rel, target in links[:5]) + (" ..." if len(links) > 5 else "")
     if copying:
         return f"{len(links)} symlink(s) point outside the project; their targets are copied (--copy-links): {shown}"
     return (f"{len(links)} symlink(s) point outside the project and would arrive on the host as links to paths that "
-            f"do not exist there: {shown}; to send what they point to: gpuops sync --copy-links, or sync: "
-            "copy_links: true in the profile")
+            f"do not exist there: {shown}; to send what they point to: {how}")
 
 
 # -- files a script names ---------------------------------------------------------------------------------------------
@@ -290,10 +295,12 @@ def silent_exclusions(project: Path, script_rel: str, rules: Iterable[tuple[str,
     return out
 
 
-def exclusion_warning(script_rel: str, path: str, pattern: str, origin: str) -> str:
-    """What is said before the launch for one file a script names that the sync leaves out, with how to send it."""
+def exclusion_warning(script_rel: str, path: str, pattern: str, origin: str, *, run: bool = False) -> str:
+    """What is said before the launch for one file a script names that the sync leaves out, with how to send it
+    (run: said by `gpuops run`, whose profile takes its sync: settings from --from)."""
     if origin == ORIGIN_PROFILE:
-        how = (f"set sync: exclude: in the profile to a list without '{pattern}' (the default list is in "
+        where = "a profile given with --from (gpuops run --from PROFILE)" if run else "the profile"
+        how = (f"set sync: exclude: in {where} to a list without '{pattern}' (the default list is in "
                "docs/sync.md), or move the file to a folder that is sent")
     elif origin == ORIGIN_IGNORE:
         how = (f"remove '{pattern}' from .gpuopsignore (a file inside a folder it leaves out cannot be "

@@ -157,13 +157,13 @@ def sync_project(profile, remote, out, project_dir: Path, *, delete: bool = Fals
 
 
 def warn_script_exclusions(out, project_dir: Path, script_rel: Optional[str], excludes_of_profile: Sequence[str],
-                           excludes: Sequence[str] = ()) -> list[tuple[str, str]]:
-    """Each local file the script names that the sync leaves out, said with the rule and how to send it. Returns
-    the sync's labelled rules."""
+                           excludes: Sequence[str] = (), *, run: bool = False) -> list[tuple[str, str]]:
+    """Each local file the script names that the sync leaves out, said with the rule and how to send it (run: in
+    `gpuops run`'s words). Returns the sync's labelled rules."""
     labelled = sync_rules(excludes_of_profile, Path(project_dir), excludes)
     if script_rel:
         for path, pattern, origin in pv.silent_exclusions(Path(project_dir), script_rel, labelled):
-            out.warn(pv.exclusion_warning(script_rel, path, pattern, origin))
+            out.warn(pv.exclusion_warning(script_rel, path, pattern, origin, run=run))
     return labelled
 
 
@@ -174,15 +174,15 @@ def local_preview(out, project_dir: Path, script_rel: Optional[str], excludes_of
     symlinks pointing outside the project, and a large upload of the whole project (a new instance has nothing yet;
     asked with `confirm`: False raises, exit 1). Returns the scan."""
     project_dir = Path(project_dir).resolve()
-    labelled = warn_script_exclusions(out, project_dir, script_rel, excludes_of_profile)
+    labelled = warn_script_exclusions(out, project_dir, script_rel, excludes_of_profile, run=True)
     scan = pv.scan(project_dir, labelled)
-    if scan.outside_links:
-        out.warn(pv.links_warning(scan.outside_links, copying=copy_links))
+    if scan.outside_links:  # in run's words: it has no --copy-links nor --exclude, its profile comes from --from
+        out.warn(pv.links_warning(scan.outside_links, copying=copy_links, how=pv.RUN_LINKS_HOW))
     if confirm is not None and scan.large:
-        out.warn(pv.size_warning(scan.total, scan.files, scan.biggest()) + "; " + pv.SIZE_HINT)
+        out.warn(pv.size_warning(scan.total, scan.files, scan.biggest()) + "; " + pv.RUN_SIZE_HINT)
         if not confirm(f"upload {tr.human_bytes(scan.total)} once the instance is up?"):
             raise GpuopsError(f"not launched: the project would upload {tr.human_bytes(scan.total)}",
-                              hint=pv.SIZE_HINT, code=ExitCode.FAILED)
+                              hint=pv.RUN_SIZE_HINT, code=ExitCode.FAILED)
     return scan
 
 
