@@ -7,29 +7,31 @@ from datetime import datetime, timezone
 from typing import Optional
 
 
-def iso(epoch: Optional[float]) -> Optional[str]:
+def iso(epoch: Optional[float], timespec: str = "seconds") -> Optional[str]:
     """An epoch (seconds) as ISO 8601 in UTC with its zone; None stays None."""
     if epoch is None:
         return None
-    return datetime.fromtimestamp(float(epoch), tz=timezone.utc).isoformat(timespec="seconds")
+    return datetime.fromtimestamp(float(epoch), tz=timezone.utc).isoformat(timespec=timespec)
 
 
-def gpu(g: dict) -> dict:
-    """A GPU sample: `mem_used`/`mem_total` (MiB, as nvidia-smi reports them) as `mem_used_mib`/`mem_total_mib`."""
-    names = {"mem_used": "mem_used_mib", "mem_total": "mem_total_mib"}
-    return {names.get(k, k): v for k, v in g.items()}
+RENAMED = {"mem_used": "mem_used_mib", "mem_total": "mem_total_mib", "elapsed": "elapsed_s",
+           "seconds_left": "remaining_s", "delay": "delay_s"}
+EPOCHS = {"started": "started_at", "ended": "ended_at"}
 
 
-def run_row(r: dict) -> dict:
-    """A status row: `started` (epoch) as `started_at` (ISO), `elapsed` as `elapsed_s`."""
+def renamed(d: dict) -> dict:
+    """One object's fields in the vocabulary: epochs (`started`, `ended`) as ISO `*_at`, durations as `*_s`, GPU
+    memory (MiB, as nvidia-smi reports it) as `*_mib`; a run's `progress` and a sample's `processes` likewise."""
     doc = {}
-    for k, v in r.items():
-        if k == "started":
-            doc["started_at"] = iso(v)
-        elif k == "elapsed":
-            doc["elapsed_s"] = v
+    for k, v in d.items():
+        if k in EPOCHS:
+            doc[EPOCHS[k]] = iso(v)
+        elif k == "progress" and isinstance(v, dict):
+            doc[k] = renamed(v)
+        elif k == "processes" and isinstance(v, list):
+            doc[k] = [renamed(x) if isinstance(x, dict) else x for x in v]
         else:
-            doc[k] = v
+            doc[RENAMED.get(k, k)] = v
     return doc
 
 
@@ -37,9 +39,9 @@ def status(doc: dict) -> dict:
     """`gpuops status --json`: one host's runs and GPUs, or a fleet's hosts each with theirs."""
     out = dict(doc)
     if "runs" in doc:
-        out["runs"] = [run_row(r) for r in doc.get("runs") or []]
+        out["runs"] = [renamed(r) for r in doc.get("runs") or []]
     if "gpus" in doc:
-        out["gpus"] = [gpu(g) for g in doc.get("gpus") or []]
+        out["gpus"] = [renamed(g) for g in doc.get("gpus") or []]
     if "hosts" in doc:
         out["hosts"] = [status(h) for h in doc["hosts"]]
     return out
