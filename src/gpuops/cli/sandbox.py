@@ -159,7 +159,7 @@ def _status_doc(st: dict) -> dict:
     `profile_path` (was `profile`, the path)."""
     doc = {("host" if k == "address" else k): v for k, v in st.items() if k != "profile"}
     if "profile" in st:
-        doc["profile"], doc["profile_path"] = "sandbox", st["profile"]
+        doc["profile"], doc["profile_path"] = ("sandbox" if st["profile"] else None), st["profile"]
     return doc
 
 
