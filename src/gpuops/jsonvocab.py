@@ -45,3 +45,16 @@ def status(doc: dict) -> dict:
     if "hosts" in doc:
         out["hosts"] = [status(h) for h in doc["hosts"]]
     return out
+
+
+UP = {"ip": "host", "profile_file": "profile_path", "ttl_deadline": "ttl_deadline_at"}
+
+
+def up(doc: dict) -> dict:
+    """`gpuops up --json`: the instance's address as `host` (was `ip`), the profile's file as `profile_path` (was
+    `profile_file`), the TTL's end as `ttl_deadline_at`; a fleet's nodes likewise (`private_ip` stays: Lambda's own
+    name for the address inside the region). The pipeline reads the summary up() returns under its own names."""
+    out = {UP.get(k, k): v for k, v in doc.items()}
+    if isinstance(doc.get("nodes"), list):
+        out["nodes"] = [{UP.get(k, k): v for k, v in n.items()} for n in doc["nodes"]]
+    return out
