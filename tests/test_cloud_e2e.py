@@ -160,7 +160,7 @@ def test_down_is_confirmed_and_forgets_the_host_key(cloud, gpuops):
     cloud.capacity(TYPE, ["us-east-1"])
     r = _up(gpuops, cloud, "gone", "--no-verify", "--json")
     assert r.code == 0, r.all
-    ip = json.loads(r.out)["ip"]
+    ip = json.loads(r.out)["host"]
     assert ip in known_hosts_file().read_text()
     r = gpuops("down", "gone", "--yes", "--json")
     assert r.code == 0, r.all

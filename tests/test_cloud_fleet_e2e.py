@@ -42,12 +42,12 @@ def test_up_nodes_writes_a_fleet_profile_every_command_uses_and_down_ends_them_a
     assert [h["code"] for h in doc["verify"]["hosts"]] == [0, 0]
 
     p = _profile("pair")
-    assert "host" not in p and [h["host"] for h in p["hosts"]] == [n["ip"] for n in nodes]
+    assert "host" not in p and [h["host"] for h in p["hosts"]] == [n["host"] for n in nodes]
     assert [h["private_ip"] for h in p["hosts"]] == [live[n["instance_id"]]["private_ip"] for n in nodes]
     assert [x["instance_id"] for x in p["cloud"]["nodes"]] == [n["instance_id"] for n in nodes]
     assert p["cloud"]["instance_id"] == nodes[0]["instance_id"] and p["host_key_policy"] == "strict"
     kh = known_hosts_file().read_text()
-    assert all(n["ip"] in kh for n in nodes)
+    assert all(n["host"] in kh for n in nodes)
     recs = [x for x in Ledger().records() if x.open]
     assert sorted(x.instance_id for x in recs) == sorted(live)  # one launch record per node, each with its TTL
     assert len({x.ttl_deadline for x in recs}) == 1 and recs[0].ttl_deadline
@@ -72,7 +72,7 @@ def test_up_nodes_writes_a_fleet_profile_every_command_uses_and_down_ends_them_a
     assert not _live(cloud) and _profile("pair")["cloud"]["state"] == "gone"
     assert all(not x.open for x in Ledger().records())
     kh = known_hosts_file().read_text()
-    assert not any(n["ip"] in kh for n in nodes)
+    assert not any(n["host"] in kh for n in nodes)
     r = gpuops("down", "pair", "--yes")
     assert r.code == 0 and "already ended" in r.err
 

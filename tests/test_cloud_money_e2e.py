@@ -229,7 +229,7 @@ def test_reap_from_another_folder_with_a_same_named_profile_ends_the_real_one(cl
     cloud.capacity(TYPE, ["us-east-1"])
     r = _up(gpuops, cloud, "r1", "--no-verify", "--ttl", "1s", "--json")
     assert r.code == 0, r.all
-    ip = json.loads(r.out)["ip"]
+    ip = json.loads(r.out)["host"]
     other = tmp_path / "other-project"
     (other / "profiles").mkdir(parents=True)
     (other / "profiles" / "r1.yaml").write_text("host: example.invalid\nuser: me\n")

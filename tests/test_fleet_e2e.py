@@ -424,6 +424,6 @@ def test_watch_shows_every_hosts_gpus_and_host_0s_log(sandbox, gpuops):
     assert res.code == 0, res.all
     docs = [json.loads(line) for line in res.out.splitlines() if line.strip()]
     samples = [d for d in docs if d["type"] == "sample"]
-    assert {d["host"] for d in samples} == {0, 1}, samples  # host 1's GPUs through its own sample stream
+    assert {d["rank"] for d in samples} == {0, 1}, samples  # host 1's GPUs through its own sample stream
     logs = [d["line"] for d in docs if d["type"] == "log"]
     assert "node 0 step 7" in logs and not any(line.startswith("node 1") for line in logs)  # host 0's log

@@ -419,9 +419,15 @@ def test_follow_to_end_returns_false_on_ctrl_c():
 def test_event_rendering_json_and_plain():
     dash = w.Dashboard({"run_id": "r-1"}, clock=lambda: 0.0)
     sample = w.parse_stderr_line(SAMPLE.decode().strip())
-    assert w.event_doc(sample, 12.34567) == {"type": "sample", "ts": 12.346, **sample["gpu"]}
+    g = sample["gpu"]
+    assert w.event_doc(sample, 12.34567) == {  # docs/json.md: ISO times with a zone, GPU memory in MiB
+        "type": "sample", "at": "1970-01-01T00:00:12.345+00:00", "index": g["index"], "name": g["name"],
+        "util": g["util"], "mem_used_mib": g["mem_used"], "mem_total_mib": g["mem_total"], "temp": g["temp"],
+        "power": g["power"]}
     assert w.event_doc({"type": "log", "line": "Traceback (most recent call last):", "offset": 9}, 1) == {
-        "type": "log", "ts": 1, "line": "Traceback (most recent call last):", "offset": 9, "kind": "error"}
+        "type": "log", "at": "1970-01-01T00:00:01.000+00:00", "line": "Traceback (most recent call last):",
+        "offset": 9, "kind": "error"}
+    assert w.event_doc({"type": "reconnecting", "attempt": 2, "delay": 2.0, "error": "lost"}, 1)["delay_s"] == 2.0
     assert w.event_doc({"type": "end"}, 1) is None and w.event_text({"type": "end"}, dash, "t") is None
     assert w.event_text(sample, dash, "12:00:00") == "12:00:00 gpu0 util=95% mem=48935/81559MiB temp=63C power=290W"
     assert w.event_text({"type": "log", "line": "UserWarning: x"}, dash, "t") == "t log ~ UserWarning: x"
@@ -455,8 +461,8 @@ def test_dashboard_keeps_each_hosts_gpus_apart_and_signals_follow_the_watched_ho
     assert dash.gpu_error == "host #1: NVIDIA-SMI has failed"
     ev = {"type": "sample", "gpu": dict(g), "host": 1}
     assert w.event_text(ev, dash, "12:00:00").startswith("12:00:00 host#1 gpu0 util=90%")
-    assert w.event_doc(ev, 1.0)["host"] == 1
-    assert "host" not in w.event_doc({"type": "sample", "gpu": dict(g)}, 1.0)  # a one-host run: as before
+    assert w.event_doc(ev, 1.0)["rank"] == 1 and "host" not in w.event_doc(ev, 1.0)  # `host` is an address
+    assert "rank" not in w.event_doc({"type": "sample", "gpu": dict(g)}, 1.0)  # a one-host run: as before
     import io
 
     from rich.console import Console

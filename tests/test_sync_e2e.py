@@ -129,7 +129,7 @@ def test_json_summary_and_incremental_resync(sandbox, gpuops):
     assert r.code == 0, r.all
     doc = json.loads(r.out)
     assert doc["files"] == 20 and doc["total_bytes"] == 20 * 15 * 200 and doc["dry_run"] is False
-    assert set(doc) >= {"files", "bytes_sent", "total_bytes", "seconds", "changes", "remote_dir"}
+    assert set(doc) >= {"files", "bytes_sent", "total_bytes", "duration_s", "changes", "remote_dir"}
     r = gpuops("sync", "-p", "sandbox", "--json")
     doc2 = json.loads(r.out)
     assert doc2["files"] == 0 and doc2["changes"] == []

@@ -54,7 +54,7 @@ def test_watch_json_lines_and_failed_exit(sandbox, gpuops):
     assert [d["line"] for d in docs if d["type"] == "log"] == [f"line {i:04d} loss={1.0 / (i + 1):.4f}" for i in range(10)]
     final = [d for d in docs if d["type"] == "state"][-1]
     assert final["state"] == "failed" and final["exit_code"] == 2
-    assert all("ts" in d for d in docs)
+    assert all(d["at"].endswith("+00:00") for d in docs)  # ISO 8601 with its zone (docs/json.md)
     procs = [d for d in docs if d["type"] == "processes"]
     assert procs and procs[-1]["processes"] == []  # the ended job no longer shows as a GPU process
 
@@ -69,7 +69,7 @@ def test_watch_once_snapshot(sandbox, gpuops):
     state = [d for d in docs if d["type"] == "state"][0]
     assert state["run_id"] == rid and state["state"] == "running"
     sample = [d for d in docs if d["type"] == "sample"][0]
-    assert sample["util"] >= 90 and sample["mem_used"] > 1000
+    assert sample["util"] >= 90 and sample["mem_used_mib"] > 1000
     assert [d for d in docs if d["type"] == "processes"][0]["processes"]
     assert gpuops("stop", rid, "--grace", "2").code == 0
 

@@ -113,6 +113,10 @@ class Output:
         self.console.print(renderable)
 
     def emit_json(self, doc: Any) -> None:
+        """One --json document; an object always carries `warnings` (docs/json.md): those this Output showed, when the
+        command did not set its own."""
+        if isinstance(doc, dict) and "warnings" not in doc:
+            doc = {**doc, "warnings": list(self.warnings)}
         json.dump(doc, self.stdout, indent=2, sort_keys=False, default=str)
         self.stdout.write("\n")
         self.stdout.flush()

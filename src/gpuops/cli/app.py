@@ -49,7 +49,8 @@ app = typer.Typer(
 ProfileOpt = typer.Option(None, "--profile", "-p", metavar="NAME", autocompletion=profile_names, help="Profile name or YAML path (default: $GPUOPS_PROFILE, "
                                                         "this project's default (`gpuops profiles use`), or the only "
                                                         "one).", show_default=False)
-JsonOpt = typer.Option(False, "--json", help="Print one JSON document on stdout.")
+JsonOpt = typer.Option(False, "--json", help="Print one JSON document on stdout (names, units and its schema: "
+                                                  "docs/json.md).")
 HostOpt = typer.Option(None, "--host", metavar="N", min=0, help="Only host N of a fleet profile (hosts:, 0 = rank 0).",
                        show_default=False)
 

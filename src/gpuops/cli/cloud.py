@@ -224,7 +224,9 @@ def up(
     with as_interrupt(), ctx.client:
         res = do_up(spec, ctx)
     if json_:
-        out.emit_json(res)
+        from .. import jsonvocab
+
+        out.emit_json(jsonvocab.up(res))
         return
     if res.get("nodes"):
         out.success(f"{name}: {len(res['nodes'])} instances ({res['instance_type']}, {res['region']}), "

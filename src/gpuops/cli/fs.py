@@ -34,15 +34,23 @@ def fs_question(yes: bool) -> Callable[[str], Optional[bool]]:
 
 
 def _ask_api(out, json_: bool, fn) -> Optional[dict]:
-    """fn(context) with the API client open; its document printed with --json (then None is returned)."""
+    """fn(context) with the API client open; its document printed with --json (then None is returned), a
+    filesystem's `created` as `created_at` (docs/json.md: a time is `*_at`)."""
     from ..cloud.instances import make_context
 
     ctx = make_context(out, project_dir=Path.cwd())
     with ctx.client:
         doc = fn(ctx)
     if json_:
-        out.emit_json(doc)
+        out.emit_json(_created_at(doc))
         return None
+    return doc
+
+
+def _created_at(doc: dict) -> dict:
+    doc = {("created_at" if k == "created" else k): v for k, v in doc.items()}
+    if isinstance(doc.get("filesystems"), list):
+        doc["filesystems"] = [_created_at(r) for r in doc["filesystems"]]
     return doc
 
 

@@ -318,6 +318,7 @@ def status(
 ) -> None:
     """The profile's runs (id, script, state, started, elapsed, exit code) and the current GPU utilisation
     (every host of a fleet profile, in parallel, or --host N); each running run's progress and training signals."""
+    from .. import jsonvocab
     from ..jobs import actions as lifecycle
 
     out = output(json_)
@@ -328,7 +329,7 @@ def status(
         cloud = _cloud_summary(prof, any(r["state"] == "running" for h in hosts for r in h.get("runs") or []),
                                [g.get("util") for h in hosts for g in h.get("gpus") or []])
         if json_:
-            out.emit_json({**doc, "cloud": cloud} if cloud else doc)
+            out.emit_json(with_warnings(jsonvocab.status({**doc, "cloud": cloud} if cloud else doc), out))
         elif cloud:
             from ..cloud.guardrail import line
 
@@ -345,7 +346,7 @@ def status(
     cloud = _cloud_summary(prof, any(r["state"] == "running" for r in doc["runs"]),
                            [g.get("util") for g in doc["gpus"] or []])
     if json_:
-        out.emit_json({**doc, "cloud": cloud} if cloud else doc)
+        out.emit_json(with_warnings(jsonvocab.status({**doc, "cloud": cloud} if cloud else doc), out))
         raise typer.Exit(0)
     if cloud:
         from ..cloud.guardrail import line
@@ -436,7 +437,7 @@ def stop(
     if len(fleet_meta.get("nodes") or []) > 1 and host is None:
         doc = lifecycle.stop_fleet(fleet_prof, out, Path.cwd(), fleet_meta, grace)
         if json_:
-            out.emit_json(doc)
+            out.emit_json(with_warnings(doc, out))
         for h in doc["hosts"]:
             if h["error"]:
                 out.error(f"host #{h['rank']} ({h['host']}): {h['error']}")
@@ -447,7 +448,7 @@ def stop(
     doc = lifecycle.stop(prof, out, Path.cwd(), meta, grace)
     rid, how = doc["run_id"], doc["result"]
     if json_:
-        out.emit_json(doc)
+        out.emit_json(with_warnings(doc, out))
     elif how in ("nopid", "notrunning"):
         out.info(f"{rid} is not running ({doc['state']}" + (f", exit {doc['exit_code']})"
                                                              if doc["exit_code"] is not None else ")"))

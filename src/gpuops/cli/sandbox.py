@@ -64,8 +64,8 @@ def up(
         out.warn(f"port {st['port_moved_from']} is taken by another program; the sandbox now listens on {st['port']} "
                  "(profile 'sandbox' updated)")
     if json_:
-        out.emit_json(with_warnings({"running": True, "port": st["port"], "profile": str(host.profile_path()),
-                                     "gpu": st["gpu"], "image": image}, out))
+        out.emit_json(with_warnings({"running": True, "host": "127.0.0.1", "port": st["port"], "profile": "sandbox",
+                                     "profile_path": str(host.profile_path()), "gpu": st["gpu"], "image": image}, out))
         return
     g = st["gpu"]
     what = "started" if st.get("started") else "running"
@@ -140,7 +140,7 @@ def status(
 
     st = host.status()
     if json_:
-        out.emit_json(with_warnings(st, out))
+        out.emit_json(with_warnings(_status_doc(st), out))
         return
     if not st["running"]:
         out.print("sandbox host: not running (start it with: gpuops sandbox up)")
@@ -152,6 +152,15 @@ def status(
               f"{', faults: ' + ', '.join(g['faults']) if g.get('faults') else ''}")
     out.print(f"directory: {st['dir']}")
     out.print(f"profile: {st['profile']}")
+
+
+def _status_doc(st: dict) -> dict:
+    """host.status() in docs/json.md's vocabulary: `host` (was `address`), `profile` a name with its file as
+    `profile_path` (was `profile`, the path)."""
+    doc = {("host" if k == "address" else k): v for k, v in st.items() if k != "profile"}
+    if "profile" in st:
+        doc["profile"], doc["profile_path"] = ("sandbox" if st["profile"] else None), st["profile"]
+    return doc
 
 
 def _cloud_status(out, json_: bool) -> None:
@@ -171,13 +180,14 @@ def _cloud_status(out, json_: bool) -> None:
                                  headers={"Authorization": f"Bearer {info['api_key']}"})
     with urllib.request.urlopen(req, timeout=5) as r:
         st = json.loads(r.read())["data"]
-    insts = [{k: v for k, v in i.items() if k in ("id", "status", "ip", "name")} | {"type": i["instance_type"]["name"]}
+    insts = [{k: v for k, v in i.items() if k in ("id", "status", "name")} | {"host": i.get("ip"),
+                                                                            "type": i["instance_type"]["name"]}
              for i in st["instances"]]
     if json_:
         out.emit_json(with_warnings({"running": True, "url": info["url"], "user": info["user"], "instances": insts}, out))
         return
     out.print(f"Lambda API emulator: running on {info['url']} (pid {info['pid']})")
     for i in insts:
-        out.print(f"  {i['id'][:12]}  {i['status']:<11} {i.get('ip') or '-':<14} {i['type']}  {i.get('name') or ''}")
+        out.print(f"  {i['id'][:12]}  {i['status']:<11} {i.get('host') or '-':<14} {i['type']}  {i.get('name') or ''}")
     if not insts:
         out.print("  no instances")

@@ -42,10 +42,10 @@ def trust(
         out.emit_json(res)
         return
     if res["removed"]:
-        out.info(f"forgot {res['removed']} recorded key(s) for {res['host']} and recorded the new one")
+        out.info(f"forgot {res['removed']} recorded key(s) for {res['host_id']} and recorded the new one")
     if res["already"]:
-        out.success(f"{res['host']} already trusted: {res['type']} {res['fingerprint']}")
+        out.success(f"{res['host_id']} already trusted: {res['type']} {res['fingerprint']}")
     else:
-        out.success(f"trusted {res['host']}: {res['type']} {res['fingerprint']} (in {res['file']})")
+        out.success(f"trusted {res['host_id']}: {res['type']} {res['fingerprint']} (in {res['file']})")
     if res.get("user_file_note"):
         out.warn(res["user_file_note"])

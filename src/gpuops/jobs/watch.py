@@ -648,17 +648,19 @@ def event_doc(ev: dict, ts: float) -> Optional[dict]:
     t = ev["type"]
     if t in ("end", "heartbeat"):
         return None
-    doc = {"type": t, "ts": round(ts, 3)}
+    from ..jsonvocab import iso, renamed
+
+    doc = {"type": t, "at": iso(ts, "milliseconds")}  # docs/json.md: times ISO 8601 with a zone, named *_at
     if t == "sample":
-        doc.update(ev["gpu"])
+        doc.update(renamed(ev["gpu"]))
         if "host" in ev:
-            doc["host"] = ev["host"]
+            doc["rank"] = ev["host"]  # a fleet's host number (`host` is an address everywhere else)
     elif t == "state":
-        doc.update(ev["info"].to_json())
+        doc.update(renamed(ev["info"].to_json()))
     elif t == "log":
         doc.update(line=ev["line"], offset=ev.get("offset"), kind=classify(ev["line"]))
     else:
-        doc.update({k: v for k, v in ev.items() if k != "type"})
+        doc.update(renamed({("rank" if k == "host" else k): v for k, v in ev.items() if k != "type"}))
     return doc
 
 
@@ -701,9 +703,12 @@ def event_text(ev: dict, dash: "Dashboard", stamp: str) -> Optional[str]:
 def signal_docs(ev: dict, ts: float) -> list[dict]:
     """watch --json: the training signals an event raised ({"type": "signal"}) and a new parsed step
     ({"type": "progress"})."""
-    docs = [{"type": "signal", "ts": round(ts, 3), **sig} for sig in ev.get("signals") or []]
+    from ..jsonvocab import iso, renamed
+
+    at = iso(ts, "milliseconds")
+    docs = [{"type": "signal", "at": at, **renamed(sig)} for sig in ev.get("signals") or []]
     if ev.get("progress"):
-        docs.append({"type": "progress", "ts": round(ts, 3), **ev["progress"]})
+        docs.append({"type": "progress", "at": at, **renamed(ev["progress"])})
     return docs
 
 

@@ -144,7 +144,7 @@ def pin(out, prof, *, project_dir: Path, yes: bool, dry_run: bool, confirm: Call
     if write:
         write_atomic(path, new_text)
     if out.json_mode:
-        out.emit_json({"profile": prof.name, "file": str(path), "diff": change, "written": write,
+        out.emit_json({"profile": prof.name, "profile_path": str(path), "diff": change, "written": write,
                        "expect": pt.merge_expect(old, got)})
     if dry_run:
         out.info("dry run: nothing written")

@@ -41,7 +41,7 @@ def trust(profile, *, reset: bool = False, expected: str | None = None,
         raise HostKeyError(f"{hid} offers {key.get_name()} {fp}, not the expected {expected}; nothing recorded"
                            + ("; the recorded key is kept" if reset else ""))
     known = hostkeys.load_known().lookup(hid)
-    res = {"host": hid, "type": key.get_name(), "fingerprint": fp, "removed": 0, "file": str(known_hosts_file()),
+    res = {"host": tg.host, "port": tg.port, "host_id": hid, "type": key.get_name(), "fingerprint": fp, "removed": 0, "file": str(known_hosts_file()),
            "already": False}
     if known is not None and key.get_name() in known and known[key.get_name()] == key:
         res["already"] = True

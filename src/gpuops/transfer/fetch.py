@@ -337,7 +337,7 @@ def fetch(profile, remote, out, name: str = "checkpoints", *, dest: Path | None 
         "links_outside_skipped": outside,
         "bytes_received": res.stats.get("bytes_received", 0),
         "total_bytes": sum(s for s, _ in hdoc.get("hashes", {}).values()),
-        "seconds": round(time.monotonic() - started, 3),
+        "duration_s": round(time.monotonic() - started, 3),
         "attempts": res.attempts,
     }
 
@@ -475,4 +475,4 @@ def render_fetch(out, s: dict) -> None:
     what = f" step {', '.join(map(str, s['steps']))}" if s["steps"] else f" ({s['file']})" if s.get("file") else ""
     out.print(f"fetched {s['name']}{what} into {s['dest']}: {s['files']} files transferred, "
               f"{tr.human_bytes(s['bytes_received'])} received, {s['verified']} files verified (SHA-256), "
-              f"total {tr.human_bytes(s['total_bytes'])}, {s['seconds']:.1f}s")
+              f"total {tr.human_bytes(s['total_bytes'])}, {s['duration_s']:.1f}s")

@@ -89,7 +89,7 @@ def sync_project(profile, remote, out, project_dir: Path, *, delete: bool = Fals
                  excludes: Sequence[str] = (), gitignore: bool = False, copy_links: Optional[bool] = None,
                  confirm: Optional[Callable[[str], bool]] = None, preview: bool = True) -> dict:
     """Copy project_dir to the profile's remote_dir. Returns the summary dict
-    {files, bytes_sent, total_bytes, seconds, dry_run, changes, remote_dir, attempts, deleted, outside_links}.
+    {files, bytes_sent, total_bytes, duration_s, dry_run, changes, remote_dir, attempts, deleted, outside_links}.
     Where rsync rides on `remote` itself (remote.shared_with_rsync: `gpuops sync`'s one OpenSSH connection), a plain
     sync runs its checks on rsync's remote side, in rsync's own session (transfer.plan.sync_guard). The checks run
     first, as one remote execution, for --delete (the guard judges where the folder really is before anything can
@@ -145,7 +145,7 @@ def sync_project(profile, remote, out, project_dir: Path, *, delete: bool = Fals
         "deleted": sum(1 for c in changes.values() if c.change == "deleted"),
         "bytes_sent": res.stats.get("bytes_sent", 0),
         "total_bytes": res.stats.get("total_bytes", 0),
-        "seconds": round(time.monotonic() - started, 3),
+        "duration_s": round(time.monotonic() - started, 3),
         "attempts": res.attempts,
         "changes": [c.as_dict() for c in changes.values()],
         "outside_links": [{"path": p, "target": t} for p, t in scan.outside_links],
@@ -247,7 +247,7 @@ def render_sync(out, s: dict) -> None:
         return
     deleted = f", {s['deleted']} deleted" if s["deleted"] else ""
     out.print(f"synced to {s['remote_dir']}: {s['files']} files changed{deleted}, {tr.human_bytes(s['bytes_sent'])} sent, "
-              f"total {tr.human_bytes(s['total_bytes'])}, {s['seconds']:.1f}s")
+              f"total {tr.human_bytes(s['total_bytes'])}, {s['duration_s']:.1f}s")
 
 
 # -- fetch -----------------------------------------------------------------------------------------

@@ -142,8 +142,8 @@ def build_report(profile, facts, results, executions: int, seconds: float, when:
     return {
         "profile": profile.name, "host": profile.host, "user": profile.user, "port": profile.port,
         "region": profile.region, "instance_type": profile.instance_type,
-        "time": when.isoformat(timespec="seconds"), "verdict": verdict(results), "summary": counts,
-        "remote_executions": executions, "seconds": round(seconds, 3), "emulated": facts.emulated,
+        "checked_at": when.astimezone().isoformat(timespec="seconds"), "verdict": verdict(results), "summary": counts,
+        "remote_executions": executions, "duration_s": round(seconds, 3), "emulated": facts.emulated,
         "checks": [r.to_dict() for r in results], "facts": facts.to_dict(),
     }
 
@@ -217,7 +217,7 @@ def run_fleet_verify(profile, out, *, playbook: str | None = None, save: bool = 
         out.emit_json({"profile": profile.name, "hosts": [
             {**r.to_json(), "report": r.value[0] if r.value else None} for r in got],
             "fleet": {"verdict": fleet_verdict, "checks": [x.to_dict() for x in fleet_results]},
-            "code": code, "seconds": seconds})
+            "code": code, "duration_s": seconds})
     for node, r in zip(nodes, got):
         if not out.json_mode:
             out.print(f"=== host #{node.rank}: {node.user}@{node.host}:{node.port} ===")

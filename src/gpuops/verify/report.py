@@ -12,7 +12,7 @@ def summary_line(doc: dict) -> str:
     verdict = {PASS: "PASS", WARN: "PASS with warnings", FAIL: "FAIL"}[doc["verdict"]]
     parts = [f"{s['fail']} failed", f"{s['warn']} warning(s)", f"{s['pass']} passed"]
     return (f"{verdict}: {doc['profile']} ({doc['host']}) — " + ", ".join(parts) +
-            f" — {doc['remote_executions']} remote execution(s), {doc['seconds']:.1f}s")
+            f" — {doc['remote_executions']} remote execution(s), {doc['duration_s']:.1f}s")
 
 
 def _grouped(results: list[CheckResult]):
@@ -21,7 +21,7 @@ def _grouped(results: list[CheckResult]):
 
 
 def plain_lines(doc: dict, results: list[CheckResult]) -> list[str]:
-    lines = [f"gpuops verify {doc['profile']}  {doc['user']}@{doc['host']}:{doc['port']}  {doc['time']}"]
+    lines = [f"gpuops verify {doc['profile']}  {doc['user']}@{doc['host']}:{doc['port']}  {doc['checked_at']}"]
     if doc.get("emulated"):
         lines.append("note: the GPUs on this host are EMULATED (gpuops sandbox); no real CUDA work is possible")
     area = None
