@@ -3,6 +3,7 @@ advantages, an NCCL error), watch (--json and plain) raises each once with its h
 shows them for a running run; a job that does not use the emulated GPU raises the GPU-idle signal."""
 from __future__ import annotations
 
+import copy
 import json
 import time
 
@@ -80,7 +81,7 @@ def test_status_shows_a_running_runs_signals_and_progress(sandbox, gpuops):
 
 def test_gpu_idle_signal_for_a_job_not_on_the_gpu(sandbox, gpuops, isolated):
     # the project's own signals.yaml (a user's copy): idle after 2 s instead of 3 minutes
-    spec = sg.load_spec()
+    spec = copy.deepcopy(sg.load_spec())  # load_spec's document is cached: never change it in place
     spec["gpu_idle"]["minutes"] = 2 / 60
     (isolated / "playbooks").mkdir()
     (isolated / "playbooks" / "signals.yaml").write_text(yaml.safe_dump(spec))
