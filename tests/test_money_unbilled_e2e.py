@@ -41,3 +41,19 @@ def test_a_corrupt_ledger_never_blocks_ls_or_down(cloud, gpuops, form):
     assert r.err.count("was passed over") == 1 and "internal error" not in r.all
     assert not _live(cloud)
     assert len(list(led.parent.glob("ledger.json.corrupt-*"))) == 3
+
+
+def _records() -> list:
+    d = Path.cwd() / "runs" / "pipelines"
+    return sorted(d.glob("*.json")) if d.is_dir() else []
+
+
+def test_refused_options_launch_nothing_and_leave_no_record_to_resume(cloud, gpuops):
+    (Path.cwd() / "train.py").write_text("print('hi')\n")
+    for ask in (["--gpu", "H100:8", "--max-price", "1"], ["--gpu", "H100:3"], ["--type", TYPE, "--key", "/nope"]):
+        r = gpuops("run", "--key", str(cloud.key), *ask, "--script", "train.py", "--yes")  # the last --key wins
+        assert r.code in (2, 3), (ask, r.all)  # 3: the key file
+        assert not _records(), ask
+    assert cloud.launch_requests() == 0 and not _live(cloud)
+    r = gpuops("run", "--resume", "--yes")
+    assert r.code == 2 and "no unfinished run to resume" in r.err, r.all

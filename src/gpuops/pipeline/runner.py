@@ -454,6 +454,10 @@ class Runner(RecoveryStages):
             self._end("up", ok=False, detail=exc.message)
             if rec.attempts:  # a replacement that could not be launched ends the run, saying what bills
                 return self._relaunch_failed(exc)
+            if not again and not [r for r in ctx.ledger.records() if r.profile == rec.profile]:
+                # refused before any launch request (the options, the key, the user's no): no run to resume
+                (pl.records_dir(self.project) / f"{rec.id}.json").unlink(missing_ok=True)
+                self.out.info(f"nothing was launched: run {rec.id}'s record is removed")
             raise
         rec.price_per_hour = res["price_per_hour"]
         rec.instance = {"ids": [n["instance_id"] for n in res.get("nodes") or []] or [res["instance_id"]],
