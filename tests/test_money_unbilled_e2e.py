@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from gpuops.cloud.ledger import ledger_path
+from gpuops.cloud.ledger import Ledger, ledger_path
 from test_cloud_e2e import TYPE, _live, _up, cloud, cloud_emu  # noqa: F401  (fixtures)
 
 CORRUPT = {"empty": "", "truncated": '{"records": {"abc": {"launch_id": "abc", "prof', "null": "null",
@@ -57,3 +57,84 @@ def test_refused_options_launch_nothing_and_leave_no_record_to_resume(cloud, gpu
     assert cloud.launch_requests() == 0 and not _live(cloud)
     r = gpuops("run", "--resume", "--yes")
     assert r.code == 2 and "no unfinished run to resume" in r.err, r.all
+
+
+# -- a failed job keeps nothing billing; every run's instance has a TTL it states --------------------------------------
+def _run(gpuops, cloud, *extra):
+    return gpuops("run", "--type", TYPE, "--key", str(cloud.key), "--yes", "--json", *extra)
+
+
+def _ttl_tag(inst: dict) -> float:
+    return float({t["key"]: t["value"] for t in inst["tags"]}["gpuops-ttl-deadline"])
+
+
+def test_a_job_that_fails_before_creating_the_fetched_folder_is_terminated(cloud, gpuops):
+    (Path.cwd() / "train.py").write_text("print('bad config', flush=True)\nraise SystemExit(1)\n")
+    r = _run(gpuops, cloud, "--script", "train.py", "--fetch", "checkpoints")
+    assert r.code == 1, r.all
+    doc = json.loads(r.out)
+    assert doc["outcome"] == "failed" and doc["job"] == "failed", doc
+    assert "KEPT" not in r.err and "never created" in r.err, r.err
+    assert [s["stage"] for s in doc["stages"]][-1] == "down" and all(
+        s["ok"] for s in doc["stages"] if s["stage"] in ("fetch", "down"))
+    assert "bad config" in (Path.cwd() / doc["fetched"]["log"]).read_text()
+    assert not _live(cloud)
+
+
+def test_a_run_without_ttl_gets_the_default_one_stated_and_tagged(cloud, gpuops):
+    import time
+
+    (Path.cwd() / "train.py").write_text("print('ok')\n")
+    t = time.time()
+    r = _run(gpuops, cloud, "--script", "train.py", "--keep")
+    assert r.code == 0, r.all
+    assert "TTL 24h, the default" in r.err and "GPUOPS_RUN_TTL" in r.err
+    (inst,) = _live(cloud)
+    assert abs(_ttl_tag(inst) - (t + 86400)) < 60  # on the instance: any gpuops' reap judges it by this
+    (rec,) = [x for x in Ledger().records() if x.open]
+    assert abs(rec.ttl_deadline - _ttl_tag(inst)) < 1
+    doc = json.loads(r.out)
+    assert doc["outcome"] == "kept" and doc["ttl_s"] == 86400 and doc["ttl_deadline"]
+    assert "--keep:" in r.err and "until its TTL" in r.err  # the deadline of what it leaves billing, stated
+    assert gpuops("down", doc["profile"], "--yes").code == 0
+
+
+def test_the_default_ttl_is_changed_in_dotenv_and_reap_ends_a_kept_instance_at_it(cloud, gpuops):
+    (Path.cwd() / "train.py").write_text("print('ok')\n")
+    (Path.cwd() / ".env").write_text("GPUOPS_RUN_TTL=2h\n")
+    r = _run(gpuops, cloud, "--script", "train.py", "--keep")
+    assert r.code == 0, r.all
+    assert "TTL 2h (GPUOPS_RUN_TTL" in r.err
+    (inst,) = _live(cloud)
+    import time
+
+    assert abs(_ttl_tag(inst) - (time.time() + 7200)) < 60
+    (rec,) = [x for x in Ledger().records() if x.open]
+    Ledger().update(rec.launch_id, ttl_deadline=time.time() - 1)  # two hours later (the tag says the same to reap)
+    r = gpuops("reap", "--yes")
+    assert r.code == 0, r.all
+    assert not _live(cloud)
+
+
+CHURN = """\
+import os, subprocess, sys
+os.makedirs("outputs", exist_ok=True)
+# a process of its own session that outlives the job and rewrites what the fetch verifies
+subprocess.Popen([sys.executable, "-c", "import os, time\\nwhile True:\\n    open('outputs/live.bin', 'wb').write(os.urandom(65536))\\n    time.sleep(0.01)\\n"],
+                 start_new_session=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+print("started", flush=True)
+"""
+
+
+def test_a_fetch_that_fails_keeps_the_instance_and_states_its_deadline(cloud, gpuops):
+    (Path.cwd() / "train.py").write_text(CHURN)
+    r = _run(gpuops, cloud, "--script", "train.py", "--fetch", "outputs", "--ttl", "3h")
+    assert r.code == 1, r.all
+    doc = json.loads(r.out)
+    assert doc["outcome"] == "kept", doc
+    assert "FETCH FAILED, so the instance is KEPT" in r.err and "until its TTL" in r.err, r.err
+    (inst,) = _live(cloud)
+    import time
+
+    assert abs(_ttl_tag(inst) - (time.time() + 3 * 3600)) < 120
+    assert gpuops("down", doc["profile"], "--yes").code == 0

@@ -27,8 +27,9 @@ def run(
                                              "--resume: added to what the run fetches."),
     keep: bool = typer.Option(False, "--keep", help="Do not terminate at the end (gpuops down NAME later)."),
     ttl: Optional[str] = typer.Option(None, "--ttl", metavar="DURATION", help="Time to live of the instance "
-                                      "(`gpuops reap` ends it after), e.g. 8h (above 0, at most 365d).",
-                                      show_default=False),
+                                      "(`gpuops reap` ends it after; a tag on the instance), e.g. 8h (above 0, at "
+                                      "most 365d). Default: GPUOPS_RUN_TTL (the environment or ./.env), else 24h: "
+                                      "every run's instance has one, kept ones too.", show_default=False),
     max_cost: Optional[float] = typer.Option(None, "--max-cost", metavar="DOLLARS", min=0.01,
                                              help="A budget, checked from the launch on: reached while booting or "
                                                   "before the job starts, the run ends there; while training, the "
@@ -158,12 +159,16 @@ def _new_run(out, project: Path, *, types: list, gpu: Optional[str], max_price: 
     if nproc != "auto" and not (nproc.isdigit() and int(nproc) > 0):
         raise UsageError(f"--nproc-per-node {nproc!r}: 'auto' or a whole number above 0")
     script = script_path(script, project, must_exist=True)
+    from ..profiles.model import environment
+
+    ttl_s, ttl_said = run_ops.run_ttl(ttl, environment(project))
     template, note = run_ops.run_template(template_for(from_, project), from_)
     if note:
         out.info(note)
+    out.info(ttl_said)
     return run_ops.new_record(types=types, gpu=gpu, max_price=max_price, wait_for_capacity_s=wait_s, script=script,
                               args=args or [], regions=region, nodes=nodes, fetch=fetch, keep=keep,
-                              ttl_s=d.parse_limit(ttl, "--ttl") if ttl is not None else None, max_cost=max_cost,
+                              ttl_s=ttl_s, max_cost=max_cost,
                               key=(key or Path("~/.ssh/id_ed25519")).expanduser(), name=pl.run_name(name, script),
                               launcher=launcher, nproc=nproc, template=template, recover=recover,
                               unreachable_s=d.parse_limit(unreachable, "--unreachable") if unreachable else None)

@@ -55,6 +55,27 @@ def run_template(template: Optional[dict], name: Optional[str]) -> tuple[Optiona
     return {**template, "python": RUN_PYTHON, "setup": setup}, note
 
 
+DEFAULT_RUN_TTL = "24h"  # a run's instance outlives no closed laptop by more than this (`gpuops reap`, --guard)
+RUN_TTL_ENV = "GPUOPS_RUN_TTL"
+
+
+def run_ttl(given: Optional[str], env: dict) -> tuple[float, str]:
+    """A new run's TTL: --ttl, else GPUOPS_RUN_TTL (the environment or ./.env), else 24h. Every run's instance has
+    one (a tag on it and in the ledger that `gpuops reap` and --guard on-instance enforce). (seconds, the
+    sentence that states it)."""
+    from ..cloud import decisions as d
+
+    if given is not None:
+        secs = d.parse_limit(given, "--ttl")
+        return secs, f"TTL {given} (--ttl)"
+    if env.get(RUN_TTL_ENV):
+        secs = d.parse_limit(env[RUN_TTL_ENV], RUN_TTL_ENV)
+        return secs, f"TTL {env[RUN_TTL_ENV]} ({RUN_TTL_ENV}; --ttl changes it)"
+    secs = d.parse_limit(DEFAULT_RUN_TTL, "--ttl")
+    return secs, (f"TTL {DEFAULT_RUN_TTL}, the default (--ttl DURATION or {RUN_TTL_ENV} in the environment "
+                  "or ./.env changes it)")
+
+
 def _use_env_python(profile_file: Path, python: str) -> None:
     """`up` writes no python:, so the instance's system Python would be used; a run trains in its own environment,
     which `setup` creates and fills."""
@@ -152,6 +173,7 @@ class Runner(RecoveryStages):
         self.fetched: dict[str, str] = {}
         self._fetcher = None  # the background checkpoint fetch while watching (--recover)
         self._api_down: Optional[str] = None  # the API could not be asked (said once until it answers again)
+        self.missing: list = []  # --fetch names the job never created (the run terminated: nothing to keep)
 
     # -- helpers -------------------------------------------------------------------------------------------------
     def _cost(self) -> str:
@@ -391,11 +413,14 @@ class Runner(RecoveryStages):
             rec.outcome = pl.KEPT
         elif rec.keep and (down is None):
             rec.outcome = pl.KEPT
-        elif down is not None and down.ok and rec.job_state == "succeeded" and not rec.stop_reason:
+        elif down is not None and down.ok and rec.job_state == "succeeded" and not rec.stop_reason and not self.missing:
             rec.outcome = pl.SUCCEEDED
         else:
             rec.outcome = pl.FAILED
         pl.save(rec, self.project)
+        if rec.outcome == pl.KEPT and rec.keep and down is None:
+            self.out.warn(f"--keep: {rec.profile} is KEPT, billing ${(rec.price_per_hour or 0) * max(1, rec.nodes):.2f}/h"
+                          f"{self._until()}; gpuops down {rec.profile} ends it sooner")
         return 0 if rec.outcome in (pl.SUCCEEDED,) or (rec.outcome == pl.KEPT and rec.keep and
                                                        rec.job_state == "succeeded") else 1
 
@@ -727,7 +752,7 @@ class Runner(RecoveryStages):
 
     def stage_fetch(self) -> None:
         from ..remote.connection import connect
-        from ..transfer.fetch import fetch
+        from ..transfer.fetch import NeverCreated, fetch
 
         rec = self.rec
         self._begin("fetch")
@@ -744,6 +769,7 @@ class Runner(RecoveryStages):
                     self.fetched[key] = self._save_log(prof, meta, rank, key)
                 except GpuopsError as exc:
                     failed.append(f"the job's log{f' on host #{rank}' if rank else ''}: {exc.message}")
+        absent = []  # names the job never created: nothing on the instance to keep it billing for
         for name in rec.fetch:
             last = None
             for attempt in range(1, FETCH_ATTEMPTS + 1):
@@ -752,6 +778,11 @@ class Runner(RecoveryStages):
                         s = fetch(prof, remote, self.out, name, project_dir=self.project)
                     self.fetched[name] = str(s.get("dest") or name)
                     last = None
+                    break
+                except NeverCreated as exc:
+                    absent.append(name)
+                    self.out.warn(f"{name}: {exc.message}: the job never created it, so there is nothing on the "
+                                  "instance to keep it billing for" + ("" if rec.keep else "; it is terminated"))
                     break
                 except GpuopsError as exc:
                     last = exc
@@ -762,12 +793,23 @@ class Runner(RecoveryStages):
                 failed.append(f"{name}: {last.message}")
         if failed:
             self._end("fetch", ok=False, detail="; ".join(failed))
-            self.out.error(f"FETCH FAILED, so the instance is KEPT (it bills ${rec.price_per_hour or 0:.2f}/h): "
-                           + "; ".join(failed),
+            self.out.error(f"FETCH FAILED, so the instance is KEPT (it bills ${rec.price_per_hour or 0:.2f}/h"
+                           f"{self._until()}): " + "; ".join(failed),
                            f"fix and run: gpuops fetch -p {rec.profile} NAME, then gpuops down {rec.profile} "
-                           f"(gpuops ls shows it; gpuops reap ends it at its TTL)")
+                           f"(gpuops ls shows it)")
             return
-        self._end("fetch", ok=True, detail=", ".join(f"{k} -> {v}" for k, v in self.fetched.items()) or "nothing named")
+        self.missing = absent
+        self._end("fetch", ok=True, detail=", ".join([f"{k} -> {v}" for k, v in self.fetched.items()]
+                                                     + [f"{n}: never created" for n in absent]) or "nothing named")
+
+    def _until(self) -> str:
+        """The deadline of an instance the run leaves billing: its TTL (a tag on the instance and in the ledger)."""
+        from datetime import timezone
+
+        if self.rec.ttl_deadline is None:
+            return ", with no TTL"
+        when = datetime.fromtimestamp(self.rec.ttl_deadline, timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
+        return f" until its TTL, {when}, when `gpuops reap` ends it"
 
     def _fetch_profile(self):
         """The profile, with each --fetch name that its fetch: map lacks meaning the folder of that name under the
@@ -863,7 +905,9 @@ def render_summary(out, rec: pl.Record, fetched: dict, now: float) -> dict:
            "stages": rows, "instances": insts, "total_cost": round(total, 4), "fetched": fetched,
            "environment": str(env) if env and env.is_dir() else None, "overhead": pl.overhead(rec),
            "stop_reason": rec.stop_reason, "recoveries": len(rec.attempts), "resumed_from": rec.resume_from,
-           "checkpoint": (rec.checkpoint or {}).get("local")}
+           "checkpoint": (rec.checkpoint or {}).get("local"), "ttl_s": rec.ttl_s,
+           "ttl_deadline": (datetime.fromtimestamp(rec.ttl_deadline).astimezone().isoformat(timespec="seconds")
+                            if rec.ttl_deadline else None)}
     if out.json_mode:
         out.emit_json(doc)
         return doc
