@@ -68,10 +68,27 @@ def run(
                                         show_default=False),
     resume: bool = typer.Option(False, "--resume", help="Continue a run whose local process ended (crash, laptop "
                                                         "closed, Ctrl-C): the newest unfinished one, or --id RUN. "
-                                                        "--fetch, --keep, --max-cost and --recover apply to it; "
+                                                        "--fetch, --keep, --max-cost, --recover and --force apply to it; "
                                                         "the options that describe a new run are refused."),
     run_id: Optional[str] = typer.Option(None, "--id", metavar="RUN", help="With --resume: which run.",
                                          show_default=False),
+    env: List[str] = typer.Option([], "--env", "-e", metavar="NAME=VALUE",
+                                  help="For the job, as `gpuops train --env` takes it (repeatable; wins over the "
+                                       "preset and the profile; NAME= unsets NAME). Kept in a 0600 file beside the "
+                                       "run's record, never in the record itself.", show_default=False),
+    seed: Optional[int] = typer.Option(None, "--seed", help="Export GPUOPS_SEED and PYTHONHASHSEED (gpuops train "
+                                                            "--seed); recorded.", show_default=False),
+    force: bool = typer.Option(False, "--force", help="Launch past what the launch gate refuses (gpuops train "
+                                                      "--force: a broken stack, a missing module, a GPU held by "
+                                                      "another process); recorded in the job's meta.json. With "
+                                                      "--resume: applies to a launch still to come."),
+    idle: Optional[str] = typer.Option(None, "--idle", metavar="DURATION", help="Idle limit of each instance "
+                                       "(gpuops up --idle): no gpuops run and GPU utilisation under 5 % for this "
+                                       "long, then `gpuops reap` (or --guard) ends it.", show_default=False),
+    guard: Optional[str] = typer.Option(None, "--guard", metavar="on-instance", help="on-instance: a watchdog on each "
+                                        "instance terminates it at its TTL/idle limit even with your laptop closed "
+                                        "(gpuops up --guard: puts your account-wide API key on the instance).",
+                                        show_default=False),
     yes: bool = typer.Option(False, "--yes", "-y", help="Do not ask before launching."),
     json_: bool = typer.Option(False, "--json", help="Print the closing summary as one JSON document."),
     args: Optional[List[str]] = typer.Argument(None, help="Arguments for the script, after --.", show_default=False),
@@ -97,15 +114,20 @@ def run(
         new_run = {"--type": type_, "--gpu": gpu, "--max-price": max_price is not None,
                    "--wait-for-capacity": wait_for_capacity, "--script": script, "--region": region, "--ttl": ttl, "--key": key,
                    "--name": name, "--nodes": nodes != 1, "--launcher": launcher != "auto",
-                   "--nproc-per-node": nproc != "auto", "--from": from_, "--unreachable": unreachable, "ARGS": args}
-        rec = _resumed(out, project, run_id, new_run, fetch=fetch_names, keep=keep, max_cost=max_cost, recover=recover)
+                   "--nproc-per-node": nproc != "auto", "--from": from_, "--unreachable": unreachable, "ARGS": args,
+                   "--env": env, "--seed": seed is not None, "--idle": idle, "--guard": guard}
+        rec = _resumed(out, project, run_id, new_run, fetch=fetch_names, keep=keep, max_cost=max_cost, recover=recover,
+                       force=force)
     else:
         rec = _new_run(out, project, types=type_, gpu=gpu, max_price=max_price, wait_for_capacity=wait_for_capacity,
                        script=script, region=region, fetch=fetch_names, keep=keep, ttl=ttl, max_cost=max_cost, key=key,
                        name=name, nodes=nodes, launcher=launcher, nproc=nproc, from_=from_, args=args,
-                       recover=recover or 0, unreachable=unreachable)
+                       recover=recover or 0, unreachable=unreachable, env=env, seed=seed, force=force, idle=idle,
+                       guard=guard)
 
-    runner = run_ops.Runner(rec, out, project, lambda: make_context(out, project_dir=project), confirm=_confirmer(yes))
+    runner = run_ops.Runner(rec, out, project, lambda: make_context(out, project_dir=project,
+                                                                    with_key=rec.guard == "on-instance"),
+                            confirm=_confirmer(yes), env=None if resume else env)
     with as_interrupt():
         code = runner.run()
         run_ops.render_summary(out, runner.rec, runner.fetched, time.time())
@@ -113,7 +135,7 @@ def run(
 
 
 def _resumed(out, project: Path, run_id: Optional[str], new_run: dict, *, fetch: list, keep: bool,
-             max_cost: Optional[float], recover: Optional[int]):
+             max_cost: Optional[float], recover: Optional[int], force: bool = False):
     """--resume: the recorded run (the newest unfinished one, or --id), amended by the options a resume takes."""
     from ..errors import UsageError
     from ..pipeline import runner as run_ops
@@ -122,13 +144,13 @@ def _resumed(out, project: Path, run_id: Optional[str], new_run: dict, *, fetch:
     given = [k for k, v in new_run.items() if v]
     if given:
         raise UsageError(f"--resume continues the run as it was recorded; {', '.join(given)} describe a new run",
-                         hint="with --resume only --id, --fetch, --keep, --max-cost, --recover, --yes and --json "
-                              "apply")
+                         hint="with --resume only --id, --fetch, --keep, --max-cost, --recover, --force, --yes and "
+                              "--json apply")
     rec = pl.find(project, run_id)
     if rec is None:
         raise UsageError("no unfinished run to resume here" + (f" named {run_id!r}" if run_id else ""),
                          hint=f"records are in {pl.records_dir(project)}")
-    run_ops.amend_for_resume(rec, fetch=fetch, keep=keep, max_cost=max_cost, recover=recover)
+    run_ops.amend_for_resume(rec, fetch=fetch, keep=keep, max_cost=max_cost, recover=recover, force=force)
     out.info(f"resuming run {rec.id} at stage '{pl.next_stage(rec) or 'summary'}'")
     rec.outcome = pl.RUNNING
     return rec
@@ -138,13 +160,14 @@ def _new_run(out, project: Path, *, types: list, gpu: Optional[str], max_price: 
              wait_for_capacity: Optional[str], script: Optional[str], region: list, fetch: list, keep: bool,
              ttl: Optional[str], max_cost: Optional[float], key: Optional[Path], name: Optional[str], nodes: int,
              launcher: str, nproc: str, from_: Optional[str], args: Optional[list], recover: int = 0,
-             unreachable: Optional[str] = None):
+             unreachable: Optional[str] = None, env: Optional[list] = None, seed: Optional[int] = None,
+             force: bool = False, idle: Optional[str] = None, guard: Optional[str] = None):
     """A new run's record, every option checked (and a --from template read) before anything is launched."""
     from ..cloud import decisions as d
     from ..cloud.instances import template_for
     from ..errors import UsageError
     from ..jobs.launchers import LAUNCHERS
-    from ..jobs.plan import script_path
+    from ..jobs.plan import parse_env_args, script_path
     from ..pipeline import runner as run_ops
     from ..pipeline import stages as pl
 
@@ -158,6 +181,10 @@ def _new_run(out, project: Path, *, types: list, gpu: Optional[str], max_price: 
         raise UsageError(f"--launcher {launcher!r}: choose one of auto, {', '.join(LAUNCHERS)}")
     if nproc != "auto" and not (nproc.isdigit() and int(nproc) > 0):
         raise UsageError(f"--nproc-per-node {nproc!r}: 'auto' or a whole number above 0")
+    if guard not in (None, "on-instance"):
+        raise UsageError(f"--guard {guard!r}: the only guard is 'on-instance'")
+    env_names = list(parse_env_args(env))  # NAME=VALUE checked as train checks it, before anything is written
+    idle_s = d.parse_limit(idle, "--idle") if idle is not None else None
     script = script_path(script, project, must_exist=True)
     from ..profiles.model import environment
 
@@ -171,7 +198,8 @@ def _new_run(out, project: Path, *, types: list, gpu: Optional[str], max_price: 
                               ttl_s=ttl_s, max_cost=max_cost,
                               key=(key or Path("~/.ssh/id_ed25519")).expanduser(), name=pl.run_name(name, script),
                               launcher=launcher, nproc=nproc, template=template, recover=recover,
-                              unreachable_s=d.parse_limit(unreachable, "--unreachable") if unreachable else None)
+                              unreachable_s=d.parse_limit(unreachable, "--unreachable") if unreachable else None,
+                              seed=seed, env_names=env_names, force=force, idle_s=idle_s, guard=guard)
 
 
 def _confirmer(yes: bool):

@@ -124,7 +124,9 @@ def new_record(*, script: str, args: list, regions: list, nodes: int, fetch: lis
                launcher: str = "none", nproc: str = "auto", template: Optional[dict] = None,
                type_name: str = "", types: Optional[list] = None, gpu: Optional[str] = None,
                max_price: Optional[float] = None, wait_for_capacity_s: float = 0.0, recover: int = 0,
-               unreachable_s: Optional[float] = None, clock: Callable[[], float] = time.time) -> pl.Record:
+               unreachable_s: Optional[float] = None, seed: Optional[int] = None, env_names: Optional[list] = None,
+               force: bool = False, idle_s: Optional[float] = None, guard: Optional[str] = None,
+               clock: Callable[[], float] = time.time) -> pl.Record:
     stamp = datetime.fromtimestamp(clock()).strftime("%Y%m%d-%H%M%S")
     rid = f"{name or Path(script).stem}-{stamp}-{uuid.uuid4().hex[:4]}"
     profile = f"run-{rid}"
@@ -135,11 +137,12 @@ def new_record(*, script: str, args: list, regions: list, nodes: int, fetch: lis
                      fetch=list(fetch),
                      keep=keep, ttl_s=ttl_s,
                      max_cost=max_cost, key=str(key) if key else None, created=clock(), recover=recover,
-                     unreachable_s=unreachable_s)
+                     unreachable_s=unreachable_s, seed=seed, env_names=list(env_names or []), force=force,
+                     idle_s=idle_s, guard=guard)
 
 
 def amend_for_resume(rec: pl.Record, *, fetch: list, keep: bool, max_cost: Optional[float],
-                     recover: Optional[int] = None) -> None:
+                     recover: Optional[int] = None, force: bool = False) -> None:
     """`run --resume` with --fetch / --keep / --max-cost / --recover: the run goes on with them. New --fetch names
     are added (the fetch runs again if it had ended: what is already here is not sent again); refused once the
     instance is gone, since its disk went with it."""
@@ -159,14 +162,17 @@ def amend_for_resume(rec: pl.Record, *, fetch: list, keep: bool, max_cost: Optio
         rec.max_cost = max_cost
     if recover is not None:
         rec.recover = recover
+    if force:
+        rec.force = True
 
 
 class Runner(RecoveryStages):
     """One `gpuops run`: drives the stages of a record, saving it as it goes."""
 
     def __init__(self, rec: pl.Record, out, project: Path, ctx_factory, seams: Optional[Seams] = None,
-                 confirm: Optional[Callable[[str], bool]] = None):
+                 confirm: Optional[Callable[[str], bool]] = None, env: Optional[list] = None):
         self.rec, self.out, self.project = rec, out, project
+        self._env_given = list(env or [])  # --env NAME=VALUE of a new run: written to the 0600 file, never the record
         self.ctx_factory = ctx_factory  # () -> cloud lifecycle Context (client, ledger, out)
         self.seams = seams or Seams()
         self.confirm = confirm
@@ -201,7 +207,23 @@ class Runner(RecoveryStages):
         pl.end(self.rec, name, self.project, ok=ok, detail=detail, clock=self.seams.clock)
 
     # -- the loop ------------------------------------------------------------------------------------------------
+    def _env_file(self) -> Path:
+        return pl.records_dir(self.project) / f"{self.rec.id}.env"
+
+    def _job_env(self) -> list:
+        """The run's --env NAME=VALUE (its 0600 file: values may be secrets), for every launch of the job."""
+        import json
+
+        f = self._env_file()
+        return json.loads(f.read_text()) if f.is_file() else []
+
     def run(self) -> int:
+        if self._env_given:
+            import json
+
+            from ..paths import write_private
+
+            write_private(self._env_file(), json.dumps(self._env_given))
         pl.save(self.rec, self.project)
         self.out.info(f"run {self.rec.id}: record {pl.records_dir(self.project) / (self.rec.id + '.json')} "
                       f"(gpuops run --resume --id {self.rec.id} continues it)")
@@ -418,6 +440,7 @@ class Runner(RecoveryStages):
         else:
             rec.outcome = pl.FAILED
         pl.save(rec, self.project)
+        self._env_file().unlink(missing_ok=True)  # the run is over: no launch needs its --env values again
         if rec.outcome == pl.KEPT and rec.keep and down is None:
             self.out.warn(f"--keep: {rec.profile} is KEPT, billing ${(rec.price_per_hour or 0) * max(1, rec.nodes):.2f}/h"
                           f"{self._until()}; gpuops down {rec.profile} ends it sooner")
@@ -433,7 +456,8 @@ class Runner(RecoveryStages):
         rec = self.rec
         return UpSpec(name=rec.profile, **pl.launch_ask(rec), key=Path(rec.key).expanduser() if rec.key else
                       Path("~/.ssh/id_ed25519").expanduser(), regions=list(rec.regions),
-                      ttl_s=pl.ttl_left(rec, self.seams.clock()), verify=False,
+                      ttl_s=pl.ttl_left(rec, self.seams.clock()), idle_s=rec.idle_s,
+                      guard_on_instance=rec.guard == "on-instance", verify=False,
                       confirm=None if rec.attempts else self.confirm, nodes=rec.nodes, template=rec.template, tick=tick)
 
     def stage_up(self) -> None:
@@ -482,6 +506,7 @@ class Runner(RecoveryStages):
             if not again and not [r for r in ctx.ledger.records() if r.profile == rec.profile]:
                 # refused before any launch request (the options, the key, the user's no): no run to resume
                 (pl.records_dir(self.project) / f"{rec.id}.json").unlink(missing_ok=True)
+                self._env_file().unlink(missing_ok=True)
                 self.out.info(f"nothing was launched: run {rec.id}'s record is removed")
             raise
         rec.price_per_hour = res["price_per_hour"]
@@ -601,14 +626,13 @@ class Runner(RecoveryStages):
         if rec.run_id and any(m["run_id"] == rec.run_id for m in core.local_runs(prof.name, self.project)):
             self._end("train", ok=True, detail=f"run {rec.run_id} (resumed)")
             return
-        env = [f"GPUOPS_RESUME_FROM={rec.resume_from}"] if rec.resume_from else []  # a replacement resumes
+        env = self._job_env() + ([f"GPUOPS_RESUME_FROM={rec.resume_from}"] if rec.resume_from else [])
+        opts = dict(script=rec.script, args=rec.args, sync=False, env=env, seed=rec.seed, force=rec.force)
         try:
             if prof.is_fleet or rec.launcher != "none":  # one run id on every node, with its rank and addresses
-                res = lifecycle.train_fleet(prof, self.out, self.project, script=rec.script, args=rec.args, sync=False,
-                                            launcher=rec.launcher, nproc=rec.nproc, env=env)
+                res = lifecycle.train_fleet(prof, self.out, self.project, launcher=rec.launcher, nproc=rec.nproc, **opts)
             else:
-                res = lifecycle.train(prof, self.out, self.project, script=rec.script, args=rec.args, sync=False,
-                                      env=env)
+                res = lifecycle.train(prof, self.out, self.project, **opts)
         except GpuopsError as exc:  # the launch gate refused a broken stack, or the launch failed
             self.out.error(f"not launched: {exc.message}", exc.hint)
             self._end("train", ok=False, detail=exc.message)
