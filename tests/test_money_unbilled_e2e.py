@@ -138,3 +138,41 @@ def test_a_fetch_that_fails_keeps_the_instance_and_states_its_deadline(cloud, gp
 
     assert abs(_ttl_tag(inst) - (time.time() + 3 * 3600)) < 120
     assert gpuops("down", doc["profile"], "--yes").code == 0
+
+
+# -- a revoked key: no statement the API did not make -----------------------------------------------------------------
+def _training_proc(cloud, *args):
+    import time
+
+    from test_run_e2e import FOREVER, _cli, _project, _wait_stage
+
+    _project(text=FOREVER)
+    p = _cli(cloud, "--script", "train.py", "--json", *args)
+    _wait_stage("watch")
+    time.sleep(1.5)
+    (iid,) = [i["id"] for i in _live(cloud)]
+    return p, iid
+
+
+def test_a_revoked_key_is_never_read_as_the_instance_running(cloud):
+    p, iid = _training_proc(cloud, "--unreachable", "6s")
+    cloud.fault("revoked-key")  # every API request from now on: 401 global/invalid-api-key
+    cloud.unreachable(iid)
+    out, err = p.communicate(timeout=180)
+    cloud.clear_faults()
+    assert p.returncode == 3, err
+    assert "shows the instance running" not in err, err
+    assert "could not ask the Lambda API" in err and "is not known" in err, err
+    assert json.loads(out)["outcome"] == "detached"
+
+
+def test_a_preempted_instance_is_not_said_to_bill_when_the_key_is_revoked(cloud):
+    p, iid = _training_proc(cloud)
+    cloud.fault("revoked-key", after=1)  # the run's next question sees the preemption; the key dies after it
+    cloud.preempt(iid)
+    out, err = p.communicate(timeout=180)
+    cloud.clear_faults()
+    assert f"instance {iid} is preempted" in err, err
+    assert "STILL BILLING" not in err, err
+    assert f"the Lambda API last showed {iid} preempted at" in err and "not confirmed" in err, err
+    assert "gpuops ls once the Lambda API answers" in err

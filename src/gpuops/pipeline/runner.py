@@ -179,6 +179,7 @@ class Runner(RecoveryStages):
         self.fetched: dict[str, str] = {}
         self._fetcher = None  # the background checkpoint fetch while watching (--recover)
         self._api_down: Optional[str] = None  # the API could not be asked (said once until it answers again)
+        self._seen: dict = {}  # instance id -> (status, when): what the API last showed (up: active)
         self.missing: list = []  # --fetch names the job never created (the run terminated: nothing to keep)
 
     # -- helpers -------------------------------------------------------------------------------------------------
@@ -294,6 +295,8 @@ class Runner(RecoveryStages):
                             if not exc.not_found:
                                 raise
                             statuses.append((iid, "terminated"))
+            now = self.seams.clock()
+            self._seen.update({iid: (status, now) for iid, status in statuses})
             if self._api_down is not None:
                 self.out.info(f"the Lambda API answers again about {self.rec.profile}'s instance")
                 self._api_down = None
@@ -357,8 +360,11 @@ class Runner(RecoveryStages):
         """The instance is still there (or the API cannot tell) but unreachable: the run is left to resume, with
         the summary and the ways on."""
         rec = self.rec
-        self.out.error(err.message, err.hint or f"the instance bills ${(rec.price_per_hour or 0):.2f}/h: "
-                       f"gpuops run --resume --id {rec.id} continues the run, gpuops down {rec.profile} ends it")
+        bills = (f"the instance bills ${(rec.price_per_hour or 0):.2f}/h" if self._api_down is None else
+                 f"the Lambda API could not be asked ({self._api_down}): whether the instance still runs and bills "
+                 f"${(rec.price_per_hour or 0):.2f}/h is not known (gpuops ls checks once the API answers)")
+        self.out.error(err.message, err.hint or f"{bills}: gpuops run --resume --id {rec.id} continues the run, "
+                       f"gpuops down {rec.profile} ends it")
         rec.outcome = pl.DETACHED  # the stage stays open: --resume takes it up again
         pl.save(rec, self.project)
         return int(err.code) if int(err.code) else 3
@@ -512,6 +518,7 @@ class Runner(RecoveryStages):
         rec.price_per_hour = res["price_per_hour"]
         rec.instance = {"ids": [n["instance_id"] for n in res.get("nodes") or []] or [res["instance_id"]],
                         "type": res["instance_type"], "region": res["region"]}
+        self._seen.update({iid: ("active", self.seams.clock()) for iid in rec.instance["ids"]})
         _use_env_python(Path(res["profile_file"]), RUN_PYTHON)
         if res.get("nodes"):
             self._end("up", ok=True, detail=f"{len(res['nodes'])} instances in {res['region']} ({res['instance_type']}): " +
@@ -723,8 +730,8 @@ class Runner(RecoveryStages):
             raise lost
         if (isinstance(exc, ConnectError) and not isinstance(exc, (AuthError, HostKeyError))
                 and pl.why_not_recover(self.rec, self.seams.clock()) is None):
-            return self._start_recovery("watch", "unreachable", f"{self.rec.profile}: {exc.message} (the Lambda API "
-                                        "shows the instance running)")
+            return self._start_recovery("watch", "unreachable", f"{self.rec.profile}: {exc.message} ("
+                                        + self._api_says() + ")")
         raise _ConnectionGaveUp(exc)
 
     def _reconnecting(self, ev: dict, asked: list) -> None:
@@ -737,9 +744,24 @@ class Runner(RecoveryStages):
             lost = self._fate()
             if lost is not None:
                 raise lost
-            said = "; the Lambda API shows the instance running"
+            said = "; " + self._api_says()
         self.out.info(f"connection to {self.rec.profile} lost ({ev['error']}){said}: reconnecting (attempt "
                       f"{ev['attempt']}, in {ev['delay']:g}s; {self._cost()})")
+
+    def _api_says(self) -> str:
+        """What the last question to the API (just asked by _fate) tells of an instance that did not end."""
+        if self._api_down is None:
+            return "the Lambda API shows the instance running"
+        return (f"the Lambda API could not be asked ({self._api_down}): whether the instance still runs is not "
+                "known")
+
+    def _billing(self, ids: list) -> tuple[str, Optional[str]]:
+        """A terminate that failed: what may be said of the money (billing_said), and what to check when the API
+        last showed the instances ended (None: the usual hint)."""
+        price = (self.rec.price_per_hour or 0) * max(1, self.rec.nodes)
+        text, billing = billing_said(ids, self._seen, price)
+        return text, (None if billing else f"check: gpuops ls once the Lambda API answers (a revoked key: set a new "
+                                           f"LAMBDA_API_KEY); gpuops down {self.rec.profile} ends it if it still runs")
 
     def _budget_stop(self) -> None:
         """--max-cost reached while watching: stop the job (every node), then fetch what exists and terminate."""
@@ -874,16 +896,30 @@ class Runner(RecoveryStages):
             ids = prof.cloud.instance_ids if prof is not None else []
             what = (f"instance {ids[0]}" if len(ids) == 1 else f"instances {', '.join(ids)}") if ids else "the instance"
             self._end("down", ok=False, detail=exc.message)
-            self.out.error(f"could not terminate {what} ({exc.message}): STILL BILLING "
-                           f"${(rec.price_per_hour or 0) * max(1, rec.nodes):.2f}/h",
-                           f"gpuops down {rec.profile} ends it (gpuops run --resume --id {rec.id} too, closing the "
-                           "run); gpuops ls shows it")
+            money, check = self._billing(ids)
+            self.out.error(f"could not terminate {what} ({exc.message}): {money}",
+                           check or f"gpuops down {rec.profile} ends it (gpuops run --resume --id {rec.id} too, "
+                                    "closing the run); gpuops ls shows it")
             return
         if len(res.get("instance_ids") or []) > 1:
             self._end("down", ok=True, detail=", ".join(f"instance {i} {st}" for i, st in
                                                          zip(res["instance_ids"], res["statuses"])))
         else:
             self._end("down", ok=True, detail=f"instance {res['instance_id']} {res['status']}")
+
+
+def billing_said(ids: list, seen: dict, price_per_hour: float) -> tuple[str, bool]:
+    """What a run may say of instances it could not terminate: (text, billing). STILL BILLING unless the API last
+    showed every one of them ended (preempted, terminated, terminating: `seen` = {id: (status, when)}); then what is
+    known (that status, when) and what is not (the end is unconfirmed)."""
+    from datetime import timezone
+
+    last = [(i, seen.get(i)) for i in ids]
+    if last and all(s is not None and s[0] in ("preempted", "terminated", "terminating") for _, s in last):
+        shown = ", ".join(f"{i} {s[0]} at {datetime.fromtimestamp(s[1], timezone.utc):%H:%M:%S UTC}" for i, s in last)
+        return (f"the Lambda API last showed {shown}, so it should not bill; that it ended is not confirmed, since the "
+                "API could not be asked again"), False
+    return f"STILL BILLING ${price_per_hour:.2f}/h", True
 
 
 class _ConnectionGaveUp(Exception):
