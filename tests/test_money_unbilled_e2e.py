@@ -176,3 +176,28 @@ def test_a_preempted_instance_is_not_said_to_bill_when_the_key_is_revoked(cloud)
     assert "STILL BILLING" not in err, err
     assert f"the Lambda API last showed {iid} preempted at" in err and "not confirmed" in err, err
     assert "gpuops ls once the Lambda API answers" in err
+
+
+# -- a preemption is the first thing said, not the setup error it causes -----------------------------------------------
+def test_a_replacement_preempted_during_setup_says_the_preemption_first(cloud):
+    import time
+
+    from test_run_e2e import _wait_stage
+
+    p, first = _training_proc(cloud, "--recover", "1")
+    cloud.preempt(first)
+    deadline = time.monotonic() + 120
+    while True:  # the replacement is being set up
+        doc = _wait_stage("setup")
+        if doc["attempts"] and doc["stages"].get("setup", {}).get("started"):
+            break
+        assert time.monotonic() < deadline, "the replacement never reached setup"
+        time.sleep(0.1)
+    (second,) = [i["id"] for i in _live(cloud) if i["id"] != first]
+    cloud.preempt(second)
+    out, err = p.communicate(timeout=180)
+    after = err.split(f"launched instance {second}", 1)[1]  # what is said of the replacement
+    said = [ln for ln in after.splitlines() if ln.startswith("error:")]
+    assert said and f"instance {second} is preempted" in said[0], err
+    assert "setup failed" not in err, err
+    assert json.loads(out)["outcome"] == "lost"

@@ -180,6 +180,7 @@ class Runner(RecoveryStages):
         self._fetcher = None  # the background checkpoint fetch while watching (--recover)
         self._api_down: Optional[str] = None  # the API could not be asked (said once until it answers again)
         self._seen: dict = {}  # instance id -> (status, when): what the API last showed (up: active)
+        self._asked = False  # the API was asked about the stage that just failed (_raise_if_lost)
         self.missing: list = []  # --fetch names the job never created (the run terminated: nothing to keep)
 
     # -- helpers -------------------------------------------------------------------------------------------------
@@ -247,12 +248,13 @@ class Runner(RecoveryStages):
                 if name in ("setup", "sync", "push", "train") and pl.over_budget(self.rec, self.seams.clock()):
                     self._budget_stop_before(name)
                     continue
+                self._asked = False
                 getattr(self, f"stage_{name}")()
                 st = self.rec.stages.get(name)
                 if name in ("down", "recover") and st is not None and st.ok is False:
                     break  # the instance could not be terminated: said loudly; `--resume` or `down` tries again
                 if (name not in ("up", "down") and st is not None and st.ok is False and not self.rec.lost
-                        and not self.rec.recovering):
+                        and not self.rec.recovering and not self._asked):
                     self._check_fate(name)  # a failed stage: was it the instance ending under us?
             except KeyboardInterrupt:
                 if not self._second_press(name):
@@ -309,6 +311,16 @@ class Runner(RecoveryStages):
                               "(asked again as the run goes on)")
             self._api_down = exc.message
         return None
+
+    def _raise_if_lost(self) -> None:
+        """A stage failed: ask the API before saying anything (InstanceLost when an instance ended under the run); the
+        loop does not ask again for this failure."""
+        self._asked = True
+        if self.rec.lost or self.rec.recovering:
+            return
+        lost = self._fate()
+        if lost is not None:
+            raise lost
 
     def _check_fate(self, stage: Optional[str]) -> bool:
         """Ask the API; an instance gone under the run closes the run as lost (True)."""
@@ -588,6 +600,7 @@ class Runner(RecoveryStages):
             doc = setup(prof, self.out, self.project, verify=True, on_plan=on_plan)
         except GpuopsError as exc:
             self._end("setup", ok=False, detail=exc.message)
+            self._raise_if_lost()  # an instance ended under the run: that is the first line, not the failure it caused
             self.out.error(f"setup failed: {exc.message}", exc.hint)
             return
         code = exit_code(doc["verify"]) if doc.get("verify") else 0
@@ -619,6 +632,7 @@ class Runner(RecoveryStages):
             s = one(prof, self.out)
         except GpuopsError as exc:
             self._end("sync", ok=False, detail=exc.message)
+            self._raise_if_lost()  # an instance ended under the run: that is the first line, not the failure it caused
             self.out.error(f"sync failed: {exc.message}", exc.hint)
             return
         self._end("sync", ok=True, detail=f"{s['files']} files, {s['bytes_sent']} bytes sent")
@@ -641,8 +655,9 @@ class Runner(RecoveryStages):
             else:
                 res = lifecycle.train(prof, self.out, self.project, **opts)
         except GpuopsError as exc:  # the launch gate refused a broken stack, or the launch failed
-            self.out.error(f"not launched: {exc.message}", exc.hint)
             self._end("train", ok=False, detail=exc.message)
+            self._raise_if_lost()
+            self.out.error(f"not launched: {exc.message}", exc.hint)
             return
         rec.run_id = res["run_id"]
         self._end("train", ok=True, detail=f"run {res['run_id']}")
