@@ -3,7 +3,9 @@ it starts and after it ends (pipeline/stages.py decides what comes next, also af
 
 Money rules: the instance is terminated when the job ends, fails, or its launch is refused, and when the user presses
 Ctrl-C twice; never before everything named in --fetch is on the local disk and verified (a fetch that fails after
-retries keeps the instance and says so, leaving it to `gpuops ls` and `gpuops reap`). --max-cost is checked from the
+retries keeps the instance and says so, with its TTL deadline, leaving it to `gpuops ls` and `gpuops reap`; a name the
+job never created holds nothing and keeps nothing billing). Every run's instance has a TTL (run_ttl: --ttl,
+GPUOPS_RUN_TTL, else 24h). --max-cost is checked from the
 launch on (boot, between stages, while training): it stops the job and fetches what exists, or ends a run that has not
 trained yet. A lost connection is never judged alone: the API says whether the instance still runs (reconnect), or
 ended under the run (terminated elsewhere, preempted: said at once, the run closed as `lost`). The cloud TTL set by
