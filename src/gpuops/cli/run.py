@@ -68,8 +68,8 @@ def run(
                                         show_default=False),
     resume: bool = typer.Option(False, "--resume", help="Continue a run whose local process ended (crash, laptop "
                                                         "closed, Ctrl-C): the newest unfinished one, or --id RUN. "
-                                                        "--fetch, --keep, --max-cost, --recover and --force apply to it; "
-                                                        "the options that describe a new run are refused."),
+                                                        "--fetch, --keep, --max-cost, --recover and --force apply "
+                                                        "to it; the options that describe a new run are refused."),
     run_id: Optional[str] = typer.Option(None, "--id", metavar="RUN", help="With --resume: which run.",
                                          show_default=False),
     env: List[str] = typer.Option([], "--env", "-e", metavar="NAME=VALUE",

@@ -67,11 +67,19 @@ def run_ttl(given: Optional[str], env: dict) -> tuple[float, str]:
     sentence that states it)."""
     from ..cloud import decisions as d
 
+    def parse(text: str, flag: str) -> float:
+        try:
+            return d.parse_limit(text, flag)
+        except UsageError as exc:  # "leave the option out" would not mean "no limit" here
+            said = exc.message if exc.message.startswith(flag) else f"{flag}={text}: {exc.message}"
+            raise UsageError(said, hint=f"every run's instance has a TTL (default {DEFAULT_RUN_TTL}); a long run: "
+                                        "--ttl 7d") from None
+
     if given is not None:
-        secs = d.parse_limit(given, "--ttl")
+        secs = parse(given, "--ttl")
         return secs, f"TTL {given} (--ttl)"
     if env.get(RUN_TTL_ENV):
-        secs = d.parse_limit(env[RUN_TTL_ENV], RUN_TTL_ENV)
+        secs = parse(env[RUN_TTL_ENV], RUN_TTL_ENV)
         return secs, f"TTL {env[RUN_TTL_ENV]} ({RUN_TTL_ENV}; --ttl changes it)"
     secs = d.parse_limit(DEFAULT_RUN_TTL, "--ttl")
     return secs, (f"TTL {DEFAULT_RUN_TTL}, the default (--ttl DURATION or {RUN_TTL_ENV} in the environment "
@@ -462,8 +470,9 @@ class Runner(RecoveryStages):
         pl.save(rec, self.project)
         self._env_file().unlink(missing_ok=True)  # the run is over: no launch needs its --env values again
         if rec.outcome == pl.KEPT and rec.keep and down is None:
-            self.out.warn(f"--keep: {rec.profile} is KEPT, billing ${(rec.price_per_hour or 0) * max(1, rec.nodes):.2f}/h"
-                          f"{self._until()}; gpuops down {rec.profile} ends it sooner")
+            per_hour = (rec.price_per_hour or 0) * max(1, rec.nodes)
+            self.out.warn(f"--keep: {rec.profile} is KEPT, billing ${per_hour:.2f}/h{self._until()}; gpuops down "
+                          f"{rec.profile} ends it sooner")
         return 0 if rec.outcome in (pl.SUCCEEDED,) or (rec.outcome == pl.KEPT and rec.keep and
                                                        rec.job_state == "succeeded") else 1
 
@@ -653,7 +662,8 @@ class Runner(RecoveryStages):
         opts = dict(script=rec.script, args=rec.args, sync=False, env=env, seed=rec.seed, force=rec.force)
         try:
             if prof.is_fleet or rec.launcher != "none":  # one run id on every node, with its rank and addresses
-                res = lifecycle.train_fleet(prof, self.out, self.project, launcher=rec.launcher, nproc=rec.nproc, **opts)
+                res = lifecycle.train_fleet(prof, self.out, self.project, launcher=rec.launcher, nproc=rec.nproc,
+                                            **opts)
             else:
                 res = lifecycle.train(prof, self.out, self.project, **opts)
         except GpuopsError as exc:  # the launch gate refused a broken stack, or the launch failed
