@@ -787,7 +787,7 @@ class Runner(RecoveryStages):
         last showed the instances ended (None: the usual hint)."""
         price = (self.rec.price_per_hour or 0) * max(1, self.rec.nodes)
         text, billing = billing_said(ids, self._seen, price)
-        return text, (None if billing else f"check: gpuops ls once the Lambda API answers (a revoked key: set a new "
+        return text + (self._until() if billing else ""), (None if billing else f"check: gpuops ls once the Lambda API answers (a revoked key: set a new "
                                            f"LAMBDA_API_KEY); gpuops down {self.rec.profile} ends it if it still runs")
 
     def _budget_stop(self) -> None:
