@@ -19,7 +19,9 @@ RunArg = typer.Argument(None, help="Run id or a unique prefix (default: the prof
 @app.command()
 def train(
     script: str = typer.Option(..., "--script", "-s", help="Training script, relative to the project folder "
-                                                           "(.py runs with the profile's python, .sh with bash)."),
+                                                           "(.py runs with the profile's python, .sh with bash). A "
+                                                           ".sh with Windows line endings or a .py with relative "
+                                                           "imports is refused before anything is synced."),
     profile: Optional[str] = ProfileOpt,
     name: Optional[str] = typer.Option(None, "--name", help="Run name (default: the script's stem)."),
     env: List[str] = typer.Option([], "--env", "-e", help="NAME=VALUE for the job (repeatable; wins over the "

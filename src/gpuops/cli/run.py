@@ -9,6 +9,7 @@ import typer
 
 from .app import app, output
 from .cloud import GpuOpt, MaxPriceOpt, TypeOpt, WaitForCapacityOpt
+from .fs import fs_question
 
 
 @app.command()
@@ -17,7 +18,11 @@ def run(
     gpu: Optional[str] = GpuOpt,
     max_price: Optional[float] = MaxPriceOpt,
     wait_for_capacity: Optional[str] = WaitForCapacityOpt,
-    script: Optional[str] = typer.Option(None, "--script", "-s", help="Training script, relative to the project."),
+    script: Optional[str] = typer.Option(None, "--script", "-s", help="Training script, relative to the project. "
+                                         "Refused before anything is launched when the launched image cannot run "
+                                         "it: requires-python its python misses, a poetry/pdm/conda project setup "
+                                         "cannot install, conda activate, Windows line endings, relative imports "
+                                         "(docs/run.md)."),
     region: List[str] = typer.Option([], "--region", "-r", help="Region to try, in order (repeatable; default: "
                                                                 "every region with capacity)."),
     fetch: Optional[str] = typer.Option(None, "--fetch", metavar="NAME[,NAME...]",
@@ -72,6 +77,15 @@ def run(
                                                         "to it; the options that describe a new run are refused."),
     run_id: Optional[str] = typer.Option(None, "--id", metavar="RUN", help="With --resume: which run.",
                                          show_default=False),
+    fs: Optional[str] = typer.Option(None, "--fs", metavar="NAME", help="Attach Lambda filesystem NAME to every "
+                                     "instance (replacements too): only its region is tried; missing, it is created "
+                                     "after asking (--yes: at once). The job sees GPUOPS_FS; setup's caches live on "
+                                     "it (docs/fs.md).", show_default=False),
+    data: Optional[str] = typer.Option(None, "--data", metavar="SOURCE", help="Data the job reads at GPUOPS_DATA: a "
+                                       "local folder (rsync'd; with --fs once onto the filesystem, later runs send "
+                                       "only what changed), https://...#sha256=HEX or hf://ORG/NAME "
+                                       "(hf://datasets/ORG/NAME; HF_TOKEN a secret): downloaded by the instance, "
+                                       "never through this machine (docs/fs.md).", show_default=False),
     env: List[str] = typer.Option([], "--env", "-e", metavar="NAME=VALUE",
                                   help="For the job, as `gpuops train --env` takes it (repeatable; wins over the "
                                        "preset and the profile; NAME= unsets NAME). Kept in a 0600 file beside the "
@@ -89,7 +103,7 @@ def run(
                                         "instance terminates it at its TTL/idle limit even with your laptop closed "
                                         "(gpuops up --guard: puts your account-wide API key on the instance).",
                                         show_default=False),
-    yes: bool = typer.Option(False, "--yes", "-y", help="Do not ask before launching."),
+    yes: bool = typer.Option(False, "--yes", "-y", help="Do not ask before launching (nor before creating --fs)."),
     json_: bool = typer.Option(False, "--json", help="Print the closing summary as one JSON document."),
     args: Optional[List[str]] = typer.Argument(None, help="Arguments for the script, after --.", show_default=False),
 ) -> None:
@@ -115,19 +129,19 @@ def run(
                    "--wait-for-capacity": wait_for_capacity, "--script": script, "--region": region, "--ttl": ttl, "--key": key,
                    "--name": name, "--nodes": nodes != 1, "--launcher": launcher != "auto",
                    "--nproc-per-node": nproc != "auto", "--from": from_, "--unreachable": unreachable, "ARGS": args,
-                   "--env": env, "--seed": seed is not None, "--idle": idle, "--guard": guard}
+                   "--env": env, "--seed": seed is not None, "--idle": idle, "--guard": guard, "--fs": fs, "--data": data}
         rec = _resumed(out, project, run_id, new_run, fetch=fetch_names, keep=keep, max_cost=max_cost, recover=recover,
                        force=force)
     else:
         rec = _new_run(out, project, types=type_, gpu=gpu, max_price=max_price, wait_for_capacity=wait_for_capacity,
                        script=script, region=region, fetch=fetch_names, keep=keep, ttl=ttl, max_cost=max_cost, key=key,
                        name=name, nodes=nodes, launcher=launcher, nproc=nproc, from_=from_, args=args,
-                       recover=recover or 0, unreachable=unreachable, env=env, seed=seed, force=force, idle=idle,
-                       guard=guard)
+                       recover=recover or 0, unreachable=unreachable, fs=fs, data=data, env=env, seed=seed,
+                       force=force, idle=idle, guard=guard)
 
     runner = run_ops.Runner(rec, out, project, lambda: make_context(out, project_dir=project,
                                                                     with_key=rec.guard == "on-instance"),
-                            confirm=_confirmer(yes), env=None if resume else env)
+                            confirm=_confirmer(yes), create_fs=fs_question(yes), env=None if resume else env)
     with as_interrupt():
         code = runner.run()
         run_ops.render_summary(out, runner.rec, runner.fetched, time.time())
@@ -160,14 +174,16 @@ def _new_run(out, project: Path, *, types: list, gpu: Optional[str], max_price: 
              wait_for_capacity: Optional[str], script: Optional[str], region: list, fetch: list, keep: bool,
              ttl: Optional[str], max_cost: Optional[float], key: Optional[Path], name: Optional[str], nodes: int,
              launcher: str, nproc: str, from_: Optional[str], args: Optional[list], recover: int = 0,
-             unreachable: Optional[str] = None, env: Optional[list] = None, seed: Optional[int] = None,
-             force: bool = False, idle: Optional[str] = None, guard: Optional[str] = None):
+             unreachable: Optional[str] = None, fs: Optional[str] = None, data: Optional[str] = None,
+             env: Optional[list] = None, seed: Optional[int] = None, force: bool = False, idle: Optional[str] = None,
+             guard: Optional[str] = None):
     """A new run's record, every option checked (and a --from template read) before anything is launched."""
     from ..cloud import decisions as d
     from ..cloud.instances import template_for
     from ..errors import UsageError
     from ..jobs.launchers import LAUNCHERS
     from ..jobs.plan import parse_env_args, script_path
+    from ..pipeline import prelaunch
     from ..pipeline import runner as run_ops
     from ..pipeline import stages as pl
 
@@ -186,12 +202,21 @@ def _new_run(out, project: Path, *, types: list, gpu: Optional[str], max_price: 
     env_names = list(parse_env_args(env))  # NAME=VALUE checked as train checks it, before anything is written
     idle_s = d.parse_limit(idle, "--idle") if idle is not None else None
     script = script_path(script, project, must_exist=True)
+    if fs:
+        from ..cloud.filesystems import check_name
+
+        check_name(fs)
+    if data:
+        from ..transfer.dataplan import parse
+
+        parse(data, project)  # checked before anything is launched
     from ..profiles.model import environment
 
     ttl_s, ttl_said = run_ops.run_ttl(ttl, environment(project))
     template, note = run_ops.run_template(template_for(from_, project), from_)
     if note:
         out.info(note)
+    prelaunch.check(project, script, out, template)  # a job that cannot run is refused before anything bills
     out.info(ttl_said)
     return run_ops.new_record(types=types, gpu=gpu, max_price=max_price, wait_for_capacity_s=wait_s, script=script,
                               args=args or [], regions=region, nodes=nodes, fetch=fetch, keep=keep,
@@ -199,7 +224,8 @@ def _new_run(out, project: Path, *, types: list, gpu: Optional[str], max_price: 
                               key=(key or Path("~/.ssh/id_ed25519")).expanduser(), name=pl.run_name(name, script),
                               launcher=launcher, nproc=nproc, template=template, recover=recover,
                               unreachable_s=d.parse_limit(unreachable, "--unreachable") if unreachable else None,
-                              seed=seed, env_names=env_names, force=force, idle_s=idle_s, guard=guard)
+                              file_systems=[fs] if fs else [], data=data, seed=seed, env_names=env_names,
+                              force=force, idle_s=idle_s, guard=guard)
 
 
 def _confirmer(yes: bool):

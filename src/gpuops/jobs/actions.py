@@ -65,7 +65,8 @@ class _Gate:
         gone = ji.missing(self.needs, core.found_modules(pf.facts))
         if gone:
             extra += ji.problems(gone, python=node.python, declared_names=ji.declared(self.project), table=self.table,
-                                 project_table=ji.has_project_table(self.project))
+                                 project_table=ji.has_project_table(self.project),
+                                 extras=ji.extras_only(self.project), wanted_extras=node.setup.extras)
         verdict = core.judge_preflight(pf, script_found=found, script=script_rel, remote_dir=remote_dir,
                                        min_disk_gb=node.expect.min_disk_gb, force=force, synced=sync,
                                        stack=core.gate_results(pf.facts, node, kb.knowledge(self.project), self.env),
@@ -87,6 +88,7 @@ def _prepare_run(prof, out, project: Path, *, script: str, name: Optional[str], 
     from ..profiles import model as profiles
 
     script_rel = core.script_path(script, project, must_exist=sync)
+    refuse_script(project, script_rel, "nothing was synced or launched")
     cli_env = core.parse_env_args(env)
     presets_doc = core.load_presets(project)
     started = clock()
@@ -99,6 +101,17 @@ def _prepare_run(prof, out, project: Path, *, script: str, name: Optional[str], 
     for w in plan.warnings + dotenv_warnings(project / ".env", plan.secret_origin):
         out.warn(w)
     return script_rel, presets_doc, started, rid, plan
+
+
+def refuse_script(project: Path, script_rel: str, done: str) -> None:
+    """A script no host can run as it is (Windows line endings, relative imports run as a file), refused before
+    anything is done (`done` says what was not): script_imports.script_problems."""
+    from ..errors import ChecksFailed
+    from .script_imports import script_problems
+
+    found = script_problems(project, script_rel)
+    if found:
+        raise ChecksFailed("; ".join(p for p, _ in found) + f"; {done}", hint="\n".join(f for _, f in found))
 
 
 def dotenv_warnings(dotenv: Path, origins: dict[str, str]) -> list[str]:

@@ -418,6 +418,7 @@ class Preflight:
     has_setsid_fork: bool = True
     job_gpus: int = 0  # the GPUs the job is given: all listed, or those its CUDA_VISIBLE_DEVICES names (job_gpu_count)
     compile_error: Optional[str] = None  # the launch gate: the script does not compile (.py) or is unreadable
+    python_found: Optional[bool] = None  # the launch gate: the profile's python exists on the host (None: not asked)
     facts: Optional[dict] = None  # the launch gate: the verify probe's document (stack facts), when gathered
 
 
@@ -433,6 +434,8 @@ def parse_preflight(text: str) -> Preflight:
                 gpu_rc = int(head[1]) if len(head) > 1 and head[1].lstrip("-").isdigit() else 1
             elif section == "setsid":
                 pf.has_setsid_fork = len(head) > 1 and head[1] == "1"
+            elif section == "python":
+                pf.python_found = len(head) > 1 and head[1] == "1"
             elif section == "compile":
                 msg = line[len("@compile"):].strip()
                 pf.compile_error = None if msg == "ok" else (msg or "the script could not be compiled")
@@ -637,14 +640,18 @@ def judge_preflight(pf: Preflight, *, script_found: bool, script: str, remote_di
     problems = []
     fixes = []
     need = NEEDS.get(launcher)
-    if need and pf.packages is not None and not pf.packages.get(need):
+    if pf.python_found is False:  # nothing it would run can be judged: said once, with what makes it
+        problems.append(f"the profile's python {python} does not exist on the host yet")
+        fixes.append("fix: run `gpuops setup` (it creates the environment that the profile's python: names and "
+                     "installs the project into it), or correct python: in the profile")
+    elif need and pf.packages is not None and not pf.packages.get(need):
         problems.append(f"--launcher {launcher} needs {need}, and {python} has no {need} installed")
         fixes.append(f"fix: put {need} in the project's dependencies (or expect.packages) and run gpuops setup")
     for r in stack:
         problems.append(gate_line(r))
         if r.remediation:
             fixes.append(f"fix ({r.title}): {r.remediation}")
-    if script_found and pf.compile_error:
+    if script_found and pf.compile_error and pf.python_found is not False:
         problems.append(f"script {script} does not compile: {pf.compile_error}")
         fixes.append(f"fix: correct {script} (python -m py_compile {script} shows the error locally)")
     for problem, fix in extra:

@@ -68,7 +68,7 @@ def gate_lines(remote_dir: str, script: Optional[str], python: str, probe_params
     verify probe's stack facts (torch build, CUDA, GPU count, flash-attn import) under `@facts`."""
     P = shell_path(remote_dir)
     first = shell_path((shlex.split(python) or ["python3"])[0])
-    out = ""
+    out = f'if command -v {first} >/dev/null 2>&1; then echo "@python 1"; else echo "@python 0"; fi\n'
     if script:
         f = f"{P}/{shlex.quote(script)}"
         if script.endswith(".py"):
@@ -87,17 +87,30 @@ def gate_lines(remote_dir: str, script: Optional[str], python: str, probe_params
 
 def venv_lines(python: str) -> list[str]:
     """launch.sh lines: when the profile's Python lives in a virtual environment (its bin/ holds pyvenv.cfg one level
-    up), that bin/ goes first on PATH and VIRTUAL_ENV is set, so `python`/`pip` in a .sh job are the profile's; and
-    `uv run` in the job uses that environment as it is (UV_PROJECT_ENVIRONMENT, UV_NO_SYNC): the one setup built,
+    up), that bin/ goes first on PATH and VIRTUAL_ENV is set, so `python`/`pip` in a .sh job are the profile's; a
+    launcher command the environment's bin/ lacks (its torch is the image's, seen through --system-site-packages:
+    torchrun, accelerate, deepspeed of launchers.LAUNCHER_COMMANDS) is a shim in the run folder's bin/, next on PATH,
+    that runs it with the environment's python (`python -m torch.distributed.run`), never the system python's copy;
+    and `uv run` in the job uses that environment as it is (UV_PROJECT_ENVIRONMENT, UV_NO_SYNC): the one setup built,
     extras included, with nothing installed while the instance bills. The profile's env: may set either otherwise."""
+    from .launchers import LAUNCHER_COMMANDS
+
     first = (shlex.split(python) or ["python3"])[0]
     if "/" not in first:
         return []
+    shims = " ".join(f"{cmd}:{mod}" for cmd, mod in LAUNCHER_COMMANDS)
     return [f"gpuops_py={shell_path(first)}",
             'gpuops_bin=$(dirname "$gpuops_py")',
             'if [ -f "$gpuops_bin/../pyvenv.cfg" ]; then',
             '  VIRTUAL_ENV=$(cd "$gpuops_bin/.." && pwd); export VIRTUAL_ENV',
-            '  PATH="$VIRTUAL_ENV/bin:$PATH"; export PATH; unset PYTHONHOME',
+            '  mkdir -p "$D/bin"',
+            f"  for gpuops_l in {shims}; do",
+            '    gpuops_c=${gpuops_l%%:*}',
+            '    [ -e "$VIRTUAL_ENV/bin/$gpuops_c" ] || printf \'#!/bin/sh\\nexec "%s" -m %s "$@"\\n\' '
+            '"$VIRTUAL_ENV/bin/$(basename "$gpuops_py")" "${gpuops_l#*:}" > "$D/bin/$gpuops_c"',
+            '    [ -e "$VIRTUAL_ENV/bin/$gpuops_c" ] || chmod 755 "$D/bin/$gpuops_c"',
+            "  done",
+            '  PATH="$VIRTUAL_ENV/bin:$D/bin:$PATH"; export PATH; unset PYTHONHOME',
             '  UV_PROJECT_ENVIRONMENT=${UV_PROJECT_ENVIRONMENT:-$VIRTUAL_ENV}; export UV_PROJECT_ENVIRONMENT',
             '  UV_NO_SYNC=${UV_NO_SYNC:-1}; export UV_NO_SYNC',
             "fi"]
