@@ -5,12 +5,12 @@ Money rules: the instance is terminated when the job ends, fails, or its launch 
 Ctrl-C twice; never before everything named in --fetch is on the local disk and verified (a fetch that fails after
 retries keeps the instance and says so, with its TTL deadline, leaving it to `gpuops ls` and `gpuops reap`; a name the
 job never created holds nothing and keeps nothing billing). Every run's instance has a TTL (run_ttl: --ttl,
-GPUOPS_RUN_TTL, else 24h). --max-cost is checked from the
-launch on (boot, between stages, while training): it stops the job and fetches what exists, or ends a run that has not
-trained yet. A lost connection is never judged alone: the API says whether the instance still runs (reconnect), or
-ended under the run (terminated elsewhere, preempted: said at once, the run closed as `lost`). The cloud TTL set by
-`up` stays in force whatever happens to this process. With --recover N, an instance lost, unreachable or whose GPU
-fails is replaced instead (pipeline/recovery.py), its time and money counted with the run's.
+GPUOPS_RUN_TTL, else 24h). --max-cost is checked from the launch on (boot, between stages, while training): it stops the
+job and fetches what exists, or ends a run that has not trained yet. A lost connection is never judged alone: the API
+says whether the instance still runs (reconnect), or ended under the run (terminated elsewhere, preempted: said at once,
+the run closed as `lost`). The cloud TTL set by `up` stays in force whatever happens to this process. With --recover N,
+an instance lost, unreachable or whose GPU fails is replaced instead (pipeline/recovery.py), its time and money counted
+with the run's.
 """
 from __future__ import annotations
 
