@@ -109,3 +109,16 @@ def _show_version(value: bool) -> None:
 def _root(version: bool = typer.Option(False, "--version", "-V", is_eager=True, callback=_show_version,
                                        help="Show the version and exit.")) -> None:
     pass
+
+
+def confirmer(yes: bool):
+    """A question asked before something costly (a launch, a large upload): at a terminal, typer's yes/no (default
+    no); answered yes with --yes, and without a terminal (the warning said before it stays on stderr)."""
+    import sys
+
+    def confirm(question: str) -> bool:
+        if yes or not sys.stdin.isatty():
+            return True
+        return typer.confirm(question, default=False, err=True)
+
+    return confirm

@@ -25,7 +25,9 @@ def train(
     profile: Optional[str] = ProfileOpt,
     name: Optional[str] = typer.Option(None, "--name", help="Run name (default: the script's stem)."),
     env: List[str] = typer.Option([], "--env", "-e", help="NAME=VALUE for the job (repeatable; wins over the "
-                                                          "preset and the profile). NAME= unsets NAME."),
+                                                          "preset and the profile). NAME= unsets NAME. A NAME holding "
+                                                          "TOKEN, KEY, SECRET, PASSWORD or CREDENTIAL is a secret: "
+                                                          "never printed nor recorded."),
     no_sync: bool = typer.Option(False, "--no-sync", help="Do not sync the project first."),
     force: bool = typer.Option(False, "--force", help="Launch even if preflight finds another gpuops run, no "
                                                       "GPU, too little disk, a broken stack (CPU-only torch, CUDA "
@@ -51,7 +53,8 @@ def train(
 ) -> None:
     """Launch a training script detached on the profile's host (every host of a fleet profile): sync, preflight
     (the launch gate: the stack, the script and what it imports, GPUs held by other processes), environment,
-    secrets, run."""
+    secrets, run. Every .env variable reaches the job as a secret (LAMBDA_API_KEY and GPUOPS_* excepted); the launch
+    lists the names sent. A file the script names that the sync leaves out is said before the sync."""
     from ..jobs import actions as lifecycle
     from ..errors import UsageError
     from ..jobs.launchers import LAUNCHERS
@@ -404,8 +407,9 @@ def stop(
     json_: bool = JsonOpt,
     host: Optional[int] = HostOpt,
 ) -> None:
-    """Stop a run: SIGINT to its process group, then SIGTERM, then SIGKILL; records how it ended. A fleet run is
-    stopped on every host (or --host N)."""
+    """Stop a run: SIGINT to every process of the run (its process group, and every process carrying the run's
+    marker in its environment: a child that started its own session too), then SIGTERM, then SIGKILL; records how it
+    ended. A fleet run is stopped on every host (or --host N)."""
     from ..jobs import actions as lifecycle
 
     out = output(json_)

@@ -22,6 +22,7 @@ from . import cloud as _cloud  # noqa: E402,F401  (cloud types|keys, up, ls, dow
 from . import setup as _setup  # noqa: E402,F401  (setup)
 from . import run as _run  # noqa: E402,F401  (run)
 from . import fs as _fs  # noqa: E402,F401  (fs ls|create|rm)
+from . import dashboard as _dashboard  # noqa: E402,F401  (dashboard)
 
 
 def run(argv: list[str] | None = None) -> int:

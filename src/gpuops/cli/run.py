@@ -103,7 +103,9 @@ def run(
                                         "instance terminates it at its TTL/idle limit even with your laptop closed "
                                         "(gpuops up --guard: puts your account-wide API key on the instance).",
                                         show_default=False),
-    yes: bool = typer.Option(False, "--yes", "-y", help="Do not ask before launching (nor before creating --fs)."),
+    yes: bool = typer.Option(False, "--yes", "-y", help="Do not ask before launching (the price), before a "
+                                                        "large upload (over 500 MB, or far more than the code), nor "
+                                                        "before creating --fs."),
     json_: bool = typer.Option(False, "--json", help="Print the closing summary as one JSON document."),
     args: Optional[List[str]] = typer.Argument(None, help="Arguments for the script, after --.", show_default=False),
 ) -> None:
@@ -137,7 +139,7 @@ def run(
                        script=script, region=region, fetch=fetch_names, keep=keep, ttl=ttl, max_cost=max_cost, key=key,
                        name=name, nodes=nodes, launcher=launcher, nproc=nproc, from_=from_, args=args,
                        recover=recover or 0, unreachable=unreachable, fs=fs, data=data, env=env, seed=seed,
-                       force=force, idle=idle, guard=guard)
+                       force=force, idle=idle, guard=guard, confirm=_confirmer(yes))
 
     runner = run_ops.Runner(rec, out, project, lambda: make_context(out, project_dir=project,
                                                                     with_key=rec.guard == "on-instance"),
@@ -176,8 +178,9 @@ def _new_run(out, project: Path, *, types: list, gpu: Optional[str], max_price: 
              launcher: str, nproc: str, from_: Optional[str], args: Optional[list], recover: int = 0,
              unreachable: Optional[str] = None, fs: Optional[str] = None, data: Optional[str] = None,
              env: Optional[list] = None, seed: Optional[int] = None, force: bool = False, idle: Optional[str] = None,
-             guard: Optional[str] = None):
-    """A new run's record, every option checked (and a --from template read) before anything is launched."""
+             guard: Optional[str] = None, confirm=None):
+    """A new run's record, every option checked (and a --from template read) before anything is launched; what the
+    sync will send said (and a large upload asked with `confirm`) before the record is written."""
     from ..cloud import decisions as d
     from ..cloud.instances import template_for
     from ..errors import UsageError
@@ -217,6 +220,7 @@ def _new_run(out, project: Path, *, types: list, gpu: Optional[str], max_price: 
     if note:
         out.info(note)
     prelaunch.check(project, script, out, template)  # a job that cannot run is refused before anything bills
+    _before_launch(out, project, script, template, confirm)
     out.info(ttl_said)
     return run_ops.new_record(types=types, gpu=gpu, max_price=max_price, wait_for_capacity_s=wait_s, script=script,
                               args=args or [], regions=region, nodes=nodes, fetch=fetch, keep=keep,
@@ -228,13 +232,19 @@ def _new_run(out, project: Path, *, types: list, gpu: Optional[str], max_price: 
                               force=force, idle_s=idle_s, guard=guard)
 
 
+def _before_launch(out, project: Path, script: str, template: Optional[dict], confirm) -> None:
+    """Said before anything bills: the files the script names that the sync leaves out, symlinks pointing outside
+    the project, a large upload (asked unless --yes). The run's profile takes its sync: settings from --from."""
+    from ..profiles.model import SyncSettings
+    from ..transfer.sync import local_preview
+
+    sync = SyncSettings.model_validate((template or {}).get("sync") or {})
+    local_preview(out, project, script, sync.exclude, copy_links=sync.copy_links, confirm=confirm)
+
+
 def _confirmer(yes: bool):
-    """The question before a launch: asked at a terminal, answered yes with --yes or without one."""
-    import sys
+    """The questions before a launch (the price, a large upload): asked at a terminal, answered yes with --yes or
+    without one."""
+    from .app import confirmer
 
-    def confirm(question: str) -> bool:
-        if yes or not sys.stdin.isatty():
-            return True
-        return typer.confirm(question, default=False, err=True)
-
-    return confirm
+    return confirmer(yes)

@@ -26,6 +26,10 @@ RUNNING, SUCCEEDED, FAILED, STOPPED, LOST = "running", "succeeded", "failed", "s
 ENDED = (SUCCEEDED, FAILED, STOPPED, LOST)
 ALWAYS_SECRET = ("WANDB_API_KEY",)
 RESERVED = ("GPUOPS_RUN_ID", "GPUOPS_RUN_DIR")
+# a variable whose name holds one of these words is a secret wherever it is given (--env, the profile's env:, .env)
+SECRET_WORDS = ("TOKEN", "KEY", "SECRET", "PASSWORD", "CREDENTIAL")
+# .env variables that are gpuops' own, never sent to the job: the Lambda API key and GPUOPS_* settings
+OWN_VARIABLES = ("LAMBDA_API_KEY",)
 _NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
 # the GPU sample format watch parses and the launch scripts ask nvidia-smi for
 GPU_QUERY = "index,name,utilization.gpu,memory.used,memory.total,temperature.gpu,power.draw"
@@ -82,6 +86,24 @@ class EnvPlan:
         return out
 
 
+def looks_secret(name: str) -> bool:
+    """A variable whose value must never be printed or recorded: its name holds TOKEN, KEY, SECRET, PASSWORD or
+    CREDENTIAL (any case), or it is WANDB_API_KEY."""
+    up = name.upper()
+    return name in ALWAYS_SECRET or any(w in up for w in SECRET_WORDS)
+
+
+def own_variable(name: str) -> bool:
+    """gpuops' own settings, read on this machine and never sent to a job (LAMBDA_API_KEY, GPUOPS_*)."""
+    return name in OWN_VARIABLES or name.startswith("GPUOPS_")
+
+
+def recordable_env(env: dict[str, str]) -> dict[str, str]:
+    """--env values that may be written to a record or printed: those whose names look secret are left out (a
+    record that must relaunch keeps them elsewhere, or asks again)."""
+    return {k: v for k, v in env.items() if not looks_secret(k)}
+
+
 def parse_env_args(items: Iterable[str]) -> dict[str, str]:
     """--env K=V (repeatable). `K=` (empty) unsets K for the job."""
     env: dict[str, str] = {}
@@ -121,7 +143,13 @@ def load_presets(project_dir: Path | None = None) -> dict:
 def plan_env(*, preset: Optional[str], presets_doc: dict, profile_env: dict[str, str], cli_env: dict[str, str],
              secret_names: Iterable[str], local_env: dict[str, str], run_id: str, profile_name: str,
              seed: Optional[int] = None, dotenv_names: Iterable[str] = ()) -> EnvPlan:
-    """Layer the job's environment: gpuops defaults < preset < profile env < --env < --seed; secrets aside."""
+    """Layer the job's environment: gpuops defaults < preset < profile env < --env < --seed; secrets aside.
+
+    Secrets (sent in a 0600 file, never printed, never in meta.json or launch.sh): WANDB_API_KEY, the profile's
+    secrets: names, every variable whose name looks secret (looks_secret) wherever it is given, and every variable
+    of the project's .env (dotenv_names: their values from local_env, the real environment winning) but gpuops' own
+    (own_variable). A .env variable that the preset, profile env: or --env also sets takes their value (as a plain
+    variable unless its name looks secret); over gpuops' defaults (WANDB_RUN_NAME...) the .env value wins."""
     plan = EnvPlan()
     layers: list[tuple[str, str, Optional[str], str]] = [
         ("WANDB_RUN_NAME", run_id, "gpuops", "default: the run id"),
@@ -149,23 +177,26 @@ def plan_env(*, preset: Optional[str], presets_doc: dict, profile_env: dict[str,
             plan.warnings.append("--seed overrides PYTHONHASHSEED from the profile or --env")
 
     secrets = list(dict.fromkeys([*ALWAYS_SECRET, *secret_names]))
+    dotenv = [n for n in dict.fromkeys(dotenv_names) if not own_variable(n) and n not in RESERVED]
+    given = {name for name, _, origin, _ in layers if origin != "gpuops"}
     for name, value, origin, reason in layers:
         if name in RESERVED:
             plan.warnings.append(f"{name} is set by gpuops; the value from {origin} is ignored")
             continue
-        if name in secrets:
+        if origin == "gpuops" and name in dotenv:
+            continue  # the project's .env says otherwise: its value, as a secret
+        if name in secrets or looks_secret(name):
             if value:  # a secret given in the profile or --env: still a secret
                 plan.secrets[name] = value
                 plan.secret_origin[name] = origin
             continue
         plan.vars.pop(name, None)  # later wins, and keeps the later position
         plan.vars[name] = EnvVar(name, value, origin, reason)
-    dotenv = set(dotenv_names)
-    for name in secrets:
+    for name in secrets + [n for n in dotenv if n not in given and n not in secrets]:
         if name in plan.secrets:
             continue
         val = local_env.get(name)
-        if val:
+        if val is not None and (val or name in dotenv):
             plan.secrets[name] = val
             plan.secret_origin[name] = ".env" if name in dotenv else "local environment"
         elif name not in ALWAYS_SECRET:
@@ -576,11 +607,14 @@ APPS_COMMAND = "nvidia-smi --query-compute-apps=pid,process_name,used_memory --f
 
 
 def gpu_holders(facts_doc: Optional[dict], active_pids: Iterable[int],
-                env: Optional[dict[str, Optional[str]]] = None) -> list[tuple[str, list[str]]]:
+                env: Optional[dict[str, Optional[str]]] = None,
+                active_ids: Optional[Iterable[str]] = None) -> list[tuple[str, list[str]]]:
     """The GPUs the job will see (CUDA_VISIBLE_DEVICES of `env`, else the host's) holding memory of a process that is
-    not a gpuops run: one (problem, fix lines) per process. A gpuops run's process: its process group or session is
-    an active run's launcher (active_pids), or its environment names GPUOPS_RUN_ID. Pure: the probe's gpu_apps fact
-    (nvidia-smi's compute processes, raw, and /proc facts per pid)."""
+    not a running gpuops run: one (problem, fix lines) per process. A running gpuops run's process: its process group
+    or session is an active run's launcher (active_pids), or its environment names GPUOPS_RUN_ID of an active run
+    (active_ids; None: any run id). A process of a run that has ended or was stopped (a child that left the run's
+    session) holds the GPU as any other process does. Pure: the probe's gpu_apps fact (nvidia-smi's compute
+    processes, raw, and /proc facts per pid)."""
     from ..verify.facts import fact_value, from_probe
 
     apps = fact_value(facts_doc or {}, "gpu_apps")
@@ -600,12 +634,14 @@ def gpu_holders(facts_doc: Optional[dict], active_pids: Iterable[int],
         if seen is not None and gpu not in seen:
             continue
         who = (apps.get("procs") or {}).get(str(pid)) or {}
-        if who.get("run_id") or who.get("pgid") in ours or who.get("sid") in ours:
+        rid = who.get("run_id")
+        if (rid and (active_ids is None or rid in active_ids)) or who.get("pgid") in ours or who.get("sid") in ours:
             continue
         held = f"{mem} MiB" if mem.isdigit() else f"memory ({mem})"
         owner = f", user {who['user']}" if who.get("user") else ""
-        out.append((f"GPU {gpu if gpu is not None else uuid} holds {held} of process {pid} ({name}{owner}), "
-                    "which is not a gpuops run",
+        what = (f"a process left over from gpuops run {rid}, which is not running (stop it: gpuops stop {rid})"
+                if rid else "which is not a gpuops run")
+        out.append((f"GPU {gpu if gpu is not None else uuid} holds {held} of process {pid} ({name}{owner}), " + what,
                     [f"fix (process {pid}): see it with `{APPS_COMMAND}` and `ps -o pid,user,etime,cmd -p {pid}`; "
                      "stop it, or give the job another GPU (CUDA_VISIBLE_DEVICES in the profile's env: or --env)"]))
     return out

@@ -445,23 +445,34 @@ def tail(remote, run_id: str, run_dir: str, lines: int) -> tuple[RunInfo, str]:
 
 
 def stop_script(run_id: str, run_dir: str, grace: float) -> str:
+    """Stop every process of the run: its launcher's process group, and every process whose environment carries the
+    run's marker (GPUOPS_RUN_DIR, the run folder, which launch.sh exports and children inherit), found in
+    /proc/<pid>/environ: a child that started its own session (setsid, start_new_session=True) has left the group
+    but still carries it. SIGINT, then SIGTERM, then SIGKILL, `grace` seconds apart. A run whose launcher has ended
+    while such a process lives on is not `notrunning`: those processes are ended too."""
     D = shell_path(run_dir)
     ticks = max(1, int(round(grace * 10)))
     rid = shlex.quote(run_id)
     return STATE_FN + f"""
 D={D}
 p=$(cat "$D/pid" 2>/dev/null)
-if [ -z "$p" ]; then echo "@stop nopid"; gpuops_state "$D" {rid}; exit 0; fi
-galive() {{ env kill -0 -- -"$p" 2>/dev/null; }}
+A=$(cd "$D" 2>/dev/null && pwd -P)
+members() {{ [ -n "$A" ] || return 0; grep -lzxF -- "GPUOPS_RUN_DIR=$A" /proc/[0-9]*/environ 2>/dev/null | sed 's#^/proc/##; s#/environ$##' | grep -vx -- "$$"; }}
+galive() {{ {{ [ -n "$p" ] && env kill -0 -- -"$p" 2>/dev/null; }} || [ -n "$(members)" ]; }}
+sendall() {{ [ -n "$p" ] && env kill -s "$1" -- -"$p" 2>/dev/null; m=$(members); [ -n "$m" ] && env kill -s "$1" $m 2>/dev/null; return 0; }}
+if [ -z "$p" ] && [ -z "$(members)" ]; then echo "@stop nopid"; gpuops_state "$D" {rid}; exit 0; fi
 if ! galive; then echo "@stop notrunning"; gpuops_state "$D" {rid}; exit 0; fi
-gone() {{ i=0; while galive && [ $i -lt $1 ]; do sleep 0.1; i=$((i+1)); done; ! galive; }}
+had_rc=0; [ -f "$D/exit_code" ] && had_rc=1
+gone() {{ i=0; while [ $i -lt $1 ]; do
+  if [ -n "$p" ] && env kill -0 -- -"$p" 2>/dev/null; then :; elif [ -z "$(members)" ]; then return 0; fi
+  sleep 0.1; i=$((i+1)); done; ! galive; }}
 req=$(date +%s)
 sig=INT
-env kill -s INT -- -"$p" 2>/dev/null
+sendall INT
 if ! gone {ticks}; then
-  sig=TERM; env kill -s TERM -- -"$p" 2>/dev/null
+  sig=TERM; sendall TERM
   if ! gone {ticks}; then
-    sig=KILL; env kill -s KILL -- -"$p" 2>/dev/null
+    sig=KILL; sendall KILL
     gone 50
   fi
 fi
@@ -471,7 +482,9 @@ if [ ! -f "$D/exit_code" ]; then
   echo 137 > "$D/exit_code"
 fi
 rm -f {ACTIVE_DIR}/{rid}
+if [ "$had_rc" = 0 ]; then
 printf '{{"by": "gpuops stop", "signal": "%s", "requested": %s, "ended": %s, "grace": {float(grace)}}}\\n' "$sig" "$req" "$now" > "$D/stop.json"
+fi
 echo "@stop $sig"
 gpuops_state "$D" {rid}
 """

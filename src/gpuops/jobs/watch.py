@@ -570,11 +570,11 @@ class Dashboard:
             if new:
                 ev["signals"] = new
         elif t == "log":
-            before = (self.sig.step, len(self.sig.losses))
+            before = (self.sig.step, len(self.sig.losses), self.sig.throughput)
             new = self.sig.line(ev["line"], now)
             if new:
                 ev["signals"] = new
-            if (self.sig.step, len(self.sig.losses)) != before:
+            if (self.sig.step, len(self.sig.losses), self.sig.throughput) != before:
                 ev["progress"] = self.sig.progress(now)
 
     def progress(self) -> Optional[dict]:

@@ -635,7 +635,8 @@ class Runner(RecoveryStages):
 
         def one(node, node_out):
             with connect(node, announce=node_out.info) as remote:
-                return sync_project(node, remote, node_out, self.project, excludes=excludes)
+                # symlinks and the upload's size were said before the launch (local_preview)
+                return sync_project(node, remote, node_out, self.project, excludes=excludes, preview=False)
 
         def with_data(node, node_out):
             res = one(node, node_out)

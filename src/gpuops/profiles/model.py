@@ -19,7 +19,7 @@ from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError,
 from ..errors import ProfileError
 from ..paths import config_dir, data_dir, state_dir, write_atomic
 
-DEFAULT_EXCLUDES = [".git", "checkpoints", "outputs", "wandb", "__pycache__", "*.pyc", ".venv", "logs"]
+DEFAULT_EXCLUDES = [".git", "checkpoints", "outputs", "wandb", "__pycache__", "*.pyc", ".venv", "logs", "node_modules"]
 PROFILE_SUFFIXES = (".yaml", ".yml")
 _VAR = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(?::-([^}]*))?\}")
 
@@ -91,6 +91,8 @@ class Expect(_Strict):
 
 class SyncSettings(_Strict):
     exclude: List[str] = Field(default_factory=lambda: list(DEFAULT_EXCLUDES))
+    copy_links: bool = Field(False, description="a symlink pointing outside the project is sent as the file or "
+                                                "folder it points to (rsync --copy-unsafe-links), not as a link")
 
 
 class SetupSettings(_Strict):

@@ -116,22 +116,34 @@ def read_ignore_file(path: Path) -> list[str]:
     return [rule for group in reversed(rules) for rule in group]
 
 
+ORIGIN_OWN = "gpuops' own exclusions (never sent)"
+ORIGIN_CLI = "--exclude"
+ORIGIN_PROFILE = "the profile's sync.exclude"
+ORIGIN_IGNORE = ".gpuopsignore"
+
+
+def labelled_rules(profile_excludes: Sequence[str], cli_excludes: Sequence[str] = (),
+                   ignore_rules: Sequence[str] = (), gitignore: bool = False) -> list[tuple[str, str]]:
+    """The ordered rsync filter rules of a sync (first match wins), each with its origin: gpuops' own folders, then
+    --exclude, then the profile's sync.exclude, then .gpuopsignore, then `.gitignore` files (with --gitignore)."""
+    rules = [(f"- /{STAGING_DIR}/", ORIGIN_OWN), (f"- {STAGING_DIR}/", ORIGIN_OWN)]
+    rules += [(f"- {p}", ORIGIN_OWN) for p in ALWAYS_EXCLUDED]
+    rules += [(f"- {p}", ORIGIN_CLI) for p in cli_excludes if p.strip()]
+    rules += [(f"- {p}", ORIGIN_PROFILE) for p in profile_excludes if p.strip()]
+    rules += [(r, ORIGIN_IGNORE) for r in ignore_rules]
+    if gitignore:
+        rules.append((":- .gitignore", ".gitignore files (--gitignore)"))
+    return rules
+
+
 def sync_filter_rules(profile_excludes: Sequence[str], cli_excludes: Sequence[str] = (),
                       ignore_rules: Sequence[str] = (), gitignore: bool = False) -> list[str]:
-    """Ordered rsync filter rules for sync. First match wins, so the order is the priority:
-
-    1. gpuops' own folders: staging, the remote run records (/.gpuops/) and the local run registry (/runs/),
-    which a sync never sends and --delete never touches, 2. --exclude, 3. the profile's sync.exclude (so a `!` line in .gpuopsignore
-    can never re-include, nor expose to --delete, a folder the profile protects), 4. .gpuopsignore,
-    5. `.gitignore` files at every depth (only with --gitignore).
-    """
-    rules = [f"- /{STAGING_DIR}/", f"- {STAGING_DIR}/"] + [f"- {p}" for p in ALWAYS_EXCLUDED]
-    rules += [f"- {p}" for p in cli_excludes if p.strip()]
-    rules += [f"- {p}" for p in profile_excludes if p.strip()]
-    rules += list(ignore_rules)
-    if gitignore:
-        rules.append(":- .gitignore")
-    return rules
+    """Ordered rsync filter rules for sync (labelled_rules without their origins). First match wins, so the order is
+    the priority: 1. gpuops' own folders: staging, the remote run records (/.gpuops/) and the local run registry
+    (/runs/), which a sync never sends and --delete never touches, 2. --exclude, 3. the profile's sync.exclude (so a
+    `!` line in .gpuopsignore can never re-include, nor expose to --delete, a folder the profile protects),
+    4. .gpuopsignore, 5. `.gitignore` files at every depth (only with --gitignore)."""
+    return [r for r, _ in labelled_rules(profile_excludes, cli_excludes, ignore_rules, gitignore)]
 
 
 def simple_excluded_names(patterns: Iterable[str]) -> tuple[list[str], list[str]]:
@@ -225,12 +237,15 @@ def base_args(ssh_argv: Sequence[str], *, dry_run: bool = False) -> list[str]:
 
 def sync_args(ssh_argv: Sequence[str], local_dir: Path, host: str, remote_dir: str, rules: Sequence[str], *,
               delete: bool = False, dry_run: bool = False, gitignore: bool = False,
-              rsync_path: str | None = None) -> list[str]:
+              rsync_path: str | None = None, copy_links: bool = False) -> list[str]:
     """rsync argv for sync. Never --delete-excluded: excluded remote paths are never touched. rsync_path: what the
-    remote side runs instead of `rsync` (sync_guard)."""
+    remote side runs instead of `rsync` (sync_guard). copy_links: a symlink pointing outside the project is sent
+    as what it points to (--copy-unsafe-links); links inside it stay links."""
     args = base_args(ssh_argv, dry_run=dry_run)
     if rsync_path:
         args.append(f"--rsync-path={rsync_path}")
+    if copy_links:
+        args.append("--copy-unsafe-links")
     if delete:
         # with --gitignore the new .gitignore files must arrive before their rules protect the delete phase
         args.append("--delete-after" if gitignore else "--delete")

@@ -438,7 +438,7 @@ class Emulator:
         with self.lock:
             return {"url": self.url if self.server else None, "user": self.user, "clock": self._clock,
                     "capacity": self._capacity, "failing": self._failing, "arrivals": self._arrivals,
-                    "faults": self._faults,
+                    "faults": self._faults, "image": self._image.get("python"),
                     "launch_requests": self._launches, "instances": self.instances()}
 
     KNOBS = ("reset", "capacity", "set_capacity", "capacity_later", "fault", "clear_faults", "boot_seconds",
