@@ -201,3 +201,20 @@ def test_a_replacement_preempted_during_setup_says_the_preemption_first(cloud):
     assert said and f"instance {second} is preempted" in said[0], err
     assert "setup failed" not in err, err
     assert json.loads(out)["outcome"] == "lost"
+
+
+# -- the pure half ----------------------------------------------------------------------------------------------------
+def test_run_ttl_and_what_is_said_of_an_instance_not_terminated():
+    from gpuops.errors import UsageError
+    from gpuops.pipeline.money import billing_said, run_ttl
+
+    assert run_ttl(None, {})[0] == 86400 and "the default" in run_ttl(None, {})[1]
+    assert run_ttl(None, {"GPUOPS_RUN_TTL": "3h"})[0] == 10800 and run_ttl("2h", {"GPUOPS_RUN_TTL": "3h"})[0] == 7200
+    with pytest.raises(UsageError) as e:
+        run_ttl(None, {"GPUOPS_RUN_TTL": "soon"})
+    assert e.value.message.startswith("GPUOPS_RUN_TTL=soon") and "--ttl 7d" in e.value.hint
+    assert billing_said(["a"], {"a": ("active", 0.0)}, 2.49) == ("STILL BILLING $2.49/h", True)
+    assert billing_said(["a"], {}, 2.49)[1] is True  # never shown ended: it may bill
+    text, billing = billing_said(["a", "b"], {"a": ("preempted", 0.0), "b": ("terminated", 60.0)}, 4.98)
+    assert not billing and "a preempted at 00:00:00 UTC, b terminated at 00:01:00 UTC" in text
+    assert billing_said(["a", "b"], {"a": ("preempted", 0.0), "b": ("active", 0.0)}, 4.98)[1] is True

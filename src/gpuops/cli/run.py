@@ -213,9 +213,10 @@ def _new_run(out, project: Path, *, types: list, gpu: Optional[str], max_price: 
         from ..transfer.dataplan import parse
 
         parse(data, project)  # checked before anything is launched
+    from ..pipeline.money import run_ttl
     from ..profiles.model import environment
 
-    ttl_s, ttl_said = run_ops.run_ttl(ttl, environment(project))
+    ttl_s, ttl_said = run_ttl(ttl, environment(project))
     template, note = run_ops.run_template(template_for(from_, project), from_)
     if note:
         out.info(note)

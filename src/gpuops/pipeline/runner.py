@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Callable, Optional
 
 from . import stages as pl
+from .money import billing_said
 from .recovery import GpuFault, RecoveryStages
 from ..errors import ExitCode, GpuopsError, UsageError
 
@@ -55,35 +56,6 @@ def run_template(template: Optional[dict], name: Optional[str]) -> tuple[Optiona
     note = (f"--from {name}: python: {py} is the system's; the run trains in {RUN_PYTHON}, which setup makes from {py} "
             "with its packages visible (the image's torch included)")
     return {**template, "python": RUN_PYTHON, "setup": setup}, note
-
-
-DEFAULT_RUN_TTL = "24h"  # a run's instance outlives no closed laptop by more than this (`gpuops reap`, --guard)
-RUN_TTL_ENV = "GPUOPS_RUN_TTL"
-
-
-def run_ttl(given: Optional[str], env: dict) -> tuple[float, str]:
-    """A new run's TTL: --ttl, else GPUOPS_RUN_TTL (the environment or ./.env), else 24h. Every run's instance has
-    one (a tag on it and in the ledger that `gpuops reap` and --guard on-instance enforce). (seconds, the
-    sentence that states it)."""
-    from ..cloud import decisions as d
-
-    def parse(text: str, flag: str) -> float:
-        try:
-            return d.parse_limit(text, flag)
-        except UsageError as exc:  # "leave the option out" would not mean "no limit" here
-            said = exc.message if exc.message.startswith(flag) else f"{flag}={text}: {exc.message}"
-            raise UsageError(said, hint=f"every run's instance has a TTL (default {DEFAULT_RUN_TTL}); a long run: "
-                                        "--ttl 7d") from None
-
-    if given is not None:
-        secs = parse(given, "--ttl")
-        return secs, f"TTL {given} (--ttl)"
-    if env.get(RUN_TTL_ENV):
-        secs = parse(env[RUN_TTL_ENV], RUN_TTL_ENV)
-        return secs, f"TTL {env[RUN_TTL_ENV]} ({RUN_TTL_ENV}; --ttl changes it)"
-    secs = d.parse_limit(DEFAULT_RUN_TTL, "--ttl")
-    return secs, (f"TTL {DEFAULT_RUN_TTL}, the default (--ttl DURATION or {RUN_TTL_ENV} in the environment "
-                  "or ./.env changes it)")
 
 
 def _use_env_python(profile_file: Path, python: str) -> None:
@@ -967,20 +939,6 @@ class Runner(RecoveryStages):
                                                          zip(res["instance_ids"], res["statuses"])))
         else:
             self._end("down", ok=True, detail=f"instance {res['instance_id']} {res['status']}")
-
-
-def billing_said(ids: list, seen: dict, price_per_hour: float) -> tuple[str, bool]:
-    """What a run may say of instances it could not terminate: (text, billing). STILL BILLING unless the API last
-    showed every one of them ended (preempted, terminated, terminating: `seen` = {id: (status, when)}); then what is
-    known (that status, when) and what is not (the end is unconfirmed)."""
-    from datetime import timezone
-
-    last = [(i, seen.get(i)) for i in ids]
-    if last and all(s is not None and s[0] in ("preempted", "terminated", "terminating") for _, s in last):
-        shown = ", ".join(f"{i} {s[0]} at {datetime.fromtimestamp(s[1], timezone.utc):%H:%M:%S UTC}" for i, s in last)
-        return (f"the Lambda API last showed {shown}, so it should not bill; that it ended is not confirmed, since the "
-                "API could not be asked again"), False
-    return f"STILL BILLING ${price_per_hour:.2f}/h", True
 
 
 class _ConnectionGaveUp(Exception):
