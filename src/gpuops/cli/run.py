@@ -107,6 +107,9 @@ def run(
                                                         "large upload (over 500 MB, or far more than the code), nor "
                                                         "before creating --fs."),
     json_: bool = typer.Option(False, "--json", help="Print the closing summary as one JSON document."),
+    notify: bool = typer.Option(False, "--notify", help="When the run ends: a desktop notification (a terminal bell "
+                                                        "where there is none) and the GPUOPS_NOTIFY_URL or notify_url "
+                                                        "webhook (Slack, Discord): name, outcome, duration, cost."),
     args: Optional[List[str]] = typer.Argument(None, help="Arguments for the script, after --.", show_default=False),
 ) -> None:
     """up -> sync -> setup -> train -> watch -> fetch (verified) -> down, with the running cost on screen. The type:
@@ -146,8 +149,23 @@ def run(
                             confirm=_confirmer(yes), create_fs=fs_question(yes), env=None if resume else env)
     with as_interrupt():
         code = runner.run()
-        run_ops.render_summary(out, runner.rec, runner.fetched, time.time())
+        doc = run_ops.render_summary(out, runner.rec, runner.fetched, time.time())
+    if notify:
+        _notify(out, runner.rec, doc, project)
     raise typer.Exit(code)
+
+
+def _notify(out, rec, doc: dict, project: Path) -> None:
+    """--notify: the summary's outcome, time and cost; the webhook from GPUOPS_NOTIFY_URL or the run's profile."""
+    from ..notify import notify as say
+    from ..profiles import model as profiles
+
+    try:
+        prof = profiles.resolve(rec.profile, project)
+    except Exception:  # noqa: BLE001 - no profile (never launched, pruned): the environment's URL only
+        prof = None
+    say(out, name=rec.id, outcome=rec.outcome, cost=doc.get("total_cost"), profile=prof,
+        seconds=sum(r.get("seconds") or 0 for r in doc.get("stages") or []) or None)
 
 
 def _resumed(out, project: Path, run_id: Optional[str], new_run: dict, *, fetch: list, keep: bool,
@@ -213,6 +231,9 @@ def _new_run(out, project: Path, *, types: list, gpu: Optional[str], max_price: 
         from ..transfer.dataplan import parse
 
         parse(data, project)  # checked before anything is launched
+    from ..cloud.instances import require_key
+
+    require_key((key or Path("~/.ssh/id_ed25519")).expanduser(), given=key is not None)
     from ..pipeline.money import run_ttl
     from ..profiles.model import environment
 

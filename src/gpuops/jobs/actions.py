@@ -613,8 +613,8 @@ def stop(prof, out, project: Path, meta: dict, grace: float) -> dict:
     rid, run_dir = meta["run_id"], meta["remote_run_dir"]
     remote = connect(prof, out)
     try:
-        out.step(f"stopping {rid}: SIGINT, then SIGTERM and SIGKILL after {grace:g}s each")
-        how, info = rl.stop(remote, rid, run_dir, grace)
+        how, info = rl.stop(remote, rid, run_dir, grace, on_stopping=lambda: out.step(
+            f"stopping {rid}: SIGINT, then SIGTERM and SIGKILL after {grace:g}s each"))
     finally:
         remote.close()
     if not info.exists:

@@ -722,9 +722,10 @@ def status_rows(metas: dict[str, dict], infos: dict[str, RunInfo], now: float) -
     for rid, m in metas.items():
         info = infos.get(rid) or RunInfo(run_id=rid, exists=False)
         started = info.started or m.get("started_ts")
+        elapsed = info.elapsed(now) if info.started else None
         rows.append({"run_id": rid, "script": m.get("script"), "state": info.state, "exit_code": info.exit_code,
-                     "started": started, "elapsed": info.elapsed(now) if info.started else None,
-                     "pid": info.pid, "stopped": info.stopped})
+                     "started": started, "elapsed": elapsed, "pid": info.pid, "stopped": info.stopped,
+                     "cost": cost(elapsed, m.get("price_per_hour"))})  # USD, from the profile's price_per_hour
     rows.sort(key=lambda r: (r["started"] or 0, r["run_id"]), reverse=True)
     return rows
 

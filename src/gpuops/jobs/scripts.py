@@ -15,7 +15,7 @@ from __future__ import annotations
 import json
 import secrets as _random
 import shlex
-from typing import Iterable, Optional
+from typing import Callable, Iterable, Optional
 
 from ..errors import RemoteError, UsageError
 from ..profiles.model import shell_command, shell_path
@@ -458,13 +458,21 @@ D={D}
 p=$(cat "$D/pid" 2>/dev/null)
 A=$(cd "$D" 2>/dev/null && pwd -P)
 members() {{ [ -n "$A" ] || return 0; grep -lzxF -- "GPUOPS_RUN_DIR=$A" /proc/[0-9]*/environ 2>/dev/null | sed 's#^/proc/##; s#/environ$##' | grep -vx -- "$$"; }}
-galive() {{ {{ [ -n "$p" ] && env kill -0 -- -"$p" 2>/dev/null; }} || [ -n "$(members)" ]; }}
+# the group alive: a process of it that is not a zombie (a launcher that ended but was not reaped yet, as under a
+# container's init that does not reap, is gone); without ps, kill -0 says it
+galive_group() {{
+  [ -n "$p" ] && env kill -0 -- -"$p" 2>/dev/null || return 1
+  gpuops_ps=$(ps -e -o pgid= -o stat= 2>/dev/null) || return 0
+  printf '%s\n' "$gpuops_ps" | awk -v g="$p" '$1 == g && $2 !~ /^Z/ {{ found = 1 }} END {{ exit !found }}'
+}}
+galive() {{ galive_group || [ -n "$(members)" ]; }}
 sendall() {{ [ -n "$p" ] && env kill -s "$1" -- -"$p" 2>/dev/null; m=$(members); [ -n "$m" ] && env kill -s "$1" $m 2>/dev/null; return 0; }}
 if [ -z "$p" ] && [ -z "$(members)" ]; then echo "@stop nopid"; gpuops_state "$D" {rid}; exit 0; fi
 if ! galive; then echo "@stop notrunning"; gpuops_state "$D" {rid}; exit 0; fi
+echo "@stopping"
 had_rc=0; [ -f "$D/exit_code" ] && had_rc=1
 gone() {{ i=0; while [ $i -lt $1 ]; do
-  if [ -n "$p" ] && env kill -0 -- -"$p" 2>/dev/null; then :; elif [ -z "$(members)" ]; then return 0; fi
+  if galive_group; then :; elif [ -z "$(members)" ]; then return 0; fi
   sleep 0.1; i=$((i+1)); done; ! galive; }}
 req=$(date +%s)
 sig=INT
@@ -490,15 +498,29 @@ gpuops_state "$D" {rid}
 """
 
 
-def stop(remote, run_id: str, run_dir: str, grace: float) -> tuple[str, RunInfo]:
-    res = remote.run("sh -s", stdin=stop_script(run_id, run_dir, grace), timeout=3 * grace + 60)
+def stop(remote, run_id: str, run_dir: str, grace: float,
+         on_stopping: Optional[Callable[[], None]] = None) -> tuple[str, RunInfo]:
+    """Stop the run in one execution, read as it goes: on_stopping() is called once the host found the run alive
+    and is about to signal it (so "stopping..." is said only for a run that runs)."""
+    chan = remote.stream("sh -s")
+    lines = []
+    try:
+        chan.sendall(stop_script(run_id, run_dir, grace).encode())
+        chan.shutdown_write()
+        for line in remote.iter_lines(chan, idle_timeout=3 * grace + 60):
+            if line == "@stopping" and on_stopping is not None:
+                on_stopping()
+            lines.append(line)
+        err = chan.recv_stderr(1 << 16).decode("utf-8", "replace") if chan.recv_stderr_ready() else ""
+    finally:
+        chan.close()
     how, info = "", None
-    for line in res.stdout.splitlines():
+    for line in lines:
         if line.startswith("@stop "):
             how = line.split(" ", 1)[1].strip()
         elif line.startswith("RUN "):
             info = parse_state_line(line)
     if not how:
-        detail = (res.stderr.strip() or res.stdout.strip()).splitlines()[-1:] or [f"exit {res.rc}"]
+        detail = (err.strip() or "\n".join(lines).strip()).splitlines()[-1:] or ["no answer"]
         raise RemoteError(f"stop of {run_id} failed: {detail[0]}")
     return how, info or RunInfo(run_id=run_id)

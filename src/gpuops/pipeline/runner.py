@@ -696,6 +696,10 @@ class Runner(RecoveryStages):
         fleet_asked = [self.seams.clock()]  # a fleet: when the API was last asked about every node
         extras, health, fetcher = self._watch_extras(prof)
         others, other_health = self._other_nodes_sampler(fleet_prof), {}
+        from .status import StatusLine, status_text
+
+        status = StatusLine(self.out, lambda: status_text(pl.LABELS["watch"], dash.elapsed(),
+                                                          pl.spend(rec, self.seams.clock()), dash.progress()))
 
         def on_event(ev: dict) -> None:
             self._watch_event(ev, health, fetcher)
@@ -713,12 +717,13 @@ class Runner(RecoveryStages):
             elif ev.get("type") == "connected":
                 asked[0] = None
                 self.out.info(f"reconnected to {prof.host}; resuming the log")
+            status.tick()
             if pl.over_budget(rec, self.seams.clock()) and not budget_said[0]:
                 budget_said[0] = True
                 raise BudgetReached()
 
         try:
-            with others or contextlib.nullcontext():
+            with others or contextlib.nullcontext(), status:
                 res = lifecycle.follow(prof, self.out, self.project, meta, dash, lines=5, samples=True,
                                        interval=self.seams.poll_s, on_event=on_event, extras=extras,
                                        give_up_after=rec.unreachable_s)

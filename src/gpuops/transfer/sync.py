@@ -52,11 +52,37 @@ def sync_rules(excludes_of_profile: Sequence[str], project_dir: Path, excludes: 
         ignore = tr.read_ignore_file(Path(project_dir) / tr.IGNORE_FILE)
     except tr.IgnoreFileError as exc:
         raise UsageError(str(exc)) from None
-    return tr.labelled_rules(excludes_of_profile, excludes, ignore, gitignore)
+    return tr.labelled_rules(excludes_of_profile, excludes, ignore, gitignore, fetched=fetched(project_dir))
 
 
 def sync_filter(profile, project_dir: Path, excludes: Sequence[str] = (), gitignore: bool = False) -> list[str]:
     return [r for r, _ in sync_rules(profile.sync.exclude, project_dir, excludes, gitignore)]
+
+
+def fetched(project_dir: Path) -> list[str]:
+    """The project folders fetch wrote into (transfer.plan.FETCHED_FILE): a broken file is no folder."""
+    import json
+
+    try:
+        data = json.loads((Path(project_dir) / tr.FETCHED_FILE).read_text())
+    except (OSError, ValueError):
+        return []
+    return [r for r in data if isinstance(r, str)] if isinstance(data, list) else []
+
+
+def note_fetched(project_dir: Path, dest: Path) -> None:
+    """Record a fetch destination inside the project before anything lands there, so no later sync uploads it."""
+    import json
+
+    from ..paths import write_atomic
+
+    rel = tr.fetched_rel(dest, project_dir)
+    have = fetched(project_dir)
+    if rel is None or rel in have:
+        return
+    f = Path(project_dir) / tr.FETCHED_FILE
+    f.parent.mkdir(parents=True, exist_ok=True)
+    write_atomic(f, json.dumps(sorted(have + [rel]), indent=1) + "\n")
 
 
 def sync_project(profile, remote, out, project_dir: Path, *, delete: bool = False, dry_run: bool = False,

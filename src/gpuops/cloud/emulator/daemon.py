@@ -42,15 +42,31 @@ def _answers(info: dict) -> bool:
         return False
 
 
+def _knob(info: dict, name: str, args: dict) -> None:
+    """POST /_emulator/<name> with the daemon's own key (docs/sandbox.md: the control paths)."""
+    req = urllib.request.Request(info["url"].rsplit("/api/v1", 1)[0] + "/_emulator/" + name,
+                                 data=json.dumps(args).encode(), method="POST",
+                                 headers={"Authorization": f"Bearer {info['api_key']}",
+                                          "Content-Type": "application/json"})
+    try:
+        with urllib.request.urlopen(req, timeout=5) as r:
+            r.read()
+    except OSError as exc:
+        raise GpuopsError(f"the running Lambda API emulator refused {name}: {exc}",
+                          hint="gpuops sandbox down --cloud, then up again") from None
+
+
 def start(*, port: int = 0, boot_seconds: float = 20.0, launch_window: float = 12.0, python: str | None = None,
           d: Path | None = None, image: str | None = None) -> tuple[dict, bool]:
     """Start the daemon unless one runs; -> (info, started). image: what instances launched from now on boot with
     (the emulator's `image` knob: sandbox/image.py IMAGES), set on a running daemon too."""
     d = d or emulator_dir()
     info = read_info(d)
-    if info:
+    if info:  # already running: this `up`'s clock options (and --image) hold from now on, as a fresh start's would
+        _knob(info, "boot_seconds", {"s": boot_seconds})
+        _knob(info, "launch_window", {"s": launch_window})
         if image is not None:
-            _post(info, "image", {"python": image})
+            _knob(info, "image", {"python": image})
         return info, False
     d.mkdir(parents=True, exist_ok=True)
     os.chmod(d, 0o700)
@@ -76,19 +92,6 @@ def start(*, port: int = 0, boot_seconds: float = 20.0, launch_window: float = 1
         time.sleep(0.05)
     tail = (d / "emulator.log").read_text(errors="replace")[-400:] if (d / "emulator.log").exists() else ""
     raise GpuopsError(f"the Lambda API emulator did not start. {tail.strip()}", hint=f"see {d / 'emulator.log'}")
-
-
-def _post(info: dict, knob: str, body: dict) -> None:
-    """POST /_emulator/<knob> to the running daemon."""
-    req = urllib.request.Request(info["url"].rsplit("/api/v1", 1)[0] + f"/_emulator/{knob}",
-                                 data=json.dumps(body).encode(), method="POST",
-                                 headers={"Authorization": f"Bearer {info['api_key']}",
-                                          "Content-Type": "application/json"})
-    try:
-        with urllib.request.urlopen(req, timeout=10) as r:
-            r.read()
-    except OSError as exc:
-        raise GpuopsError(f"the Lambda API emulator refused the {knob} setting: {exc}") from None
 
 
 def stop(d: Path | None = None) -> bool:

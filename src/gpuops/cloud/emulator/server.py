@@ -158,6 +158,7 @@ class Emulator:
                           "launch_window": launch_window}
         self._fresh()
         self._load()
+        self._clock.update(self._defaults)  # the clock options this emulator was started with win over saved ones
 
     # -- lifecycle -----------------------------------------------------------------------------------------------
     def start(self) -> "Emulator":
