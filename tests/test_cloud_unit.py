@@ -310,12 +310,17 @@ def test_ledger_records_are_private_and_atomic(tmp_path):
     assert not [p for p in led.path.parent.iterdir() if ".tmp" in p.name]
 
 
-def test_corrupt_ledger_stops_rather_than_guess(tmp_path):
-    led = Ledger(tmp_path / "ledger.json")
+def test_corrupt_ledger_is_kept_aside_and_passed_over(tmp_path):
+    said = []
+    led = Ledger(tmp_path / "ledger.json", on_passed_over=said.append)
     led.path.write_text("{half")
-    with pytest.raises(Exception) as e:
-        led.records()
-    assert "unreadable" in e.value.message
+    assert led.records() == [] and led.records() == []  # passed over, said once
+    assert len(said) == 1 and "unreadable" in said[0] and "kept as" in said[0]
+    (aside,) = tmp_path.glob("ledger.json.corrupt-*")
+    assert aside.read_text() == "{half"
+    led.add(_rec("L1", None, "p", state=LAUNCHING))  # a new ledger, the old one still aside
+    led.path.write_text("null")
+    assert led.records() == [] and len(list(tmp_path.glob("ledger.json.corrupt-*"))) == 2
 
 
 def _claim(path, now, q):

@@ -77,15 +77,13 @@ def test_launch_gate_refusal_terminates_the_instance(cloud, gpuops):
     assert not _live(cloud)
 
 
-def test_failed_fetch_keeps_the_instance_and_says_so(cloud, gpuops):
-    _project()
+def test_a_fetch_name_never_created_is_said_and_nothing_is_kept_for_it(cloud, gpuops):
+    _project()  # a fetch that fails keeps the instance: tests/test_money_unbilled_e2e.py
     r = _run(gpuops, cloud, "--script", "train.py", "--fetch", "no-such-folder")
     assert r.code == 1, r.all
     doc = json.loads(r.out)
-    assert doc["outcome"] == "kept"
-    assert "FETCH FAILED, so the instance is KEPT" in r.err
-    assert len(_live(cloud)) == 1
-    assert gpuops("down", doc["profile"], "--yes").code == 0
+    assert doc["outcome"] == "failed" and doc["job"] == "succeeded"  # what was asked for did not come back
+    assert "KEPT" not in r.err and "no-such-folder: nothing to fetch" in r.err and "never created" in r.err
     assert not _live(cloud)
 
 

@@ -32,8 +32,9 @@ def run(
                                              "--resume: added to what the run fetches."),
     keep: bool = typer.Option(False, "--keep", help="Do not terminate at the end (gpuops down NAME later)."),
     ttl: Optional[str] = typer.Option(None, "--ttl", metavar="DURATION", help="Time to live of the instance "
-                                      "(`gpuops reap` ends it after), e.g. 8h (above 0, at most 365d).",
-                                      show_default=False),
+                                      "(`gpuops reap` ends it after; a tag on the instance), e.g. 8h (above 0, at "
+                                      "most 365d). Default: GPUOPS_RUN_TTL (the environment or ./.env), else 24h: "
+                                      "every run's instance has one, kept ones too.", show_default=False),
     max_cost: Optional[float] = typer.Option(None, "--max-cost", metavar="DOLLARS", min=0.01,
                                              help="A budget, checked from the launch on: reached while booting or "
                                                   "before the job starts, the run ends there; while training, the "
@@ -72,8 +73,8 @@ def run(
                                         show_default=False),
     resume: bool = typer.Option(False, "--resume", help="Continue a run whose local process ended (crash, laptop "
                                                         "closed, Ctrl-C): the newest unfinished one, or --id RUN. "
-                                                        "--fetch, --keep, --max-cost and --recover apply to it; "
-                                                        "the options that describe a new run are refused."),
+                                                        "--fetch, --keep, --max-cost, --recover and --force apply "
+                                                        "to it; the options that describe a new run are refused."),
     run_id: Optional[str] = typer.Option(None, "--id", metavar="RUN", help="With --resume: which run.",
                                          show_default=False),
     fs: Optional[str] = typer.Option(None, "--fs", metavar="NAME", help="Attach Lambda filesystem NAME to every "
@@ -85,6 +86,23 @@ def run(
                                        "only what changed), https://...#sha256=HEX or hf://ORG/NAME "
                                        "(hf://datasets/ORG/NAME; HF_TOKEN a secret): downloaded by the instance, "
                                        "never through this machine (docs/fs.md).", show_default=False),
+    env: List[str] = typer.Option([], "--env", "-e", metavar="NAME=VALUE",
+                                  help="For the job, as `gpuops train --env` takes it (repeatable; wins over the "
+                                       "preset and the profile; NAME= unsets NAME). Kept in a 0600 file beside the "
+                                       "run's record, never in the record itself.", show_default=False),
+    seed: Optional[int] = typer.Option(None, "--seed", help="Export GPUOPS_SEED and PYTHONHASHSEED (gpuops train "
+                                                            "--seed); recorded.", show_default=False),
+    force: bool = typer.Option(False, "--force", help="Launch past what the launch gate refuses (gpuops train "
+                                                      "--force: a broken stack, a missing module, a GPU held by "
+                                                      "another process); recorded in the job's meta.json. With "
+                                                      "--resume: applies to a launch still to come."),
+    idle: Optional[str] = typer.Option(None, "--idle", metavar="DURATION", help="Idle limit of each instance "
+                                       "(gpuops up --idle): no gpuops run and GPU utilisation under 5 % for this "
+                                       "long, then `gpuops reap` (or --guard) ends it.", show_default=False),
+    guard: Optional[str] = typer.Option(None, "--guard", metavar="on-instance", help="on-instance: a watchdog on each "
+                                        "instance terminates it at its TTL/idle limit even with your laptop closed "
+                                        "(gpuops up --guard: puts your account-wide API key on the instance).",
+                                        show_default=False),
     yes: bool = typer.Option(False, "--yes", "-y", help="Do not ask before launching (the price), before a "
                                                         "large upload (over 500 MB, or far more than the code), nor "
                                                         "before creating --fs."),
@@ -116,17 +134,19 @@ def run(
                    "--wait-for-capacity": wait_for_capacity, "--script": script, "--region": region, "--ttl": ttl, "--key": key,
                    "--name": name, "--nodes": nodes != 1, "--launcher": launcher != "auto",
                    "--nproc-per-node": nproc != "auto", "--from": from_, "--unreachable": unreachable, "ARGS": args,
-                   "--fs": fs, "--data": data}
-        rec = _resumed(out, project, run_id, new_run, fetch=fetch_names, keep=keep, max_cost=max_cost, recover=recover)
+                   "--env": env, "--seed": seed is not None, "--idle": idle, "--guard": guard, "--fs": fs, "--data": data}
+        rec = _resumed(out, project, run_id, new_run, fetch=fetch_names, keep=keep, max_cost=max_cost, recover=recover,
+                       force=force)
     else:
         rec = _new_run(out, project, types=type_, gpu=gpu, max_price=max_price, wait_for_capacity=wait_for_capacity,
                        script=script, region=region, fetch=fetch_names, keep=keep, ttl=ttl, max_cost=max_cost, key=key,
                        name=name, nodes=nodes, launcher=launcher, nproc=nproc, from_=from_, args=args,
-                       recover=recover or 0, unreachable=unreachable, fs=fs, data=data,
-                       confirm=_confirmer(yes))
+                       recover=recover or 0, unreachable=unreachable, fs=fs, data=data, env=env, seed=seed,
+                       force=force, idle=idle, guard=guard, confirm=_confirmer(yes))
 
-    runner = run_ops.Runner(rec, out, project, lambda: make_context(out, project_dir=project), confirm=_confirmer(yes),
-                            create_fs=fs_question(yes))
+    runner = run_ops.Runner(rec, out, project, lambda: make_context(out, project_dir=project,
+                                                                    with_key=rec.guard == "on-instance"),
+                            confirm=_confirmer(yes), create_fs=fs_question(yes), env=None if resume else env)
     with as_interrupt():
         code = runner.run()
         doc = run_ops.render_summary(out, runner.rec, runner.fetched, time.time())
@@ -149,7 +169,7 @@ def _notify(out, rec, doc: dict, project: Path) -> None:
 
 
 def _resumed(out, project: Path, run_id: Optional[str], new_run: dict, *, fetch: list, keep: bool,
-             max_cost: Optional[float], recover: Optional[int]):
+             max_cost: Optional[float], recover: Optional[int], force: bool = False):
     """--resume: the recorded run (the newest unfinished one, or --id), amended by the options a resume takes."""
     from ..errors import UsageError
     from ..pipeline import runner as run_ops
@@ -158,13 +178,13 @@ def _resumed(out, project: Path, run_id: Optional[str], new_run: dict, *, fetch:
     given = [k for k, v in new_run.items() if v]
     if given:
         raise UsageError(f"--resume continues the run as it was recorded; {', '.join(given)} describe a new run",
-                         hint="with --resume only --id, --fetch, --keep, --max-cost, --recover, --yes and --json "
-                              "apply")
+                         hint="with --resume only --id, --fetch, --keep, --max-cost, --recover, --force, --yes and "
+                              "--json apply")
     rec = pl.find(project, run_id)
     if rec is None:
         raise UsageError("no unfinished run to resume here" + (f" named {run_id!r}" if run_id else ""),
                          hint=f"records are in {pl.records_dir(project)}")
-    run_ops.amend_for_resume(rec, fetch=fetch, keep=keep, max_cost=max_cost, recover=recover)
+    run_ops.amend_for_resume(rec, fetch=fetch, keep=keep, max_cost=max_cost, recover=recover, force=force)
     out.info(f"resuming run {rec.id} at stage '{pl.next_stage(rec) or 'summary'}'")
     rec.outcome = pl.RUNNING
     return rec
@@ -175,14 +195,15 @@ def _new_run(out, project: Path, *, types: list, gpu: Optional[str], max_price: 
              ttl: Optional[str], max_cost: Optional[float], key: Optional[Path], name: Optional[str], nodes: int,
              launcher: str, nproc: str, from_: Optional[str], args: Optional[list], recover: int = 0,
              unreachable: Optional[str] = None, fs: Optional[str] = None, data: Optional[str] = None,
-             confirm=None):
+             env: Optional[list] = None, seed: Optional[int] = None, force: bool = False, idle: Optional[str] = None,
+             guard: Optional[str] = None, confirm=None):
     """A new run's record, every option checked (and a --from template read) before anything is launched; what the
     sync will send said (and a large upload asked with `confirm`) before the record is written."""
     from ..cloud import decisions as d
     from ..cloud.instances import template_for
     from ..errors import UsageError
     from ..jobs.launchers import LAUNCHERS
-    from ..jobs.plan import script_path
+    from ..jobs.plan import parse_env_args, script_path
     from ..pipeline import prelaunch
     from ..pipeline import runner as run_ops
     from ..pipeline import stages as pl
@@ -197,6 +218,10 @@ def _new_run(out, project: Path, *, types: list, gpu: Optional[str], max_price: 
         raise UsageError(f"--launcher {launcher!r}: choose one of auto, {', '.join(LAUNCHERS)}")
     if nproc != "auto" and not (nproc.isdigit() and int(nproc) > 0):
         raise UsageError(f"--nproc-per-node {nproc!r}: 'auto' or a whole number above 0")
+    if guard not in (None, "on-instance"):
+        raise UsageError(f"--guard {guard!r}: the only guard is 'on-instance'")
+    env_names = list(parse_env_args(env))  # NAME=VALUE checked as train checks it, before anything is written
+    idle_s = d.parse_limit(idle, "--idle") if idle is not None else None
     script = script_path(script, project, must_exist=True)
     if fs:
         from ..cloud.filesystems import check_name
@@ -209,18 +234,24 @@ def _new_run(out, project: Path, *, types: list, gpu: Optional[str], max_price: 
     from ..cloud.instances import require_key
 
     require_key((key or Path("~/.ssh/id_ed25519")).expanduser(), given=key is not None)
+    from ..pipeline.money import run_ttl
+    from ..profiles.model import environment
+
+    ttl_s, ttl_said = run_ttl(ttl, environment(project))
     template, note = run_ops.run_template(template_for(from_, project), from_)
     if note:
         out.info(note)
     prelaunch.check(project, script, out, template)  # a job that cannot run is refused before anything bills
     _before_launch(out, project, script, template, confirm, data)
+    out.info(ttl_said)
     return run_ops.new_record(types=types, gpu=gpu, max_price=max_price, wait_for_capacity_s=wait_s, script=script,
                               args=args or [], regions=region, nodes=nodes, fetch=fetch, keep=keep,
-                              ttl_s=d.parse_limit(ttl, "--ttl") if ttl is not None else None, max_cost=max_cost,
+                              ttl_s=ttl_s, max_cost=max_cost,
                               key=(key or Path("~/.ssh/id_ed25519")).expanduser(), name=pl.run_name(name, script),
                               launcher=launcher, nproc=nproc, template=template, recover=recover,
                               unreachable_s=d.parse_limit(unreachable, "--unreachable") if unreachable else None,
-                              file_systems=[fs] if fs else [], data=data)
+                              file_systems=[fs] if fs else [], data=data, seed=seed, env_names=env_names,
+                              force=force, idle_s=idle_s, guard=guard)
 
 
 def _before_launch(out, project: Path, script: str, template: Optional[dict], confirm,

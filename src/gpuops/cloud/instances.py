@@ -63,7 +63,7 @@ def make_context(out, *, with_key: bool = False, project_dir: Path | None = None
     url = base_url()
     client = Client(key, url)
     client.on_retry = lambda exc, delay: out.step(f"{exc.message}; retrying in {delay:.1f}s")
-    ctx = Context(client=client, out=out, api_key=key if with_key else None)
+    ctx = Context(client=client, out=out, api_key=key if with_key else None, ledger=Ledger(on_passed_over=out.warn))
     if not is_production(url):
         env = os.environ
         if env.get("GPUOPS_CLOUD_POLL_S"):

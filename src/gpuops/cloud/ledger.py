@@ -12,10 +12,11 @@ from __future__ import annotations
 
 import json
 import os
+import time
 from contextlib import contextmanager
-from dataclasses import asdict, dataclass, field
+from dataclasses import MISSING, asdict, dataclass, field
 from pathlib import Path
-from typing import Iterator, Optional
+from typing import Callable, Iterator, Optional
 
 from ..paths import state_dir, write_private
 
@@ -55,14 +56,59 @@ class Record:
         return cls(**known)
 
 
+_REQUIRED = tuple(n for n, f in Record.__dataclass_fields__.items()
+                  if f.default is MISSING and f.default_factory is MISSING)
+
+
+def _parse(text: str) -> tuple[dict, Optional[str]]:
+    """(the ledger's document, None), or ({}, why it is not one)."""
+    try:
+        doc = json.loads(text)
+    except ValueError as exc:
+        return {}, f"not JSON: {exc}" if text.strip() else "empty"
+    if not isinstance(doc, dict):
+        return {}, f"a JSON {type(doc).__name__ if doc is not None else 'null'}, not the ledger's object"
+    recs = doc.get("records", {})
+    if not isinstance(recs, dict):
+        return {}, "its records are not a map of launch ids"
+    bad = [k for k, r in recs.items() if not isinstance(r, dict) or any(f not in r for f in _REQUIRED)]
+    if bad:
+        return {}, f"record {bad[0]!r} is incomplete"
+    if not isinstance(doc.get("last_launch_at", 0.0), (int, float)):
+        return {}, "last_launch_at is not a time"
+    return doc, None
+
+
+def _aside(path: Path) -> Path:
+    """Move `path` to path.corrupt-<time> (a name no earlier one holds: never overwritten). Returns the new name."""
+    stamp = time.strftime("%Y%m%d-%H%M%S")
+    for n in range(1000):
+        aside = path.with_name(f"{path.name}.corrupt-{stamp}" + (f"-{n}" if n else ""))
+        try:
+            os.link(path, aside)  # fails if the name is taken: nothing is overwritten
+        except FileExistsError:
+            continue
+        os.unlink(path)
+        return aside
+    raise OSError(f"no free name beside {path} to keep it aside")
+
+
+def _stderr(message: str) -> None:
+    import sys
+
+    print(f"warning: {message}", file=sys.stderr)
+
+
 def ledger_path() -> Path:
     return state_dir() / "cloud" / "ledger.json"
 
 
 class Ledger:
-    def __init__(self, path: Path | None = None):
+    def __init__(self, path: Path | None = None, on_passed_over: Optional[Callable[[str], None]] = None):
         self.path = path or ledger_path()
         self.lock_path = self.path.with_name(self.path.name + ".lock")
+        self.on_passed_over = on_passed_over or _stderr
+        self.passed_over: Optional[Path] = None  # where an unreadable ledger was kept aside
 
     @contextmanager
     def transaction(self) -> Iterator[dict]:
@@ -83,15 +129,26 @@ class Ledger:
             os.close(fd)
 
     def _read(self) -> dict:
+        """The document, or an empty one: a ledger that is empty, truncated or not the ledger's shape (`null`,
+        `{"records": []}`) never blocks the way out (ls, down, reap find instances by their tags): it is kept aside as
+        ledger.json.corrupt-<time> (never lost, never overwritten) and passed over, said once (`on_passed_over`)."""
         try:
-            doc = json.loads(self.path.read_text())
+            text = self.path.read_text()
         except FileNotFoundError:
-            doc = {}
-        except (OSError, ValueError) as exc:
+            text = None
+        except OSError as exc:
             from ..errors import GpuopsError
 
             raise GpuopsError(f"the launch ledger {self.path} is unreadable ({exc}); it records what may be billing, "
                               "so gpuops stops rather than guess", hint="inspect or restore the file, then try again")
+        doc, why = ({}, None) if text is None else _parse(text)
+        if why is not None:
+            doc = {}
+            aside = _aside(self.path)
+            self.passed_over = aside
+            self.on_passed_over(f"the launch ledger {self.path} was unreadable ({why}), so it was passed over: "
+                                f"instances are found by their gpuops tags through the API; the file is kept as "
+                                f"{aside}")
         doc.setdefault("records", {})
         doc.setdefault("last_launch_at", 0.0)
         return doc

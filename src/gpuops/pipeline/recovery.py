@@ -300,10 +300,10 @@ class RecoveryStages:
                 down(rec.profile, ctx, project_dir=self.project)
         except GpuopsError as exc:
             self._end("recover", ok=False, detail=exc.message)
-            self.out.error(f"could not terminate instance {ids} to replace it ({exc.message}): STILL BILLING "
-                           f"${(rec.price_per_hour or 0) * max(1, rec.nodes):.2f}/h; no replacement is launched",
-                           f"gpuops run --resume --id {rec.id} tries again (and goes on with the recovery); "
-                           f"gpuops down {rec.profile} ends it; gpuops ls shows it")
+            money, check = self._billing(list((rec.instance or {}).get("ids") or []))
+            self.out.error(f"could not terminate instance {ids} to replace it ({exc.message}): {money}; no "
+                           "replacement is launched", check or f"gpuops run --resume --id {rec.id} tries again (and "
+                           f"goes on with the recovery); gpuops down {rec.profile} ends it; gpuops ls shows it")
             return False
         r["terminated"], r["ended"] = True, self.seams.clock()
         pl.save(rec, self.project)

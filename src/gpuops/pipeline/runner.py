@@ -3,12 +3,14 @@ it starts and after it ends (pipeline/stages.py decides what comes next, also af
 
 Money rules: the instance is terminated when the job ends, fails, or its launch is refused, and when the user presses
 Ctrl-C twice; never before everything named in --fetch is on the local disk and verified (a fetch that fails after
-retries keeps the instance and says so, leaving it to `gpuops ls` and `gpuops reap`). --max-cost is checked from the
-launch on (boot, between stages, while training): it stops the job and fetches what exists, or ends a run that has not
-trained yet. A lost connection is never judged alone: the API says whether the instance still runs (reconnect), or
-ended under the run (terminated elsewhere, preempted: said at once, the run closed as `lost`). The cloud TTL set by
-`up` stays in force whatever happens to this process. With --recover N, an instance lost, unreachable or whose GPU
-fails is replaced instead (pipeline/recovery.py), its time and money counted with the run's.
+retries keeps the instance and says so, with its TTL deadline, leaving it to `gpuops ls` and `gpuops reap`; a name the
+job never created holds nothing and keeps nothing billing). Every run's instance has a TTL (run_ttl: --ttl,
+GPUOPS_RUN_TTL, else 24h). --max-cost is checked from the launch on (boot, between stages, while training): it stops the
+job and fetches what exists, or ends a run that has not trained yet. A lost connection is never judged alone: the API
+says whether the instance still runs (reconnect), or ended under the run (terminated elsewhere, preempted: said at once,
+the run closed as `lost`). The cloud TTL set by `up` stays in force whatever happens to this process. With --recover N,
+an instance lost, unreachable or whose GPU fails is replaced instead (pipeline/recovery.py), its time and money counted
+with the run's.
 """
 from __future__ import annotations
 
@@ -21,6 +23,7 @@ from pathlib import Path
 from typing import Callable, Optional
 
 from . import stages as pl
+from .money import billing_said
 from .recovery import GpuFault, RecoveryStages
 from ..errors import ExitCode, GpuopsError, UsageError
 
@@ -104,6 +107,8 @@ def new_record(*, script: str, args: list, regions: list, nodes: int, fetch: lis
                type_name: str = "", types: Optional[list] = None, gpu: Optional[str] = None,
                max_price: Optional[float] = None, wait_for_capacity_s: float = 0.0, recover: int = 0,
                unreachable_s: Optional[float] = None, file_systems: Optional[list] = None, data: Optional[str] = None,
+               seed: Optional[int] = None, env_names: Optional[list] = None, force: bool = False,
+               idle_s: Optional[float] = None, guard: Optional[str] = None,
                clock: Callable[[], float] = time.time) -> pl.Record:
     stamp = datetime.fromtimestamp(clock()).strftime("%Y%m%d-%H%M%S")
     rid = f"{name or Path(script).stem}-{stamp}-{uuid.uuid4().hex[:4]}"
@@ -115,11 +120,12 @@ def new_record(*, script: str, args: list, regions: list, nodes: int, fetch: lis
                      fetch=list(fetch),
                      keep=keep, ttl_s=ttl_s,
                      max_cost=max_cost, key=str(key) if key else None, created=clock(), recover=recover,
-                     unreachable_s=unreachable_s, file_systems=list(file_systems or []), data=data)
+                     unreachable_s=unreachable_s, file_systems=list(file_systems or []), data=data, seed=seed,
+                     env_names=list(env_names or []), force=force, idle_s=idle_s, guard=guard)
 
 
 def amend_for_resume(rec: pl.Record, *, fetch: list, keep: bool, max_cost: Optional[float],
-                     recover: Optional[int] = None) -> None:
+                     recover: Optional[int] = None, force: bool = False) -> None:
     """`run --resume` with --fetch / --keep / --max-cost / --recover: the run goes on with them. New --fetch names
     are added (the fetch runs again if it had ended: what is already here is not sent again); refused once the
     instance is gone, since its disk went with it."""
@@ -139,6 +145,8 @@ def amend_for_resume(rec: pl.Record, *, fetch: list, keep: bool, max_cost: Optio
         rec.max_cost = max_cost
     if recover is not None:
         rec.recover = recover
+    if force:
+        rec.force = True
 
 
 class Runner(RecoveryStages):
@@ -146,15 +154,19 @@ class Runner(RecoveryStages):
 
     def __init__(self, rec: pl.Record, out, project: Path, ctx_factory, seams: Optional[Seams] = None,
                  confirm: Optional[Callable[[str], bool]] = None,
-                 create_fs: Optional[Callable[[str], Optional[bool]]] = None):
+                 create_fs: Optional[Callable[[str], Optional[bool]]] = None, env: Optional[list] = None):
         self.rec, self.out, self.project = rec, out, project
         self.create_fs = create_fs  # --fs NAME missing: asked before creating it (cli.fs.fs_question)
+        self._env_given = list(env or [])  # --env NAME=VALUE of a new run: written to the 0600 file, never the record
         self.ctx_factory = ctx_factory  # () -> cloud lifecycle Context (client, ledger, out)
         self.seams = seams or Seams()
         self.confirm = confirm
         self.fetched: dict[str, str] = {}
         self._fetcher = None  # the background checkpoint fetch while watching (--recover)
         self._api_down: Optional[str] = None  # the API could not be asked (said once until it answers again)
+        self._seen: dict = {}  # instance id -> (status, when): what the API last showed (up: active)
+        self._asked = False  # the API was asked about the stage that just failed (_raise_if_lost)
+        self.missing: list = []  # --fetch names the job never created (the run terminated: nothing to keep)
 
     # -- helpers -------------------------------------------------------------------------------------------------
     def _cost(self) -> str:
@@ -182,7 +194,23 @@ class Runner(RecoveryStages):
         pl.end(self.rec, name, self.project, ok=ok, detail=detail, clock=self.seams.clock)
 
     # -- the loop ------------------------------------------------------------------------------------------------
+    def _env_file(self) -> Path:
+        return pl.records_dir(self.project) / f"{self.rec.id}.env"
+
+    def _job_env(self) -> list:
+        """The run's --env NAME=VALUE (its 0600 file: values may be secrets), for every launch of the job."""
+        import json
+
+        f = self._env_file()
+        return json.loads(f.read_text()) if f.is_file() else []
+
     def run(self) -> int:
+        if self._env_given:
+            import json
+
+            from ..paths import write_private
+
+            write_private(self._env_file(), json.dumps(self._env_given))
         pl.save(self.rec, self.project)
         self.out.info(f"run {self.rec.id}: record {pl.records_dir(self.project) / (self.rec.id + '.json')} "
                       f"(gpuops run --resume --id {self.rec.id} continues it)")
@@ -205,12 +233,13 @@ class Runner(RecoveryStages):
                 if name in ("setup", "sync", "push", "train") and pl.over_budget(self.rec, self.seams.clock()):
                     self._budget_stop_before(name)
                     continue
+                self._asked = False
                 getattr(self, f"stage_{name}")()
                 st = self.rec.stages.get(name)
                 if name in ("down", "recover") and st is not None and st.ok is False:
                     break  # the instance could not be terminated: said loudly; `--resume` or `down` tries again
                 if (name not in ("up", "down") and st is not None and st.ok is False and not self.rec.lost
-                        and not self.rec.recovering):
+                        and not self.rec.recovering and not self._asked):
                     self._check_fate(name)  # a failed stage: was it the instance ending under us?
             except KeyboardInterrupt:
                 if not self._second_press(name):
@@ -253,6 +282,8 @@ class Runner(RecoveryStages):
                             if not exc.not_found:
                                 raise
                             statuses.append((iid, "terminated"))
+            now = self.seams.clock()
+            self._seen.update({iid: (status, now) for iid, status in statuses})
             if self._api_down is not None:
                 self.out.info(f"the Lambda API answers again about {self.rec.profile}'s instance")
                 self._api_down = None
@@ -265,6 +296,16 @@ class Runner(RecoveryStages):
                               "(asked again as the run goes on)")
             self._api_down = exc.message
         return None
+
+    def _raise_if_lost(self) -> None:
+        """A stage failed: ask the API before saying anything (InstanceLost when an instance ended under the run); the
+        loop does not ask again for this failure."""
+        self._asked = True
+        if self.rec.lost or self.rec.recovering:
+            return
+        lost = self._fate()
+        if lost is not None:
+            raise lost
 
     def _check_fate(self, stage: Optional[str]) -> bool:
         """Ask the API; an instance gone under the run closes the run as lost (True)."""
@@ -316,8 +357,11 @@ class Runner(RecoveryStages):
         """The instance is still there (or the API cannot tell) but unreachable: the run is left to resume, with
         the summary and the ways on."""
         rec = self.rec
-        self.out.error(err.message, err.hint or f"the instance bills ${(rec.price_per_hour or 0):.2f}/h: "
-                       f"gpuops run --resume --id {rec.id} continues the run, gpuops down {rec.profile} ends it")
+        bills = (f"the instance bills ${(rec.price_per_hour or 0):.2f}/h" if self._api_down is None else
+                 f"the Lambda API could not be asked ({self._api_down}): whether the instance still runs and bills "
+                 f"${(rec.price_per_hour or 0):.2f}/h is not known (gpuops ls checks once the API answers)")
+        self.out.error(err.message, err.hint or f"{bills}: gpuops run --resume --id {rec.id} continues the run, "
+                       f"gpuops down {rec.profile} ends it")
         rec.outcome = pl.DETACHED  # the stage stays open: --resume takes it up again
         pl.save(rec, self.project)
         return int(err.code) if int(err.code) else 3
@@ -394,11 +438,16 @@ class Runner(RecoveryStages):
             rec.outcome = pl.KEPT
         elif rec.keep and (down is None):
             rec.outcome = pl.KEPT
-        elif down is not None and down.ok and rec.job_state == "succeeded" and not rec.stop_reason:
+        elif down is not None and down.ok and rec.job_state == "succeeded" and not rec.stop_reason and not self.missing:
             rec.outcome = pl.SUCCEEDED
         else:
             rec.outcome = pl.FAILED
         pl.save(rec, self.project)
+        self._env_file().unlink(missing_ok=True)  # the run is over: no launch needs its --env values again
+        if rec.outcome == pl.KEPT and rec.keep and down is None:
+            per_hour = (rec.price_per_hour or 0) * max(1, rec.nodes)
+            self.out.warn(f"--keep: {rec.profile} is KEPT, billing ${per_hour:.2f}/h{self._until()}; gpuops down "
+                          f"{rec.profile} ends it sooner")
         return 0 if rec.outcome in (pl.SUCCEEDED,) or (rec.outcome == pl.KEPT and rec.keep and
                                                        rec.job_state == "succeeded") else 1
 
@@ -411,7 +460,8 @@ class Runner(RecoveryStages):
         rec = self.rec
         return UpSpec(name=rec.profile, **pl.launch_ask(rec), key=Path(rec.key).expanduser() if rec.key else
                       Path("~/.ssh/id_ed25519").expanduser(), regions=list(rec.regions),
-                      ttl_s=pl.ttl_left(rec, self.seams.clock()), verify=False,
+                      ttl_s=pl.ttl_left(rec, self.seams.clock()), idle_s=rec.idle_s,
+                      guard_on_instance=rec.guard == "on-instance", verify=False,
                       confirm=None if rec.attempts else self.confirm, nodes=rec.nodes, template=rec.template, tick=tick,
                       create_fs=None if rec.attempts else self.create_fs)
 
@@ -458,10 +508,16 @@ class Runner(RecoveryStages):
             self._end("up", ok=False, detail=exc.message)
             if rec.attempts:  # a replacement that could not be launched ends the run, saying what bills
                 return self._relaunch_failed(exc)
+            if not again and not [r for r in ctx.ledger.records() if r.profile == rec.profile]:
+                # refused before any launch request (the options, the key, the user's no): no run to resume
+                (pl.records_dir(self.project) / f"{rec.id}.json").unlink(missing_ok=True)
+                self._env_file().unlink(missing_ok=True)
+                self.out.info(f"nothing was launched: run {rec.id}'s record is removed")
             raise
         rec.price_per_hour = res["price_per_hour"]
         rec.instance = {"ids": [n["instance_id"] for n in res.get("nodes") or []] or [res["instance_id"]],
                         "type": res["instance_type"], "region": res["region"]}
+        self._seen.update({iid: ("active", self.seams.clock()) for iid in rec.instance["ids"]})
         _use_env_python(Path(res["profile_file"]), RUN_PYTHON)
         if res.get("nodes"):
             self._end("up", ok=True, detail=f"{len(res['nodes'])} instances in {res['region']} ({res['instance_type']}): " +
@@ -531,6 +587,7 @@ class Runner(RecoveryStages):
             doc = setup(prof, self.out, self.project, verify=True, on_plan=on_plan)
         except GpuopsError as exc:
             self._end("setup", ok=False, detail=exc.message)
+            self._raise_if_lost()  # an instance ended under the run: that is the first line, not the failure it caused
             self.out.error(f"setup failed: {exc.message}", pl.refusal_hint(exc.hint, kept=self.rec.keep))
             return
         code = exit_code(doc["verify"]) if doc.get("verify") else 0
@@ -576,6 +633,7 @@ class Runner(RecoveryStages):
             s = with_data(prof, self.out)
         except GpuopsError as exc:
             self._end("sync", ok=False, detail=exc.message)
+            self._raise_if_lost()  # an instance ended under the run: that is the first line, not the failure it caused
             self.out.error(f"sync failed: {exc.message}", exc.hint)
             return
         self._end("sync", ok=True, detail=f"{s['files']} files, {s['bytes_sent']} bytes sent")
@@ -612,19 +670,20 @@ class Runner(RecoveryStages):
         if rec.run_id and any(m["run_id"] == rec.run_id for m in core.local_runs(prof.name, self.project)):
             self._end("train", ok=True, detail=f"run {rec.run_id} (resumed)")
             return
-        env = [f"GPUOPS_RESUME_FROM={rec.resume_from}"] if rec.resume_from else []  # a replacement resumes
+        env = self._job_env() + ([f"GPUOPS_RESUME_FROM={rec.resume_from}"] if rec.resume_from else [])
         env += [f"GPUOPS_DATA={rec.data_path}"] if rec.data_path else []
+        opts = dict(script=rec.script, args=rec.args, sync=False, env=env, seed=rec.seed, force=rec.force)
         try:
             if prof.is_fleet or rec.launcher != "none":  # one run id on every node, with its rank and addresses
-                res = lifecycle.train_fleet(prof, self.out, self.project, script=rec.script, args=rec.args, sync=False,
-                                            launcher=rec.launcher, nproc=rec.nproc, env=env)
+                res = lifecycle.train_fleet(prof, self.out, self.project, launcher=rec.launcher, nproc=rec.nproc,
+                                            **opts)
             else:
-                res = lifecycle.train(prof, self.out, self.project, script=rec.script, args=rec.args, sync=False,
-                                      env=env)
+                res = lifecycle.train(prof, self.out, self.project, **opts)
         except GpuopsError as exc:  # the launch gate refused a broken stack, or the launch failed
+            self._end("train", ok=False, detail=exc.message)
+            self._raise_if_lost()
             said = exc.message.removesuffix("; not launching")  # the gate's own ending, said once by the prefix
             self.out.error(f"not launched: {said}", pl.refusal_hint(exc.hint, kept=rec.keep))
-            self._end("train", ok=False, detail=exc.message)
             return
         rec.run_id = res["run_id"]
         self._end("train", ok=True, detail=f"run {res['run_id']}")
@@ -717,8 +776,8 @@ class Runner(RecoveryStages):
             raise lost
         if (isinstance(exc, ConnectError) and not isinstance(exc, (AuthError, HostKeyError))
                 and pl.why_not_recover(self.rec, self.seams.clock()) is None):
-            return self._start_recovery("watch", "unreachable", f"{self.rec.profile}: {exc.message} (the Lambda API "
-                                        "shows the instance running)")
+            return self._start_recovery("watch", "unreachable", f"{self.rec.profile}: {exc.message} ("
+                                        + self._api_says() + ")")
         raise _ConnectionGaveUp(exc)
 
     def _reconnecting(self, ev: dict, asked: list) -> None:
@@ -731,9 +790,24 @@ class Runner(RecoveryStages):
             lost = self._fate()
             if lost is not None:
                 raise lost
-            said = "; the Lambda API shows the instance running"
+            said = "; " + self._api_says()
         self.out.info(f"connection to {self.rec.profile} lost ({ev['error']}){said}: reconnecting (attempt "
                       f"{ev['attempt']}, in {ev['delay']:g}s; {self._cost()})")
+
+    def _api_says(self) -> str:
+        """What the last question to the API (just asked by _fate) tells of an instance that did not end."""
+        if self._api_down is None:
+            return "the Lambda API shows the instance running"
+        return (f"the Lambda API could not be asked ({self._api_down}): whether the instance still runs is not "
+                "known")
+
+    def _billing(self, ids: list) -> tuple[str, Optional[str]]:
+        """A terminate that failed: what may be said of the money (billing_said), and what to check when the API
+        last showed the instances ended (None: the usual hint)."""
+        price = (self.rec.price_per_hour or 0) * max(1, self.rec.nodes)
+        text, billing = billing_said(ids, self._seen, price)
+        return text + (self._until() if billing else ""), (None if billing else f"check: gpuops ls once the Lambda API answers (a revoked key: set a new "
+                                           f"LAMBDA_API_KEY); gpuops down {self.rec.profile} ends it if it still runs")
 
     def _budget_stop(self) -> None:
         """--max-cost reached while watching: stop the job (every node), then fetch what exists and terminate."""
@@ -770,7 +844,7 @@ class Runner(RecoveryStages):
 
     def stage_fetch(self) -> None:
         from ..remote.connection import connect
-        from ..transfer.fetch import fetch
+        from ..transfer.fetch import NeverCreated, fetch
 
         rec = self.rec
         self._begin("fetch")
@@ -787,6 +861,7 @@ class Runner(RecoveryStages):
                     self.fetched[key] = self._save_log(prof, meta, rank, key)
                 except GpuopsError as exc:
                     failed.append(f"the job's log{f' on host #{rank}' if rank else ''}: {exc.message}")
+        absent = []  # names the job never created: nothing on the instance to keep it billing for
         for name in rec.fetch:
             last = None
             for attempt in range(1, FETCH_ATTEMPTS + 1):
@@ -795,6 +870,11 @@ class Runner(RecoveryStages):
                         s = fetch(prof, remote, self.out, name, project_dir=self.project)
                     self.fetched[name] = str(s.get("dest") or name)
                     last = None
+                    break
+                except NeverCreated as exc:
+                    absent.append(name)
+                    self.out.warn(f"{name}: {exc.message}: the job never created it, so there is nothing on the "
+                                  "instance to keep it billing for" + ("" if rec.keep else "; it is terminated"))
                     break
                 except GpuopsError as exc:
                     last = exc
@@ -805,12 +885,23 @@ class Runner(RecoveryStages):
                 failed.append(f"{name}: {last.message}")
         if failed:
             self._end("fetch", ok=False, detail="; ".join(failed))
-            self.out.error(f"FETCH FAILED, so the instance is KEPT (it bills ${rec.price_per_hour or 0:.2f}/h): "
-                           + "; ".join(failed),
+            self.out.error(f"FETCH FAILED, so the instance is KEPT (it bills ${rec.price_per_hour or 0:.2f}/h"
+                           f"{self._until()}): " + "; ".join(failed),
                            f"fix and run: gpuops fetch -p {rec.profile} NAME, then gpuops down {rec.profile} "
-                           f"(gpuops ls shows it; gpuops reap ends it at its TTL)")
+                           f"(gpuops ls shows it)")
             return
-        self._end("fetch", ok=True, detail=", ".join(f"{k} -> {v}" for k, v in self.fetched.items()) or "nothing named")
+        self.missing = absent
+        self._end("fetch", ok=True, detail=", ".join([f"{k} -> {v}" for k, v in self.fetched.items()]
+                                                     + [f"{n}: never created" for n in absent]) or "nothing named")
+
+    def _until(self) -> str:
+        """The deadline of an instance the run leaves billing: its TTL (a tag on the instance and in the ledger)."""
+        from datetime import timezone
+
+        if self.rec.ttl_deadline is None:
+            return ", with no TTL"
+        when = datetime.fromtimestamp(self.rec.ttl_deadline, timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
+        return f" until its TTL, {when}, when `gpuops reap` ends it"
 
     def _fetch_profile(self):
         """The profile, with each --fetch name that its fetch: map lacks meaning the folder of that name under the
@@ -851,10 +942,10 @@ class Runner(RecoveryStages):
             ids = prof.cloud.instance_ids if prof is not None else []
             what = (f"instance {ids[0]}" if len(ids) == 1 else f"instances {', '.join(ids)}") if ids else "the instance"
             self._end("down", ok=False, detail=exc.message)
-            self.out.error(f"could not terminate {what} ({exc.message}): STILL BILLING "
-                           f"${(rec.price_per_hour or 0) * max(1, rec.nodes):.2f}/h",
-                           f"gpuops down {rec.profile} ends it (gpuops run --resume --id {rec.id} too, closing the "
-                           "run); gpuops ls shows it")
+            money, check = self._billing(ids)
+            self.out.error(f"could not terminate {what} ({exc.message}): {money}",
+                           check or f"gpuops down {rec.profile} ends it (gpuops run --resume --id {rec.id} too, "
+                                    "closing the run); gpuops ls shows it")
             return
         if len(res.get("instance_ids") or []) > 1:
             self._end("down", ok=True, detail=", ".join(f"instance {i} {st}" for i, st in
@@ -906,7 +997,9 @@ def render_summary(out, rec: pl.Record, fetched: dict, now: float) -> dict:
            "stages": rows, "instances": insts, "total_cost": round(total, 4), "fetched": fetched,
            "environment": str(env) if env and env.is_dir() else None, "overhead": pl.overhead(rec),
            "stop_reason": rec.stop_reason, "recoveries": len(rec.attempts), "resumed_from": rec.resume_from,
-           "checkpoint": (rec.checkpoint or {}).get("local"),
+           "checkpoint": (rec.checkpoint or {}).get("local"), "ttl_s": rec.ttl_s,
+           "ttl_deadline_at": (datetime.fromtimestamp(rec.ttl_deadline).astimezone().isoformat(timespec="seconds")
+                               if rec.ttl_deadline else None),
            "warnings": list(dict.fromkeys(out.warnings))}  # every warning said on stderr, once each
     if out.json_mode:
         out.emit_json(doc)

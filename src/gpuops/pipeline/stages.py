@@ -73,6 +73,13 @@ class Record:
     ttl_s: Optional[float] = None
     max_cost: Optional[float] = None
     key: Optional[str] = None
+    # what `run` takes from `train` and `up`: --seed, --env (names only: the values are in a 0600 file beside the
+    # record, runs/pipelines/<id>.env), --force (the launch gate), --idle and --guard (each instance launched)
+    seed: Optional[int] = None
+    env_names: list = field(default_factory=list)
+    force: bool = False
+    idle_s: Optional[float] = None
+    guard: Optional[str] = None
     created: float = 0.0
     price_per_hour: Optional[float] = None  # per node, known once `up` has read the type
     run_id: Optional[str] = None  # the training run's id, once launched

@@ -281,6 +281,10 @@ def _promote(staging: Path, dest: Path, rels: Sequence[str]) -> None:
         os.replace(src, dst)
 
 
+class NeverCreated(GpuopsError):
+    """What a fetch names does not exist on the host: nothing there to lose (`gpuops run` terminates)."""
+
+
 def fetch(profile, remote, out, name: str = "checkpoints", *, dest: Path | None = None, latest: bool = False,
           step: int | None = None, project_dir: Path | None = None) -> dict:
     """Fetch profile.fetch[name] into dest (default ./NAME): resumable, verified by size + SHA-256, and each file
@@ -359,7 +363,7 @@ def _select(profile, remote, name: str, src: str, *, latest: bool, step: int | N
         raise rs.missing_remote(profile.host)
     root = doc["roots"][name]
     if not root.get("exists"):
-        raise GpuopsError(f"nothing to fetch: {src} does not exist on {profile.host}")
+        raise NeverCreated(f"nothing to fetch: {src} does not exist on {profile.host}")
     single = not root.get("is_dir")  # a fetch: entry naming one file: it lands as DEST/<its name>
     if single and (latest or step is not None):
         raise UsageError(f"'{name}' is a single file ({src}); --latest and --step select checkpoint directories")

@@ -89,6 +89,8 @@ FAULTS = {
     "preempt-while-booting": "instances launched while set become `preempted` after seconds= (default 0.3)",
     "quota-exceeded": "launches answer 400 global/quota-exceeded",
     "account-inactive": "every API request answers 403 global/account-inactive",
+    "revoked-key": "the key is revoked: after= (default 0) requests answered as usual, every later request (path= "
+                   "substring) answers 401 global/invalid-api-key",
     "ignore-user-data-host-key": "instance hosts present a generated host key instead of user_data's",
     "unhealthy": "instances launched while set become `unhealthy` instead of `active`",
     "old-driver": "instances launched while set run NVIDIA driver version= (default 535.183.01, CUDA 12.2), as an "
@@ -709,6 +711,12 @@ class Emulator:
         p = path[len("/api/v1"):]
         if self._take_fault("account-inactive"):
             raise ApiError("account-inactive")
+        revoked = self._take_fault("revoked-key", p)
+        if revoked is not None:
+            if int(revoked.get("after") or 0) <= 0:
+                raise ApiError("invalid-api-key")
+            revoked["after"] = int(revoked["after"]) - 1
+            self._save()
         f = self._take_fault("5xx", p)
         if f:
             raise ApiError(f.get("error") or "internal-error")

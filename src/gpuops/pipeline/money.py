@@ -1,0 +1,48 @@
+"""`gpuops run` and money, the pure half: a run's TTL (every run's instance has one) and what may be said of an
+instance the run could not terminate. No I/O; the runner (pipeline/runner.py) says it."""
+from __future__ import annotations
+
+from typing import Optional
+
+DEFAULT_RUN_TTL = "24h"  # a run's instance outlives no closed laptop by more than this (`gpuops reap`, --guard)
+RUN_TTL_ENV = "GPUOPS_RUN_TTL"
+
+
+def run_ttl(given: Optional[str], env: dict) -> tuple[float, str]:
+    """A new run's TTL: --ttl, else GPUOPS_RUN_TTL (the environment or ./.env), else 24h. Every run's instance has
+    one (a tag on it and in the ledger that `gpuops reap` and --guard on-instance enforce). (seconds, the
+    sentence that states it)."""
+    from ..cloud import decisions as d
+    from ..errors import UsageError
+
+    def parse(text: str, flag: str) -> float:
+        try:
+            return d.parse_limit(text, flag)
+        except UsageError as exc:  # "leave the option out" would not mean "no limit" here
+            said = exc.message if exc.message.startswith(flag) else f"{flag}={text}: {exc.message}"
+            raise UsageError(said, hint=f"every run's instance has a TTL (default {DEFAULT_RUN_TTL}); a long run: "
+                                        "--ttl 7d") from None
+
+    if given is not None:
+        secs = parse(given, "--ttl")
+        return secs, f"TTL {given} (--ttl)"
+    if env.get(RUN_TTL_ENV):
+        secs = parse(env[RUN_TTL_ENV], RUN_TTL_ENV)
+        return secs, f"TTL {env[RUN_TTL_ENV]} ({RUN_TTL_ENV}; --ttl changes it)"
+    secs = d.parse_limit(DEFAULT_RUN_TTL, "--ttl")
+    return secs, (f"TTL {DEFAULT_RUN_TTL}, the default (--ttl DURATION or {RUN_TTL_ENV} in the environment "
+                  "or ./.env changes it)")
+
+
+def billing_said(ids: list, seen: dict, price_per_hour: float) -> tuple[str, bool]:
+    """What a run may say of instances it could not terminate: (text, billing). STILL BILLING unless the API last
+    showed every one of them ended (preempted, terminated, terminating: `seen` = {id: (status, when)}); then what is
+    known (that status, when) and what is not (the end is unconfirmed)."""
+    from datetime import datetime, timezone
+
+    last = [(i, seen.get(i)) for i in ids]
+    if last and all(s is not None and s[0] in ("preempted", "terminated", "terminating") for _, s in last):
+        shown = ", ".join(f"{i} {s[0]} at {datetime.fromtimestamp(s[1], timezone.utc):%H:%M:%S UTC}" for i, s in last)
+        return (f"the Lambda API last showed {shown}, so it should not bill; that it ended is not confirmed, since the "
+                "API could not be asked again"), False
+    return f"STILL BILLING ${price_per_hour:.2f}/h", True
