@@ -4,7 +4,10 @@ emulator (its instances are sandbox hosts) with a job training on one of them.
 What a person sees: the instances (one marked "billing, unwatched"), the run, its page's values changing without a
 reload (utilisation, step, loss), a training signal on the timeline, the state turning to succeeded. What the page
 must not do: a request beyond the dashboard itself, a JavaScript error. The token: 401 without it, traded for an
-HttpOnly SameSite=Strict cookie. One stream per run however many tabs. Screenshots for docs/dashboard.md."""
+HttpOnly SameSite=Strict cookie. One stream per run however many tabs.
+
+Screenshots: every test takes its pictures into its own tmp folder (so the suite never rewrites the repository);
+`GPUOPS_DOC_SCREENSHOTS=1 uv run pytest tests/test_dashboard_e2e.py` writes them to docs/img/ for docs/dashboard.md."""
 from __future__ import annotations
 
 import os
@@ -24,6 +27,11 @@ from test_cloud_e2e import API_KEY, TYPE, _up, cloud, cloud_emu  # noqa: F401  (
 
 ROOT = Path(__file__).resolve().parent.parent
 IMG = ROOT / "docs" / "img"
+
+
+def shot_dir(tmp_path: Path) -> Path:
+    """Where screenshots go: docs/img/ only when GPUOPS_DOC_SCREENSHOTS=1 asks for the docs' pictures, else tmp."""
+    return IMG if os.environ.get("GPUOPS_DOC_SCREENSHOTS") == "1" else tmp_path
 CHROMIUM = "/usr/bin/chromium"
 ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update",
         "--disable-quic", "--no-first-run", "--disable-sync"]
@@ -96,7 +104,7 @@ def watch_page(page, errors: list, requests: list) -> None:
     page.on("request", lambda req: requests.append(req.url))
 
 
-def test_dashboard_in_chromium_instances_runs_and_a_live_run(cloud, gpuops, isolated, browser):
+def test_dashboard_in_chromium_instances_runs_and_a_live_run(cloud, gpuops, isolated, browser, tmp_path):
     cloud.capacity(TYPE, ["us-east-1"])
     cloud.handle("POST", "/api/v1/filesystems", {"name": "datasets", "region": "us-east-1"})
     assert _up(gpuops, cloud, "box", "--no-verify", "--ttl", "2h", "--fs", "datasets").code == 0
@@ -151,7 +159,7 @@ def test_dashboard_in_chromium_instances_runs_and_a_live_run(cloud, gpuops, isol
         pipe = page.locator("table[aria-label=pipelines] tr", has_text="run-sft-20261127-101500-ab12").inner_text()
         assert "ckpt/step_400 (step 400)" in pipe and "succeeded" in pipe
         print(f"overview loaded and filled in {time.monotonic() - t0:.2f}s")
-        page.screenshot(path=str(IMG / "dashboard-overview.png"))
+        page.screenshot(path=str(shot_dir(tmp_path) / "dashboard-overview.png"))
 
         # the run's page: values change without a reload
         runs.get_by_role("link", name=rid).click()
@@ -181,11 +189,17 @@ def test_dashboard_in_chromium_instances_runs_and_a_live_run(cloud, gpuops, isol
         assert streams_on_host(rid) == 1, [x for x in subprocess.run(["ps", "-ww", "-eo", "args"], capture_output=True,
                                                                         text=True).stdout.splitlines() if "tail" in x]
         page2.close()
-        page.screenshot(path=str(IMG / "dashboard-run.png"))
+        page.screenshot(path=str(shot_dir(tmp_path) / "dashboard-run.png"))
 
         # the job ends: the page says so, without a reload
         expect(page.locator("#run-state")).to_contain_text("succeeded", timeout=60000)
         assert page.locator("#run-progress").inner_text().startswith("step 80/80")
+        page.screenshot(path=str(tmp_path / "run-ended.png"), full_page=True)
+        page.set_viewport_size({"width": 800, "height": 900})  # a narrow window
+        page.screenshot(path=str(tmp_path / "run-narrow.png"), full_page=True)
+        page.goto(base + "/")
+        page.get_by_role("table", name="instances").wait_for(timeout=20000)
+        page.screenshot(path=str(tmp_path / "overview-narrow.png"), full_page=True)
 
         doc = ctx.request.get(f"{base}/api/overview").text()  # with the page's cookie
         assert API_KEY not in doc and rid in doc and API_KEY not in page.content()  # no secret reaches a page
@@ -196,6 +210,13 @@ def test_dashboard_in_chromium_instances_runs_and_a_live_run(cloud, gpuops, isol
     finally:
         stop(proc)
     assert API_KEY not in (proc.stderr.read() if proc.stderr else "")
+
+
+def test_screenshots_leave_the_repository_alone_unless_asked(tmp_path, monkeypatch):
+    monkeypatch.delenv("GPUOPS_DOC_SCREENSHOTS", raising=False)
+    assert shot_dir(tmp_path) == tmp_path
+    monkeypatch.setenv("GPUOPS_DOC_SCREENSHOTS", "1")
+    assert shot_dir(tmp_path) == IMG
 
 
 def test_port_in_use_is_a_usage_error(gpuops):
@@ -258,7 +279,7 @@ class FleetHub:
         return self.feed_ if run_id == "fleet-64" else None
 
 
-def test_a_64_host_fleet_page_is_readable_in_chromium(browser):
+def test_a_64_host_fleet_page_is_readable_in_chromium(browser, tmp_path):
     """The run page of a 64-host fleet: three lines per chart (min, mean, max across hosts) and a grid of every host's
     GPUs in rank order, the idle ones marked; updated live."""
     import threading
@@ -293,7 +314,7 @@ def test_a_64_host_fleet_page_is_readable_in_chromium(browser):
         first = latest.inner_text()
         expect(latest).not_to_have_text(first, timeout=10000)  # live
         assert page.locator("#chart-util .u-legend .u-series").count() == 4  # time + min, mean, max
-        page.screenshot(path=str(IMG / "dashboard-fleet.png"))
+        page.screenshot(path=str(shot_dir(tmp_path) / "dashboard-fleet.png"))
         assert not errors, errors
         assert all(u.startswith(f"http://127.0.0.1:{port}/") or u.startswith("data:") for u in requests), requests
         ctx.close()
