@@ -98,6 +98,13 @@ def streams_on_host(run_id: str) -> int:
     return sum(1 for line in out.splitlines() if line.startswith("tail --pid=") and f"/{run_id}/log" in line)
 
 
+# every chart fills its box, neither narrower nor spilling out of it (the window's width may have changed)
+CHARTS_FIT = """() => [...document.querySelectorAll('figure.chart')].length === 6 &&
+  [...document.querySelectorAll('figure.chart')].every((f) => {
+    const u = f.querySelector('.uplot'); const room = f.clientWidth - 12;
+    return u && u.offsetWidth <= room + 2 && u.offsetWidth >= room - 40; })"""
+
+
 def watch_page(page, errors: list, requests: list) -> None:
     page.on("pageerror", lambda exc: errors.append(f"pageerror: {exc}"))
     page.on("console", lambda msg: errors.append(f"console {msg.type}: {msg.text}") if msg.type == "error" else None)
@@ -195,11 +202,19 @@ def test_dashboard_in_chromium_instances_runs_and_a_live_run(cloud, gpuops, isol
         expect(page.locator("#run-state")).to_contain_text("succeeded", timeout=60000)
         assert page.locator("#run-progress").inner_text().startswith("step 80/80")
         page.screenshot(path=str(tmp_path / "run-ended.png"), full_page=True)
-        page.set_viewport_size({"width": 800, "height": 900})  # a narrow window
+        page.set_viewport_size({"width": 800, "height": 900})  # the window made narrow: the charts follow it
+        page.wait_for_function(CHARTS_FIT, timeout=5000)
         page.screenshot(path=str(tmp_path / "run-narrow.png"), full_page=True)
+        page.set_viewport_size({"width": 1400, "height": 900})  # and wide again
+        page.wait_for_function(CHARTS_FIT, timeout=5000)
+        page.set_viewport_size({"width": 800, "height": 900})
         page.goto(base + "/")
         page.get_by_role("table", name="instances").wait_for(timeout=20000)
         page.screenshot(path=str(tmp_path / "overview-narrow.png"), full_page=True)
+        # in a narrow window "billing, unwatched" stays inside its cell, over no other column's text
+        for tag in page.locator("table[aria-label=instances] .tag.unwatched").all():
+            t, cell = tag.bounding_box(), tag.locator("xpath=ancestor::td").bounding_box()
+            assert t["x"] + t["width"] <= cell["x"] + cell["width"] + 0.5, (t, cell)
 
         doc = ctx.request.get(f"{base}/api/overview").text()  # with the page's cookie
         assert API_KEY not in doc and rid in doc and API_KEY not in page.content()  # no secret reaches a page

@@ -41,7 +41,7 @@
         "TTL left", "filesystems", "id"], doc.instances.map((r) => $("tr", { "data-id": r.id || "" },
         td(r.name || "-"),
         td($("span", {}, tag(r.status), r.unwatched ? " " : null, r.unwatched ? tag("billing, unwatched", "unwatched") : null,
-          !r.unwatched && r.flags.length ? " " : null, !r.unwatched && r.flags.length ? tag(r.flags[0], "unwatched") : null)),
+          !r.unwatched && r.flags.length ? " " : null, !r.unwatched && r.flags.length ? tag(r.flags[0], "unwatched") : null), "status"),
         td(r.type || "-"), td(r.region || "-"),
         td(dur(r.uptime_s), "num"), td(money(r.price_per_hour), "num"), td(money(r.cost_so_far), "num"),
         td(dur(r.ttl_left_s), "num"), td(r.file_systems.length ? r.file_systems.join(", ") : "-"),
@@ -143,7 +143,15 @@
       figs.push(chart("loss", "Loss", ["loss"], ""));
       figs.push(chart("rate", "Throughput", ["throughput"], ""));
       charts.replaceChildren(...figs);
+      fitCharts();
     }
+    function fitCharts() {  // each chart as wide as its box: the window's width may have changed since it was drawn
+      for (const [key, u] of Object.entries(st.charts)) {
+        const w = Math.floor(st.figs[key].fig.clientWidth - 12);
+        if (w > 0 && Math.abs(u.width - w) > 1) u.setSize({ width: w, height: 170 });
+      }
+    }
+    new ResizeObserver(() => fitCharts()).observe(charts);
     function latestText(key) {
       const f = st.figs[key];
       let text = "-";
