@@ -227,6 +227,64 @@ def test_dashboard_in_chromium_instances_runs_and_a_live_run(cloud, gpuops, isol
     assert API_KEY not in (proc.stderr.read() if proc.stderr else "")
 
 
+FAILING = """\
+import sys, time
+for i in range(1, 31):
+    print(f"step {i} loss {2.0 / i:.4f}", flush=True)
+    time.sleep(0.2)
+print("step 31 loss nan", flush=True)
+print("torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB", flush=True)
+sys.exit(1)
+"""
+
+
+def test_a_run_that_fails_in_chromium(cloud, gpuops, isolated, browser, tmp_path):
+    """A job that goes wrong (NaN, then out of memory, exit 1): its page says failed, marks what went wrong, and its
+    log shows the newest line without scrolling; the runs table says failed; keyboard reaches the run's link."""
+    cloud.capacity(TYPE, ["us-east-1"])
+    assert _up(gpuops, cloud, "box", "--no-verify").code == 0
+    (isolated / "trainer.py").write_text(FAILING)
+    r = gpuops("train", "-p", "box", "--script", "trainer.py", "--no-snapshot")
+    assert r.code == 0, r.all
+    rid = r.out.strip().splitlines()[-1]
+    proc, url = start_dashboard(isolated)
+    try:
+        errors, requests = [], []
+        ctx = browser.new_context(viewport={"width": 800, "height": 700})
+        page = ctx.new_page()
+        watch_page(page, errors, requests)
+        page.goto(url)
+        link = page.locator("table[aria-label=runs]").get_by_role("link", name=rid)
+        link.wait_for(timeout=20000)
+        for _ in range(10):  # the keyboard reaches the run's link
+            page.keyboard.press("Tab")
+            if page.evaluate("document.activeElement.textContent") == rid:
+                break
+        else:
+            raise AssertionError("Tab never reached the run's link")
+        page.keyboard.press("Enter")
+        page.wait_for_url(re.compile(f"/run/{rid}$"))
+        expect(page.locator("#run-state")).to_contain_text("failed", timeout=60000)
+        marks = page.get_by_label("training signals")
+        marks.get_by_text("CUDA out of memory").wait_for(timeout=20000)
+        marks.get_by_text("NaN", exact=False).first.wait_for(timeout=20000)
+        log = page.locator("#log")
+        expect(log).to_contain_text("CUDA out of memory")
+        page.wait_for_function("() => { const l = document.getElementById('log');"
+                               " return l.scrollTop + l.clientHeight >= l.scrollHeight - 4; }", timeout=5000)
+        page.screenshot(path=str(tmp_path / "run-failed.png"), full_page=True)
+        page.go_back()
+        runs = page.locator("table[aria-label=runs] tr", has_text=rid)
+        runs.get_by_text("failed").wait_for(timeout=20000)
+        page.screenshot(path=str(tmp_path / "overview-failed.png"), full_page=True)
+        assert not errors, errors
+        base = url.split("/?")[0]
+        assert all(u.startswith(base + "/") or u.startswith("data:") for u in requests), requests
+        ctx.close()
+    finally:
+        stop(proc)
+
+
 def test_screenshots_leave_the_repository_alone_unless_asked(tmp_path, monkeypatch):
     monkeypatch.delenv("GPUOPS_DOC_SCREENSHOTS", raising=False)
     assert shot_dir(tmp_path) == tmp_path

@@ -180,6 +180,18 @@ def grid_rows(latest: dict[tuple[int, int], dict]) -> list[dict]:
     return [{"host": h, "gpus": cells, "util": _mean([c["util"] for c in cells])} for h, cells in sorted(rows.items())]
 
 
+def finite(obj):
+    """`obj` with every NaN or infinite float made None: JSON has no NaN (a browser's JSON.parse refuses it), and a
+    training that goes wrong prints `loss nan`."""
+    if isinstance(obj, float):
+        return obj if math.isfinite(obj) else None
+    if isinstance(obj, dict):
+        return {k: finite(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [finite(v) for v in obj]
+    return obj
+
+
 def safe_line(text: str) -> str:
     """A log line as a page shows it: a progress bar's last carriage-return state, control characters as \\xNN (the
     page puts it in as text, never as markup)."""
