@@ -187,6 +187,10 @@
       if (p.cost_at_end !== null && p.cost_at_end !== undefined) parts.push(money(p.cost_at_end) + " at the end");
       progEl.textContent = parts.join("   ");
     }
+    function showState(text, state) {  // a failed or lost run in red, a running one in green: seen at a glance
+      stateEl.textContent = text;
+      stateEl.dataset.state = state || "";
+    }
     function addMark(m) {
       st.marks.push(m);
       marksEl.append($("li", { text: `${new Date(m.t * 1000).toLocaleTimeString()} ${m.title}: ${m.hint}` }));
@@ -209,7 +213,7 @@
       st.marks = []; st.seq = s.seq;
       marksEl.replaceChildren(); logEl.replaceChildren();
       buildCharts();
-      stateEl.textContent = s.state_text || s.state;
+      showState(s.state_text || s.state, s.state);
       errEl.textContent = s.gpu_error ? "nvidia-smi: " + s.gpu_error : "";
       showProgress(s.progress);
       for (const m of s.marks) addMark(m);
@@ -234,7 +238,7 @@
         else if (e.k === "rate") { st.rate.push(e.p); st.unit = e.unit; if (st.rate.length > 3000) st.rate.shift(); }
         else if (e.k === "mark") addMark(e);
         else if (e.k === "progress") showProgress(e.progress);
-        else if (e.k === "state") stateEl.textContent = e.text;
+        else if (e.k === "state") showState(e.text, e.state);
         else if (e.k === "link") setLink(e.text, e.text !== "live");
         else if (e.k === "gpu_error") errEl.textContent = "nvidia-smi: " + e.text;
       }
