@@ -266,6 +266,7 @@ def test_a_run_that_fails_in_chromium(cloud, gpuops, isolated, browser, tmp_path
         page.wait_for_url(re.compile(f"/run/{rid}$"))
         expect(page.locator("#run-state")).to_contain_text("failed", timeout=60000)
         expect(page.locator("#run-state")).to_have_css("color", "rgb(180, 35, 24)")  # in red, seen at a glance
+        expect(page.locator("#run-progress")).to_contain_text("step 31   loss NaN")  # the last loss, as it was
         marks = page.get_by_label("training signals")
         marks.get_by_text("CUDA out of memory").wait_for(timeout=20000)
         marks.get_by_text("NaN", exact=False).first.wait_for(timeout=20000)

@@ -232,7 +232,8 @@ def test_a_run_that_cannot_be_followed_says_why_on_its_page(isolated):
 
 def test_a_nan_loss_reaches_the_page_as_strict_json():
     """`loss nan` (a training gone wrong) must not break the run's page: JSON has no NaN and a browser's JSON.parse
-    refuses it, so the run's document and its events carry null there."""
+    refuses it, so the run's document and its events carry null there, and the progress says the loss as JavaScript
+    spells it (`Number("Infinity")`)."""
     import json
 
     from starlette.testclient import TestClient
@@ -258,4 +259,4 @@ def test_a_nan_loss_reaches_the_page_as_strict_json():
         r = c.get("/api/run/r1?token=tok-" + "a" * 40)
     assert r.status_code == 200, r.text
     doc = json.loads(r.text, **strict)
-    assert doc["progress"]["loss"] is None and doc["progress"]["step"] == 3 and [p[2] for p in doc["loss"]] == [2.5]
+    assert doc["progress"]["loss"] == "Infinity" and doc["progress"]["step"] == 3 and [p[2] for p in doc["loss"]] == [2.5]

@@ -272,6 +272,8 @@ class RunFeed:
         p = ev.get("progress")
         if p:
             self.progress = {k: v for k, v in p.items() if k not in ("losses", "sparkline")}
+            if isinstance(p.get("loss"), float) and not math.isfinite(p["loss"]):  # said, as JS spells it (no JSON NaN)
+                self.progress["loss"] = "NaN" if math.isnan(p["loss"]) else ("Infinity" if p["loss"] > 0 else "-Infinity")
             if p.get("loss") is not None and math.isfinite(p["loss"]):
                 self.loss.append([now, p.get("step"), p["loss"]])
                 self._emit({"k": "loss", "p": self.loss[-1]})
