@@ -4,7 +4,10 @@ emulator (its instances are sandbox hosts) with a job training on one of them.
 What a person sees: the instances (one marked "billing, unwatched"), the run, its page's values changing without a
 reload (utilisation, step, loss), a training signal on the timeline, the state turning to succeeded. What the page
 must not do: a request beyond the dashboard itself, a JavaScript error. The token: 401 without it, traded for an
-HttpOnly SameSite=Strict cookie. One stream per run however many tabs. Screenshots for docs/dashboard.md."""
+HttpOnly SameSite=Strict cookie. One stream per run however many tabs.
+
+Screenshots: every test takes its pictures into its own tmp folder (so the suite never rewrites the repository);
+`GPUOPS_DOC_SCREENSHOTS=1 uv run pytest tests/test_dashboard_e2e.py` writes them to docs/img/ for docs/dashboard.md."""
 from __future__ import annotations
 
 import os
@@ -24,6 +27,11 @@ from test_cloud_e2e import API_KEY, TYPE, _up, cloud, cloud_emu  # noqa: F401  (
 
 ROOT = Path(__file__).resolve().parent.parent
 IMG = ROOT / "docs" / "img"
+
+
+def shot_dir(tmp_path: Path) -> Path:
+    """Where screenshots go: docs/img/ only when GPUOPS_DOC_SCREENSHOTS=1 asks for the docs' pictures, else tmp."""
+    return IMG if os.environ.get("GPUOPS_DOC_SCREENSHOTS") == "1" else tmp_path
 CHROMIUM = "/usr/bin/chromium"
 ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update",
         "--disable-quic", "--no-first-run", "--disable-sync"]
@@ -90,13 +98,20 @@ def streams_on_host(run_id: str) -> int:
     return sum(1 for line in out.splitlines() if line.startswith("tail --pid=") and f"/{run_id}/log" in line)
 
 
+# every chart fills its box, neither narrower nor spilling out of it (the window's width may have changed)
+CHARTS_FIT = """() => [...document.querySelectorAll('figure.chart')].length === 6 &&
+  [...document.querySelectorAll('figure.chart')].every((f) => {
+    const u = f.querySelector('.uplot'); const room = f.clientWidth - 12;
+    return u && u.offsetWidth <= room + 2 && u.offsetWidth >= room - 40; })"""
+
+
 def watch_page(page, errors: list, requests: list) -> None:
     page.on("pageerror", lambda exc: errors.append(f"pageerror: {exc}"))
     page.on("console", lambda msg: errors.append(f"console {msg.type}: {msg.text}") if msg.type == "error" else None)
     page.on("request", lambda req: requests.append(req.url))
 
 
-def test_dashboard_in_chromium_instances_runs_and_a_live_run(cloud, gpuops, isolated, browser):
+def test_dashboard_in_chromium_instances_runs_and_a_live_run(cloud, gpuops, isolated, browser, tmp_path):
     cloud.capacity(TYPE, ["us-east-1"])
     cloud.handle("POST", "/api/v1/filesystems", {"name": "datasets", "region": "us-east-1"})
     assert _up(gpuops, cloud, "box", "--no-verify", "--ttl", "2h", "--fs", "datasets").code == 0
@@ -151,7 +166,7 @@ def test_dashboard_in_chromium_instances_runs_and_a_live_run(cloud, gpuops, isol
         pipe = page.locator("table[aria-label=pipelines] tr", has_text="run-sft-20261127-101500-ab12").inner_text()
         assert "ckpt/step_400 (step 400)" in pipe and "succeeded" in pipe
         print(f"overview loaded and filled in {time.monotonic() - t0:.2f}s")
-        page.screenshot(path=str(IMG / "dashboard-overview.png"))
+        page.screenshot(path=str(shot_dir(tmp_path) / "dashboard-overview.png"))
 
         # the run's page: values change without a reload
         runs.get_by_role("link", name=rid).click()
@@ -181,11 +196,25 @@ def test_dashboard_in_chromium_instances_runs_and_a_live_run(cloud, gpuops, isol
         assert streams_on_host(rid) == 1, [x for x in subprocess.run(["ps", "-ww", "-eo", "args"], capture_output=True,
                                                                         text=True).stdout.splitlines() if "tail" in x]
         page2.close()
-        page.screenshot(path=str(IMG / "dashboard-run.png"))
+        page.screenshot(path=str(shot_dir(tmp_path) / "dashboard-run.png"))
 
         # the job ends: the page says so, without a reload
         expect(page.locator("#run-state")).to_contain_text("succeeded", timeout=60000)
         assert page.locator("#run-progress").inner_text().startswith("step 80/80")
+        page.screenshot(path=str(tmp_path / "run-ended.png"), full_page=True)
+        page.set_viewport_size({"width": 800, "height": 900})  # the window made narrow: the charts follow it
+        page.wait_for_function(CHARTS_FIT, timeout=5000)
+        page.screenshot(path=str(tmp_path / "run-narrow.png"), full_page=True)
+        page.set_viewport_size({"width": 1400, "height": 900})  # and wide again
+        page.wait_for_function(CHARTS_FIT, timeout=5000)
+        page.set_viewport_size({"width": 800, "height": 900})
+        page.goto(base + "/")
+        page.get_by_role("table", name="instances").wait_for(timeout=20000)
+        page.screenshot(path=str(tmp_path / "overview-narrow.png"), full_page=True)
+        # in a narrow window "billing, unwatched" stays inside its cell, over no other column's text
+        for tag in page.locator("table[aria-label=instances] .tag.unwatched").all():
+            t, cell = tag.bounding_box(), tag.locator("xpath=ancestor::td").bounding_box()
+            assert t["x"] + t["width"] <= cell["x"] + cell["width"] + 0.5, (t, cell)
 
         doc = ctx.request.get(f"{base}/api/overview").text()  # with the page's cookie
         assert API_KEY not in doc and rid in doc and API_KEY not in page.content()  # no secret reaches a page
@@ -196,6 +225,73 @@ def test_dashboard_in_chromium_instances_runs_and_a_live_run(cloud, gpuops, isol
     finally:
         stop(proc)
     assert API_KEY not in (proc.stderr.read() if proc.stderr else "")
+
+
+FAILING = """\
+import sys, time
+for i in range(1, 31):
+    print(f"step {i} loss {2.0 / i:.4f}", flush=True)
+    time.sleep(0.2)
+print("step 31 loss nan", flush=True)
+print("torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB", flush=True)
+sys.exit(1)
+"""
+
+
+def test_a_run_that_fails_in_chromium(cloud, gpuops, isolated, browser, tmp_path):
+    """A job that goes wrong (NaN, then out of memory, exit 1): its page says failed, marks what went wrong, and its
+    log shows the newest line without scrolling; the runs table says failed; keyboard reaches the run's link."""
+    cloud.capacity(TYPE, ["us-east-1"])
+    assert _up(gpuops, cloud, "box", "--no-verify").code == 0
+    (isolated / "trainer.py").write_text(FAILING)
+    r = gpuops("train", "-p", "box", "--script", "trainer.py", "--no-snapshot")
+    assert r.code == 0, r.all
+    rid = r.out.strip().splitlines()[-1]
+    proc, url = start_dashboard(isolated)
+    try:
+        errors, requests = [], []
+        ctx = browser.new_context(viewport={"width": 800, "height": 700})
+        page = ctx.new_page()
+        watch_page(page, errors, requests)
+        page.goto(url)
+        link = page.locator("table[aria-label=runs]").get_by_role("link", name=rid)
+        link.wait_for(timeout=20000)
+        for _ in range(10):  # the keyboard reaches the run's link
+            page.keyboard.press("Tab")
+            if page.evaluate("document.activeElement.textContent") == rid:
+                break
+        else:
+            raise AssertionError("Tab never reached the run's link")
+        page.keyboard.press("Enter")
+        page.wait_for_url(re.compile(f"/run/{rid}$"))
+        expect(page.locator("#run-state")).to_contain_text("failed", timeout=60000)
+        expect(page.locator("#run-state")).to_have_css("color", "rgb(180, 35, 24)")  # in red, seen at a glance
+        expect(page.locator("#run-progress")).to_contain_text("step 31   loss NaN")  # the last loss, as it was
+        marks = page.get_by_label("training signals")
+        marks.get_by_text("CUDA out of memory").wait_for(timeout=20000)
+        marks.get_by_text("NaN", exact=False).first.wait_for(timeout=20000)
+        log = page.locator("#log")
+        expect(log).to_contain_text("CUDA out of memory")
+        page.wait_for_function("() => { const l = document.getElementById('log');"
+                               " return l.scrollTop + l.clientHeight >= l.scrollHeight - 4; }", timeout=5000)
+        page.screenshot(path=str(tmp_path / "run-failed.png"), full_page=True)
+        page.go_back()
+        runs = page.locator("table[aria-label=runs] tr", has_text=rid)
+        runs.get_by_text("failed").wait_for(timeout=20000)
+        page.screenshot(path=str(tmp_path / "overview-failed.png"), full_page=True)
+        assert not errors, errors
+        base = url.split("/?")[0]
+        assert all(u.startswith(base + "/") or u.startswith("data:") for u in requests), requests
+        ctx.close()
+    finally:
+        stop(proc)
+
+
+def test_screenshots_leave_the_repository_alone_unless_asked(tmp_path, monkeypatch):
+    monkeypatch.delenv("GPUOPS_DOC_SCREENSHOTS", raising=False)
+    assert shot_dir(tmp_path) == tmp_path
+    monkeypatch.setenv("GPUOPS_DOC_SCREENSHOTS", "1")
+    assert shot_dir(tmp_path) == IMG
 
 
 def test_port_in_use_is_a_usage_error(gpuops):
@@ -258,7 +354,7 @@ class FleetHub:
         return self.feed_ if run_id == "fleet-64" else None
 
 
-def test_a_64_host_fleet_page_is_readable_in_chromium(browser):
+def test_a_64_host_fleet_page_is_readable_in_chromium(browser, tmp_path):
     """The run page of a 64-host fleet: three lines per chart (min, mean, max across hosts) and a grid of every host's
     GPUs in rank order, the idle ones marked; updated live."""
     import threading
@@ -293,7 +389,7 @@ def test_a_64_host_fleet_page_is_readable_in_chromium(browser):
         first = latest.inner_text()
         expect(latest).not_to_have_text(first, timeout=10000)  # live
         assert page.locator("#chart-util .u-legend .u-series").count() == 4  # time + min, mean, max
-        page.screenshot(path=str(IMG / "dashboard-fleet.png"))
+        page.screenshot(path=str(shot_dir(tmp_path) / "dashboard-fleet.png"))
         assert not errors, errors
         assert all(u.startswith(f"http://127.0.0.1:{port}/") or u.startswith("data:") for u in requests), requests
         ctx.close()

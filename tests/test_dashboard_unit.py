@@ -228,3 +228,35 @@ def test_a_run_that_cannot_be_followed_says_why_on_its_page(isolated):
     assert hub.feed("t-1") is feed and hub.streams_started == 1  # not restarted at once by the next viewer
     rows = hub.overview()["runs"]
     assert [(r["run_id"], r["state"]) for r in rows] == [("t-1", "unknown")]
+
+
+def test_a_nan_loss_reaches_the_page_as_strict_json():
+    """`loss nan` (a training gone wrong) must not break the run's page: JSON has no NaN and a browser's JSON.parse
+    refuses it, so the run's document and its events carry null there, and the progress says the loss as JavaScript
+    spells it (`Number("Infinity")`)."""
+    import json
+
+    from starlette.testclient import TestClient
+
+    from gpuops.dashboard.app import _sse, allowed_hosts, build_app
+
+    dash = w.Dashboard({"run_id": "r1", "started_ts": 990.0}, price_per_hour=2.0, clock=lambda: 1000.0)
+    feed = views.RunFeed("r1")
+    for i, line in enumerate(["step 1 loss 2.5", "step 2 loss nan", "step 3 loss inf"]):
+        ev = {"type": "log", "line": line}
+        dash.apply(ev)
+        feed.record(ev, 1000.0 + i, dash)
+
+    class Hub(_Hub):
+        def feed(self, run_id):
+            return feed if run_id == "r1" else None
+
+    strict = dict(parse_constant=lambda c: pytest.fail(f"{c} is not JSON a browser reads"))
+    for entry in feed.since(0):
+        json.loads(_sse({"entries": [entry]}).split("data: ", 1)[1], **strict)
+    app = build_app(Hub(), "tok-" + "a" * 40, allowed_hosts("127.0.0.1", 8123))
+    with TestClient(app, base_url="http://127.0.0.1:8123", raise_server_exceptions=False) as c:
+        r = c.get("/api/run/r1?token=tok-" + "a" * 40)
+    assert r.status_code == 200, r.text
+    doc = json.loads(r.text, **strict)
+    assert doc["progress"]["loss"] == "Infinity" and doc["progress"]["step"] == 3 and [p[2] for p in doc["loss"]] == [2.5]

@@ -36,6 +36,9 @@ def test_every_signal_names_its_source_and_hint():
     ("ValueError: All token advantages are 0.0", "rl-no-advantages", ["reward"]),
     ("Logprob mismatch: max_abs_diff=0.82 > tol", "logprob-mismatch", ["dtype"]),
     ("step 12 loss=nan", "nan-loss", ["learning rate"]),
+    ("step 31 loss nan", "nan-loss", ["learning rate"]),  # the `step N loss X` format the dashboard and watch read
+    ("step 3/80 | loss inf | 900 tokens/s", "nan-loss", ["learning rate"]),
+    ("Epoch 0: 45%|####5     | 450/1000 [00:30<00:36, 15.00it/s, v_num=0, train_loss=nan]", "nan-loss", ["bf16"]),
 ])
 def test_log_signals_raised_once_with_hint(line, sid, hint_words):
     m = sg.SignalModel(SPEC)
@@ -55,6 +58,7 @@ def test_real_torch_211_oom_message():
     "NCCL INFO NET/Socket : Using [0]eth0:10.0.0.2<0>", "NCCL version 2.21.5+cuda12.4",
     "advantages: mean 0.12 std 0.4 (nonzero 512)", "Logprob check ok, max_abs_diff=1e-4",
     "loss: 0.0012", "memory: 40 GiB used, no out-of-memory", "step 3 loss 0.5 grad_norm nan_count=0",
+    "loss information follows",
 ])
 def test_false_alarms_stay_quiet(line):
     assert ids(sg.SignalModel(SPEC), [line]) == []

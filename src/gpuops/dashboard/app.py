@@ -18,6 +18,8 @@ from pathlib import Path
 from typing import Optional
 from urllib.parse import parse_qs, urlencode
 
+from gpuops.dashboard.views import finite
+
 from .hub import Hub
 
 STATIC = Path(__file__).parent / "static"
@@ -85,13 +87,21 @@ def _with_headers(send):
     return wrapped
 
 
+def _json(data) -> str:
+    """Strict JSON (no NaN, which a browser refuses: a `loss nan` line would stop the page)."""
+    return json.dumps(finite(data), separators=(",", ":"), allow_nan=False)
+
+
 def _sse(data: dict, event: Optional[str] = None) -> str:
-    return (f"event: {event}\n" if event else "") + "data: " + json.dumps(data, separators=(",", ":")) + "\n\n"
+    return (f"event: {event}\n" if event else "") + "data: " + _json(data) + "\n\n"
 
 
 def build_app(hub: Hub, token: str, hosts: Optional[set[str]]):
     from starlette.applications import Starlette
-    from starlette.responses import JSONResponse, Response, StreamingResponse
+    from starlette.responses import Response, StreamingResponse
+
+    def JSONResponse(data, status_code: int = 200) -> Response:  # noqa: N802  (strict: see _json)
+        return Response(_json(data), status_code=status_code, media_type="application/json")
     from starlette.routing import Mount, Route
     from starlette.staticfiles import StaticFiles
 

@@ -180,6 +180,18 @@ def grid_rows(latest: dict[tuple[int, int], dict]) -> list[dict]:
     return [{"host": h, "gpus": cells, "util": _mean([c["util"] for c in cells])} for h, cells in sorted(rows.items())]
 
 
+def finite(obj):
+    """`obj` with every NaN or infinite float made None: JSON has no NaN (a browser's JSON.parse refuses it), and a
+    training that goes wrong prints `loss nan`."""
+    if isinstance(obj, float):
+        return obj if math.isfinite(obj) else None
+    if isinstance(obj, dict):
+        return {k: finite(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [finite(v) for v in obj]
+    return obj
+
+
 def safe_line(text: str) -> str:
     """A log line as a page shows it: a progress bar's last carriage-return state, control characters as \\xNN (the
     page puts it in as text, never as markup)."""
@@ -260,6 +272,8 @@ class RunFeed:
         p = ev.get("progress")
         if p:
             self.progress = {k: v for k, v in p.items() if k not in ("losses", "sparkline")}
+            if isinstance(p.get("loss"), float) and not math.isfinite(p["loss"]):  # said, as JS spells it (no JSON NaN)
+                self.progress["loss"] = "NaN" if math.isnan(p["loss"]) else ("Infinity" if p["loss"] > 0 else "-Infinity")
             if p.get("loss") is not None and math.isfinite(p["loss"]):
                 self.loss.append([now, p.get("step"), p["loss"]])
                 self._emit({"k": "loss", "p": self.loss[-1]})

@@ -41,7 +41,7 @@
         "TTL left", "filesystems", "id"], doc.instances.map((r) => $("tr", { "data-id": r.id || "" },
         td(r.name || "-"),
         td($("span", {}, tag(r.status), r.unwatched ? " " : null, r.unwatched ? tag("billing, unwatched", "unwatched") : null,
-          !r.unwatched && r.flags.length ? " " : null, !r.unwatched && r.flags.length ? tag(r.flags[0], "unwatched") : null)),
+          !r.unwatched && r.flags.length ? " " : null, !r.unwatched && r.flags.length ? tag(r.flags[0], "unwatched") : null), "status"),
         td(r.type || "-"), td(r.region || "-"),
         td(dur(r.uptime_s), "num"), td(money(r.price_per_hour), "num"), td(money(r.cost_so_far), "num"),
         td(dur(r.ttl_left_s), "num"), td(r.file_systems.length ? r.file_systems.join(", ") : "-"),
@@ -143,7 +143,15 @@
       figs.push(chart("loss", "Loss", ["loss"], ""));
       figs.push(chart("rate", "Throughput", ["throughput"], ""));
       charts.replaceChildren(...figs);
+      fitCharts();
     }
+    function fitCharts() {  // each chart as wide as its box: the window's width may have changed since it was drawn
+      for (const [key, u] of Object.entries(st.charts)) {
+        const w = Math.floor(st.figs[key].fig.clientWidth - 12);
+        if (w > 0 && Math.abs(u.width - w) > 1) u.setSize({ width: w, height: 170 });
+      }
+    }
+    new ResizeObserver(() => fitCharts()).observe(charts);
     function latestText(key) {
       const f = st.figs[key];
       let text = "-";
@@ -179,6 +187,10 @@
       if (p.cost_at_end !== null && p.cost_at_end !== undefined) parts.push(money(p.cost_at_end) + " at the end");
       progEl.textContent = parts.join("   ");
     }
+    function showState(text, state) {  // a failed or lost run in red, a running one in green: seen at a glance
+      stateEl.textContent = text;
+      stateEl.dataset.state = state || "";
+    }
     function addMark(m) {
       st.marks.push(m);
       marksEl.append($("li", { text: `${new Date(m.t * 1000).toLocaleTimeString()} ${m.title}: ${m.hint}` }));
@@ -201,7 +213,7 @@
       st.marks = []; st.seq = s.seq;
       marksEl.replaceChildren(); logEl.replaceChildren();
       buildCharts();
-      stateEl.textContent = s.state_text || s.state;
+      showState(s.state_text || s.state, s.state);
       errEl.textContent = s.gpu_error ? "nvidia-smi: " + s.gpu_error : "";
       showProgress(s.progress);
       for (const m of s.marks) addMark(m);
@@ -226,7 +238,7 @@
         else if (e.k === "rate") { st.rate.push(e.p); st.unit = e.unit; if (st.rate.length > 3000) st.rate.shift(); }
         else if (e.k === "mark") addMark(e);
         else if (e.k === "progress") showProgress(e.progress);
-        else if (e.k === "state") stateEl.textContent = e.text;
+        else if (e.k === "state") showState(e.text, e.state);
         else if (e.k === "link") setLink(e.text, e.text !== "live");
         else if (e.k === "gpu_error") errEl.textContent = "nvidia-smi: " + e.text;
       }
