@@ -120,6 +120,7 @@ def test_on_a_fleet_node_n_is_that_host(sandbox):
     assert p.returncode == 3 and "node-zero" not in p.stdout and "`gpuops ssh` tried" in p.stderr, p.stderr
     p = gpuops_proc("ssh", "pair", "--node", "2", "--", "true")
     assert p.returncode == 2 and "2 host(s)" in p.stderr
+    assert "--node 2:" in p.stderr and "--host" not in p.stderr, p.stderr  # the option as the user typed it
 
 
 @pytest.mark.parametrize("argv,says", [
