@@ -71,6 +71,18 @@ class _Hello(http.server.BaseHTTPRequestHandler):
         pass
 
 
+def _through_forward(proc, local: int):
+    """The HTTP body this machine's 127.0.0.1:LOCAL answers once `proc`'s forward is up (None after 30 s)."""
+    body, deadline = None, time.monotonic() + 30
+    while time.monotonic() < deadline and body is None:
+        try:
+            body = urllib.request.urlopen(f"http://127.0.0.1:{local}/", timeout=5).read()
+        except OSError:
+            assert proc.poll() is None, proc.communicate()
+            time.sleep(0.2)
+    return body
+
+
 def test_a_forward_reaches_a_server_on_the_host(sandbox):
     """-L LOCAL:REMOTE -N: an HTTP server on the host's 127.0.0.1:REMOTE answers on this machine's LOCAL."""
     server = http.server.HTTPServer(("127.0.0.1", 0), _Hello)  # the sandbox host is this machine's loopback
@@ -80,14 +92,7 @@ def test_a_forward_reaches_a_server_on_the_host(sandbox):
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                             preexec_fn=default_sigint)
     try:
-        body, deadline = None, time.monotonic() + 30
-        while time.monotonic() < deadline and body is None:
-            try:
-                body = urllib.request.urlopen(f"http://127.0.0.1:{local}/", timeout=5).read()
-            except OSError:
-                assert proc.poll() is None, proc.communicate()
-                time.sleep(0.2)
-        assert body == b"tensorboard-ish"
+        assert _through_forward(proc, local) == b"tensorboard-ish"
     finally:
         proc.send_signal(signal.SIGINT)
         _, err = proc.communicate(timeout=20)
@@ -105,14 +110,7 @@ def test_a_forward_killed_with_sigterm_takes_its_ssh_along(sandbox):
     proc = subprocess.Popen([sys.executable, "-m", "gpuops", "ssh", "sandbox", "-L", f"{local}:{remote}", "-N"],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
-        body, deadline = None, time.monotonic() + 30
-        while time.monotonic() < deadline and body is None:
-            try:
-                body = urllib.request.urlopen(f"http://127.0.0.1:{local}/", timeout=5).read()
-            except OSError:
-                assert proc.poll() is None, proc.communicate()
-                time.sleep(0.2)
-        assert body == b"tensorboard-ish"
+        assert _through_forward(proc, local) == b"tensorboard-ish"
         proc.terminate()
         proc.communicate(timeout=20)
         assert proc.returncode == 143, proc.returncode  # 128 + SIGTERM, as a shell reports it
