@@ -15,9 +15,11 @@ import yaml
 
 
 class Slammer:
-    """A TCP listener that accepts and closes at once: a host whose sshd is not up yet, or a firewall."""
+    """A TCP listener that accepts and closes at once: a host whose sshd is not up yet, or a firewall. `reset`: it
+    reads the client's banner, then closes with a TCP reset (SO_LINGER 0): a proxy or a firewall that resets."""
 
-    def __init__(self):
+    def __init__(self, reset: bool = False):
+        self.reset = reset
         self.sock = socket.socket()
         self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         self.sock.bind(("127.0.0.1", 0))
@@ -33,6 +35,15 @@ class Slammer:
             except OSError:
                 return
             self.accepted += 1
+            if self.reset:  # after the client's banner came (its write succeeded): the reset meets its read
+                import struct
+
+                c.settimeout(5)
+                try:
+                    c.recv(256)
+                except OSError:
+                    pass
+                c.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
             c.close()
 
     def close(self):
@@ -69,6 +80,25 @@ def test_a_host_dropping_before_the_banner_is_one_message_naming_the_command(dro
     assert len(r.err.strip().splitlines()) <= 4, r.err
     assert dropping.accepted >= 1
     assert elapsed < 15, elapsed
+
+
+def test_a_host_resetting_before_the_banner_is_said_in_words_not_glued(sandbox):
+    """paramiko glues the reset onto its own words ("...protocol banner[Errno 104] Connection reset by peer"):
+    the message parts them."""
+    s = Slammer(reset=True)
+    try:
+        data = yaml.safe_load(sandbox["profile"].read_text())
+        data["port"] = s.port
+        (Path(os.environ["GPUOPS_CONFIG_DIR"]) / "profiles" / "resetter.yaml").write_text(yaml.safe_dump(data))
+        p = subprocess.run([sys.executable, "-m", "gpuops", "verify", "resetter"], capture_output=True, text=True,
+                           timeout=60)
+    finally:
+        s.close()
+    assert p.returncode == 3, p.stderr
+    errors = [ln for ln in p.stderr.splitlines() if ln.startswith("error:")]
+    assert len(errors) == 1, p.stderr
+    assert "banner[" not in errors[0], errors
+    assert "Error reading SSH protocol banner: [Errno 104] Connection reset by peer" in errors[0], errors
 
 
 def test_the_traceback_is_there_with_debug(dropping):

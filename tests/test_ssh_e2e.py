@@ -71,6 +71,18 @@ class _Hello(http.server.BaseHTTPRequestHandler):
         pass
 
 
+def _through_forward(proc, local: int):
+    """The HTTP body this machine's 127.0.0.1:LOCAL answers once `proc`'s forward is up (None after 30 s)."""
+    body, deadline = None, time.monotonic() + 30
+    while time.monotonic() < deadline and body is None:
+        try:
+            body = urllib.request.urlopen(f"http://127.0.0.1:{local}/", timeout=5).read()
+        except OSError:
+            assert proc.poll() is None, proc.communicate()
+            time.sleep(0.2)
+    return body
+
+
 def test_a_forward_reaches_a_server_on_the_host(sandbox):
     """-L LOCAL:REMOTE -N: an HTTP server on the host's 127.0.0.1:REMOTE answers on this machine's LOCAL."""
     server = http.server.HTTPServer(("127.0.0.1", 0), _Hello)  # the sandbox host is this machine's loopback
@@ -80,20 +92,40 @@ def test_a_forward_reaches_a_server_on_the_host(sandbox):
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                             preexec_fn=default_sigint)
     try:
-        body, deadline = None, time.monotonic() + 30
-        while time.monotonic() < deadline and body is None:
-            try:
-                body = urllib.request.urlopen(f"http://127.0.0.1:{local}/", timeout=5).read()
-            except OSError:
-                assert proc.poll() is None, proc.communicate()
-                time.sleep(0.2)
-        assert body == b"tensorboard-ish"
+        assert _through_forward(proc, local) == b"tensorboard-ish"
     finally:
         proc.send_signal(signal.SIGINT)
         _, err = proc.communicate(timeout=20)
         server.shutdown()
     assert f"forwarding http://127.0.0.1:{local}" in err, err
     assert proc.returncode == 130, (proc.returncode, err)
+
+
+def test_a_forward_killed_with_sigterm_takes_its_ssh_along(sandbox):
+    """`gpuops ssh -L ... -N &` then `kill $!` in a script: SIGTERM reaches gpuops alone (not its process group), and
+    its ssh must not stay behind as an orphan holding the port and the tunnel."""
+    server = http.server.HTTPServer(("127.0.0.1", 0), _Hello)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    remote, local = server.server_address[1], free_port()
+    proc = subprocess.Popen([sys.executable, "-m", "gpuops", "ssh", "sandbox", "-L", f"{local}:{remote}", "-N"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        assert _through_forward(proc, local) == b"tensorboard-ish"
+        proc.terminate()
+        proc.communicate(timeout=20)
+        assert proc.returncode == 143, proc.returncode  # 128 + SIGTERM, as a shell reports it
+        gone, deadline = False, time.monotonic() + 10
+        while time.monotonic() < deadline and not gone:
+            try:
+                socket.create_connection(("127.0.0.1", local), timeout=2).close()
+                time.sleep(0.2)
+            except OSError:
+                gone = True
+        assert gone, "the forward outlived gpuops: its ssh was left running"
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        server.shutdown()
 
 
 def test_a_changed_host_key_is_refused_with_exit_3(sandbox):
@@ -120,6 +152,7 @@ def test_on_a_fleet_node_n_is_that_host(sandbox):
     assert p.returncode == 3 and "node-zero" not in p.stdout and "`gpuops ssh` tried" in p.stderr, p.stderr
     p = gpuops_proc("ssh", "pair", "--node", "2", "--", "true")
     assert p.returncode == 2 and "2 host(s)" in p.stderr
+    assert "--node 2:" in p.stderr and "--host" not in p.stderr, p.stderr  # the option as the user typed it
 
 
 @pytest.mark.parametrize("argv,says", [

@@ -119,3 +119,30 @@ def test_watch_at_a_pty_shows_the_header_and_the_newest_line(sandbox, gpuops, co
         assert "TAIL-OF-LONG" not in text and "…" in text  # the long line cut, not wrapped
     finally:
         assert gpuops("stop", rid, "--grace", "2").code == 0
+
+
+def test_watch_at_a_pty_starts_with_a_full_panel_when_the_log_has_more(sandbox, gpuops):
+    """Without --lines, the replay fills the terminal's panel: no blank rows above a log of 120 lines (15 lines
+    replayed left the top of a 30-row panel empty)."""
+    import os
+    import sys
+
+    from term import complete_frames, run_in_pty, screen
+    from test_runs_e2e import put, run_id_of
+
+    cols, rows = 100, 40
+    put(sandbox, "many.py", MANY)
+    rid = run_id_of(gpuops("train", "--script", "many.py", "--no-sync", "--no-snapshot"))
+    try:
+        data = run_in_pty([sys.executable, "-m", "gpuops", "watch", rid, "--interval", "0.5"],
+                          cols=cols, rows=rows, seconds=40, env=dict(os.environ), cwd=os.getcwd(),
+                          until=b"the newest line")
+        shown = screen(complete_frames(data), cols=cols, rows=rows)
+        text = "\n".join(shown)
+        top = next((i for i, ln in enumerate(shown) if "╭" in ln), None)
+        assert top is not None and rows - 2 - top > 16, text  # a panel taller than the 15 lines of the old default
+        inside = [ln.strip("│ ") for ln in shown[top + 1:rows - 1]]
+        assert all(inside), text  # every row of the panel holds a log line
+        assert inside[-1] == "the newest line", text
+    finally:
+        assert gpuops("stop", rid, "--grace", "2").code == 0

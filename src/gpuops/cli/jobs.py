@@ -96,8 +96,10 @@ def watch(
     json_: bool = typer.Option(False, "--json", help="One JSON object per line: samples, log lines, state changes."),
     once: bool = typer.Option(False, "--once", help="One snapshot, then exit."),
     interval: float = typer.Option(2.0, "--interval", help="Seconds between GPU samples.", min=0.1),
-    lines: int = typer.Option(15, "--lines", "-n", help="Log lines replayed at start (the screen shows as many of the "
-                              "newest as fit the terminal, the newest last).", min=0),
+    lines: Optional[int] = typer.Option(None, "--lines", "-n", show_default=False,
+                                        help="Log lines replayed at start (default: enough to fill the screen at a "
+                                             "terminal, else 15; the screen shows as many of the newest as fit, the "
+                                             "newest last).", min=0),
     host: Optional[int] = HostOpt,
     notify: bool = typer.Option(False, "--notify", help="When the run ends: a desktop notification (a terminal bell "
                                                         "where there is none) and GPUOPS_NOTIFY_URL or the profile's "
@@ -123,6 +125,8 @@ def watch(
         from ..cloud.guardrail import line
 
         out.info(line(cloud))
+    if lines is None:  # at a terminal the log panel starts full: never blank rows above a log that has more
+        lines = max(15, out.console.size.height) if out.rich else 15
     if once:
         res = lifecycle.watch_once(prof, out, project, meta, dash, lines)
         for ev in res["events"]:

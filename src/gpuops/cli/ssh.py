@@ -58,7 +58,7 @@ def ssh(
         raise UsageError("-N without -L forwards nothing", hint="gpuops ssh -L 6006 -N")
     forwards = [interactive.forward(x) for x in local]
     out = output()
-    prof = pick_profile(names[0] if names else None, profile, out).node(node)
+    prof = pick_profile(names[0] if names else None, profile, out).node(node, "--node")
     argv = interactive.ssh_argv(prof, forwards=forwards, forward_only=forward_only, command=command, tty=tty)
     for f in forwards:
         out.info(f"forwarding http://127.0.0.1:{f.local} → {prof.host}'s 127.0.0.1:{f.remote}"

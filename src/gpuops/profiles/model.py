@@ -296,13 +296,13 @@ class Profile(_Strict):
             out.append(node)
         return out
 
-    def node(self, index: Optional[int]) -> "Profile":
-        """The host numbered `index` (--host N), or rank 0."""
+    def node(self, index: Optional[int], flag: str = "--host") -> "Profile":
+        """The host numbered `index` (--host N, or `flag` N where the command calls it otherwise), or rank 0."""
         nodes = self.nodes()
         if index is None:
             return nodes[0]
         if not 0 <= index < len(nodes):
-            raise ProfileError(f"--host {index}: profile '{self.name}' has {len(nodes)} host(s), numbered 0 to "
+            raise ProfileError(f"{flag} {index}: profile '{self.name}' has {len(nodes)} host(s), numbered 0 to "
                                f"{len(nodes) - 1}")
         return nodes[index]
 

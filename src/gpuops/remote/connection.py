@@ -388,7 +388,11 @@ def _describe(exc: BaseException) -> str:
         return "; ".join(sorted(errs)) or "connection refused"
     if isinstance(exc, (socket.timeout, TimeoutError)):
         return "timed out"
-    return str(exc) or type(exc).__name__
+    text = str(exc) or type(exc).__name__
+    banner = "Error reading SSH protocol banner"
+    if text.startswith(banner) and len(text) > len(banner):  # paramiko glues its cause on: "...banner[Errno 104] ..."
+        return f"{banner}: {text[len(banner):].strip()}"
+    return text
 
 
 def ssh_command(profile) -> list[str]:

@@ -8,6 +8,7 @@ message every command gives), then runs ssh with this terminal and returns its e
 """
 from __future__ import annotations
 
+import signal
 from dataclasses import dataclass
 
 from ..errors import UsageError
@@ -72,8 +73,16 @@ def session(profile, argv: list[str], *, announce=print) -> int:
 
     connect(profile, announce=announce).close()
     proc = subprocess.Popen(argv)
+    terminated = []
+
+    def on_term(signum, frame):  # `kill PID` reaches gpuops alone: ssh (a tunnel) must not outlive it as an orphan
+        terminated.append(signum)
+        proc.terminate()
+
+    old = _set_handler(signal.SIGTERM, on_term)
     try:
-        return proc.wait()
+        code = proc.wait()
+        return 128 + signal.SIGTERM if terminated else code
     except KeyboardInterrupt:  # the terminal's Ctrl-C reached ssh too (same process group): it ends by itself
         try:
             proc.wait(timeout=5)
@@ -81,3 +90,16 @@ def session(profile, argv: list[str], *, announce=print) -> int:
             proc.terminate()
             proc.wait()
         raise
+    finally:
+        if old is not None:
+            signal.signal(signal.SIGTERM, old)
+
+
+def _set_handler(signum, handler):
+    """Install `handler` for `signum` and return the one it replaced (None outside the main thread, where Python
+    allows no handler: nothing is installed)."""
+    import threading
+
+    if threading.current_thread() is not threading.main_thread():
+        return None
+    return signal.signal(signum, handler)
