@@ -166,7 +166,8 @@ def _new_run(out, project: Path, *, types: list, gpu: Optional[str], max_price: 
                               ttl_s=d.parse_limit(ttl, "--ttl") if ttl is not None else None, max_cost=max_cost,
                               key=(key or Path("~/.ssh/id_ed25519")).expanduser(), name=pl.run_name(name, script),
                               launcher=launcher, nproc=nproc, template=template, recover=recover,
-                              unreachable_s=d.parse_limit(unreachable, "--unreachable") if unreachable else None)
+                              unreachable_s=d.parse_limit(unreachable, "--unreachable") if unreachable else None,
+                              project=project)
 
 
 def _confirmer(yes: bool):

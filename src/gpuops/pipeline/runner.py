@@ -103,9 +103,21 @@ def new_record(*, script: str, args: list, regions: list, nodes: int, fetch: lis
                launcher: str = "none", nproc: str = "auto", template: Optional[dict] = None,
                type_name: str = "", types: Optional[list] = None, gpu: Optional[str] = None,
                max_price: Optional[float] = None, wait_for_capacity_s: float = 0.0, recover: int = 0,
-               unreachable_s: Optional[float] = None, clock: Callable[[], float] = time.time) -> pl.Record:
+               unreachable_s: Optional[float] = None, clock: Callable[[], float] = time.time,
+               project: Optional[Path] = None, token: Callable[[], str] = lambda: uuid.uuid4().hex[:4]) -> pl.Record:
+    """A new run's record. Its id, `<name>-<YYYYmmdd-HHMMSS>-<4 random hex digits>`, is not one of a record already
+    in `project` (two runs started in the same second never share one: their records, profiles and checkpoint
+    folders stay apart). token: the random part (a seam)."""
     stamp = datetime.fromtimestamp(clock()).strftime("%Y%m%d-%H%M%S")
-    rid = f"{name or Path(script).stem}-{stamp}-{uuid.uuid4().hex[:4]}"
+    taken = {p.stem for p in pl.records_dir(project).glob("*.json")} if project is not None else set()
+    taken |= {p.name for p in pl.records_dir(project).parent.iterdir()} if project is not None and \
+        pl.records_dir(project).parent.is_dir() else set()
+    for _ in range(1000):
+        rid = f"{name or Path(script).stem}-{stamp}-{token()}"
+        if rid not in taken:
+            break
+    else:
+        raise UsageError(f"no free run id for {name or Path(script).stem} at {stamp}")
     profile = f"run-{rid}"
     types = list(types or ([type_name] if type_name else []))
     return pl.Record(id=rid, profile=profile, instance_type=types[0] if types else "", types=types, gpu=gpu,
