@@ -502,20 +502,23 @@ class HealthWatch:
 
 class CheckpointWatch:
     """The stream's CK lines (the checkpoint folder's file count and listing checksum) in; apply(ev) is True when the
-    folder changed and then held still for one sample (a checkpoint written completely), not yet fetched in that
-    state, and no fetch is under way. done(sig) after the fetch: that state is not fetched again."""
+    folder changed and then held still for `samples` samples in a row (the same signature that many times), not yet
+    fetched in that state, and no fetch is under way. done(sig) after the fetch: that state is not fetched again."""
 
-    def __init__(self) -> None:
+    def __init__(self, samples: int = 2) -> None:
+        self.samples = max(2, samples)
         self.last: Optional[tuple] = None
+        self.seen = 0  # how many samples in a row showed `last`
         self.fetched: Optional[tuple] = None
         self.busy: Optional[tuple] = None  # the state being fetched
 
     def apply(self, ev: dict) -> bool:
         if ev.get("type") != "checkpoints":
             return False
-        sig, stable = ev["sig"], ev["sig"] == self.last
+        sig = ev["sig"]
+        self.seen = self.seen + 1 if sig == self.last else 1
         self.last = sig
-        if stable and self.busy is None and sig != self.fetched and sig[0] != "0":
+        if self.seen >= self.samples and self.busy is None and sig != self.fetched and sig[0] != "0":
             self.busy = sig
             return True
         return False

@@ -17,6 +17,7 @@ import time
 from pathlib import Path
 from typing import Callable, Optional
 
+from . import checkpoints as ck
 from . import stages as pl
 from ..errors import GpuopsError
 
@@ -36,20 +37,30 @@ def quiet_output():
     return Output(json_mode=True, stdout=io.StringIO(), stderr=io.StringIO())
 
 
-def fetch_checkpoint(prof, project: Path, name: str, out, clock: Callable[[], float] = time.time) -> dict:
-    """The newest checkpoint under fetch entry `name`, fetched and verified (transfer.fetch): its newest step folder
-    (global_step_N, checkpoint-N), or the whole folder when it has none. Returns the record's checkpoint entry."""
+def fetch_checkpoint(prof, project: Path, name: str, out, run_id: str, *, since: Optional[float], job: str,
+                     quiet: bool = False, clock: Callable[[], float] = time.time) -> Optional[dict]:
+    """The newest checkpoint under fetch entry `name` that counts (pipeline.checkpoints.resumable: this job's, and
+    complete), fetched and verified (transfer.fetch) into the run's own folder (checkpoints.local_dir). Returns the
+    record's checkpoint entry, or None when none counts yet (said on `out`)."""
     from ..remote.connection import connect
+    from ..transfer import plan as tr
     from ..transfer.fetch import fetch, list_remote
 
     one = prof.model_copy(update={"fetch": {name: prof.fetch[name]}})
     with connect(one, announce=out.info) as remote:
-        listing = list_remote(one, remote, project)[name]
+        listing = list_remote(one, remote, project, rows=True)[name]
         if not listing["exists"] or not listing["files"]:
             raise GpuopsError(f"nothing at {listing['path']} yet")
-        s = fetch(one, remote, out, name, latest=bool(listing["steps"]), project_dir=project)
-    return pl.checkpoint_entry(name, prof.fetch[name], s["dirs"][0] if s["dirs"] else None,
-                               s["steps"][-1] if s["steps"] else None, clock())
+        rows = listing.get("rows") or []
+        v = ck.resumable(tr.step_dirs(rows), files=rows, since=since, job=job, quiet=quiet)
+        if v.dir is None:
+            out.info(f"no checkpoint of this job in {listing['path']} counts yet ({v.reasons()})")
+            return None
+        if v.passed_over:
+            out.warn(f"passed over in {listing['path']}: {v.reasons()}")
+        s = fetch(one, remote, out, name, step=v.step if v.dir else None,
+                  dest=ck.fetch_dest(run_id, name, project), project_dir=project)
+    return ck.entry(name, prof.fetch[name], v.dir or None, v.step, clock(), run_id)
 
 
 class CheckpointFetcher:
@@ -60,7 +71,7 @@ class CheckpointFetcher:
     def __init__(self, fetch_one: Callable[[], dict]):
         from ..jobs.watch import CheckpointWatch
 
-        self.watch = CheckpointWatch()
+        self.watch = CheckpointWatch(ck.QUIET_SAMPLES)
         self.fetch_one = fetch_one
         self.thread: Optional[threading.Thread] = None
         self._done: list = []
@@ -114,17 +125,21 @@ class RecoveryStages:
         rec = self.rec
         health = w.HealthWatch(kb.load_playbook("xid", self.project),
                                kb.knowledge(self.project).get("nvidia_smi_failures", []))
-        name = pl.checkpoint_name(rec)
+        name = ck.checkpoint_name(rec.fetch)
         if rec.recover <= 0 or name is None:
             return w.Extras(health=True), health, None
         fprof = self._fetch_profile()
         folder = fetch_sources(fprof, self.project)[name]
-        self._fetcher = CheckpointFetcher(lambda: fetch_checkpoint(fprof, self.project, name, quiet_output()))
+        self._fetcher = CheckpointFetcher(lambda: fetch_checkpoint(
+            fprof, self.project, name, quiet_output(), rec.id, since=rec.job_started, job="alive", quiet=True))
         return w.Extras(health=True, checkpoints=folder), health, self._fetcher
 
     def _watch_event(self, ev: dict, health, fetcher) -> None:
         """One stream event: a health fact that ends a GPU's usefulness (GpuFault with --recover, else said once),
         a checkpoint to fetch or fetched."""
+        if ev.get("type") == "state" and getattr(ev.get("info"), "started", None) and not self.rec.job_started:
+            self.rec.job_started = float(ev["info"].started)  # the instance's clock: its checkpoints are newer
+            pl.save(self.rec, self.project)
         found = health.apply(ev)
         if found:
             if self.rec.recover > 0:
@@ -172,6 +187,8 @@ class RecoveryStages:
             if err is not None:
                 self.out.warn(f"fetching the newest checkpoint failed: {err.message} (tried again at the next one)")
                 continue
+            if entry is None or not ck.newer(entry, self.rec.checkpoint):
+                continue  # none counts yet, or not later than the one kept
             said = (self.rec.checkpoint or {}).get("local") == entry["local"]  # e.g. the one pushed back
             self.rec.checkpoint = entry
             pl.save(self.rec, self.project)
@@ -278,12 +295,14 @@ class RecoveryStages:
                 self.out.warn(f"the job's log could not be fetched from the failing instance: {exc.message}")
         for name in rec.fetch:
             try:
-                if name == pl.checkpoint_name(rec):
-                    self._checkpoints_fetched([(fetch_checkpoint(prof, self.project, name, self.out,
-                                                                 self.seams.clock), None)])
+                if name == ck.checkpoint_name(rec.fetch):  # the job died: only a checkpoint known complete counts
+                    self._checkpoints_fetched([(fetch_checkpoint(prof, self.project, name, self.out, rec.id,
+                                                                 since=rec.job_started, job="died",
+                                                                 clock=self.seams.clock), None)])
                     continue
                 with connect(prof, announce=self.out.info) as remote:
-                    s = fetch(prof, remote, self.out, name, project_dir=self.project)
+                    s = fetch(prof, remote, self.out, name, dest=ck.fetch_dest(rec.id, name, self.project),
+                              project_dir=self.project)
                 self.fetched[f"{name}.instance{n}"] = str(s.get("dest") or name)
             except GpuopsError as exc:
                 self.out.warn(f"fetch {name} from the failing instance failed: {exc.message}")

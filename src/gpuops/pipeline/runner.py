@@ -20,6 +20,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Callable, Optional
 
+from . import checkpoints as ck
 from . import stages as pl
 from .recovery import GpuFault, RecoveryStages
 from ..errors import ExitCode, GpuopsError, UsageError
@@ -195,6 +196,10 @@ class Runner(RecoveryStages):
         pl.save(self.rec, self.project)
         self.out.info(f"run {self.rec.id}: record {pl.records_dir(self.project) / (self.rec.id + '.json')} "
                       f"(gpuops run --resume --id {self.rec.id} continues it)")
+        home = ck.home(self.rec.id, self.rec.fetch)
+        if home is not None and not self.rec.stages:
+            self.out.info(f"what --fetch names lands in runs/{self.rec.id}/ (checkpoints: {home.local}), a folder "
+                          "no other run shares; sync never uploads these folders")
         try:
             return self._loop()
         except _ConnectionGaveUp as exc:
@@ -553,8 +558,9 @@ class Runner(RecoveryStages):
 
         self._begin("sync")
         prof = self._profile()
-        # a replacement instance: what was fetched stays here (the checkpoint it resumes from is pushed on its own)
-        excludes = [f"/{n}" for n in self.rec.fetch] if self.rec.attempts else []
+        # the run's output folders are never uploaded (a stale step folder, another run's fetch): the job writes
+        # them; a replacement gets the checkpoint it resumes from through `push`
+        excludes = ck.sync_excludes(self.rec.fetch, self._fetch_profile().fetch)
 
         def one(node, node_out):
             with connect(node, announce=node_out.info) as remote:
@@ -757,8 +763,9 @@ class Runner(RecoveryStages):
             for attempt in range(1, FETCH_ATTEMPTS + 1):
                 try:
                     with connect(prof, announce=self.out.info) as remote:
-                        s = fetch(prof, remote, self.out, name, project_dir=self.project)
-                    self.fetched[name] = str(s.get("dest") or name)
+                        s = fetch(prof, remote, self.out, name, dest=ck.fetch_dest(rec.id, name, self.project),
+                                  project_dir=self.project)
+                    self.fetched[name] = _rel(s.get("dest"), self.project) or ck.local_dir(rec.id, name)
                     last = None
                     break
                 except GpuopsError as exc:
@@ -828,6 +835,16 @@ class Runner(RecoveryStages):
             self._end("down", ok=True, detail=f"instance {res['instance_id']} {res['status']}")
 
 
+def _rel(path: Optional[str], project: Path) -> Optional[str]:
+    """A fetched folder as the summary shows it: relative to the project folder where it is inside."""
+    if not path:
+        return None
+    try:
+        return str(Path(path).resolve().relative_to(project.resolve()))
+    except ValueError:
+        return str(path)
+
+
 class _ConnectionGaveUp(Exception):
     """The instance cannot be reached, and the API does not say it ended: the run is left to resume."""
 
@@ -860,6 +877,15 @@ def fleet_verify_lines(text: str) -> list[tuple[str, str]]:
     return lines
 
 
+def checkpoints_doc(rec: pl.Record) -> Optional[dict]:
+    """Where this run's checkpoints are (pipeline.checkpoints.home) and the newest that counts, for the summary."""
+    home = ck.home(rec.id, rec.fetch)
+    if home is None:
+        return None
+    newest = rec.checkpoint or {}
+    return {**home.to_json(), "newest": newest.get("local"), "step": newest.get("step")}
+
+
 def render_summary(out, rec: pl.Record, fetched: dict, now: float) -> dict:
     """The closing table: time and money per stage (and per instance, when one was replaced), where the checkpoints
     are, the environment snapshot."""
@@ -871,7 +897,7 @@ def render_summary(out, rec: pl.Record, fetched: dict, now: float) -> dict:
            "stages": rows, "instances": insts, "total_cost": round(total, 4), "fetched": fetched,
            "environment": str(env) if env and env.is_dir() else None, "overhead": pl.overhead(rec),
            "stop_reason": rec.stop_reason, "recoveries": len(rec.attempts), "resumed_from": rec.resume_from,
-           "checkpoint": (rec.checkpoint or {}).get("local")}
+           "checkpoint": (rec.checkpoint or {}).get("local"), "checkpoints": checkpoints_doc(rec)}
     if out.json_mode:
         out.emit_json(doc)
         return doc
@@ -890,6 +916,10 @@ def render_summary(out, rec: pl.Record, fetched: dict, now: float) -> dict:
     out.print(f"  {'total':<32} {sum(r['seconds'] for r in rows):>8.1f} s  ${total:>8.4f}")
     for name, where in fetched.items():
         out.print(f"  {name}: {where} (verified)")
+    if doc["checkpoints"]:
+        c = doc["checkpoints"]
+        out.print(f"  checkpoints of this run: {c['local']} here (on the instance: {c['remote']})"
+                  + (f"; resumable from {c['newest']}" if c.get("newest") else ""))
     if doc["environment"]:
         out.print(f"  environment snapshot: {doc['environment']}")
     return doc

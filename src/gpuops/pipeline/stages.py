@@ -74,6 +74,7 @@ class Record:
     ttl_deadline: Optional[float] = None  # the run's --ttl: every instance it launches ends by then
     instance: Optional[dict] = None  # the current instance: {"ids", "type", "region"}, once `up` has it
     checkpoint: Optional[dict] = None  # the newest checkpoint fetched and verified: {name, dir, step, path, local, at}
+    job_started: Optional[float] = None  # the current job's start on the instance's clock (its checkpoints are newer)
     resume_from: Optional[str] = None  # GPUOPS_RESUME_FROM of the next job: the checkpoint's path on the instance
     recovering: Optional[dict] = None  # a replacement under way: {kind, reason, at, fetch_tried, terminated, ended}
     attempts: list = field(default_factory=list)  # the instances replaced: their stages, time and price
@@ -279,22 +280,9 @@ def archive(rec: Record, ended: float) -> dict:
            "stages": {k: asdict(v) for k, v in rec.stages.items()}}
     rec.attempts.append(att)
     rec.stages, rec.run_id, rec.job_state, rec.instance, rec.recovering = {}, None, None, None, None
+    rec.job_started = None
     rec.billed_from = None  # the next instance bills from its own launch
     return att
-
-
-def checkpoint_name(rec: Record) -> Optional[str]:
-    """The --fetch name that holds the checkpoints: `checkpoints` if named, else the first name (None: no --fetch)."""
-    return "checkpoints" if "checkpoints" in rec.fetch else (rec.fetch[0] if rec.fetch else None)
-
-
-def checkpoint_entry(name: str, sub: str, step_dir: Optional[str], step: Optional[int], at: float) -> dict:
-    """A fetched checkpoint as the record keeps it: `path` on the instance (the fetch entry's own spelling:
-    relative to the project folder, the job's working directory, unless absolute), `local` under the project."""
-    base = sub.rstrip("/") or "."
-    return {"name": name, "dir": step_dir, "step": step, "at": at,
-            "path": f"{base}/{step_dir}" if step_dir else base,
-            "local": f"{name}/{step_dir}" if step_dir else name}
 
 
 # -- the record on disk ---------------------------------------------------------------------------------------------

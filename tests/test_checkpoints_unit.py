@@ -1,0 +1,56 @@
+"""Where a run's checkpoints live and which count (pipeline/checkpoints.py, issue #27): one decision, pure."""
+from __future__ import annotations
+
+from gpuops.pipeline import checkpoints as ck
+from gpuops.transfer import plan as tr
+
+
+def listing(*rows):
+    return [list(r) for r in rows], tr.step_dirs(rows)
+
+
+def test_each_run_has_its_own_local_folder_and_sync_never_uploads_a_fetched_one(tmp_path):
+    a, b = ck.home("train-1-aaaa", ["checkpoints"]), ck.home("train-1-bbbb", ["checkpoints"])
+    assert a.local == "runs/train-1-aaaa/checkpoints" and b.local != a.local  # two runs never share one
+    assert ck.fetch_dest("train-1-aaaa", "outputs", tmp_path) == tmp_path / "runs/train-1-aaaa/outputs"
+    assert ck.home("r", []) is None
+    assert ck.home("r", ["ckpt"], {"ckpt": "out/ckpt"}).remote == "out/ckpt"
+    assert ck.sync_excludes(["ckpt", "outputs", "abs"], {"ckpt": "./out/ckpt/", "abs": "/lambda/nfs/x"}) == \
+        ["/out/ckpt", "/outputs"]
+
+
+def test_a_step_folder_from_before_the_job_never_counts():
+    files, steps = listing(("global_step_99/model.bin", 10, 100.0), ("global_step_99/optim.pt", 10, 100.0),
+                           ("global_step_1/model.bin", 10, 500.0), ("global_step_1/optim.pt", 10, 500.0),
+                           ("global_step_2/model.bin", 10, 520.0), ("global_step_2/optim.pt", 10, 521.0))
+    v = ck.resumable(steps, files=files, since=400.0, job="alive", quiet=True)
+    assert v.dir == "global_step_2" and "global_step_99: written before the job started" in v.reasons()
+    assert ck.resumable(steps, files=files, since=None, job="alive", quiet=True).dir == "global_step_99"
+
+
+def test_an_incomplete_first_checkpoint_does_not_count_once_the_job_died():
+    files, steps = listing(("checkpoint-1/model.bin", 10, 500.0))  # model written, optimizer not yet
+    v = ck.resumable(steps, files=files, since=400.0, job="died", quiet=True)
+    assert v.dir is None and "the job died" in v.reasons()
+    assert ck.resumable(steps, files=files, since=400.0, job="alive", quiet=False).dir is None  # still changing
+    assert ck.resumable(steps, files=files, since=400.0, job="alive", quiet=True).dir == "checkpoint-1"
+    files, steps = listing(("checkpoint-1/model.bin", 10, 500.0), ("checkpoint-1/COMPLETE", 0, 501.0))
+    assert ck.resumable(steps, files=files, since=400.0, job="died", quiet=False).dir == "checkpoint-1"  # marker
+
+
+def test_a_successor_completes_its_predecessor_and_a_short_newest_is_passed_over():
+    files, steps = listing(("checkpoint-1/model.bin", 10, 500.0), ("checkpoint-1/optim.pt", 10, 501.0),
+                           ("checkpoint-2/model.bin", 10, 510.0))
+    v = ck.resumable(steps, files=files, since=400.0, job="died", quiet=False)
+    assert v.dir == "checkpoint-1" and v.step == 1 and "checkpoint-2: lacks files" in v.reasons()
+    files, steps = listing(("checkpoint-1/model.bin", 10, 500.0), ("checkpoint-2/model.bin", 10, 510.0),
+                           ("checkpoint-2/optim.pt", 10, 511.0))
+    assert ck.resumable(steps, files=files, since=400.0, job="died", quiet=False).dir is None  # 1 lacks optim.pt
+    assert ck.resumable(steps, files=files, since=400.0, job="succeeded", quiet=False).dir == "checkpoint-2"
+
+
+def test_a_folder_without_step_folders_is_one_checkpoint():
+    files, steps = listing(("model.bin", 10, 500.0))
+    assert ck.resumable(steps, files=files, since=400.0, job="alive", quiet=True).dir == ""
+    assert ck.resumable(steps, files=files, since=600.0, job="alive", quiet=True).dir is None
+    assert ck.resumable(steps, files=files, since=400.0, job="died", quiet=True).dir is None
