@@ -182,7 +182,7 @@ def test_resume_takes_a_new_fetch_and_refuses_what_describes_a_new_run(cloud, gp
     r = gpuops("run", "--resume", "--fetch", "checkpoints", "--json")
     assert r.code == 0, r.all
     doc = json.loads(r.out)
-    assert doc["fetched"]["checkpoints"] and (Path.cwd() / "checkpoints" / "final.bin").read_bytes() == b"x" * 100
+    assert doc["fetched"]["checkpoints"] and (Path.cwd() / doc["fetched"]["checkpoints"] / "final.bin").read_bytes() == b"x" * 100
     assert not _live(cloud)
 
 
