@@ -68,7 +68,9 @@ def run(
     resume: bool = typer.Option(False, "--resume", help="Continue a run whose local process ended (crash, laptop "
                                                         "closed, Ctrl-C): the newest unfinished one, or --id RUN. "
                                                         "--fetch, --keep, --max-cost and --recover apply to it; "
-                                                        "the options that describe a new run are refused."),
+                                                        "the options that describe a new run are refused. A run "
+                                                        "whose process is still alive is refused (exit 2), naming "
+                                                        "the process; a dead one's run is taken over."),
     run_id: Optional[str] = typer.Option(None, "--id", metavar="RUN", help="With --resume: which run.",
                                          show_default=False),
     yes: bool = typer.Option(False, "--yes", "-y", help="Do not ask before launching."),
@@ -86,6 +88,7 @@ def run(
     import time
 
     from ..pipeline import runner as run_ops
+    from ..pipeline import stages as pl
     from ..cloud.instances import make_context
     from ..interrupts import as_interrupt
 
@@ -97,15 +100,17 @@ def run(
                    "--wait-for-capacity": wait_for_capacity, "--script": script, "--region": region, "--ttl": ttl, "--key": key,
                    "--name": name, "--nodes": nodes != 1, "--launcher": launcher != "auto",
                    "--nproc-per-node": nproc != "auto", "--from": from_, "--unreachable": unreachable, "ARGS": args}
-        rec = _resumed(out, project, run_id, new_run, fetch=fetch_names, keep=keep, max_cost=max_cost, recover=recover)
+        rec, lock = _resumed(out, project, run_id, new_run, fetch=fetch_names, keep=keep, max_cost=max_cost,
+                             recover=recover)
     else:
         rec = _new_run(out, project, types=type_, gpu=gpu, max_price=max_price, wait_for_capacity=wait_for_capacity,
                        script=script, region=region, fetch=fetch_names, keep=keep, ttl=ttl, max_cost=max_cost, key=key,
                        name=name, nodes=nodes, launcher=launcher, nproc=nproc, from_=from_, args=args,
                        recover=recover or 0, unreachable=unreachable)
+        lock = pl.RunLock(rec.id, project).acquire()  # held while this process runs it: one process per run
 
     runner = run_ops.Runner(rec, out, project, lambda: make_context(out, project_dir=project), confirm=_confirmer(yes))
-    with as_interrupt():
+    with lock, as_interrupt():
         code = runner.run()
         run_ops.render_summary(out, runner.rec, runner.fetched, time.time())
     raise typer.Exit(code)
@@ -127,10 +132,12 @@ def _resumed(out, project: Path, run_id: Optional[str], new_run: dict, *, fetch:
     if rec is None:
         raise UsageError("no unfinished run to resume here" + (f" named {run_id!r}" if run_id else ""),
                          hint=f"records are in {pl.records_dir(project)}")
+    lock = pl.RunLock(rec.id, project).acquire(rec.profile)  # a live process of this run: refused (exit 2)
+    rec = pl.find(project, rec.id) or rec  # as that process last left it
     run_ops.amend_for_resume(rec, fetch=fetch, keep=keep, max_cost=max_cost, recover=recover)
     out.info(f"resuming run {rec.id} at stage '{pl.next_stage(rec) or 'summary'}'")
     rec.outcome = pl.RUNNING
-    return rec
+    return rec, lock
 
 
 def _new_run(out, project: Path, *, types: list, gpu: Optional[str], max_price: Optional[float],

@@ -460,7 +460,7 @@ class Runner(RecoveryStages):
                 if again:  # resumed after `up` launched but before it wrote the profile: those instances are ours
                     from ..cloud.instances import reclaim_unwritten
 
-                    reclaim_unwritten(ctx, rec.profile)
+                    self._reclaimed(ctx, reclaim_unwritten(ctx, rec.profile))
                 res = up(spec, ctx)
         except BudgetReached as exc:  # up terminated what it had launched
             rec.stop_reason = exc.reason
@@ -468,6 +468,7 @@ class Runner(RecoveryStages):
             self._end("up", ok=False, detail=exc.reason)
             return
         except GpuopsError as exc:
+            self._failed_launch(ctx)
             self._end("up", ok=False, detail=exc.message)
             if rec.attempts:  # a replacement that could not be launched ends the run, saying what bills
                 return self._relaunch_failed(exc)
@@ -482,6 +483,38 @@ class Runner(RecoveryStages):
         else:
             self._end("up", ok=True, detail=f"instance {res['instance_id']} ({res['instance_type']}) at {res['ip']}, "
                                             f"{res['region']}")
+
+    def _failed_launch(self, ctx) -> None:
+        """A launch that failed after an instance existed (up terminated it): its ids, from the ledger, for the
+        summary (a row that billed shows which instance it was, never `running` with no id)."""
+        rec = self.rec
+        if rec.billed_from is None:
+            return
+        got = [lr for lr in ctx.ledger.records() if lr.profile == rec.profile and lr.instance_id
+               and lr.created_at >= rec.billed_from - 60 and lr.instance_id not in
+               {i for a in rec.attempts + rec.reclaimed for i in (a.get("instance") or {}).get("ids") or []}]
+        rec.instance = {"ids": [lr.instance_id for lr in got], "type": got[0].instance_type if got else None,
+                        "region": got[0].region if got else None, "failed": True}
+
+    def _reclaimed(self, ctx, ids: list) -> None:
+        """Instances a cut-off bring-up of this run launched, just terminated: they billed, so the run counts them
+        (its summary, its spend and --max-cost), from the launch request to the confirmed termination, as the ledger
+        recorded them; the next launch bills from its own request."""
+        rec = self.rec
+        if not ids:
+            return
+        for lr in ctx.ledger.records():
+            if lr.profile != rec.profile or lr.instance_id not in ids:
+                continue
+            rec.reclaimed.append({"instance": {"ids": [lr.instance_id], "type": lr.instance_type,
+                                               "region": lr.region},
+                                  "price_per_hour": lr.price_cents_per_hour / 100.0, "nodes": 1,
+                                  "started": rec.billed_from or lr.created_at,
+                                  "ended": lr.ended_at or self.seams.clock(),
+                                  "reason": "reclaimed by --resume: its bring-up was cut off before the profile was "
+                                            "written; terminated"})
+        rec.billed_from = None
+        pl.save(rec, self.project)
 
     def _managed_profile(self):
         from ..profiles import model as profiles
@@ -877,6 +910,10 @@ def fleet_verify_lines(text: str) -> list[tuple[str, str]]:
     return lines
 
 
+def _hms(t: float) -> str:
+    return datetime.fromtimestamp(t).strftime("%H:%M:%S")
+
+
 def checkpoints_doc(rec: pl.Record) -> Optional[dict]:
     """Where this run's checkpoints are (pipeline.checkpoints.home) and the newest that counts, for the summary."""
     home = ck.home(rec.id, rec.fetch)
@@ -911,8 +948,9 @@ def render_summary(out, rec: pl.Record, fetched: dict, now: float) -> dict:
     if many:
         for i in insts:
             head = f"instance #{i['instance']} {', '.join(i['ids']) or '?'}"
+            when = f"{_hms(i['started'])}-{_hms(i['ended_at']) if i['ended_at'] else 'now'}" if i["started"] else ""
             out.print(f"  {head:<32} {i['seconds']:>8.1f} s  ${i['cost']:>8.4f}  {i['type'] or ''}"
-                      f"{', ' + i['region'] if i['region'] else ''}: {i['ended']}")
+                      f"{', ' + i['region'] if i['region'] else ''} {when}: {i['ended']}")
     out.print(f"  {'total':<32} {sum(r['seconds'] for r in rows):>8.1f} s  ${total:>8.4f}")
     for name, where in fetched.items():
         out.print(f"  {name}: {where} (verified)")
