@@ -98,3 +98,160 @@ def test_a_stale_step_folder_in_the_project_is_never_resumed_from(cloud):
     assert 2 <= step < 6 and "checkpoint-99" not in err, err
     assert f"resumed from ckpt/checkpoint-{step} at step {step}: weights of step {step} by run A" in _log(doc)
     assert (stale / "model.bin").read_text() == "weights of an earlier experiment"  # left alone here
+
+
+# -- a recovery that knows what happened --------------------------------------------------------------------------
+def _on_instance(cloud, iid: str, rel: str) -> Path:
+    return cloud.home(iid) / Path.cwd().name / rel
+
+
+def test_a_gpu_failure_that_kills_the_job_at_once_is_recovered_not_reported_as_the_jobs(cloud):
+    """The GPU falls off the bus and the job dies in the same instant, before the stream's next health sample
+    (before: `failed (job failed)`, terminated): the health is read once more, the instance replaced, the job resumed
+    from the newest complete checkpoint."""
+    _project(text=TAGGED)
+    p = _cli(cloud, "--script", "train.py", "--fetch", "checkpoints", "--json", "--recover", "1",
+             "--", "6", "4.5", "0.3", "A", "checkpoints")
+    _wait(lambda: _checkpoint_step("train") >= 2, what="checkpoint-2 fetched", p=p)
+    (first,) = [i["id"] for i in _billing(cloud)]
+    cloud.gpu_fault(first, "xid=79", kill_jobs=True)
+    doc, err = _done(p)
+    assert p.returncode == 0 and doc["outcome"] == "succeeded" and doc["recoveries"] == 1, err
+    assert "Xid 79" in err and "the job died with its GPU" in err and "job failed" not in err, err
+    assert doc["instances"][0]["ids"] == [first] and "Xid 79" in doc["instances"][0]["ended"]
+    step = int(doc["resumed_from"].rsplit("-", 1)[1])
+    assert f"resumed from checkpoints/checkpoint-{step} at step {step}" in _log(doc)
+
+
+def test_without_recover_a_gpu_failure_is_named_and_resume_recover_replaces_and_resumes(cloud, gpuops):
+    """No --recover: the outcome names the hardware (not the job) and the command that replaces the instance and
+    resumes; that command does so, from the newest checkpoint known complete."""
+    _project(text=TAGGED)
+    p = _cli(cloud, "--script", "train.py", "--fetch", "checkpoints", "--json", "--", "6", "2", "0.3", "A",
+             "checkpoints")
+    (first,) = _wait(lambda: [i["id"] for i in _billing(cloud)], what="the instance", p=p)
+    _wait(lambda: _on_instance(cloud, first, "checkpoints/checkpoint-3").is_dir(), what="checkpoint-3", p=p)
+    cloud.gpu_fault(first, "xid=79", kill_jobs=True)
+    doc, err = _done(p)
+    assert p.returncode == 1 and doc["outcome"] == "failed", err
+    assert "died with its GPU" in err and "Xid 79" in err and "not the job's" in doc["stop_reason"], err
+    hint = f"gpuops run --resume --id {doc['run']} --recover 1 replaces the instance and resumes"
+    assert hint in err, err
+    assert not _billing(cloud)  # terminated after the fetch, as a failed job's instance is
+    r = gpuops("run", "--resume", "--id", doc["run"], "--recover", "1", "--json")
+    assert r.code == 0, r.all
+    doc2 = json.loads(r.out)
+    assert doc2["outcome"] == "succeeded" and doc2["recoveries"] == 1 and doc2["instances"][0]["ids"] == [first]
+    step = int(doc2["resumed_from"].rsplit("-", 1)[1])
+    assert step >= 2 and f"resumed from checkpoints/checkpoint-{step} at step {step}: weights of step {step} " \
+                         "by run A" in _log(doc2)
+    assert not _billing(cloud) and not [x for x in Ledger().records() if x.open]
+
+
+INCOMPLETE = """\
+import os, sys, time
+flag = sys.argv[1]
+src = os.environ.get("GPUOPS_RESUME_FROM")
+print(f"resume from {src}", flush=True)
+if src:
+    open(os.path.join(src, "optim.pt")).read()  # an incomplete checkpoint fails here
+os.makedirs("checkpoints/checkpoint-1", exist_ok=True)
+open("checkpoints/checkpoint-1/model.bin", "w").write("model")
+print("model written", flush=True)
+deadline = time.time() + 120
+while not os.path.exists(flag) and time.time() < deadline:
+    time.sleep(0.2)
+open("checkpoints/checkpoint-1/optim.pt", "w").write("optimizer")
+print("step 1 saved", flush=True)
+"""
+
+
+def test_an_incomplete_first_checkpoint_does_not_count(cloud, tmp_path):
+    """checkpoint-1 has its model and not yet its optimizer when the GPU fails and the job dies: it has no
+    predecessor to compare with, no marker, no successor, and the job died: the replacement starts from the
+    beginning (before: it resumed from the incomplete checkpoint-1)."""
+    flag = tmp_path / "go-on"
+    _project(text=INCOMPLETE)
+    p = _cli(cloud, "--script", "train.py", "--fetch", "checkpoints", "--json", "--recover", "1", "--", str(flag))
+    (first,) = _wait(lambda: [i["id"] for i in _billing(cloud)], what="the instance", p=p)
+    _wait(lambda: _on_instance(cloud, first, "checkpoints/checkpoint-1/model.bin").is_file(), what="model.bin", p=p)
+    cloud.gpu_fault(first, "xid=79", kill_jobs=True)
+    flag.write_text("")  # from now on the optimizer is written at once
+    doc, err = _done(p)
+    assert p.returncode == 0 and doc["outcome"] == "succeeded" and doc["recoveries"] == 1, err
+    assert doc["resumed_from"] is None and "resume from None" in _log(doc), err
+    assert "starts again from the beginning" in err, err
+
+
+def test_gpuops_down_of_the_runs_own_instance_ends_the_run(cloud, gpuops):
+    """The user ends the run's instance with `gpuops down` (the command the run's own messages name): the run ends,
+    saying so; nothing is launched in its place (before: taken as a loss, a new instance launched)."""
+    _project(text=TAGGED)
+    p = _cli(cloud, "--script", "train.py", "--fetch", "checkpoints", "--json", "--recover", "2",
+             "--", "30", "1", "0", "A", "checkpoints")
+    _wait(lambda: (_rec("train").get("stages") or {}).get("watch"), what="training", p=p)
+    r = gpuops("down", _rec("train")["profile"])
+    assert r.code == 0, r.all
+    doc, err = _done(p)
+    assert p.returncode == 1 and doc["outcome"] == "ended" and doc["recoveries"] == 0, err
+    assert "terminated by `gpuops down` from this machine, as asked: the run ends here" in err, err
+    assert cloud.launch_requests() == 1 and not _billing(cloud)
+
+
+def test_resume_from_a_second_shell_is_refused_while_the_first_process_lives(cloud, gpuops):
+    """`run --resume` while the run's process is alive is refused (exit 2), naming it (before: both ran the run);
+    once that process is gone (kill -9), --resume takes the run over and finishes it."""
+    import socket
+
+    _project(text=TAGGED)
+    p = _cli(cloud, "--script", "train.py", "--fetch", "checkpoints", "--json", "--recover", "1",
+             "--", "4", "3", "0", "A", "checkpoints")
+    _wait(lambda: (_rec("train").get("stages") or {}).get("watch"), what="training", p=p)
+    r = gpuops("run", "--resume")
+    assert r.code == 2 and f"process {p.pid} on host {socket.gethostname()}" in r.err, r.all
+    assert "one process per run" in r.err and "Traceback" not in r.all
+    p.kill()
+    p.communicate(timeout=30)
+    r = gpuops("run", "--resume", "--json")
+    assert r.code == 0, r.all
+    doc = json.loads(r.out)
+    assert doc["outcome"] == "succeeded" and not _billing(cloud)
+
+
+def test_the_summary_counts_every_instance_that_billed(cloud, gpuops):
+    """kill -9 while the first instance boots: --resume reclaims it (terminates it) and launches another; the
+    summary shows both, each with its id, times and cost, and their costs make the total (before: the reclaimed
+    one was left out)."""
+    _project(text=TAGGED)
+    cloud.boot_seconds(60)
+    p = _cli(cloud, "--script", "train.py", "--fetch", "checkpoints", "--json", "--", "1", "0", "0", "A",
+             "checkpoints")
+    (first,) = _wait(lambda: [i["id"] for i in _billing(cloud)], what="the launch", p=p)
+    time.sleep(1.5)
+    p.kill()
+    p.communicate(timeout=30)
+    cloud.boot_seconds(0.5)
+    r = gpuops("run", "--resume", "--json")
+    assert r.code == 0, r.all
+    doc = json.loads(r.out)
+    assert doc["outcome"] == "succeeded" and doc["recoveries"] == 0, doc
+    (one, two) = doc["instances"]
+    assert one["ids"] == [first] and "reclaimed" in one["ended"] and one["cost"] > 0 and one["seconds"] >= 1
+    assert two["ids"] and two["ids"] != [first] and two["ended"] == "terminated" and two["cost"] > 0
+    assert one["started"] < one["ended_at"] <= two["started"] < two["ended_at"]
+    assert abs(one["cost"] + two["cost"] - doc["total_cost"]) < 0.001
+    assert not _billing(cloud)
+
+
+def test_a_replacement_whose_launch_failed_is_not_shown_running(cloud):
+    _project(text=TAGGED)
+    p = _cli(cloud, "--script", "train.py", "--fetch", "checkpoints", "--json", "--recover", "1",
+             "--", "30", "1", "0", "A", "checkpoints")
+    _wait(lambda: (_rec("train").get("stages") or {}).get("watch"), what="training", p=p)
+    (first,) = [i["id"] for i in _billing(cloud)]
+    cloud.capacity(TYPE, [])
+    cloud.preempt(first)
+    doc, err = _done(p)
+    assert p.returncode == 1 and doc["stop_reason"].startswith("recovery failed"), err
+    assert [i["ids"] for i in doc["instances"]] == [[first]], doc["instances"]  # nothing launched, nothing billed
+    assert all(i["ended"] != "running" for i in doc["instances"])

@@ -74,6 +74,15 @@ def _extras_script(extras: Optional[Extras]) -> tuple[str, str, str]:
     return fns, beat, each
 
 
+def health_once_command() -> str:
+    """ONE execution: the GPUs' health now, in the stream's own lines on stdout (HG health fields, HX the kernel
+    log's Xid lines, G the GPU line or nvidia-smi's failure, "GPU is lost"): parse_stderr_line and HealthWatch read
+    them as they read the stream. What `run` reads once more when its job fails (a GPU's failure, or the job's?)."""
+    fns, beat, _ = _extras_script(Extras(health=True))
+    return ("exec 2>&1\n" + fns + beat.strip().rstrip(";") + "\n"
+            f"nvidia-smi --query-gpu={GPU_QUERY} --format=csv,noheader,nounits 2>&1 | sed 's/^/G /'\n")
+
+
 def stream_command(run_id: str, run_dir: str, *, offset: int, interval: float = 2.0, samples: bool = True,
                    tick: float = 0.5, extras: Optional[Extras] = None) -> str:
     from .scripts import STATE_FN

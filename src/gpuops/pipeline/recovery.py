@@ -201,6 +201,57 @@ class RecoveryStages:
         if self._fetcher is not None:
             self._checkpoints_fetched(self._fetcher.finished(wait=True))
 
+    def _health_now(self, prof) -> list[str]:
+        """The job failed: the GPUs' health read once more (one execution) before the run decides, since the job
+        of a GPU that fell off the bus dies at once, before the stream's next health sample. Returns the facts that
+        end a GPU's usefulness (verify's FAIL rules), [] when healthy or when the host cannot be asked (said)."""
+        from .. import knowledge as kb
+        from ..jobs import watch as w
+        from ..remote.connection import connect
+
+        health = w.HealthWatch(kb.load_playbook("xid", self.project),
+                               kb.knowledge(self.project).get("nvidia_smi_failures", []))
+        try:
+            with connect(prof, announce=self.out.info) as remote:
+                res = remote.run(w.health_once_command(), timeout=60)
+        except GpuopsError as exc:
+            self.out.warn(f"the job failed and the GPUs' health could not be read once more: {exc.message}")
+            return []
+        found = []
+        for line in res.stdout.splitlines():
+            ev = w.parse_stderr_line(line)
+            if ev is not None:
+                found += health.apply(ev)
+        return found
+
+    def _job_died_with_its_gpu(self, found: list, info) -> None:
+        """The job failed and a GPU has failed too: the hardware's failure, not the job's. Replaced under --recover
+        (the job goes on from the newest complete checkpoint); else the run ends naming the hardware, with the
+        newest complete checkpoint kept, and `run --resume --id RUN --recover 1` replaces the instance and resumes."""
+        rec = self.rec
+        what = "; ".join(found)
+        code = f" (exit {info.exit_code})" if info is not None and info.exit_code is not None else ""
+        if pl.why_not_recover(rec, self.seams.clock()) is None:
+            self._start_recovery("watch", "gpu", f"{rec.profile}: {what}: the job died with its GPU{code}")
+            return
+        rec.job_state = "failed"
+        rec.hardware = what
+        rec.stop_reason = f"the GPU failed ({what}); the job died with it{code}: a hardware failure, not the job's"
+        name = ck.checkpoint_name(rec.fetch)
+        if name is not None:  # the newest checkpoint known complete, for the resume that replaces the instance
+            try:
+                self._checkpoints_fetched([(fetch_checkpoint(self._fetch_profile(), self.project, name, self.out,
+                                                             rec.id, since=rec.job_started, job="died",
+                                                             clock=self.seams.clock), None)])
+            except GpuopsError as exc:
+                self.out.warn(f"the newest checkpoint could not be fetched: {exc.message}")
+        self.out.error(f"job {rec.run_id} died with its GPU: {what}{code}. A hardware failure, not the job's; the "
+                       "instance is terminated after the fetch",
+                       f"gpuops run --resume --id {rec.id} --recover 1 replaces the instance and resumes"
+                       + (f" from {rec.checkpoint['local']}" if rec.checkpoint else " (from the beginning: no "
+                          "complete checkpoint)"))
+        self._end("watch", ok=False, detail=rec.stop_reason)
+
     def _gpu_fault(self, exc: GpuFault) -> None:
         """A GPU of the instance stopped being usable: replace the instance, or (no replacement left) stop the job,
         fetch what exists and terminate."""

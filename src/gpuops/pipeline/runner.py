@@ -151,6 +151,14 @@ def amend_for_resume(rec: pl.Record, *, fetch: list, keep: bool, max_cost: Optio
         rec.max_cost = max_cost
     if recover is not None:
         rec.recover = recover
+    down = rec.stages.get("down")
+    if rec.hardware and recover and down is not None and down.ok and not rec.recovering:
+        # the job died with its GPU, the instance was terminated: --recover N replaces it and resumes
+        ids = (rec.instance or {}).get("ids") or []
+        rec.recovering = {"kind": "gpu", "reason": f"{rec.profile}: {rec.hardware}", "at": down.ended,
+                          "stage": None, "status": None, "instance_ids": ids, "fetch_tried": True,
+                          "terminated": True, "ended": down.ended, "lost_id": None}
+        rec.hardware, rec.stop_reason, rec.job_state, rec.outcome = None, None, None, pl.RUNNING
 
 
 class Runner(RecoveryStages):
@@ -296,8 +304,14 @@ class Runner(RecoveryStages):
         if rec.recovering:
             return
         price = (rec.price_per_hour or 0) * max(1, rec.nodes)
+        asked = None
+        if exc.status in ("terminated", "terminating"):
+            from ..cloud.instances import terminated_here
+            from ..cloud.ledger import Ledger
+
+            asked = terminated_here(Ledger(), exc.instance_id)
         why = pl.why_not_recover(rec, self.seams.clock())
-        if why is None and not (stage == "fetch" and rec.job_state == "succeeded"):
+        if asked is None and why is None and not (stage == "fetch" and rec.job_state == "succeeded"):
             what = ("unhealthy (Lambda's status): it cannot be reached" if exc.status == "unhealthy" else
                     f"{exc.status} ({'Lambda took it back' if exc.status == 'preempted' else 'not by this run'})")
             self._start_recovery(stage, "unhealthy" if exc.status == "unhealthy" else "lost",
@@ -310,9 +324,13 @@ class Runner(RecoveryStages):
                 hint=f"gpuops run --resume --id {rec.id} once it is active again, or gpuops down {rec.profile} "
                      "(its disk is wiped)"))
         who = ("Lambda took it back" if exc.status == "preempted" else
-               "not by this run: another gpuops, `gpuops reap` at its TTL, or Lambda's console")
+               "not by this run: another machine's gpuops, or Lambda's console")
         rec.lost = f"instance {exc.instance_id} is {exc.status} ({who})" + (
             f"; not replaced: {why}" if rec.recover > 0 else "")
+        if asked is not None:  # the user ended it (the ledger says so): the run ends, no new instance
+            rec.terminated_by = asked
+            rec.lost = (f"instance {exc.instance_id} was terminated by `{'gpuops reap' if asked == 'reaped' else asked}`"
+                        " from this machine, as asked: the run ends here (nothing is replaced or launched)")
         unfetched = [n for n in rec.fetch if n not in self.fetched]
         lost_what = ("the job " + (rec.run_id or "") + " ended with it" if rec.run_id else "nothing was trained yet")
         disk = (f"what was only on its disk is lost ({', '.join(unfetched)} not fetched)" if unfetched else
@@ -400,6 +418,8 @@ class Runner(RecoveryStages):
         down = rec.stages.get("down")
         if rec.recovering:
             rec.outcome = pl.KEPT  # the instance to replace could not be terminated: still billing, said loudly
+        elif rec.terminated_by:
+            rec.outcome = pl.ENDED
         elif rec.lost:
             rec.outcome = pl.LOST
         elif down is not None and down.ended is not None and not down.ok:
@@ -690,6 +710,10 @@ class Runner(RecoveryStages):
             raise KeyboardInterrupt
         self._end_fetcher()
         info = res["info"]
+        if info is not None and info.state == core.FAILED and not rec.stop_reason:
+            found = self._health_now(prof)  # a GPU that fell off the bus kills the job before the next sample
+            if found:
+                return self._job_died_with_its_gpu(found, info)
         rec.job_state = info.state if info is not None else "lost"
         ok = info is not None and info.state == core.SUCCEEDED
         self.out.info(f"job {rec.run_id}: {rec.job_state}" + (f" (exit {info.exit_code})" if info and

@@ -24,6 +24,7 @@ RECOVER_MIN_TTL_S = 300.0  # no instance is launched for less than this much of 
 # outcomes of a whole run
 RUNNING, SUCCEEDED, FAILED, KEPT, DETACHED = "running", "succeeded", "failed", "kept", "detached"
 LOST = "lost"  # the instance ended under the run (terminated by someone else, preempted): the job went with it
+ENDED = "ended"  # the user ended the run's instance (gpuops down, reap at its TTL): the run ends, nothing replaced
 NAME_MAX = 38  # run-<name>-YYYYmmdd-HHMMSS-xxxx stays a profile name (63 characters at most)
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
 
@@ -58,7 +59,9 @@ class Record:
     run_id: Optional[str] = None  # the training run's id, once launched
     job_state: Optional[str] = None  # succeeded / failed / stopped, once the job ended
     stop_reason: Optional[str] = None  # max-cost, interrupted, ...
+    hardware: Optional[str] = None  # the job died with its GPU (no --recover): what failed; --resume --recover N
     lost: Optional[str] = None  # why the instance is gone under the run (its status and what went with it)
+    terminated_by: Optional[str] = None  # the instance was ended on purpose from here: the ledger's note
     outcome: str = RUNNING
     stages: dict = field(default_factory=dict)  # name -> Stage (the current instance's)
     # what the user asked to launch (cloud.instances.UpSpec takes it as launch_ask gives it): --type in order, or
@@ -117,10 +120,10 @@ def next_stage(rec: Record) -> Optional[str]:
     - a replacement under way (`recovering`): `recover` (fetch what is reachable, terminate), then the run starts again
       at `up` with a new instance (archive), `push` putting the checkpoint back before the launch."""
     st = rec.stages
+    if rec.recovering:  # (after `down` too: a job that died with its GPU, resumed with --recover N)
+        return "recover"
     if st.get("down") is not None and st["down"].ok:
         return None
-    if rec.recovering:
-        return "recover"
     if rec.lost:
         return "down"
     for name in STAGES:
