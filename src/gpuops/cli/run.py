@@ -23,8 +23,9 @@ def run(
     fetch: Optional[str] = typer.Option(None, "--fetch", metavar="NAME[,NAME...]",
                                         help="What to pull back, verified, before terminating: names of the "
                                              "profile's fetch: map, or folders under the project (checkpoints,"
-                                             "outputs). The job's log is always kept in runs/<run id>/log. With "
-                                             "--resume: added to what the run fetches."),
+                                             "outputs). Each lands in runs/<run id>/<name>, the run's own folder; "
+                                             "sync never uploads them. The job's log is always kept in "
+                                             "runs/<job id>/log. With --resume: added to what the run fetches."),
     keep: bool = typer.Option(False, "--keep", help="Do not terminate at the end (gpuops down NAME later)."),
     ttl: Optional[str] = typer.Option(None, "--ttl", metavar="DURATION", help="Time to live of the instance "
                                       "(`gpuops reap` ends it after), e.g. 8h (above 0, at most 365d).",
