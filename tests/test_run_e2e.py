@@ -217,7 +217,8 @@ def test_run_from_a_project_profile_carries_its_settings_onto_the_instance(cloud
     assert r.code == 0, r.all
     doc = json.loads(r.out)
     assert "FOO from-template" in (Path.cwd() / doc["fetched"]["log"]).read_text()  # the template's env
-    assert (Path.cwd() / "ckpt" / "w.bin").read_bytes() == b"w" * 64  # its fetch: map, verified
+    assert doc["fetched"]["ckpt"] == f"runs/{doc['run']}/ckpt"  # the run's own folder
+    assert (Path.cwd() / doc["fetched"]["ckpt"] / "w.bin").read_bytes() == b"w" * 64  # its fetch: map, verified
     from gpuops.paths import config_dir
 
     p = yaml.safe_load((config_dir() / "profiles" / f"{doc['profile']}.yaml").read_text())
