@@ -228,6 +228,7 @@ def test_a_run_is_billed_from_its_launch_not_from_the_wait_for_capacity():
     rec.stage("up").ended = 1000.0 + 2700  # booted a quarter of an hour after the launch
     row = pl.summary(rec, 1000.0 + 3600)[0]
     assert row["seconds"] == 2700 and row["cost"] == pytest.approx(6.0)  # the wait shown, not billed
-    assert pl.launch_ask(rec) == {"types": [], "gpu": "H100:8", "max_price": None, "wait_for_capacity_s": 0.0}
+    assert pl.launch_ask(rec) == {"types": [], "gpu": "H100:8", "max_price": None, "wait_for_capacity_s": 0.0,
+                                  "file_systems": []}
     old = pl.Record.from_json({"id": "o", "profile": "run-o", "instance_type": "gpu_1x_a10", "script": "t.py"})
     assert pl.launch_ask(old)["types"] == ["gpu_1x_a10"]  # a record written before --gpu: its one type

@@ -363,7 +363,7 @@ def test_images_file_systems_and_firewall_rules(api):
     images = api("GET", "/images")[1]["data"]
     assert {i["architecture"] for i in images} == {"x86_64", "arm64"}
     status, doc = api("POST", "/filesystems", {"name": "data1", "region": "us-east-1"})
-    assert status == 200 and doc["data"]["mount_point"] == "/lambda/nfs/data1"
+    assert status == 200 and doc["data"]["mount_point"].endswith("/lambda/nfs/data1")
     assert api("POST", "/filesystems", {"name": "data1", "region": "us-east-1"})[1]["error"]["code"] == \
         "global/duplicate"
     assert api("POST", "/filesystems", {"name": "1bad", "region": "us-east-1"})[0] == 400
@@ -375,6 +375,50 @@ def test_images_file_systems_and_firewall_rules(api):
     assert api("GET", "/firewall-rules")[1]["data"] == rules
 
 
+def test_filesystems_attach_share_measure_and_refuse_deletion_while_mounted(api, emu, client_key, tmp_path):
+    """A filesystem is one folder every instance attaching it sees at its mount point (by name: the default one; by
+    id: the one asked); `bytes_used` is measured, `is_in_use` follows the instances; deletion is refused while one
+    mounts it and then removes its data; a launch in another region than the filesystem's is refused as Lambda does."""
+    host_key = tmp_path / "host_ed25519"
+    subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(host_key)], check=True)
+    _add_key(api, client_key)
+    fs = api("POST", "/filesystems", {"name": "shared-1", "region": "us-east-1"})[1]["data"]
+    assert fs["is_in_use"] is False and fs["bytes_used"] == 0 and fs["created_by"]["email"]
+    status, doc = _launch(api, region="us-west-1", file_system_names=["shared-1"])
+    assert status == 400 and doc["error"]["code"] == "instance-operations/launch/file-system-in-wrong-region"
+    assert "us-east-1" in doc["error"]["message"] and "us-west-1" in doc["error"]["message"]
+    status, doc = _launch(api, file_system_names=["nope"])
+    assert status == 404 and doc["error"]["code"] == "global/object-does-not-exist"
+    status, doc = _launch(api, file_system_mounts=[{"mount_point": "/etc/x", "file_system_id": fs["id"]}])
+    assert status == 400 and doc["error"]["code"] == "global/invalid-parameters"
+    assert emu.instances() == []
+    a = _launch(api, file_system_names=["shared-1"], user_data=_cloud_config(host_key))[1]["data"]["instance_ids"][0]
+    b = _launch(api, file_system_mounts=[{"mount_point": "/data/mine", "file_system_id": fs["id"]}],
+                user_data=_cloud_config(host_key))[1]["data"]["instance_ids"][0]
+    ia, ib = _wait(api, a, "active"), _wait(api, b, "active")
+    assert ia["file_system_names"] == ["shared-1"] and ib["file_system_names"] == ["shared-1"]
+    mount_a = ia["file_system_mounts"][0]["mount_point"]
+    mount_b = ib["file_system_mounts"][0]["mount_point"]
+    assert mount_a == fs["mount_point"] and mount_b.endswith("/data/mine")
+    pub = host_key.with_suffix(".pub").read_text().split()
+    known = tmp_path / "known_hosts"
+    known.write_text(f"{ia['ip']} {pub[0]} {pub[1]}\n{ib['ip']} {pub[0]} {pub[1]}\n")
+    r = _ssh(ia, emu.user, client_key, known, f"head -c 5000 /dev/zero > {mount_a}/w && echo from-a > {mount_a}/note")
+    assert r.returncode == 0, r.stderr
+    r = _ssh(ib, emu.user, client_key, known, f"cat {mount_b}/note")
+    assert r.returncode == 0 and r.stdout == "from-a\n", r.stderr
+    listed = api("GET", "/file-systems")[1]["data"][0]
+    assert listed["is_in_use"] is True and listed["bytes_used"] == 5007
+    status, doc = api("DELETE", f"/filesystems/{fs['id']}")
+    assert status == 400 and doc["error"]["code"] == "filesystems/filesystem-in-use" and a in doc["error"]["message"]
+    api("POST", "/instance-operations/terminate", {"instance_ids": [a, b]})
+    assert (emu.fs_dir("shared-1") / "note").read_text() == "from-a\n"  # outlives the instances
+    assert api("GET", "/file-systems")[1]["data"][0]["is_in_use"] is False
+    folder = emu.fs_dir("shared-1")
+    assert api("DELETE", f"/filesystems/{fs['id']}")[1] == {"data": {"deleted_ids": [fs["id"]]}}
+    assert not folder.exists() and api("GET", "/file-systems")[1]["data"] == []
+
+
 def test_every_declared_status_of_the_used_endpoints_was_checked(spec):
     """Runs last in this file: the conformance checks above covered success and error answers of each endpoint."""
     seen = set(spec.checked)
@@ -383,7 +427,8 @@ def test_every_declared_status_of_the_used_endpoints_was_checked(spec):
                  ("POST", "/api/v1/instance-operations/launch", 404), ("POST", "/api/v1/instance-operations/launch", 200),
                  ("POST", "/api/v1/instance-operations/terminate", 404), ("POST", "/api/v1/ssh-keys", 200),
                  ("GET", "/api/v1/instance-types", 200), ("POST", "/api/v1/instances/{id}", 200),
-                 ("POST", "/api/v1/instance-operations/restart", 200), ("DELETE", "/api/v1/filesystems/{id}", 404)):
+                 ("POST", "/api/v1/instance-operations/restart", 200), ("DELETE", "/api/v1/filesystems/{id}", 404),
+                 ("DELETE", "/api/v1/filesystems/{id}", 400), ("GET", "/api/v1/file-systems", 200)):
         assert need in seen, need
 
 

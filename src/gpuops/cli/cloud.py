@@ -9,6 +9,7 @@ from typing import List, Optional
 import typer
 
 from .app import Group, JsonOpt, app, output
+from .fs import fs_question
 
 cloud_app = typer.Typer(cls=Group, help="Lambda Cloud account: instance types with prices and capacity, SSH keys. "
                                         "Launch with `gpuops up`, list with `gpuops ls`.\n\n"
@@ -168,7 +169,9 @@ def up(
                                       show_default=False),
     idle: Optional[str] = typer.Option(None, "--idle", metavar="DURATION", help="Idle limit: no gpuops run and GPU "
                                        "utilisation under 5 % for this long (above 0).", show_default=False),
-    fs: List[str] = typer.Option([], "--fs", help="Lambda filesystem to attach (repeatable).", show_default=False),
+    fs: List[str] = typer.Option([], "--fs", metavar="NAME", help="Lambda filesystem to attach (repeatable): only its "
+                                 "region is tried; a missing one is created after asking (--yes: at once); the job "
+                                 "sees GPUOPS_FS, setup's caches live on it (docs/fs.md).", show_default=False),
     key: Optional[Path] = typer.Option(None, "--key", help="Private SSH key (default: ~/.ssh/id_ed25519); its public "
                                                           "half is registered on the account when missing.",
                                        show_default=False),
@@ -215,7 +218,7 @@ def up(
                   wait_for_capacity_s=d.parse_duration(wait_for_capacity) if wait_for_capacity else 0.0,
                   ttl_s=d.parse_limit(ttl, "--ttl") if ttl is not None else None,
                   idle_s=d.parse_limit(idle, "--idle") if idle is not None else None,
-                  file_systems=list(fs), verify=not no_verify, keep_on_failure=keep_on_failure,
+                  file_systems=list(fs), create_fs=fs_question(yes), verify=not no_verify, keep_on_failure=keep_on_failure,
                   timeout_s=d.parse_limit(timeout, "--timeout") if timeout is not None else None, trust_new=trust_new,
                   guard_on_instance=guard == "on-instance", confirm=None if yes else _ask, nodes=nodes,
                   template=template_for(from_, Path.cwd()))
@@ -245,14 +248,16 @@ def ls(json_: bool = JsonOpt) -> None:
     """Every instance on the Lambda account (gpuops-managed ones marked *: a ledger record or gpuops' tags), with
     status, IP, type, region, uptime, cost so far and time left before its TTL (the ledger's, or the instance's TTL
     tag); open launches the API does not list yet. Loud lines for anything that may bill with nothing here using it:
-    no profile names it, its bring-up was cut off, the ledger says it ended, or it is past a limit."""
+    no profile names it, its bring-up was cut off, the ledger says it ended, or it is past a limit. Then the
+    persistent filesystems (they bill per GiB used per month while they exist): size, who mounts them, cost per
+    month where a price is known (gpuops fs ls)."""
     from ..cloud import decisions as d
     from ..cloud.instances import listing
 
     out = output(json_)
     ctx = _context(out)
     with ctx.client:
-        doc = listing(ctx)
+        doc = listing(ctx, filesystems=True, project_dir=Path.cwd())
     if json_:
         out.emit_json(doc)
     else:
@@ -269,8 +274,25 @@ def ls(json_: bool = JsonOpt) -> None:
                           f"{str(r['region'] or '-'):<14} {d.format_duration(r['uptime_s']):>8} "
                           f"{_money(r['cost_so_far']):>9} {d.format_duration(r['ttl_left_s']):>9}")
             out.print("* managed by gpuops")
+        _print_filesystems(out, doc.get("filesystems"), doc.get("filesystems_per_month"))
     for a in doc["alerts"]:
         out.warn(a)
+
+
+def _print_filesystems(out, rows, total) -> None:
+    """ls' filesystem lines: each one's region, size, cost per month ("-": no citable price) and who mounts it."""
+    from ..cloud import filesystems as fsd
+
+    if not rows:
+        return
+    out.print("")
+    out.print(f"filesystems ({len(rows)}), billed per GiB used per month while they exist:")
+    for r in rows:
+        by = ", ".join(i["id"] for i in r["instances"]) or "none"
+        out.print(f"  {r['name']:<24} {r['region']:<14} {fsd.human_bytes(r['bytes_used']):>10} "
+                  f"{_money(r['cost_per_month']):>9}/month  mounted by {by}")
+    out.print(f"  in all: {_money(total)}/month" if total is not None else
+              "  cost per month: - (no citable price; see `gpuops fs ls`)")
 
 
 @app.command("down")

@@ -21,6 +21,7 @@ from . import snapshot as _snapshot  # noqa: E402,F401  (snapshot, diff, matrix)
 from . import cloud as _cloud  # noqa: E402,F401  (cloud types|keys, up, ls, down, reap)
 from . import setup as _setup  # noqa: E402,F401  (setup)
 from . import run as _run  # noqa: E402,F401  (run)
+from . import fs as _fs  # noqa: E402,F401  (fs ls|create|rm)
 
 
 def run(argv: list[str] | None = None) -> int:

@@ -9,6 +9,7 @@ import typer
 
 from .app import app, output
 from .cloud import GpuOpt, MaxPriceOpt, TypeOpt, WaitForCapacityOpt
+from .fs import fs_question
 
 
 @app.command()
@@ -74,7 +75,16 @@ def run(
                                                         "the process; a dead one's run is taken over."),
     run_id: Optional[str] = typer.Option(None, "--id", metavar="RUN", help="With --resume: which run.",
                                          show_default=False),
-    yes: bool = typer.Option(False, "--yes", "-y", help="Do not ask before launching."),
+    fs: Optional[str] = typer.Option(None, "--fs", metavar="NAME", help="Attach Lambda filesystem NAME to every "
+                                     "instance (replacements too): only its region is tried; missing, it is created "
+                                     "after asking (--yes: at once). The job sees GPUOPS_FS; setup's caches live on "
+                                     "it (docs/fs.md).", show_default=False),
+    data: Optional[str] = typer.Option(None, "--data", metavar="SOURCE", help="Data the job reads at GPUOPS_DATA: a "
+                                       "local folder (rsync'd; with --fs once onto the filesystem, later runs send "
+                                       "only what changed), https://...#sha256=HEX or hf://ORG/NAME "
+                                       "(hf://datasets/ORG/NAME; HF_TOKEN a secret): downloaded by the instance, "
+                                       "never through this machine (docs/fs.md).", show_default=False),
+    yes: bool = typer.Option(False, "--yes", "-y", help="Do not ask before launching (nor before creating --fs)."),
     json_: bool = typer.Option(False, "--json", help="Print the closing summary as one JSON document."),
     args: Optional[List[str]] = typer.Argument(None, help="Arguments for the script, after --.", show_default=False),
 ) -> None:
@@ -100,17 +110,19 @@ def run(
         new_run = {"--type": type_, "--gpu": gpu, "--max-price": max_price is not None,
                    "--wait-for-capacity": wait_for_capacity, "--script": script, "--region": region, "--ttl": ttl, "--key": key,
                    "--name": name, "--nodes": nodes != 1, "--launcher": launcher != "auto",
-                   "--nproc-per-node": nproc != "auto", "--from": from_, "--unreachable": unreachable, "ARGS": args}
+                   "--nproc-per-node": nproc != "auto", "--from": from_, "--unreachable": unreachable, "ARGS": args,
+                   "--fs": fs, "--data": data}
         rec, lock = _resumed(out, project, run_id, new_run, fetch=fetch_names, keep=keep, max_cost=max_cost,
                              recover=recover)
     else:
         rec = _new_run(out, project, types=type_, gpu=gpu, max_price=max_price, wait_for_capacity=wait_for_capacity,
                        script=script, region=region, fetch=fetch_names, keep=keep, ttl=ttl, max_cost=max_cost, key=key,
                        name=name, nodes=nodes, launcher=launcher, nproc=nproc, from_=from_, args=args,
-                       recover=recover or 0, unreachable=unreachable)
+                       recover=recover or 0, unreachable=unreachable, fs=fs, data=data)
         lock = pl.RunLock(rec.id, project).acquire()  # held while this process runs it: one process per run
 
-    runner = run_ops.Runner(rec, out, project, lambda: make_context(out, project_dir=project), confirm=_confirmer(yes))
+    runner = run_ops.Runner(rec, out, project, lambda: make_context(out, project_dir=project), confirm=_confirmer(yes),
+                            create_fs=fs_question(yes))
     with lock, as_interrupt():
         code = runner.run()
         run_ops.render_summary(out, runner.rec, runner.fetched, time.time())
@@ -145,7 +157,7 @@ def _new_run(out, project: Path, *, types: list, gpu: Optional[str], max_price: 
              wait_for_capacity: Optional[str], script: Optional[str], region: list, fetch: list, keep: bool,
              ttl: Optional[str], max_cost: Optional[float], key: Optional[Path], name: Optional[str], nodes: int,
              launcher: str, nproc: str, from_: Optional[str], args: Optional[list], recover: int = 0,
-             unreachable: Optional[str] = None):
+             unreachable: Optional[str] = None, fs: Optional[str] = None, data: Optional[str] = None):
     """A new run's record, every option checked (and a --from template read) before anything is launched."""
     from ..cloud import decisions as d
     from ..cloud.instances import template_for
@@ -166,6 +178,14 @@ def _new_run(out, project: Path, *, types: list, gpu: Optional[str], max_price: 
     if nproc != "auto" and not (nproc.isdigit() and int(nproc) > 0):
         raise UsageError(f"--nproc-per-node {nproc!r}: 'auto' or a whole number above 0")
     script = script_path(script, project, must_exist=True)
+    if fs:
+        from ..cloud.filesystems import check_name
+
+        check_name(fs)
+    if data:
+        from ..transfer.dataplan import parse
+
+        parse(data, project)  # checked before anything is launched
     template, note = run_ops.run_template(template_for(from_, project), from_)
     if note:
         out.info(note)
@@ -175,7 +195,7 @@ def _new_run(out, project: Path, *, types: list, gpu: Optional[str], max_price: 
                               key=(key or Path("~/.ssh/id_ed25519")).expanduser(), name=pl.run_name(name, script),
                               launcher=launcher, nproc=nproc, template=template, recover=recover,
                               unreachable_s=d.parse_limit(unreachable, "--unreachable") if unreachable else None,
-                              project=project)
+                              file_systems=[fs] if fs else [], data=data, project=project)
 
 
 def _confirmer(yes: bool):

@@ -223,6 +223,8 @@ class Instance:
     hostname: Optional[str] = None
     ssh_key_names: tuple[str, ...] = ()
     tags: dict = field(default_factory=dict)
+    file_system_names: tuple[str, ...] = ()
+    file_system_mounts: tuple[tuple[str, str], ...] = ()  # (filesystem id, mount point), as the record says
 
     @property
     def type_name(self) -> str:
@@ -242,7 +244,46 @@ class Instance:
                    region=_str(region.get("name")) if isinstance(region, dict) else _str(region),
                    type=InstanceType.parse(d["instance_type"]) if isinstance(d.get("instance_type"), dict) else None,
                    hostname=_str(d.get("hostname")),
-                   ssh_key_names=tuple(k for k in d.get("ssh_key_names") or [] if isinstance(k, str)), tags=tags)
+                   ssh_key_names=tuple(k for k in d.get("ssh_key_names") or [] if isinstance(k, str)), tags=tags,
+                   file_system_names=tuple(n for n in d.get("file_system_names") or [] if isinstance(n, str)),
+                   file_system_mounts=tuple((m["file_system_id"], m["mount_point"])
+                                            for m in d.get("file_system_mounts") or []
+                                            if isinstance(m, dict) and _str(m.get("file_system_id"))
+                                            and _str(m.get("mount_point"))))
+
+
+@dataclass(frozen=True)
+class Filesystem:
+    """A persistent filesystem (GET /file-systems). `mount_point` is the default one; an instance launched with
+    `file_system_mounts` holds its own in its record. `bytes_used` is Lambda's estimate (updated every few hours),
+    None when the API leaves it out."""
+
+    id: str
+    name: str
+    region: str = ""
+    mount_point: str = ""
+    is_in_use: bool = False
+    bytes_used: Optional[int] = None
+    created: str = ""
+    created_by: str = ""
+
+    @classmethod
+    def parse(cls, d: Any) -> Optional["Filesystem"]:
+        if not isinstance(d, dict) or not _str(d.get("id")) or not _str(d.get("name")):
+            return None
+        region, by = d.get("region"), d.get("created_by")
+        used = d.get("bytes_used")
+        return cls(id=d["id"], name=d["name"],
+                   region=(_str(region.get("name")) if isinstance(region, dict) else _str(region)) or "",
+                   mount_point=_str(d.get("mount_point")) or "", is_in_use=d.get("is_in_use") is True,
+                   bytes_used=used if isinstance(used, int) and not isinstance(used, bool) and used >= 0 else None,
+                   created=_str(d.get("created")) or "",
+                   created_by=(_str(by.get("email")) or "") if isinstance(by, dict) else "")
+
+    def to_dict(self) -> dict:
+        return {"id": self.id, "name": self.name, "region": self.region, "mount_point": self.mount_point,
+                "is_in_use": self.is_in_use, "bytes_used": self.bytes_used, "created": self.created,
+                "created_by": self.created_by}
 
 
 @dataclass(frozen=True)
@@ -455,7 +496,8 @@ class Client:
 
     def launch(self, *, region: str, type_name: str, ssh_key: str, name: str | None = None,
                tags: dict[str, str] | None = None, user_data: str | None = None,
-               file_systems: list[str] | None = None, retry_rate_limit: bool = False) -> list[str]:
+               file_systems: list[str] | None = None, file_system_mounts: list[tuple[str, str]] | None = None,
+               retry_rate_limit: bool = False) -> list[str]:
         """POST /instance-operations/launch once (never retried on ambiguous failures: see lifecycle.adopt)."""
         body: dict[str, Any] = {"region_name": region, "instance_type_name": type_name, "ssh_key_names": [ssh_key]}
         if name:
@@ -466,6 +508,8 @@ class Client:
             body["user_data"] = user_data
         if file_systems:
             body["file_system_names"] = list(file_systems)
+        if file_system_mounts:  # (filesystem id, mount point under /home, /lambda/nfs or /data)
+            body["file_system_mounts"] = [{"file_system_id": i, "mount_point": m} for i, m in file_system_mounts]
         data = self.request("POST", "/instance-operations/launch", body, retry=False)
         ids = data.get("instance_ids") if isinstance(data, dict) else None
         return [i for i in ids or [] if isinstance(i, str)]
@@ -484,3 +528,20 @@ class Client:
         if key is None:
             raise LambdaError("ssh key record without an id", method="POST", path="/ssh-keys")
         return key
+
+    def filesystems(self) -> list[Filesystem]:
+        """GET /file-systems (with a hyphen: the only path spelled so)."""
+        data = self.request("GET", "/file-systems")
+        return [f for f in (Filesystem.parse(d) for d in (data if isinstance(data, list) else [])) if f]
+
+    def create_filesystem(self, name: str, region: str) -> Filesystem:
+        """POST /filesystems once (not retried: a lost answer may have created it; the caller lists to see)."""
+        fs = Filesystem.parse(self.request("POST", "/filesystems", {"name": name, "region": region}, retry=False))
+        if fs is None:
+            raise LambdaError("filesystem record without an id", method="POST", path="/filesystems")
+        return fs
+
+    def delete_filesystem(self, fs_id: str) -> list[str]:
+        data = self.request("DELETE", f"/filesystems/{fs_id}", template="/filesystems/{id}")
+        ids = data.get("deleted_ids") if isinstance(data, dict) else None
+        return [i for i in ids or [] if isinstance(i, str)]

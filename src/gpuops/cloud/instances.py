@@ -98,7 +98,9 @@ class UpSpec:
     wait_for_capacity_s: float = 0.0
     ttl_s: Optional[float] = None
     idle_s: Optional[float] = None
-    file_systems: list = field(default_factory=list)
+    file_systems: list = field(default_factory=list)  # names: attached at launch, the launch kept to their region
+    # a missing filesystem: asked "create it in REGION?" (True: created); None: refused (exit 2) with the command
+    create_fs: Optional[Callable[[str], bool]] = None
     verify: bool = True
     keep_on_failure: bool = False
     timeout_s: Optional[float] = None
@@ -206,11 +208,11 @@ def up(spec: UpSpec, ctx: Context) -> dict:
     The type: node 0 tries the candidates (decisions.choose: the `--type`s in order, or every type with the `--gpu`
     asked cheapest first, none over `max_price`) across their regions, one launch request per slot of the ledger;
     the other nodes take node 0's type and region."""
-    public_line, want, types, choice = _preflight(spec, ctx)
+    public_line, want, types, choice, attached = _preflight(spec, ctx)
     nodes: list[dict] = []  # per node: launch_id, instance_id, in_flight, region, itype, instance, host_pub, ttl...
     try:  # `nodes` grows as each is recorded, so a failure anywhere below ends every one launched so far
         itype, launched_at0 = _launch_nodes(spec, ctx, want, types, public_line, nodes)
-        prof = _activate(spec, ctx, itype, nodes, launched_at0)
+        prof = _activate(spec, ctx, itype, nodes, launched_at0, attached)
         verified, verify_report = _make_ready(spec, ctx, prof, nodes, itype)
     except BaseException as exc:
         interrupted = isinstance(exc, KeyboardInterrupt)
@@ -272,8 +274,9 @@ def _launch_nodes(spec: UpSpec, ctx: Context, want: d.Want, types: dict, public_
     return itype, launched_at0
 
 
-def _activate(spec: UpSpec, ctx: Context, itype, nodes: list[dict], launched_at0: float):
-    """Every node active, its host key pinned, the profile written. Returns the profile."""
+def _activate(spec: UpSpec, ctx: Context, itype, nodes: list[dict], launched_at0: float, attached: dict):
+    """Every node active, its host key pinned, the profile written (with the filesystems attached: where node 0's
+    record says each is mounted). Returns the profile."""
     out, n = ctx.out, spec.nodes
     ttl_deadline = nodes[0]["ttl_deadline"]
     for st in nodes:
@@ -287,6 +290,11 @@ def _activate(spec: UpSpec, ctx: Context, itype, nodes: list[dict], launched_at0
              "state": "active"}
     if n > 1:
         cloud["nodes"] = [{"instance_id": st["instance"].id, "launch_id": st["launch_id"]} for st in nodes]
+    if attached:
+        from .filesystems import mount_point
+
+        cloud["filesystems"] = [{"name": name, "id": fs.id, "mount_point": mount_point(fs, insts[0])}
+                                for name, fs in attached.items()]
     prof = write_profile(spec.name, insts, spec.key, itype, cloud, user=ctx.ssh_user, template=spec.template)
     for st in nodes:
         out.info(f"instance {st['instance'].id} is active at {st['instance'].ip}; host key pinned "
@@ -334,7 +342,8 @@ def _up_summary(spec: UpSpec, ctx: Context, itype, nodes: list[dict], prof, veri
 
 def _preflight(spec: UpSpec, ctx: Context):
     """Before anything is recorded or launched: the name, what may be launched (the types, their prices, the GPU
-    asked), the key, and the user's yes. Returns (public key line, the Want, the API's types, the Choice)."""
+    asked), the filesystems (the launch kept to their region; a missing one created after asking), the key, and the
+    user's yes. Returns (public key line, the Want, the API's types, the Choice, {filesystem name: Filesystem})."""
     if not NAME_RE.match(spec.name):
         raise UsageError(f"not a usable profile name: {spec.name!r}", hint="letters, digits, '-', '_' and '.'")
     if not 1 <= spec.nodes <= MAX_NODES:
@@ -349,17 +358,28 @@ def _preflight(spec: UpSpec, ctx: Context):
         raise GpuopsError("the Lambda API listed no instance types at all (GET /instance-types answered no data): "
                           f"gpuops cannot check {want.describe()} or its price, so nothing was launched",
                           hint="try again in a minute; `gpuops cloud types` shows what the API lists")
+    attached: dict = {}
+    if spec.file_systems:
+        from .fs_actions import attach
+
+        region, attached = attach(spec, ctx, types, want)
+        want = replace(want, regions=(region,))
     choice = d.choose(types, want)
     problem = d.no_candidate(choice, want)
     if problem is not None:
         raise problem
+    if attached and not spec.wait_for_capacity_s and not any(c.regions for c in choice.candidates):
+        raise GpuopsError(f"no capacity for {want.describe()} in {want.regions[0]}, the region of filesystem "
+                          f"{', '.join(attached)}; nothing was launched",
+                          hint="--wait-for-capacity 30m waits for capacity there; `gpuops cloud types --available` "
+                               "shows where there is capacity now", code=ExitCode.FAILED)
     question = _launch_question(spec, want, types, choice)
     ctx.out.info(question)
     for name, price, why in choice.excluded:
         ctx.out.info(f"not tried: {name} (${price:.2f}/h): {why}")
     if spec.confirm is not None and not spec.confirm(question + "?"):
         raise GpuopsError("not launched", code=ExitCode.FAILED)
-    return public_line, want, types, choice
+    return public_line, want, types, choice, attached
 
 
 def _launch_question(spec: UpSpec, want: d.Want, types: dict, choice: d.Choice) -> str:
@@ -619,6 +639,10 @@ def _launch_refused(ctx: Context, exc: LambdaError, launch_id: str, state: dict,
     state["in_flight"] = False
     if not exc.ambiguous and not exc.transient:
         ctx.ledger.update(launch_id, state=FAILED, ended_at=ctx.clock(), note=exc.api_code or exc.message)
+        if exc.api_code == "instance-operations/launch/file-system-in-wrong-region":
+            from .filesystems import fs_error
+
+            raise fs_error(exc) from None
         raise exc
     wait["transient"] += 1
     if wait["transient"] >= MAX_TRANSIENT_LAUNCH_FAILURES:
@@ -731,6 +755,13 @@ def write_profile(name: str, insts: list[Instance], key: Path, itype, cloud: dic
                 "region": first.region, "instance_type": itype.name, "price_per_hour": itype.price_per_hour,
                 "host_key_policy": "strict"})
     settings = dict(template or {})
+    fss = cloud.get("filesystems") or []
+    if fss:  # the job sees the first filesystem's mount point; setup's caches live on it (a replacement's setup is fast)
+        mount = fss[0]["mount_point"]
+        settings["env"] = {**(settings.get("env") or {}), "GPUOPS_FS": mount}
+        setup = dict(settings.get("setup") or {})
+        setup.setdefault("cache_dir", f"{mount.rstrip('/')}/gpuops/cache")
+        settings["setup"] = setup
     # what was launched (its GPU, count and memory), over the template's other expectations
     expect = d.launched_expect(itype, settings.pop("expect", None))
     doc.update(settings)
@@ -1248,16 +1279,30 @@ def local_cloud_profiles() -> dict[str, dict]:
     return out
 
 
-def listing(ctx: Context) -> dict:
+def listing(ctx: Context, *, filesystems: bool = False, project_dir: Path | None = None) -> dict:
     """`gpuops ls`: every instance of the account judged by its tags and the ledger (decisions.ls_rows). The ledger is
     brought up to date with what the listing shows (no further request): a launch cut off in flight gets the instance
-    that carries its launch id, a record whose instance the API shows terminated is closed."""
+    that carries its launch id, a record whose instance the API shows terminated is closed. `filesystems`: the
+    account's filesystems too (one more request; its failure is said, the instances still shown), with their cost
+    per month where a price is known. Nothing here ever deletes a filesystem (reap uses this listing)."""
     instances = ctx.client.instances()
     records = ctx.ledger.records()
     live_owners = {r.launch_id for r in records if r.open and owner_alive(r)}
     rows, alerts = d.ls_rows(instances, records, local_cloud_profiles(), ctx.clock(), live_owners)
     _reconcile(ctx, rows, live_owners)
-    return {"instances": rows, "alerts": alerts, "api_calls": ctx.client.total_calls}
+    doc = {"instances": rows, "alerts": alerts}
+    if filesystems:
+        from . import filesystems as fsd
+
+        try:
+            price = fsd.prices(project_dir)
+            doc["filesystems"] = fsd.rows(ctx.client.filesystems(), instances, price)
+            doc["filesystems_per_month"] = fsd.total_per_month(doc["filesystems"])
+        except LambdaError as exc:
+            doc["filesystems"], doc["filesystems_per_month"] = None, None
+            alerts.append(f"filesystems not listed: {exc.message}")
+    doc["api_calls"] = ctx.client.total_calls
+    return doc
 
 
 def _reconcile(ctx: Context, rows: list[dict], live_owners: set) -> None:

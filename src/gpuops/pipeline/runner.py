@@ -104,8 +104,9 @@ def new_record(*, script: str, args: list, regions: list, nodes: int, fetch: lis
                launcher: str = "none", nproc: str = "auto", template: Optional[dict] = None,
                type_name: str = "", types: Optional[list] = None, gpu: Optional[str] = None,
                max_price: Optional[float] = None, wait_for_capacity_s: float = 0.0, recover: int = 0,
-               unreachable_s: Optional[float] = None, clock: Callable[[], float] = time.time,
-               project: Optional[Path] = None, token: Callable[[], str] = lambda: uuid.uuid4().hex[:4]) -> pl.Record:
+               unreachable_s: Optional[float] = None, file_systems: Optional[list] = None, data: Optional[str] = None,
+               clock: Callable[[], float] = time.time, project: Optional[Path] = None,
+               token: Callable[[], str] = lambda: uuid.uuid4().hex[:4]) -> pl.Record:
     """A new run's record. Its id, `<name>-<YYYYmmdd-HHMMSS>-<4 random hex digits>`, is not one of a record already
     in `project` (two runs started in the same second never share one: their records, profiles and checkpoint
     folders stay apart). token: the random part (a seam)."""
@@ -127,7 +128,7 @@ def new_record(*, script: str, args: list, regions: list, nodes: int, fetch: lis
                      fetch=list(fetch),
                      keep=keep, ttl_s=ttl_s,
                      max_cost=max_cost, key=str(key) if key else None, created=clock(), recover=recover,
-                     unreachable_s=unreachable_s)
+                     unreachable_s=unreachable_s, file_systems=list(file_systems or []), data=data)
 
 
 def amend_for_resume(rec: pl.Record, *, fetch: list, keep: bool, max_cost: Optional[float],
@@ -165,8 +166,10 @@ class Runner(RecoveryStages):
     """One `gpuops run`: drives the stages of a record, saving it as it goes."""
 
     def __init__(self, rec: pl.Record, out, project: Path, ctx_factory, seams: Optional[Seams] = None,
-                 confirm: Optional[Callable[[str], bool]] = None):
+                 confirm: Optional[Callable[[str], bool]] = None,
+                 create_fs: Optional[Callable[[str], Optional[bool]]] = None):
         self.rec, self.out, self.project = rec, out, project
+        self.create_fs = create_fs  # --fs NAME missing: asked before creating it (cli.fs.fs_question)
         self.ctx_factory = ctx_factory  # () -> cloud lifecycle Context (client, ledger, out)
         self.seams = seams or Seams()
         self.confirm = confirm
@@ -446,7 +449,8 @@ class Runner(RecoveryStages):
         return UpSpec(name=rec.profile, **pl.launch_ask(rec), key=Path(rec.key).expanduser() if rec.key else
                       Path("~/.ssh/id_ed25519").expanduser(), regions=list(rec.regions),
                       ttl_s=pl.ttl_left(rec, self.seams.clock()), verify=False,
-                      confirm=None if rec.attempts else self.confirm, nodes=rec.nodes, template=rec.template, tick=tick)
+                      confirm=None if rec.attempts else self.confirm, nodes=rec.nodes, template=rec.template, tick=tick,
+                      create_fs=None if rec.attempts else self.create_fs)
 
     def stage_up(self) -> None:
         from ..cloud.instances import up
@@ -619,19 +623,47 @@ class Runner(RecoveryStages):
             with connect(node, announce=node_out.info) as remote:
                 return sync_project(node, remote, node_out, self.project, excludes=excludes)
 
+        def with_data(node, node_out):
+            res = one(node, node_out)
+            if self.rec.data and (node.rank == 0 or not prof.cloud.filesystems):  # on a filesystem: put once
+                self.rec.data_path = self._put_data(node, node_out)
+            return res
+
         if prof.is_fleet:
-            got = self._every_node(prof, one)
+            got = self._every_node(prof, with_data)
             failed = self._failed_hosts(got)
             self._end("sync", ok=failed is None, detail=failed or
                       f"{len(got)} hosts, {sum(r.value['bytes_sent'] for r in got)} bytes sent")
             return
         try:
-            s = one(prof, self.out)
+            s = with_data(prof, self.out)
         except GpuopsError as exc:
             self._end("sync", ok=False, detail=exc.message)
             self.out.error(f"sync failed: {exc.message}", exc.hint)
             return
         self._end("sync", ok=True, detail=f"{s['files']} files, {s['bytes_sent']} bytes sent")
+
+    def _put_data(self, node, node_out) -> str:
+        """--data on this node: on the run's filesystem when it has one (GPUOPS_FS/gpuops/data/NAME), else on the
+        instance's disk; a URL or hf:// repo downloaded by the instance. Returns GPUOPS_DATA."""
+        from ..profiles.model import environment
+        from ..remote.connection import connect
+        from ..transfer import data, dataplan
+
+        src = dataplan.parse(self.rec.data, self.project)
+        fss = self._profile().cloud.filesystems
+        here = environment(self.project) if src.kind == "hf" else {}
+        if here.get("HF_TOKEN"):  # a secret: scrubbed from every message from here on, as the API key is
+            from ..cloud.api import Secret, redact
+
+            Secret(here["HF_TOKEN"])
+        with connect(node, announce=node_out.info) as remote:
+            try:
+                return data.put(node, remote, node_out, src, fss[0].mount_point if fss else None,
+                                token=here.get("HF_TOKEN"), endpoint=here.get("HF_ENDPOINT"))["path"]
+            except GpuopsError as exc:
+                raise GpuopsError(redact(exc.message) if here.get("HF_TOKEN") else exc.message, hint=exc.hint,
+                                  code=exc.code) from None
 
     def stage_train(self) -> None:
         from ..jobs import actions as lifecycle
@@ -644,6 +676,7 @@ class Runner(RecoveryStages):
             self._end("train", ok=True, detail=f"run {rec.run_id} (resumed)")
             return
         env = [f"GPUOPS_RESUME_FROM={rec.resume_from}"] if rec.resume_from else []  # a replacement resumes
+        env += [f"GPUOPS_DATA={rec.data_path}"] if rec.data_path else []
         try:
             if prof.is_fleet or rec.launcher != "none":  # one run id on every node, with its rank and addresses
                 res = lifecycle.train_fleet(prof, self.out, self.project, script=rec.script, args=rec.args, sync=False,

@@ -84,6 +84,9 @@ class Record:
     # instances that billed outside the stages: a bring-up cut off before its profile was written, reclaimed by
     # --resume (as attempts: {instance, price_per_hour, nodes, started, ended, reason}); never counted as recoveries
     reclaimed: list = field(default_factory=list)
+    file_systems: list = field(default_factory=list)  # --fs: attached to every instance (replacements too)
+    data: Optional[str] = None  # --data SOURCE as given (transfer.dataplan.parse)
+    data_path: Optional[str] = None  # where the data is on the instance (GPUOPS_DATA), once put there
 
     def stage(self, name: str) -> Stage:
         st = self.stages.get(name)
@@ -149,7 +152,8 @@ def next_stage(rec: Record) -> Optional[str]:
 def launch_ask(rec: Record) -> dict:
     """What the run asked to launch, as UpSpec's keyword arguments (a first launch and a relaunch alike)."""
     types = list(rec.types) or ([rec.instance_type] if rec.instance_type and not rec.gpu else [])
-    return {"types": types, "gpu": rec.gpu, "max_price": rec.max_price, "wait_for_capacity_s": rec.wait_for_capacity_s}
+    return {"types": types, "gpu": rec.gpu, "max_price": rec.max_price, "wait_for_capacity_s": rec.wait_for_capacity_s,
+            "file_systems": list(rec.file_systems)}
 
 
 def billed_since(rec: Record) -> Optional[float]:

@@ -179,6 +179,14 @@ class CloudNode(_Strict):
     launch_id: str
 
 
+class CloudFilesystem(_Strict):
+    """A Lambda filesystem the instance mounts (`gpuops up --fs` / `run --fs`), where the API says it is mounted."""
+
+    name: str
+    id: str
+    mount_point: str
+
+
 class CloudInfo(_Strict):
     """Written by `gpuops up`: the instance behind this profile and its cost guard (docs/cloud.md). A fleet
     (`up --nodes N`) lists every instance under `nodes:`; instance_id and launch_id are then rank 0's."""
@@ -191,6 +199,7 @@ class CloudInfo(_Strict):
     idle_limit_s: Optional[float] = Field(None, gt=0)
     state: Literal["active", "gone"] = "active"
     nodes: List[CloudNode] = Field(default_factory=list, description="every instance of a fleet, rank order")
+    filesystems: List[CloudFilesystem] = Field(default_factory=list, description="the filesystems attached at launch")
 
     @property
     def instance_ids(self) -> List[str]:

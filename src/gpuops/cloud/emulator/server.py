@@ -4,11 +4,14 @@ error codes, Bearer auth, and instances that are real sandbox hosts (sshd on the
 In-process:   emu = Emulator(state_dir, api_key="..."); emu.start(); emu.url -> "http://127.0.0.1:PORT/api/v1"
               knobs: capacity(), set_capacity(), capacity_later(), fault(), clear_faults(), boot_seconds(),
               terminate_seconds(), launch_window(), advance(), clock_rate(), preempt(), set_status(),
-              drop_connections(), gpu_fault(), unreachable(), instances(), launch_requests(), reset(), close()
+              drop_connections(), gpu_fault(), unreachable(), mount_root(), fs_dir(), instances(), launch_requests(),
+              reset(), close()
 Other processes: the same knobs under POST /_emulator/<knob> with a JSON object of keyword arguments, GET
               /_emulator/state (Bearer key required, like the API). `gpuops sandbox up --cloud` runs it as a daemon.
 
-State (instances, keys, capacity and capacity to come, faults, clock) is saved to <state_dir>/state.json after every change and read back
+Filesystems: each is one folder (<state_dir>/filesystems/<id>) that every instance attaching it sees at its mount
+point, a symlink under the mount root (mount_root(); the API reports the rooted path, so the path the API reports is
+the path the job sees). State (instances, keys, capacity and capacity to come, faults, clock) is saved to <state_dir>/state.json after every change and read back
 on start, so a restarted daemon knows its instances. Instance hosts live in <state_dir>/hosts/<instance id>/.
 """
 from __future__ import annotations
@@ -52,9 +55,15 @@ ERRORS = {
     "quota-exceeded": (400, "global/quota-exceeded", "Quota exceeded.", "Contact Support to increase your quota."),
     "launch-resource-not-found": (404, "global/object-does-not-exist", "Specified SSH key does not exist.",
                                   "Check the name of the SSH key, or add it first."),
+    "launch-fs-not-found": (404, "global/object-does-not-exist", "Specified filesystem does not exist.",
+                            "Check the name or id of the filesystem, or create it first."),
     "filesystem-not-found": (404, "global/object-does-not-exist", "Filesystem was not found.", None),
     "filesystem-in-use": (400, "filesystems/filesystem-in-use", "Filesystem is in use by an instance.", None),
     "duplicate": (400, "global/duplicate", "A filesystem with this name already exists.", None),
+    "fs-wrong-region": (400, "instance-operations/launch/file-system-in-wrong-region",
+                        "File system is in a different region than the instance.",
+                        "Launch the instance in the filesystem's region, or attach a filesystem in the instance's "
+                        "region."),
     "internal-error": (500, "global/internal-error", "An internal server error occurred.",
                        "Try again later. Contact Support if the problem persists."),
     "unknown": (500, "global/unknown", "An unknown error occurred.", "Try again later."),  # seen live on terminate
@@ -96,6 +105,8 @@ NGINX_TITLES = {401: "401 Authorization Required", 403: "403 Forbidden", 404: "4
 HOSTNAME = re.compile(r"^[a-z0-9][0-9a-z-]{0,62}$")
 TAG_KEY = re.compile(r"^[a-z][a-z0-9-:]+$")
 FS_NAME = re.compile(r"^[a-zA-Z]+[0-9a-zA-Z-]*$")
+MOUNT_POINT = re.compile(r"^(/home|/lambda/nfs|/data)[//a-zA-Z0-9-]*$")  # RequestedFilesystemMountEntry's pattern
+LIVE_MOUNT = ("booting", "active", "unhealthy")  # an instance in these states holds its filesystems mounted
 ACTIONS = ("migrate", "rebuild", "restart", "cold_reboot", "terminate")
 
 
@@ -192,6 +203,7 @@ class Emulator:
         self._launches = 0
         self._requests = 0
         self._image: dict = {"python": None, "files": {}}  # what new instances boot with (the `image` knob)
+        self._mount_root: str = str(self.dir / "root")  # the instances' "/" for mount points (the `mount_root` knob)
 
     def _load(self) -> None:
         try:
@@ -199,14 +211,14 @@ class Emulator:
         except (OSError, ValueError):
             return
         for k in ("instances", "keys", "filesystems", "firewall_rules", "capacity", "failing", "arrivals", "faults",
-                  "clock", "last_launch", "launches", "image"):
+                  "clock", "last_launch", "launches", "image", "mount_root"):
             if k in doc:
                 setattr(self, "_" + k, doc[k])
 
     def _save(self) -> None:
         doc = {k: getattr(self, "_" + k) for k in ("instances", "keys", "filesystems", "firewall_rules", "capacity",
                                                    "failing", "arrivals", "faults", "clock", "last_launch", "launches",
-                                                   "image")}
+                                                   "image", "mount_root")}
         write_private(self.dir / "state.json", json.dumps(doc, indent=1))
 
     def now(self) -> float:
@@ -219,10 +231,13 @@ class Emulator:
 
     # -- knobs (also POST /_emulator/<name>) ---------------------------------------------------------------------
     def reset(self) -> None:
-        """Terminate every instance (hosts stopped), forget keys, restore default capacity, clock and no faults."""
+        """Terminate every instance (hosts stopped), forget keys and filesystems (their folders removed), restore default
+        capacity, clock and no faults."""
         with self.lock:
             for inst in self._instances.values():
                 self._stop_host(inst)
+            shutil.rmtree(self.dir / "filesystems", ignore_errors=True)
+            shutil.rmtree(self.dir / "root", ignore_errors=True)  # the default root's links (another root is left)
             self._fresh()
             self._save()
 
@@ -288,6 +303,23 @@ class Emulator:
         with self.lock:
             self._image = {"python": python, "files": dict(files or {})}
             self._save()
+
+    def mount_root(self, path: str) -> None:
+        """Where the instances' mount points live on this machine: a filesystem mounted at /lambda/nfs/NAME is the
+        folder PATH/lambda/nfs/NAME, and the API reports that path (the emulated instances share this machine's
+        disk, so the path the API reports is the path the job sees). Default <state_dir>/root; "/" (a daemon run as
+        root) reports Lambda's own paths. Applies to filesystems created and mounts made from now on."""
+        with self.lock:
+            self._mount_root = str(Path(path).resolve()) if path != "/" else "/"
+            self._save()
+
+    def fs_dir(self, name: str) -> Path:
+        """The folder holding filesystem NAME's data (what every instance attaching it sees at its mount point)."""
+        with self.lock:
+            fs = next((f for f in self._filesystems if f["name"] == name), None)
+            if fs is None:
+                raise KeyError(name)
+            return Path(fs["_dir"])
 
     def boot_seconds(self, s: float) -> None:
         self._set_clock(boot_seconds=s)
@@ -413,7 +445,7 @@ class Emulator:
 
     KNOBS = ("reset", "capacity", "set_capacity", "capacity_later", "fault", "clear_faults", "boot_seconds",
              "terminate_seconds", "launch_window", "advance", "clock_rate", "preempt", "set_status", "image",
-             "drop_connections", "gpu_fault", "unreachable")
+             "drop_connections", "gpu_fault", "unreachable", "mount_root")
 
     # -- faults --------------------------------------------------------------------------------------------------
     def _take_fault(self, name: str, path: str = "") -> dict | None:
@@ -515,10 +547,7 @@ class Emulator:
         key = next((k for k in self._keys if k["name"] == keys[0]), None)
         if key is None:
             raise ApiError("launch-resource-not-found", f"SSH key {keys[0]!r} does not exist.")
-        fs_names = body.get("file_system_names") or []
-        for fs in fs_names:
-            if not any(f["name"] == fs for f in self._filesystems):
-                raise ApiError("launch-resource-not-found", f"Filesystem {fs!r} does not exist.")
+        mounts = self._launch_mounts(body, region)
         if self._take_fault("quota-exceeded"):
             raise ApiError("quota-exceeded")
         slots = self._capacity.get(tname, {}).get(region, 0)
@@ -528,7 +557,9 @@ class Emulator:
         iid = uuid.uuid4().hex
         slow = self._take_fault("slow-boot")
         preempt = self._take_fault("preempt-while-booting")
-        inst = {"id": iid, "status": "booting", "ssh_key_names": [keys[0]], "file_system_names": list(fs_names),
+        inst = {"id": iid, "status": "booting", "ssh_key_names": [keys[0]],
+                "file_system_names": list(dict.fromkeys(fs["name"] for fs, _ in mounts)),
+                "file_system_mounts": [{"mount_point": mp, "file_system_id": fs["id"]} for fs, mp in mounts],
                 "region": {"name": region, "description": catalog.REGIONS[region]},
                 "_type": tname, "_launched": now, "_jupyter_token": secrets.token_hex(16),
                 "_active_at": now + (float(slow.get("seconds", 60)) if slow else self._clock["boot_seconds"]),
@@ -539,9 +570,60 @@ class Emulator:
         if tags:
             inst["tags"] = [{"key": t["key"], "value": t.get("value", "")} for t in tags]
         self._start_host(inst, user_data or "", key["public_key"], hostname)
+        for fs, mp in mounts:
+            self._mount(fs, mp)
         self._capacity[tname][region] = slots - 1
         self._instances[iid] = inst
         return iid
+
+    def _launch_mounts(self, body: dict, region: str) -> list:
+        """The launch's filesystems, checked as Lambda checks them: [(filesystem, mount point as the API reports it)].
+        `file_system_names` mount at the filesystem's default mount point, `file_system_mounts` at the one asked
+        (the spec's pattern); each must exist and be in the instance's region."""
+        names, entries = body.get("file_system_names") or [], body.get("file_system_mounts") or []
+        if not isinstance(names, list) or any(not isinstance(n, str) for n in names):
+            raise ApiError("invalid-parameters", "file_system_names must be a list of names.")
+        if not isinstance(entries, list) or any(
+                not isinstance(e, dict) or not isinstance(e.get("file_system_id"), str)
+                or not isinstance(e.get("mount_point"), str) or len(e["mount_point"]) > 256
+                or not MOUNT_POINT.match(e["mount_point"]) for e in entries):
+            raise ApiError("invalid-parameters", "Invalid file_system_mounts: each needs a file_system_id and a "
+                                                 "mount_point under /home, /lambda/nfs or /data.")
+        out = []
+        for n in names:
+            fs = next((f for f in self._filesystems if f["name"] == n), None)
+            if fs is None:
+                raise ApiError("launch-fs-not-found", f"Filesystem {n!r} does not exist.")
+            out.append((fs, self._default_mount(fs)))
+        for e in entries:
+            fs = next((f for f in self._filesystems if f["id"] == e["file_system_id"]), None)
+            if fs is None:
+                raise ApiError("launch-fs-not-found", f"Filesystem {e['file_system_id']!r} does not exist.")
+            out.append((fs, self._rooted(e["mount_point"])))
+        for fs, _ in out:
+            if fs["region"] != region:
+                raise ApiError("fs-wrong-region", f"File system {fs['name']!r} is in region {fs['region']}, but the "
+                                                  f"instance is being launched in {region}.")
+        return out
+
+    def _rooted(self, mount_point: str) -> str:
+        return mount_point if self._mount_root == "/" else self._mount_root.rstrip("/") + mount_point
+
+    def _default_mount(self, fs: dict) -> str:
+        return fs.get("_mount") or self._rooted(f"/lambda/nfs/{fs['name']}")
+
+    def _mount(self, fs: dict, mount_point: str) -> None:
+        """The filesystem's folder appears at the mount point (a symlink: every instance on this machine sees it)."""
+        link = Path(mount_point)
+        if link.is_symlink() or link.exists():
+            if link.is_symlink() and os.readlink(link) == fs["_dir"]:
+                return
+            if link.is_symlink():
+                link.unlink()
+            else:
+                raise ApiError("invalid-parameters", f"Mount point {mount_point} is in use.")
+        link.parent.mkdir(parents=True, exist_ok=True)
+        link.symlink_to(fs["_dir"], target_is_directory=True)
 
     def _start_host(self, inst: dict, user_data: str, public_key: str, hostname: str | None) -> None:
         from ...sandbox import host
@@ -677,14 +759,7 @@ class Emulator:
         if p == "/filesystems" and m == "POST":
             return 200, {"data": self._fs_view(self._add_fs(body))}
         if p.startswith("/filesystems/") and m == "DELETE":
-            fid = p.rsplit("/", 1)[1]
-            fs = next((f for f in self._filesystems if f["id"] == fid), None)
-            if fs is None:
-                raise ApiError("filesystem-not-found")
-            if self._fs_view(fs)["is_in_use"]:
-                raise ApiError("filesystem-in-use")
-            self._filesystems.remove(fs)
-            return 200, {"data": {"deleted_ids": [fid]}}
+            return 200, {"data": self._delete_fs(p.rsplit("/", 1)[1])}
         if p == "/firewall-rules" and m == "GET":
             return 200, {"data": self._firewall_rules}
         if p == "/firewall-rules" and m == "PUT":
@@ -751,18 +826,45 @@ class Emulator:
             raise ApiError("invalid-parameters", "Invalid filesystem name or region.")
         if any(f["name"] == name for f in self._filesystems):
             raise ApiError("duplicate")
-        fs = {"id": uuid.uuid4().hex, "name": name, "region": region, "created": self.now()}
+        fid = uuid.uuid4().hex
+        d = self.dir / "filesystems" / fid
+        d.mkdir(parents=True, exist_ok=True)
+        fs = {"id": fid, "name": name, "region": region, "created": self.now(), "_dir": str(d)}
+        fs["_mount"] = self._default_mount(fs)
+        self._mount(fs, fs["_mount"])  # the default mount point: the folder every `file_system_names` mount sees
         self._filesystems.append(fs)
         return fs
 
+    def _delete_fs(self, fid: str) -> dict:
+        fs = next((f for f in self._filesystems if f["id"] == fid), None)
+        if fs is None:
+            raise ApiError("filesystem-not-found")
+        users = self._fs_users(fs)
+        if users:
+            raise ApiError("filesystem-in-use", f"Filesystem {fs['name']!r} is in use by instance {users[0]}.")
+        self._filesystems.remove(fs)
+        for inst in self._instances.values():
+            for m in inst.get("file_system_mounts") or []:
+                if m["file_system_id"] == fid and Path(m["mount_point"]).is_symlink():
+                    Path(m["mount_point"]).unlink(missing_ok=True)
+        if Path(fs["_mount"]).is_symlink():
+            Path(fs["_mount"]).unlink(missing_ok=True)
+        shutil.rmtree(fs["_dir"], ignore_errors=True)  # the user asked: the data goes with it, as on Lambda
+        return {"deleted_ids": [fid]}
+
+    def _fs_users(self, fs: dict) -> list:
+        """The instances that hold the filesystem mounted now."""
+        return [i["id"] for i in self._instances.values()
+                if any(m["file_system_id"] == fs["id"] for m in i.get("file_system_mounts") or [])
+                and self._view(i)["status"] in LIVE_MOUNT]
+
     def _fs_view(self, fs: dict) -> dict:
-        in_use = any(fs["name"] in i["file_system_names"] and self._view(i)["status"] in ("booting", "active")
-                     for i in self._instances.values())
-        return {"id": fs["id"], "name": fs["name"], "mount_point": f"/lambda/nfs/{fs['name']}",
+        return {"id": fs["id"], "name": fs["name"], "mount_point": fs["_mount"],
                 "created": _iso(fs["created"]),
                 "created_by": {"id": "0" * 32, "email": "emulator@localhost", "status": "active"},
-                "is_in_use": in_use, "region": {"name": fs["region"], "description": catalog.REGIONS[fs["region"]]},
-                "bytes_used": 0}
+                "is_in_use": bool(self._fs_users(fs)),
+                "region": {"name": fs["region"], "description": catalog.REGIONS[fs["region"]]},
+                "bytes_used": _bytes_used(Path(fs["_dir"]))}
 
     def authorized(self, header: str | None) -> bool:
         """Bearer KEY (recommended), Basic base64(KEY:), or the raw key, as Lambda accepts."""
@@ -777,6 +879,19 @@ class Emulator:
             except (binascii.Error, ValueError):
                 return False
         return secrets.compare_digest(given.encode(), self.api_key.encode())
+
+
+def _bytes_used(folder: Path) -> int:
+    """What the files under a folder take (their sizes, symlinks not followed): Lambda's `bytes_used`, measured
+    at each listing (Lambda's own figure is an estimate updated every few hours)."""
+    total = 0
+    for root, dirs, files in os.walk(folder):
+        for f in files:
+            try:
+                total += os.lstat(os.path.join(root, f)).st_size
+            except OSError:
+                pass
+    return total
 
 
 def _field(body, name):

@@ -1,0 +1,167 @@
+"""`run --data SOURCE`, the pure part: what a source is, where it goes on the instance, and the instance's own
+download script (stdlib python, run remotely in one execution; huggingface_hub only for hf://).
+
+Sources:
+- a local folder (`--data ./corpus`): rsync'd once into the data folder; later runs send only what changed;
+- `https://host/file.tar.gz#sha256=HEX` (or http://; the checksum is required): downloaded BY THE INSTANCE, checked,
+  a tar/zip archive unpacked; a later run whose checksum matches the copy there downloads nothing;
+- `hf://ORG/NAME[@REVISION]` (a model repo) or `hf://datasets/ORG/NAME[@REVISION]`: huggingface_hub's
+  snapshot_download on the instance (HF_TOKEN, when set here, travels on the command's stdin, never a command line).
+Where: with --fs, `<mount point>/gpuops/data/<name>` (on the filesystem: one copy for every instance attaching it);
+without, `~/gpuops-data/<name>` on each instance's own disk. The job reads it at GPUOPS_DATA."""
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Optional
+
+from ..errors import UsageError
+
+FS_DATA = "gpuops/data"  # under the filesystem's mount point
+LOCAL_DATA = "~/gpuops-data"  # on the instance's own disk (no --fs)
+ARCHIVES = (".tar.gz", ".tgz", ".tar.bz2", ".tar.xz", ".tar", ".zip")
+SHA256 = re.compile(r"^[0-9a-fA-F]{64}$")
+HF = re.compile(r"^hf://(?:(datasets|spaces|models)/)?([A-Za-z0-9][\w.-]*/[\w.-]+)(?:@([\w./-]+))?$")
+NAME_OK = re.compile(r"[^A-Za-z0-9._-]+")
+
+
+@dataclass(frozen=True)
+class Source:
+    kind: str  # local | url | hf
+    text: str  # as given (a URL without its #fragment)
+    name: str  # the folder under the data folder
+    path: Optional[Path] = None  # local
+    sha256: Optional[str] = None  # url
+    filename: Optional[str] = None  # url
+    repo_id: Optional[str] = None  # hf
+    repo_type: Optional[str] = None  # hf: model / dataset / space
+    revision: Optional[str] = None  # hf
+
+
+def _clean(name: str) -> str:
+    return NAME_OK.sub("-", name).strip("-.") or "data"
+
+
+def parse(text: str, project_dir: Path) -> Source:
+    """--data's value as a Source, checked (exit 2 with how to write it)."""
+    raw = (text or "").strip()
+    if raw.startswith(("https://", "http://")):
+        url, _, frag = raw.partition("#")
+        m = re.fullmatch(r"sha256=([0-9a-fA-F]{64})", frag)
+        if not m:
+            raise UsageError(f"--data {raw}: a download needs its checksum, as URL#sha256=HEX (64 hex digits)",
+                             hint="sha256sum FILE gives it; the instance checks it before the job sees the data")
+        filename = url.rstrip("/").rsplit("/", 1)[-1].split("?", 1)[0]
+        if not filename:
+            raise UsageError(f"--data {raw}: the URL names no file")
+        stem = next((filename[: -len(a)] for a in ARCHIVES if filename.endswith(a)), filename)
+        return Source("url", url, _clean(stem), sha256=m.group(1).lower(), filename=filename)
+    if raw.startswith("hf://"):
+        m = HF.match(raw)
+        if not m:
+            raise UsageError(f"--data {raw}: write hf://ORG/NAME (a model), hf://datasets/ORG/NAME, with @REVISION "
+                             "if needed")
+        kind = {"datasets": "dataset", "spaces": "space"}.get(m.group(1) or "", "model")
+        return Source("hf", raw, _clean(m.group(2).replace("/", "--")), repo_id=m.group(2), repo_type=kind,
+                      revision=m.group(3))
+    if "://" in raw:
+        raise UsageError(f"--data {raw}: a local folder, https://...#sha256=HEX or hf://ORG/NAME")
+    path = (project_dir / raw).resolve() if raw else None
+    if path is None or not path.is_dir():
+        raise UsageError(f"--data {raw!r}: no such folder", hint="a local folder, https://...#sha256=HEX or "
+                                                                  "hf://ORG/NAME")
+    return Source("local", raw, _clean(path.name), path=path)
+
+
+def data_root(fs_mount: Optional[str]) -> str:
+    return f"{fs_mount.rstrip('/')}/{FS_DATA}" if fs_mount else LOCAL_DATA
+
+
+def target(src: Source, fs_mount: Optional[str]) -> str:
+    """Where the source lands on the instance: GPUOPS_DATA."""
+    return f"{data_root(fs_mount)}/{src.name}"
+
+
+def fetch_params(src: Source, dest: str, token: Optional[str] = None, endpoint: Optional[str] = None) -> dict:
+    """The download script's parameters (sent on stdin: the token never on a command line). `endpoint`: this
+    machine's HF_ENDPOINT (a Hub mirror), given to huggingface_hub on the instance."""
+    return {"kind": src.kind, "url": src.text, "sha256": src.sha256, "filename": src.filename, "dest": dest,
+            "repo_id": src.repo_id, "repo_type": src.repo_type, "revision": src.revision, "token": token,
+            "endpoint": endpoint}
+
+
+# Runs on the instance (python3, stdlib; huggingface_hub for hf://): stdin is the JSON parameters' line, then this
+# script (RUNNER reads both); the parameters arrive as PARAMS.
+# Prints one JSON line: {"ok", "skipped", "bytes", "error"}. Writes under a temporary name, renamed once checked.
+RUNNER = "import sys; PARAMS, _, BODY = sys.stdin.read().partition(chr(10)); exec(BODY)"
+FETCH_SCRIPT = r'''
+import hashlib, json, os, shutil, sys, tarfile, tempfile, time, urllib.request, zipfile
+p = json.loads(PARAMS)
+dest = os.path.expanduser(p["dest"])
+os.makedirs(dest, exist_ok=True)
+mark = os.path.join(dest, ".gpuops-source")
+def done(**kw):
+    print(json.dumps(dict({"ok": True, "skipped": False, "bytes": 0, "error": ""}, **kw))); sys.exit(0)
+def fail(msg):
+    print(json.dumps({"ok": False, "skipped": False, "bytes": 0, "error": msg})); sys.exit(0)
+if p["kind"] == "url":
+    want = p["sha256"] + " " + p["url"]
+    try:
+        if open(mark).read().strip() == want:
+            done(skipped=True)
+    except OSError:
+        pass
+    fd, tmp = tempfile.mkstemp(prefix=".gpuops-download-", dir=dest)
+    h, n = hashlib.sha256(), 0
+    try:
+        with os.fdopen(fd, "wb") as out, urllib.request.urlopen(p["url"], timeout=60) as r:
+            while True:
+                b = r.read(1 << 20)
+                if not b:
+                    break
+                h.update(b); out.write(b); n += len(b)
+    except Exception as e:
+        os.unlink(tmp); fail("download failed: %s" % e)
+    if h.hexdigest() != p["sha256"]:
+        os.unlink(tmp); fail("checksum mismatch: got sha256 %s, expected %s (%d bytes)" % (h.hexdigest(), p["sha256"], n))
+    name = p["filename"]
+    try:
+        if name.endswith((".tar.gz", ".tgz", ".tar.bz2", ".tar.xz", ".tar")):
+            with tarfile.open(tmp) as t:
+                kw = {"filter": "data"} if hasattr(tarfile, "data_filter") else {}
+                t.extractall(dest, **kw)
+            os.unlink(tmp)
+        elif name.endswith(".zip"):
+            with zipfile.ZipFile(tmp) as z:
+                z.extractall(dest)
+            os.unlink(tmp)
+        else:
+            os.replace(tmp, os.path.join(dest, name))
+    except Exception as e:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+        fail("could not unpack %s: %s" % (name, e))
+    with open(mark + ".tmp", "w") as f:
+        f.write(want + "\n")
+    os.replace(mark + ".tmp", mark)
+    done(bytes=n)
+if p["kind"] == "hf":
+    if p.get("token"):
+        os.environ["HF_TOKEN"] = p["token"]
+    if p.get("endpoint"):
+        os.environ["HF_ENDPOINT"] = p["endpoint"]
+    os.environ.setdefault("HF_HUB_DISABLE_TELEMETRY", "1")
+    try:
+        from huggingface_hub import snapshot_download
+    except ImportError:
+        fail("huggingface_hub is not installed in the instance's python3 (pip install huggingface_hub)")
+    try:
+        snapshot_download(repo_id=p["repo_id"], repo_type=p["repo_type"], revision=p["revision"], local_dir=dest)
+    except Exception as e:
+        fail("%s: %s" % (type(e).__name__, str(e).splitlines()[0] if str(e) else ""))
+    n = sum(os.path.getsize(os.path.join(a, f)) for a, _, fs in os.walk(dest)
+            if "/.cache" not in a + "/" for f in fs)
+    done(bytes=n)
+fail("unknown kind %r" % p["kind"])
+'''
