@@ -255,3 +255,45 @@ def test_a_replacement_whose_launch_failed_is_not_shown_running(cloud):
     assert p.returncode == 1 and doc["stop_reason"].startswith("recovery failed"), err
     assert [i["ids"] for i in doc["instances"]] == [[first]], doc["instances"]  # nothing launched, nothing billed
     assert all(i["ended"] != "running" for i in doc["instances"])
+
+
+# -- checkpoints on a Lambda filesystem (run --fs) ----------------------------------------------------------------
+def test_with_fs_the_checkpoints_live_on_the_filesystem_and_a_replacement_resumes_from_there(cloud):
+    """run --fs: the job writes checkpoints/... unchanged, which is the run's own folder on the filesystem; a
+    preempted instance's replacement mounts it and resumes from there: nothing pushed, nothing fetched (no
+    --fetch), and the summary says where they are and how to get them later."""
+
+    cloud.capacity(TYPE, ["us-east-1"])
+    _project(text=TAGGED)
+    p = _cli(cloud, "--script", "train.py", "--fs", "work", "--json", "--recover", "1",
+             "--", "6", "4.5", "0.3", "A", "checkpoints")
+    _wait(lambda: _checkpoint_step("train") >= 2, what="checkpoint-2 judged complete on the filesystem", p=p)
+    (first,) = [i["id"] for i in _billing(cloud)]
+    assert _on_instance(cloud, first, "checkpoints").is_symlink()
+    cloud.preempt(first)
+    doc, err = _done(p)
+    assert p.returncode == 0 and doc["outcome"] == "succeeded" and doc["recoveries"] == 1, err
+    step = int(doc["resumed_from"].rsplit("-", 1)[1])
+    assert f"resumed from checkpoints/checkpoint-{step} at step {step}: weights of step {step} by run A" in _log(doc)
+    c = doc["checkpoints"]
+    own = cloud.fs_dir("work") / "gpuops" / "runs" / doc["run"] / "checkpoints"
+    assert c["filesystem"].endswith(f"/gpuops/runs/{doc['run']}/checkpoints") and not c["fetched"]
+    assert (own / "checkpoint-6" / "model.bin").read_text() == "weights of step 6 by run A"
+    assert "gpuops up ckpt --fs work" in c["get_later"] and c["filesystem"] in c["get_later"]
+    assert list(doc["fetched"]) == ["log"] and not (Path.cwd() / "runs" / doc["run"] / "checkpoints").exists()
+    push = [s for s in doc["stages"] if s["stage"] == "push"]
+    assert push and "nothing to push" in push[0]["detail"], push
+    assert not _billing(cloud)
+
+
+def test_with_fs_and_fetch_the_checkpoints_are_brought_here_at_the_end(cloud, gpuops):
+    cloud.capacity(TYPE, ["us-east-1"])
+    _project(text=TAGGED)
+    r = gpuops("run", "--type", TYPE, "--key", str(cloud.key), "--yes", "--json", "--script", "train.py",
+               "--fs", "work", "--fetch", "checkpoints", "--", "2", "0.1", "0", "A", "checkpoints")
+    assert r.code == 0, r.all
+    doc = json.loads(r.out)
+    assert doc["fetched"]["checkpoints"] == f"runs/{doc['run']}/checkpoints" and doc["checkpoints"]["fetched"]
+    here = Path.cwd() / doc["fetched"]["checkpoints"]
+    assert (here / "checkpoint-2" / "model.bin").read_text() == "weights of step 2 by run A"
+    assert (cloud.fs_dir("work") / "gpuops" / "runs" / doc["run"] / "checkpoints" / "checkpoint-2").is_dir()

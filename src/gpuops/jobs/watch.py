@@ -67,7 +67,7 @@ def _extras_script(extras: Optional[Extras]) -> tuple[str, str, str]:
     if extras.checkpoints:
         C = shell_path(extras.checkpoints)
         fns += ("gpuops_ck() {\n"  # files, and a checksum of their names, sizes and times: any change shows
-                f"  l=$(find {C} -type f -printf '%P %s %T@\\n' 2>/dev/null | sort)\n"
+                f"  l=$(find -H {C} -type f -printf '%P %s %T@\\n' 2>/dev/null | sort)\n"
                 "  echo \"CK $(printf '%s' \"$l\" | grep -c .) $(printf '%s' \"$l\" | cksum | cut -d' ' -f1)\" >&2\n"
                 "}\n")
         each = "gpuops_ck; "

@@ -9,7 +9,11 @@ Where (issue #27):
 - Here: every --fetch name of a run is fetched into `runs/<run id>/<name>` (`local_dir`), a folder no other run
   shares (the run id is unique: pipeline.runner.new_record). `runs/` is never synced. A replacement is pushed only
   from there.
-- On a filesystem (`run --fs`, later): `Home.filesystem` says where; the job still writes `<name>/...`.
+- On a filesystem (`run --fs NAME`): the checkpoint folder (the first --fetch name, or `checkpoints`) is the run's
+  own folder there, `<mount>/gpuops/runs/<run id>/<name>` (`fs_dir`), and `<name>` in the remote project folder is a
+  symlink to it (`link_command`), so the job still writes `<name>/...` with no code change. It outlives every
+  instance: a replacement attaches the same filesystem and resumes from there (no push; no checkpoint byte through
+  this machine). `--fetch` still brings what it names here at the end; without --fetch nothing is fetched.
 
 Which count (`resumable`), checked on the instance's listing before anything is fetched:
 - never a step folder whose newest file is older than the job's start (`since`, the instance's own clock): it was
@@ -61,13 +65,70 @@ def fetch_dest(run_id: str, name: str, project: Path) -> Path:
     return project / local_dir(run_id, name)
 
 
-def home(run_id: str, fetch: list, fetch_map: Optional[dict] = None) -> Optional[Home]:
-    """The run's checkpoint home (None: the run fetches nothing). fetch_map: the profile's fetch: entries (a name
-    the map lacks is the folder of that name under the remote project)."""
-    name = checkpoint_name(fetch)
+def fs_dir(mount: str, run_id: str, name: str) -> str:
+    """The run's own checkpoint folder on a filesystem mounted at `mount`."""
+    return f"{mount.rstrip('/')}/gpuops/runs/{run_id}/{name}"
+
+
+def home(run_id: str, fetch: list, fetch_map: Optional[dict] = None, mount: Optional[str] = None) -> Optional[Home]:
+    """The run's checkpoint home (None: no checkpoints to keep: no --fetch and no filesystem). fetch_map: the
+    profile's fetch: entries (a name the map lacks is the folder of that name under the remote project); mount: the
+    run's filesystem's mount point (run --fs), where the checkpoints then live (an entry inside the project only)."""
+    name = checkpoint_name(fetch) or (DEFAULT_NAME if mount else None)
     if name is None:
         return None
-    return Home(name=name, local=local_dir(run_id, name), remote=(fetch_map or {}).get(name, name))
+    remote = (fetch_map or {}).get(name, name)
+    inside = not str(remote).startswith(("/", "~", ".."))
+    return Home(name=name, local=local_dir(run_id, name), remote=remote,
+                filesystem=fs_dir(mount, run_id, name) if mount and inside else None)
+
+
+def names(fetch: list, mount: Optional[str]) -> list:
+    """Every output folder of the run: the --fetch names, and the checkpoint folder on a filesystem."""
+    name = checkpoint_name(fetch) or (DEFAULT_NAME if mount else None)
+    return list(dict.fromkeys(list(fetch) + ([name] if name else [])))
+
+
+def link_command(remote_project: str, sub: str, fs_path: str) -> str:
+    """ONE remote execution: the run's folder on the filesystem made, `<project>/<sub>` a symlink to it (a job
+    writes `<sub>/...` unchanged), then its listing (relative path, size, mtime: tab-separated) for the choice of the
+    checkpoint to resume from. Exit 3: `<sub>` is a non-empty folder of its own (said, nothing changed)."""
+    import shlex
+
+    from ..profiles.model import shell_path
+
+    link = shell_path(remote_project.rstrip("/") + "/" + sub.strip("/").removeprefix("./"))
+    f = shlex.quote(fs_path)
+    return (f"mkdir -p {f} || exit 4\n"
+            f"if [ -d {link} ] && [ ! -L {link} ]; then rmdir {link} 2>/dev/null || exit 3; fi\n"
+            f"mkdir -p \"$(dirname {link})\" && ln -sfn {f} {link} || exit 4\n"
+            f"find {f} -type f -printf '%P\\t%s\\t%T@\\n'\n")
+
+
+def parse_listing(text: str) -> list:
+    """link_command's listing -> [[relative path, size, mtime]] (transfer.plan.step_dirs' rows)."""
+    rows = []
+    for line in text.splitlines():
+        parts = line.split("\t")
+        if len(parts) == 3:
+            try:
+                rows.append([parts[0], int(parts[1]), float(parts[2])])
+            except ValueError:
+                continue
+    return rows
+
+
+def where(entry: Optional[dict]) -> Optional[str]:
+    """Where a kept checkpoint is, as said: here (runs/<id>/...) or on the filesystem."""
+    if not entry:
+        return None
+    return entry.get("local") or entry.get("filesystem")
+
+
+def get_later(home: Home, fs_name: str, instance_type: str) -> str:
+    """How to bring checkpoints left on a filesystem here later (no instance mounts it once the run ended)."""
+    return (f"gpuops up ckpt --fs {fs_name} --type {instance_type or 'TYPE'}; add `fetch: {{{home.name}: "
+            f"{home.filesystem}}}` to that profile; gpuops fetch -p ckpt {home.name}; gpuops down ckpt")
 
 
 def sync_excludes(fetch: list, fetch_map: Optional[dict] = None) -> list[str]:
@@ -83,14 +144,19 @@ def sync_excludes(fetch: list, fetch_map: Optional[dict] = None) -> list[str]:
     return list(dict.fromkeys(out))
 
 
-def entry(name: str, sub: str, step_dir: Optional[str], step: Optional[int], at: float, run_id: str) -> dict:
+def entry(name: str, sub: str, step_dir: Optional[str], step: Optional[int], at: float, run_id: str,
+          filesystem: Optional[str] = None) -> dict:
     """A fetched checkpoint as the record keeps it: `path` on the instance (the fetch entry's own spelling: relative
-    to the project folder, the job's working directory, unless absolute), `local` here (runs/<run id>/<name>/...)."""
+    to the project folder, the job's working directory, unless absolute), `local` here (runs/<run id>/<name>/...);
+    on a filesystem (filesystem: the run's folder there), `filesystem` instead of `local` (nothing fetched)."""
     base = sub.rstrip("/") or "."
     loc = local_dir(run_id, name)
-    return {"name": name, "dir": step_dir, "step": step, "at": at,
-            "path": f"{base}/{step_dir}" if step_dir else base,
-            "local": f"{loc}/{step_dir}" if step_dir else loc}
+    e = {"name": name, "dir": step_dir, "step": step, "at": at,
+         "path": f"{base}/{step_dir}" if step_dir else base,
+         "local": f"{loc}/{step_dir}" if step_dir else loc}
+    if filesystem:
+        e["local"], e["filesystem"] = None, f"{filesystem}/{step_dir}" if step_dir else filesystem
+    return e
 
 
 def newer(entry_a: Optional[dict], entry_b: Optional[dict]) -> bool:

@@ -19,6 +19,7 @@ from typing import Callable, Optional
 
 from . import checkpoints as ck
 from . import stages as pl
+from .checkpoints import where as ck_where
 from ..errors import GpuopsError
 
 
@@ -38,10 +39,12 @@ def quiet_output():
 
 
 def fetch_checkpoint(prof, project: Path, name: str, out, run_id: str, *, since: Optional[float], job: str,
-                     quiet: bool = False, clock: Callable[[], float] = time.time) -> Optional[dict]:
+                     quiet: bool = False, clock: Callable[[], float] = time.time,
+                     filesystem: Optional[str] = None) -> Optional[dict]:
     """The newest checkpoint under fetch entry `name` that counts (pipeline.checkpoints.resumable: this job's, and
-    complete), fetched and verified (transfer.fetch) into the run's own folder (checkpoints.local_dir). Returns the
-    record's checkpoint entry, or None when none counts yet (said on `out`)."""
+    complete), fetched and verified (transfer.fetch) into the run's own folder (checkpoints.local_dir); on a
+    filesystem (filesystem: the run's folder there) only judged, never fetched (it outlives the instance). Returns
+    the record's checkpoint entry, or None when none counts yet (said on `out`)."""
     from ..remote.connection import connect
     from ..transfer import plan as tr
     from ..transfer.fetch import fetch, list_remote
@@ -58,9 +61,10 @@ def fetch_checkpoint(prof, project: Path, name: str, out, run_id: str, *, since:
             return None
         if v.passed_over:
             out.warn(f"passed over in {listing['path']}: {v.reasons()}")
-        s = fetch(one, remote, out, name, step=v.step if v.dir else None,
+        if filesystem is None:
+            fetch(one, remote, out, name, step=v.step if v.dir else None,
                   dest=ck.fetch_dest(run_id, name, project), project_dir=project)
-    return ck.entry(name, prof.fetch[name], v.dir or None, v.step, clock(), run_id)
+    return ck.entry(name, prof.fetch[name], v.dir or None, v.step, clock(), run_id, filesystem)
 
 
 class CheckpointFetcher:
@@ -125,13 +129,15 @@ class RecoveryStages:
         rec = self.rec
         health = w.HealthWatch(kb.load_playbook("xid", self.project),
                                kb.knowledge(self.project).get("nvidia_smi_failures", []))
-        name = ck.checkpoint_name(rec.fetch)
-        if rec.recover <= 0 or name is None:
+        home = self._ck_home()
+        if rec.recover <= 0 or home is None:
             return w.Extras(health=True), health, None
+        name = home.name
         fprof = self._fetch_profile()
         folder = fetch_sources(fprof, self.project)[name]
         self._fetcher = CheckpointFetcher(lambda: fetch_checkpoint(
-            fprof, self.project, name, quiet_output(), rec.id, since=rec.job_started, job="alive", quiet=True))
+            fprof, self.project, name, quiet_output(), rec.id, since=rec.job_started, job="alive", quiet=True,
+            filesystem=home.filesystem))
         return w.Extras(health=True, checkpoints=folder), health, self._fetcher
 
     def _watch_event(self, ev: dict, health, fetcher) -> None:
@@ -189,12 +195,12 @@ class RecoveryStages:
                 continue
             if entry is None or not ck.newer(entry, self.rec.checkpoint):
                 continue  # none counts yet, or not later than the one kept
-            said = (self.rec.checkpoint or {}).get("local") == entry["local"]  # e.g. the one pushed back
+            said = ck.where(self.rec.checkpoint) == ck.where(entry)  # e.g. the one pushed back
             self.rec.checkpoint = entry
             pl.save(self.rec, self.project)
             if not said:
-                self.out.info(f"checkpoint {entry['local']} fetched and verified (a replacement instance resumes "
-                              "from it)")
+                self.out.info(f"checkpoint {ck.where(entry)} " + ("is complete on the filesystem" if entry.get(
+                    "filesystem") else "fetched and verified") + " (a replacement instance resumes from it)")
 
     def _end_fetcher(self) -> None:
         """A checkpoint fetch under way ends (its result kept) before the instance is fetched from or terminated."""
@@ -237,18 +243,19 @@ class RecoveryStages:
         rec.job_state = "failed"
         rec.hardware = what
         rec.stop_reason = f"the GPU failed ({what}); the job died with it{code}: a hardware failure, not the job's"
-        name = ck.checkpoint_name(rec.fetch)
-        if name is not None:  # the newest checkpoint known complete, for the resume that replaces the instance
+        home = self._ck_home()
+        if home is not None:  # the newest checkpoint known complete, for the resume that replaces the instance
             try:
-                self._checkpoints_fetched([(fetch_checkpoint(self._fetch_profile(), self.project, name, self.out,
+                self._checkpoints_fetched([(fetch_checkpoint(self._fetch_profile(), self.project, home.name, self.out,
                                                              rec.id, since=rec.job_started, job="died",
-                                                             clock=self.seams.clock), None)])
+                                                             clock=self.seams.clock,
+                                                             filesystem=home.filesystem), None)])
             except GpuopsError as exc:
                 self.out.warn(f"the newest checkpoint could not be fetched: {exc.message}")
         self.out.error(f"job {rec.run_id} died with its GPU: {what}{code}. A hardware failure, not the job's; the "
                        "instance is terminated after the fetch",
                        f"gpuops run --resume --id {rec.id} --recover 1 replaces the instance and resumes"
-                       + (f" from {rec.checkpoint['local']}" if rec.checkpoint else " (from the beginning: no "
+                       + (f" from {ck.where(rec.checkpoint)}" if rec.checkpoint else " (from the beginning: no "
                           "complete checkpoint)"))
         self._end("watch", ok=False, detail=rec.stop_reason)
 
@@ -282,7 +289,11 @@ class RecoveryStages:
         if rec.run_id and rec.job_state is None and kind != "gpu":
             rec.job_state = "lost"
         ck = rec.checkpoint
-        resume = (f"the job starts again from checkpoint {ck['local']} (fetched and verified)" if ck else
+        resume = (f"the job starts again from checkpoint {ck_where(ck)}" + ("" if ck.get("filesystem") else
+                  " (fetched and verified)") if ck else
+                  "no complete checkpoint yet: the job starts again from the newest complete one the replacement "
+                  "finds on the filesystem, else from the beginning" if self._ck_home() and
+                  self._ck_home().filesystem else
                   "no checkpoint was fetched: the job starts again from the beginning")
         what = (f"the whole fleet, its {len(ids)} instances (a job across nodes ends with any of them)"
                 if len(ids) > 1 else "the instance")
@@ -344,12 +355,14 @@ class RecoveryStages:
                 self.fetched[f"log.instance{n}"] = self._save_log(prof, meta, 0, "log")
             except GpuopsError as exc:
                 self.out.warn(f"the job's log could not be fetched from the failing instance: {exc.message}")
-        for name in rec.fetch:
+        home = self._ck_home()
+        for name in ck.names(rec.fetch, home.filesystem if home else None):
             try:
-                if name == ck.checkpoint_name(rec.fetch):  # the job died: only a checkpoint known complete counts
+                if home is not None and name == home.name:  # the job died: only a checkpoint known complete counts
                     self._checkpoints_fetched([(fetch_checkpoint(prof, self.project, name, self.out, rec.id,
                                                                  since=rec.job_started, job="died",
-                                                                 clock=self.seams.clock), None)])
+                                                                 clock=self.seams.clock,
+                                                                 filesystem=home.filesystem), None)])
                     continue
                 with connect(prof, announce=self.out.info) as remote:
                     s = fetch(prof, remote, self.out, name, dest=ck.fetch_dest(rec.id, name, self.project),
@@ -400,6 +413,9 @@ class RecoveryStages:
         rec = self.rec
         self._begin("push")
         ck = rec.checkpoint
+        if ck.get("filesystem") or not ck.get("local"):  # on the run's filesystem: the replacement mounts it
+            self._end("push", ok=True, detail=f"{ck_where(ck)} is on the filesystem: nothing to push")
+            return
         local = self.project / ck["local"]
         if not local.exists():
             self._end("push", ok=False, detail=f"{ck['local']} is not here any more")

@@ -617,7 +617,8 @@ class Runner(RecoveryStages):
         prof = self._profile()
         # the run's output folders are never uploaded (a stale step folder, another run's fetch): the job writes
         # them; a replacement gets the checkpoint it resumes from through `push`
-        excludes = ck.sync_excludes(self.rec.fetch, self._fetch_profile().fetch)
+        fprof = self._fetch_profile()
+        excludes = ck.sync_excludes(ck.names(self.rec.fetch, self._mount(fprof)), fprof.fetch)
 
         def one(node, node_out):
             with connect(node, announce=node_out.info) as remote:
@@ -674,6 +675,12 @@ class Runner(RecoveryStages):
         prof = self._profile()
         if rec.run_id and any(m["run_id"] == rec.run_id for m in core.local_runs(prof.name, self.project)):
             self._end("train", ok=True, detail=f"run {rec.run_id} (resumed)")
+            return
+        try:
+            self._link_checkpoints(prof)  # run --fs: checkpoints/ is the run's folder on the filesystem
+        except GpuopsError as exc:
+            self.out.error(f"not launched: {exc.message}", exc.hint)
+            self._end("train", ok=False, detail=exc.message)
             return
         env = [f"GPUOPS_RESUME_FROM={rec.resume_from}"] if rec.resume_from else []  # a replacement resumes
         env += [f"GPUOPS_DATA={rec.data_path}"] if rec.data_path else []
@@ -875,11 +882,72 @@ class Runner(RecoveryStages):
         self._end("fetch", ok=True, detail=", ".join(f"{k} -> {v}" for k, v in self.fetched.items()) or "nothing named")
 
     def _fetch_profile(self):
-        """The profile, with each --fetch name that its fetch: map lacks meaning the folder of that name under the
-        remote project (checkpoints, outputs)."""
+        """The profile, with each output folder of the run (the --fetch names, the checkpoint folder on a filesystem)
+        that its fetch: map lacks meaning the folder of that name under the remote project (checkpoints, outputs)."""
         prof = self._profile()
-        extra = {n: n for n in self.rec.fetch if n not in prof.fetch}
+        extra = {n: n for n in ck.names(self.rec.fetch, self._mount(prof)) if n not in prof.fetch}
         return prof.model_copy(update={"fetch": {**prof.fetch, **extra}}) if extra else prof
+
+    def _mount(self, prof=None) -> Optional[str]:
+        """The mount point of the run's filesystem (run --fs) on its instance, None without one."""
+        if not self.rec.file_systems:
+            return None
+        try:
+            prof = prof or self._profile()
+        except GpuopsError:
+            return None
+        fss = prof.cloud.filesystems if getattr(prof, "cloud", None) is not None else []
+        return fss[0].mount_point if fss else None
+
+    def _ck_home(self):
+        """Where this run's checkpoints live (pipeline.checkpoints.home): asked, never recomputed."""
+        if self.rec.ck_filesystem:
+            return ck.home(self.rec.id, self.rec.fetch, mount=self.rec.ck_filesystem)
+        try:
+            prof = self._profile()
+        except GpuopsError:
+            return ck.home(self.rec.id, self.rec.fetch)
+        return ck.home(self.rec.id, self.rec.fetch, prof.fetch, self._mount(prof))
+
+    def _link_checkpoints(self, prof) -> None:
+        """run --fs: the checkpoint folder on the filesystem, the run's own, linked into the remote project on every
+        node (one execution each); on a replacement, the newest complete checkpoint there is what the job resumes
+        from (no push: it never left the filesystem)."""
+        from ..remote.connection import connect
+        from ..transfer import plan as tr
+
+        home = self._ck_home()
+        if home is None or home.filesystem is None:
+            return
+        rec = self.rec
+        rows = []
+        for i, node in enumerate(prof.nodes()):
+            with connect(node, announce=self.out.info) as remote:
+                res = remote.run(ck.link_command(node.remote_dir_for(self.project), home.remote, home.filesystem),
+                                 timeout=120)
+            if res.rc == 3:
+                raise GpuopsError(f"{home.remote} in the project folder on host #{i} is a folder of its own, not "
+                                  "empty: the run's checkpoints go to the filesystem through a link of that name",
+                                  hint=f"move it away on the instance, or name another folder: --fetch NAME")
+            if res.rc != 0:
+                raise GpuopsError(f"could not link {home.remote} to {home.filesystem} on host #{i}: "
+                                  f"{(res.stderr.strip().splitlines() or ['exit ' + str(res.rc)])[-1]}")
+            if i == 0:
+                rows = ck.parse_listing(res.stdout)
+        rec.ck_filesystem = self._mount(prof)
+        self.out.info(f"checkpoints of this run: {home.remote}/ is {home.filesystem} on the filesystem (it "
+                      "outlives the instance; nothing of it crosses this machine unless --fetch names it)")
+        if rec.attempts and rows:
+            v = ck.resumable(tr.step_dirs(rows), files=rows, since=None, job="died", quiet=False)
+            if v.dir is not None:
+                e = ck.entry(home.name, home.remote, v.dir or None, v.step, self.seams.clock(), rec.id,
+                             home.filesystem)
+                if ck.newer(e, rec.checkpoint):
+                    rec.checkpoint = e
+                rec.resume_from = rec.checkpoint["path"]
+            elif v.passed_over:
+                self.out.warn(f"on the filesystem, passed over: {v.reasons()}")
+        pl.save(rec, self.project)
 
     def _save_log(self, prof, meta: dict, rank: int, name: str) -> str:
         """Host `rank`'s whole log of the job (raw bytes, streamed) as runs/<run id>/<name>, written under a temporary
@@ -972,12 +1040,17 @@ def _hms(t: float) -> str:
 
 
 def checkpoints_doc(rec: pl.Record) -> Optional[dict]:
-    """Where this run's checkpoints are (pipeline.checkpoints.home) and the newest that counts, for the summary."""
-    home = ck.home(rec.id, rec.fetch)
+    """Where this run's checkpoints are (pipeline.checkpoints.home) and the newest that counts, for the summary;
+    on a filesystem and not fetched: how to get them later."""
+    home = ck.home(rec.id, rec.fetch, mount=rec.ck_filesystem)
     if home is None:
         return None
     newest = rec.checkpoint or {}
-    return {**home.to_json(), "newest": newest.get("local"), "step": newest.get("step")}
+    doc = {**home.to_json(), "newest": ck.where(newest), "step": newest.get("step"), "fetched": home.name in rec.fetch}
+    if home.filesystem and home.name not in rec.fetch:
+        doc["get_later"] = ck.get_later(home, rec.file_systems[0], (rec.instance or {}).get("type") or
+                                        rec.instance_type)
+    return doc
 
 
 def render_summary(out, rec: pl.Record, fetched: dict, now: float) -> dict:
@@ -1013,8 +1086,14 @@ def render_summary(out, rec: pl.Record, fetched: dict, now: float) -> dict:
         out.print(f"  {name}: {where} (verified)")
     if doc["checkpoints"]:
         c = doc["checkpoints"]
-        out.print(f"  checkpoints of this run: {c['local']} here (on the instance: {c['remote']})"
-                  + (f"; resumable from {c['newest']}" if c.get("newest") else ""))
+        if c["filesystem"]:
+            out.print(f"  checkpoints of this run: {c['filesystem']} on filesystem {rec.file_systems[0]}"
+                      + (f", fetched into {c['local']}" if c["fetched"] else ", not fetched (nothing of them crossed "
+                         f"this machine); to get them here later: {c['get_later']}")
+                      + (f"; resumable from {c['newest']}" if c.get("newest") else ""))
+        else:
+            out.print(f"  checkpoints of this run: {c['local']} here (on the instance: {c['remote']})"
+                      + (f"; resumable from {c['newest']}" if c.get("newest") else ""))
     if doc["environment"]:
         out.print(f"  environment snapshot: {doc['environment']}")
     return doc

@@ -78,6 +78,7 @@ class Record:
     instance: Optional[dict] = None  # the current instance: {"ids", "type", "region"}, once `up` has it
     checkpoint: Optional[dict] = None  # the newest checkpoint fetched and verified: {name, dir, step, path, local, at}
     job_started: Optional[float] = None  # the current job's start on the instance's clock (its checkpoints are newer)
+    ck_filesystem: Optional[str] = None  # run --fs: the mount point the run's checkpoint folder lives under
     resume_from: Optional[str] = None  # GPUOPS_RESUME_FROM of the next job: the checkpoint's path on the instance
     recovering: Optional[dict] = None  # a replacement under way: {kind, reason, at, fetch_tried, terminated, ended}
     attempts: list = field(default_factory=list)  # the instances replaced: their stages, time and price
