@@ -44,20 +44,25 @@ def _record(proj: Path) -> dict:
     return json.loads(f.read_text())
 
 
+def _wait_checkpoint(proj: Path, p, step: int) -> None:
+    """Until the run's record holds a checkpoint of at least `step` (the run ending first ends the benchmark)."""
+    while True:
+        try:
+            if ((_record(proj).get("checkpoint") or {}).get("step") or 0) >= step:
+                return
+        except (ValueError, OSError):
+            pass
+        if p.poll() is not None:
+            raise SystemExit(f"the run ended early: {p.communicate()[1][-3000:]}")
+        time.sleep(0.2)
+
+
 def one(emu, env: dict, proj: Path, key: Path, fault: str) -> dict:
     g = [str(Path(sys.executable).parent / "gpuops")]
     p = subprocess.Popen(g + ["run", "--type", "gpu_1x_h100_pcie", "--script", "train.py", "--fetch", "checkpoints",
                               "--recover", "1", "--key", str(key), "--yes", "--json", "--name", f"b-{fault}"],
                          env=env, cwd=proj, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    while True:  # until the second checkpoint was fetched and verified while training
-        try:
-            if ((_record(proj).get("checkpoint") or {}).get("step") or 0) >= 2:
-                break
-        except (ValueError, OSError):
-            pass
-        if p.poll() is not None:
-            raise SystemExit(f"the run ended early: {p.communicate()[1][-2000:]}")
-        time.sleep(0.2)
+    _wait_checkpoint(proj, p, 2)  # the second checkpoint fetched and verified while training
     (old,) = [i["id"] for i in emu.instances() if i["status"] == "active"]
     fault_at = time.time()
     emu.gpu_fault(old, "xid=79") if fault == "xid" else emu.preempt(old)
@@ -166,15 +171,7 @@ def home_case(emu, env: dict, proj: Path, key: Path, fs: bool) -> dict:
     p = subprocess.Popen(g + ["run", "--type", "gpu_1x_h100_pcie", "--script", "train.py", "--recover", "1", *args,
                               "--key", str(key), "--yes", "--json", "--name", "fs" if fs else "local"],
                          env=env, cwd=proj, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    while True:  # the big checkpoint complete (fetched and verified here, or judged complete on the filesystem)
-        try:
-            if ((_record(proj).get("checkpoint") or {}).get("step") or 0) >= 1:
-                break
-        except (ValueError, OSError):
-            pass
-        if p.poll() is not None:
-            raise SystemExit(f"the run ended early: {p.communicate()[1][-3000:]}")
-        time.sleep(0.2)
+    _wait_checkpoint(proj, p, 1)  # the big checkpoint fetched and verified here, or judged complete on the filesystem
     (old,) = [i["id"] for i in emu.instances() if i["status"] == "active"]
     t0 = time.time()
     emu.preempt(old)

@@ -54,3 +54,35 @@ def test_a_folder_without_step_folders_is_one_checkpoint():
     assert ck.resumable(steps, files=files, since=400.0, job="alive", quiet=True).dir == ""
     assert ck.resumable(steps, files=files, since=600.0, job="alive", quiet=True).dir is None
     assert ck.resumable(steps, files=files, since=400.0, job="died", quiet=True).dir is None
+
+
+def test_on_a_filesystem_the_checkpoint_folder_is_the_runs_own_there():
+    h = ck.home("r-1", [], None, "/lambda/nfs/work")
+    assert (h.name, h.filesystem) == ("checkpoints", "/lambda/nfs/work/gpuops/runs/r-1/checkpoints")
+    assert ck.home("r-1", ["ckpt"], {"ckpt": "/abs/ckpt"}, "/lambda/nfs/work").filesystem is None  # outside the project
+    assert ck.names([], "/lambda/nfs/work") == ["checkpoints"] and ck.names(["out"], None) == ["out"]
+    e = ck.entry("checkpoints", "checkpoints", "checkpoint-3", 3, 1.0, "r-1", h.filesystem)
+    assert e["local"] is None and ck.where(e) == h.filesystem + "/checkpoint-3"
+    assert e["path"] == "checkpoints/checkpoint-3"
+    assert "gpuops up ckpt --fs work" in ck.get_later(h, "work", "gpu_1x_h100_pcie")
+
+
+def test_the_link_and_its_listing_on_a_real_shell(tmp_path):
+    import subprocess
+
+    fs = tmp_path / "fs" / "gpuops" / "runs" / "r-1" / "checkpoints"
+    (tmp_path / "proj").mkdir()
+    (tmp_path / "proj" / "checkpoints").mkdir()  # an empty folder of that name is replaced by the link
+    r = subprocess.run(["sh", "-c", ck.link_command(str(tmp_path / "proj"), "checkpoints", str(fs))],
+                       capture_output=True, text=True)
+    assert r.returncode == 0 and (tmp_path / "proj" / "checkpoints").resolve() == fs.resolve()
+    (fs / "checkpoint-1").mkdir()
+    (fs / "checkpoint-1" / "model.bin").write_bytes(b"x" * 5)
+    r = subprocess.run(["sh", "-c", ck.link_command(str(tmp_path / "proj"), "checkpoints", str(fs))],
+                       capture_output=True, text=True)
+    rows = ck.parse_listing(r.stdout)
+    assert r.returncode == 0 and [(x[0], x[1]) for x in rows] == [("checkpoint-1/model.bin", 5)]
+    (tmp_path / "proj2" / "checkpoints").mkdir(parents=True)
+    (tmp_path / "proj2" / "checkpoints" / "mine").write_text("x")  # a folder of its own: refused, untouched
+    r = subprocess.run(["sh", "-c", ck.link_command(str(tmp_path / "proj2"), "checkpoints", str(fs))])
+    assert r.returncode == 3 and (tmp_path / "proj2" / "checkpoints" / "mine").read_text() == "x"
