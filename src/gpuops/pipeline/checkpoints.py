@@ -22,8 +22,8 @@ Which count (`resumable`), checked on the instance's listing before anything is 
   (a) it holds a marker file the job writes last (`COMPLETE` or `.complete`), or
   (b) a newer step folder of its kind exists and it lacks no file that newer one has (the job moved past it), or
   (c) the job has ended and succeeded, or
-  (d) the job is alive and the whole checkpoint folder held still for `QUIET_SAMPLES` samples of the watch
-      (jobs.watch.CheckpointWatch) — never once the job has died: a folder it was writing when it died (model written,
+  (d) the job is alive and the whole checkpoint folder's listing was the same in `QUIET_SAMPLES` samples in a row
+      of the watch (jobs.watch.CheckpointWatch) — never once the job has died: a folder it was writing when it died (model written,
       optimizer not yet) is not complete, the first one included;
 - a newest step folder that lacks a file its predecessor has is incomplete whatever (d) says.
 A folder with no step folders is one checkpoint (the whole folder), judged by (a), (c) and (d) alike.
@@ -35,7 +35,7 @@ from pathlib import Path
 from typing import Optional
 
 MARKERS = ("COMPLETE", ".complete")  # a job may write one of these last in a step folder: it is complete
-QUIET_SAMPLES = 2  # the checkpoint folder held still this many watch samples in a row while the job ran (rule d)
+QUIET_SAMPLES = 2  # the checkpoint folder's listing the same in this many watch samples in a row, job alive (rule d)
 DEFAULT_NAME = "checkpoints"
 
 
@@ -129,6 +129,12 @@ def get_later(home: Home, fs_name: str, instance_type: str) -> str:
     """How to bring checkpoints left on a filesystem here later (no instance mounts it once the run ended)."""
     return (f"gpuops up ckpt --fs {fs_name} --type {instance_type or 'TYPE'}; add `fetch: {{{home.name}: "
             f"{home.filesystem}}}` to that profile; gpuops fetch -p ckpt {home.name}; gpuops down ckpt")
+
+
+def since(job_started: Optional[float], home: Optional[Home]) -> Optional[float]:
+    """The time a checkpoint must be newer than to be this job's: the job's start on the instance's clock; none on a
+    filesystem (the run's own folder there holds only its own; and its server's clock is not the instance's)."""
+    return None if home is not None and home.filesystem else job_started
 
 
 def sync_excludes(fetch: list, fetch_map: Optional[dict] = None) -> list[str]:

@@ -136,8 +136,8 @@ class RecoveryStages:
         fprof = self._fetch_profile()
         folder = fetch_sources(fprof, self.project)[name]
         self._fetcher = CheckpointFetcher(lambda: fetch_checkpoint(
-            fprof, self.project, name, quiet_output(), rec.id, since=rec.job_started, job="alive", quiet=True,
-            filesystem=home.filesystem))
+            fprof, self.project, name, quiet_output(), rec.id, since=ck.since(rec.job_started, home), job="alive",
+            quiet=True, filesystem=home.filesystem))
         return w.Extras(health=True, checkpoints=folder), health, self._fetcher
 
     def _watch_event(self, ev: dict, health, fetcher) -> None:
@@ -247,8 +247,8 @@ class RecoveryStages:
         if home is not None:  # the newest checkpoint known complete, for the resume that replaces the instance
             try:
                 self._checkpoints_fetched([(fetch_checkpoint(self._fetch_profile(), self.project, home.name, self.out,
-                                                             rec.id, since=rec.job_started, job="died",
-                                                             clock=self.seams.clock,
+                                                             rec.id, since=ck.since(rec.job_started, home),
+                                                             job="died", clock=self.seams.clock,
                                                              filesystem=home.filesystem), None)])
             except GpuopsError as exc:
                 self.out.warn(f"the newest checkpoint could not be fetched: {exc.message}")
@@ -360,7 +360,7 @@ class RecoveryStages:
             try:
                 if home is not None and name == home.name:  # the job died: only a checkpoint known complete counts
                     self._checkpoints_fetched([(fetch_checkpoint(prof, self.project, name, self.out, rec.id,
-                                                                 since=rec.job_started, job="died",
+                                                                 since=ck.since(rec.job_started, home), job="died",
                                                                  clock=self.seams.clock,
                                                                  filesystem=home.filesystem), None)])
                     continue
