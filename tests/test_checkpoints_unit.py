@@ -86,3 +86,11 @@ def test_the_link_and_its_listing_on_a_real_shell(tmp_path):
     (tmp_path / "proj2" / "checkpoints" / "mine").write_text("x")  # a folder of its own: refused, untouched
     r = subprocess.run(["sh", "-c", ck.link_command(str(tmp_path / "proj2"), "checkpoints", str(fs))])
     assert r.returncode == 3 and (tmp_path / "proj2" / "checkpoints" / "mine").read_text() == "x"
+
+
+def test_on_a_filesystem_the_steps_after_the_resume_point_are_set_aside_never_deleted():
+    _, steps = listing(("checkpoint-1/m", 1, 1.0), ("checkpoint-2/m", 1, 2.0), ("checkpoint-3/m", 1, 3.0))
+    assert ck.set_aside(steps, 2) == ["checkpoint-3"] and ck.set_aside(steps, None) == sorted(steps)
+    cmd = ck.set_aside_command("/fs/gpuops/runs/r/checkpoints", ["checkpoint-3"], "20261127-120000")
+    assert "rm " not in cmd and "mv -- /fs/gpuops/runs/r/checkpoints/checkpoint-3 " \
+                               "/fs/gpuops/runs/r/checkpoints.passed-over/checkpoint-3.20261127-120000" in cmd

@@ -105,6 +105,27 @@ def link_command(remote_project: str, sub: str, fs_path: str) -> str:
             f"find {f} -type f -printf '%P\\t%s\\t%T@\\n'\n")
 
 
+def set_aside(steps: dict, resume_step: Optional[int]) -> list:
+    """On a filesystem, the step folders newer than the one a replacement resumes from (None: it starts from the
+    beginning): not known complete when the job died, set aside so the resumed job writes those steps afresh (a
+    rename onto a folder that exists fails)."""
+    return sorted(k for k, v in steps.items() if v["step"] > (resume_step or 0) or resume_step is None)
+
+
+def set_aside_command(fs_path: str, dirs: list, stamp: str) -> str:
+    """ONE remote execution: each of `dirs` (relative to the run's checkpoint folder on the filesystem) moved into a
+    sibling folder `<name>.passed-over/` (never deleted: it is still there to look at)."""
+    import shlex
+
+    aside = fs_path.rstrip("/") + ".passed-over"
+    cmds = [f"mkdir -p {shlex.quote(aside)}"]
+    for d in dirs:
+        src = shlex.quote(fs_path.rstrip("/") + "/" + d)
+        dst = shlex.quote(aside + "/" + d.replace("/", "_") + "." + stamp)
+        cmds.append(f"mv -- {src} {dst}")
+    return " && ".join(cmds)
+
+
 def parse_listing(text: str) -> list:
     """link_command's listing -> [[relative path, size, mtime]] (transfer.plan.step_dirs' rows)."""
     rows = []

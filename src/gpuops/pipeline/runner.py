@@ -938,15 +938,24 @@ class Runner(RecoveryStages):
         self.out.info(f"checkpoints of this run: {home.remote}/ is {home.filesystem} on the filesystem (it "
                       "outlives the instance; nothing of it crosses this machine unless --fetch names it)")
         if rec.attempts and rows:
-            v = ck.resumable(tr.step_dirs(rows), files=rows, since=None, job="died", quiet=False)
+            steps = tr.step_dirs(rows)
+            v = ck.resumable(steps, files=rows, since=None, job="died", quiet=False)
             if v.dir is not None:
                 e = ck.entry(home.name, home.remote, v.dir or None, v.step, self.seams.clock(), rec.id,
                              home.filesystem)
                 if ck.newer(e, rec.checkpoint):
                     rec.checkpoint = e
                 rec.resume_from = rec.checkpoint["path"]
-            elif v.passed_over:
-                self.out.warn(f"on the filesystem, passed over: {v.reasons()}")
+            aside = ck.set_aside(steps, (rec.checkpoint or {}).get("step") if rec.resume_from else None)
+            if aside:  # the resumed job writes these steps again: what the lost job left of them is kept aside
+                stamp = datetime.fromtimestamp(self.seams.clock()).strftime("%Y%m%d-%H%M%S")
+                with connect(prof.node(0), announce=self.out.info) as remote:
+                    res = remote.run(ck.set_aside_command(home.filesystem, aside, stamp), timeout=120)
+                if res.rc != 0:
+                    raise GpuopsError(f"could not set aside {', '.join(aside)} on the filesystem: "
+                                      f"{(res.stderr.strip().splitlines() or ['exit ' + str(res.rc)])[-1]}")
+                self.out.warn(f"on the filesystem, not known complete when the job died: {', '.join(aside)}; set "
+                              f"aside into {home.filesystem}.passed-over/ (the job writes those steps again)")
         pl.save(rec, self.project)
 
     def _save_log(self, prof, meta: dict, rank: int, name: str) -> str:
