@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # Installs what a fresh Debian/Ubuntu machine lacks for gpuops development and its tests:
-# OpenSSH server (the sandbox host; its daemon is not enabled, gpuops starts its own), ssh client, rsync, uv.
+# OpenSSH server (the sandbox host; its daemon is not enabled, gpuops starts its own), ssh client, rsync, uv, and
+# Chromium (the dashboard's browser tests drive Debian's /usr/bin/chromium through Playwright; Playwright's own browser
+# download is not used).
 #
 # uv comes from PyPI into its own virtual environment, and its command is linked into a directory that is already on
 # the PATH of the shell that runs this script, so the README's next command (`uv run ...`) works in that same shell:
@@ -16,6 +18,7 @@ command -v sshd >/dev/null 2>&1 || [ -x /usr/sbin/sshd ] || need+=(openssh-serve
 command -v ssh >/dev/null 2>&1 || need+=(openssh-client)
 command -v ssh-keygen >/dev/null 2>&1 || need+=(openssh-client)
 command -v rsync >/dev/null 2>&1 || need+=(rsync)
+[ -x /usr/bin/chromium ] || need+=(chromium)
 if ! command -v uv >/dev/null 2>&1; then
   command -v python3 >/dev/null 2>&1 || need+=(python3)
   # Debian/Ubuntu ship venv's pip bootstrap (ensurepip) separately, in python3-venv

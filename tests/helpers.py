@@ -53,3 +53,44 @@ def healthy_cuda(n: int = 1, cuda: str = "12.8", version: str = "2.9.0+cu128", c
     return {"imported": True, "version": version, "cuda": cuda, "available": True, "device_count": n,
             "devices": [{"index": i, "name": "NVIDIA H100 PCIe", "capability": cap, "matmul_ok": True, "matmul_ms": 3.1}
                         for i in range(n)], "bf16": True, "cudnn": 91002}
+
+
+def record_another_host_key(port: int, kind: str = "ed25519") -> tuple[Path, list[str]]:
+    """gpuops' known_hosts made to hold another key for 127.0.0.1:port (a host whose key changed); returns the
+    file and the recorded key's `type base64` words."""
+    import os
+    import subprocess
+
+    kh = Path(os.environ["GPUOPS_CONFIG_DIR"]) / "known_hosts"
+    kh.parent.mkdir(parents=True, exist_ok=True)
+    other = Path(os.environ["HOME"]) / f"fake_{kind}_host_key"
+    subprocess.run(["ssh-keygen", "-q", "-t", kind, "-N", "", "-f", str(other)], check=True)
+    pub = other.with_suffix(".pub").read_text().split()
+    kh.write_text(f"[127.0.0.1]:{port} {pub[0]} {pub[1]}\n")
+    return kh, pub
+
+
+# -- Ctrl-C in tests ---------------------------------------------------------------------------------------------------
+# A suite started from a background job (nohup, a CI runner) runs with SIGINT ignored, and every child inherits that:
+# a test that presses Ctrl-C gives its target the default handler itself.
+def default_sigint() -> None:
+    """preexec_fn for a child the test will send SIGINT: Python there turns it into KeyboardInterrupt again."""
+    import signal
+
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
+def python_sigint():
+    """A context for a test that sends SIGINT to its own process (the CLI run in-process): Python's own handler."""
+    import contextlib
+    import signal
+
+    @contextlib.contextmanager
+    def ctx():
+        old = signal.signal(signal.SIGINT, signal.default_int_handler)
+        try:
+            yield
+        finally:
+            signal.signal(signal.SIGINT, old)
+
+    return ctx()

@@ -17,6 +17,7 @@ import pytest
 import yaml
 
 from gpuops.cloud.ledger import Ledger
+from helpers import default_sigint
 
 API_KEY = "sk_e2e_" + "Zx9" * 8  # a key no output or file may contain
 TYPE = "gpu_1x_h100_pcie"
@@ -134,7 +135,7 @@ def test_ctrl_c_during_boot_leaves_no_untracked_instance(cloud, isolated):
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}
     p = subprocess.Popen([sys.executable, "-m", "gpuops", "up", "ctrlc", "--type", TYPE, "--key", str(cloud.key),
                           "--yes", "--no-verify"], env=env, cwd=isolated, stdout=subprocess.PIPE,
-                         stderr=subprocess.PIPE, text=True)
+                         stderr=subprocess.PIPE, text=True, preexec_fn=default_sigint)
     try:
         deadline = time.monotonic() + 30
         while not any(r.instance_id for r in Ledger().records()):

@@ -296,3 +296,32 @@ def test_single_file_fetch_resumes_and_appears_only_when_verified(sandbox, gpuop
         assert not (final.parent / ".gpuops-partial").exists()
     finally:
         proxy.close()
+
+
+def test_fetched_folders_are_never_uploaded_by_the_next_sync(sandbox, gpuops, tmp_path):
+    """Issue #29: `fetch backups` wrote ./backups, which sync.exclude did not cover: the next sync uploaded it back
+    into the remote project (a 200 MB folder). A fetch inside the project records its folder (runs/fetched.json);
+    every sync leaves it out, and --delete never touches what it left out."""
+    import yaml
+
+    data = yaml.safe_load(sandbox["profile"].read_text())
+    backups = Path(sandbox["dir"]) / "home" / f"backups-{Path.cwd().name}"
+    data["fetch"] = {"checkpoints": "checkpoints", **(data.get("fetch") or {}), "backups": str(backups)}
+    sandbox["profile"].write_text(yaml.safe_dump(data))
+    write(backups / "db.dump", os.urandom(50_000))
+    make_checkpoints(sandbox)
+    write(Path("train.py"), "print('hi')\n")
+    assert gpuops("fetch", "backups", "-p", "sandbox").code == 0
+    assert gpuops("fetch", "-p", "sandbox", "--latest", "--dest", "out/ckpt").code == 0
+    outside = tmp_path / "elsewhere"
+    assert gpuops("fetch", "-p", "sandbox", "--latest", "--dest", str(outside)).code == 0
+    assert json.loads(Path("runs/fetched.json").read_text()) == ["backups", "out/ckpt"]  # outside: nothing to leave out
+    r = gpuops("sync", "-p", "sandbox", "--json")
+    assert r.code == 0, r.all
+    rp = remote_project(sandbox)
+    assert (rp / "train.py").is_file()
+    assert not (rp / "backups").exists() and not (rp / "out" / "ckpt").exists(), tree(rp)
+    # a remote folder of that name is the host's own: a --delete sync keeps it
+    write(rp / "backups" / "remote-only.txt", "keep")
+    assert gpuops("sync", "-p", "sandbox", "--delete").code == 0
+    assert (rp / "backups" / "remote-only.txt").is_file()

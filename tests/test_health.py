@@ -362,3 +362,19 @@ def test_slow_smi_fault_is_data_every_call_waits_for():
     assert latency({"faults": []}) == 0 and latency({"faults": ["slow-smi"]}) == 0.3
     assert latency({"faults": ["slow-smi=1500@0", "ecc"]}) == 1.5
     assert fault_problem("slow-smi=fast", 1) == "--fault slow-smi=fast: the value must be a whole number"
+
+
+@pytest.mark.parametrize("code,gpu,line", [(79, 2, XID_LINE), (48, 3, JOURNAL_LINE)])
+def test_the_xid_fix_resets_the_gpu_that_failed_not_gpu_0(code, gpu, line):
+    """Issue #29: Xid 79 on GPU 2 (48 on GPU 3) said `nvidia-smi -r -i 0` while the detail named GPU 2."""
+    pci = f"PCI:0000:00:0{6 + gpu}"
+    lines = real_capture("h100_sxm5")[1] + [line.format(code=code, text="text of the driver").replace("PCI:0000:00:06", pci)]
+    r = run(health_doc("h100_sxm5", n=4, kernel={"readable": True, "source": "dmesg", "lines": lines}))["gpu.xid"]
+    assert r.status == FAIL and f"on GPU {gpu}" in r.detail, r
+    assert f"nvidia-smi -r -i {gpu}`" in r.remediation and "-i 0" not in r.remediation, r.remediation
+    from gpuops.verify.checks import health_failures
+    from gpuops.verify.facts import parse_xids
+
+    # the same judgement while a run is watched (no bus ids known there: the GPU is not guessed as 0)
+    watched = health_failures([], parse_xids(lines[-1:]))
+    assert watched and "-i 0`" not in watched[0].remediation, watched[0].remediation

@@ -176,3 +176,54 @@ def test_pin_at_a_terminal_asks_and_a_no_writes_nothing(sandbox, gpuops):
     p = subprocess.run(["script", "-qec", cmd, "/dev/null"], input="y\n", capture_output=True, text=True, timeout=120)
     assert p.returncode == 0, p.stdout
     assert '"575.51.03"' in Path("profiles/box.yaml").read_text()
+
+
+def test_new_with_type_writes_the_price_from_the_price_list_without_a_key(sandbox, gpuops, monkeypatch):
+    """Issue #29: `profiles new --type` wrote no price_per_hour, so watch and status showed no cost so far."""
+    monkeypatch.delenv("LAMBDA_API_KEY", raising=False)
+    res = gpuops(*args_for(sandbox, "priced", "--type", "gpu_1x_h100_sxm5"))
+    assert res.code == 0, res.all
+    text = Path("profiles/priced.yaml").read_text()
+    assert "price_per_hour: 3.29   # USD, from Lambda's public price list" in text, text
+    assert load_profile(Path("profiles/priced.yaml")).price_per_hour == 3.29
+    # a type the table lacks: no price written, nothing invented
+    res = gpuops(*args_for(sandbox, "unpriced", "--type", "gpu_1x_h100_pcie", "--force"))
+    assert res.code == 0
+    assert load_profile(Path("profiles/unpriced.yaml")).price_per_hour == 2.49
+    # status shows the cost so far of a run on it
+    Path("train.py").write_text("import time\nprint('step 1 loss 0.5', flush=True)\ntime.sleep(30)\n")
+    assert gpuops("train", "-p", "priced", "--script", "train.py", "--force").code == 0
+    r = gpuops("status", "-p", "priced", "--json")
+    import json
+
+    runs = json.loads(r.out)["runs"]
+    assert runs and runs[0]["cost"] is not None and runs[0]["cost"] >= 0, runs
+    r = gpuops("status", "-p", "priced")
+    assert "COST" in r.out and "$0.0" in r.out, r.out
+    gpuops("stop", "-p", "priced")
+
+
+@pytest.fixture
+def emulator(tmp_path, monkeypatch):
+    from gpuops.cloud.emulator.server import Emulator
+
+    emu = Emulator(tmp_path / "emu", api_key="secret_test_x.y", boot_seconds=0.3, terminate_seconds=0.2,
+                   launch_window=0).start()
+    for k, v in emu.env.items():
+        monkeypatch.setenv(k, v)
+    yield emu
+    emu.close()
+
+
+def test_new_with_type_takes_the_price_from_the_api_listing_with_a_key(sandbox, gpuops, emulator):
+    res = gpuops(*args_for(sandbox, "listed", "--type", "gpu_1x_a100_sxm4"))
+    assert res.code == 0, res.all
+    text = Path("profiles/listed.yaml").read_text()
+    assert "price_per_hour: 1.79   # USD, from Lambda's API listing" in text, text
+    assert "secret_test" not in text
+    # the API failing is said, and the price list answers
+    emulator.fault("5xx", times=10)
+    res = gpuops(*args_for(sandbox, "listed2", "--type", "gpu_1x_a100_sxm4"))
+    assert res.code == 0, res.all
+    assert "Lambda's API did not answer" in res.err
+    assert "from Lambda's public price list" in Path("profiles/listed2.yaml").read_text()

@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from helpers import default_sigint
 from test_cloud_e2e import TYPE, cloud, cloud_emu  # noqa: F401  (fixtures)
 
 TRAIN = """\
@@ -101,7 +102,8 @@ def test_max_cost_stops_the_job_fetches_and_terminates(cloud, gpuops):
 def _cli(cloud, *args, **kw):
     env = {**os.environ, "NO_COLOR": "1"}
     return subprocess.Popen([sys.executable, "-m", "gpuops", "run", "--type", TYPE, "--key", str(cloud.key), "--yes",
-                             *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env, **kw)
+                             *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
+                            preexec_fn=default_sigint, **kw)  # Ctrl-C works even in a suite run with it ignored
 
 
 def _wait_stage(stage: str, timeout: float = 120) -> dict:

@@ -184,7 +184,7 @@ def test_ctrl_c_while_the_replacement_boots_terminates_it_and_resume_finishes(cl
     cloud.boot_seconds(60)
     cloud.preempt(first)
     _wait(lambda: [i for i in _billing(cloud) if i["id"] != first], what="the replacement's launch", p=p)
-    p.send_signal(signal.SIGINT)
+    p.send_signal(signal.SIGINT)  # _cli started it with default_sigint: Ctrl-C works in a suite run with it ignored
     out, err = p.communicate(timeout=60)
     assert p.returncode == 130 and "interrupted while bringing the instance up" in err, err
     assert not _billing(cloud) and not [x for x in Ledger().records() if x.open]  # nothing left billing

@@ -123,6 +123,18 @@ def group_alive(pgid: int) -> bool:
     return False
 
 
+def run_texts(remote_run_dir: Path, rid: str) -> dict[str, str]:
+    """Every file of a run, remote (its run folder) and local (runs/<id>/), by where it is: for leak checks."""
+    places = {}
+    for f in remote_run_dir.rglob("*"):
+        if f.is_file():
+            places[f"remote {f.name}"] = f.read_text(errors="replace")
+    for f in (Path("runs") / rid).rglob("*"):
+        if f.is_file():
+            places[f"local {f}"] = f.read_text(errors="replace")
+    return places
+
+
 def meta(rid: str) -> dict:
     return json.loads((Path.cwd() / "runs" / rid / "meta.json").read_text())
 
@@ -285,13 +297,7 @@ print("have secrets:", bool(os.environ.get("HF_TOKEN")), bool(os.environ.get("WA
     assert not (d / "secrets.env").exists()  # sourced, then deleted
     logs = gpuops("logs", rid)
     assert "have secrets: True True" in logs.out
-    places = {"remote ps": ps, "train output": res.all, "logs output": logs.all}
-    for f in d.rglob("*"):
-        if f.is_file():
-            places[f"remote {f.name}"] = f.read_text(errors="replace")
-    for f in (Path("runs") / rid).rglob("*"):
-        if f.is_file():
-            places[f"local {f}"] = f.read_text(errors="replace")
+    places = {"remote ps": ps, "train output": res.all, "logs output": logs.all, **run_texts(d, rid)}
     for where, text in places.items():
         assert hf not in text and wandb_key not in text, f"secret leaked in {where}"
     assert sorted(meta(rid)["secrets"]) == ["HF_TOKEN", "WANDB_API_KEY"]

@@ -91,8 +91,9 @@ def test_unknown_preset_is_a_usage_error():
 def test_secrets_are_kept_apart_and_never_printed():
     p = plan(secret_names=["HF_TOKEN", "MISSING"], local_env={"WANDB_API_KEY": "wk-123", "HF_TOKEN": "hf-456"},
              profile_env={"OTHER_SECRET": "zzz"}, dotenv_names=["HF_TOKEN"])
-    assert p.secrets == {"WANDB_API_KEY": "wk-123", "HF_TOKEN": "hf-456"}
-    assert "WANDB_API_KEY" not in p.exported and "HF_TOKEN" not in p.exported
+    # OTHER_SECRET: a name that looks secret is a secret wherever it is given (issue #28)
+    assert p.secrets == {"WANDB_API_KEY": "wk-123", "HF_TOKEN": "hf-456", "OTHER_SECRET": "zzz"}
+    assert "WANDB_API_KEY" not in p.exported and "HF_TOKEN" not in p.exported and "OTHER_SECRET" not in p.exported
     text = "\n".join(p.lines())
     assert "wk-123" not in text and "hf-456" not in text
     assert "HF_TOKEN=<secret, from .env>" in text and "WANDB_API_KEY=<secret, from local environment>" in text

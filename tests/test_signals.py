@@ -160,3 +160,35 @@ def test_dashboard_screen_shows_progress_and_signals():
     screen = buf.getvalue()
     assert "step 10/100  loss 0.5" in screen and "9m00s left" in screen
     assert "signal: NCCL network error: a single node without InfiniBand: set NCCL_IB_DISABLE=1" in screen
+
+
+def test_lightning_progress_lines_tqdm_and_rich():
+    m = sg.SignalModel(SPEC)
+    bar = ("\rEpoch 0:  10%|█         | 100/1000 [00:06<00:54, 16.50it/s, v_num=0, train_loss=0.812]"
+           "\rEpoch 0:  45%|████▌     | 450/1000 [00:30<00:36, 15.00it/s, v_num=0, train_loss=0.123]")
+    m.line(bar, 0)  # a tqdm bar redrawn in place: its last state counts
+    assert (m.step, m.total, m.loss, m.format) == (450, 1000, 0.123, "lightning")
+    assert m.throughput == (15.0, "it/s")
+    m = sg.SignalModel(SPEC)
+    m.line("Epoch 12/20 ━━━━━━━━━━━━━━━━━━ 50/100 0:00:05 • 0:00:05 9.89it/s v_num: 0 train_loss: 0.250", 0)
+    assert (m.step, m.total, m.loss, m.throughput) == (50, 100, 0.25, (9.89, "it/s"))
+    m = sg.SignalModel(SPEC)
+    m.line("Epoch 3: 100%|██████████| 20/20 [00:01<00:00, 12.1it/s, v_num=1]", 0)  # no loss shown: the step alone
+    assert (m.step, m.total, m.loss) == (20, 20, None)
+
+
+def test_throughput_patterns():
+    def tp(line):
+        m = sg.SignalModel(SPEC)
+        m.line(line, 0)
+        return m.throughput
+
+    assert tp("step 10 loss 0.5 | 1843.2 tokens/s") == (1843.2, "tokens/s")
+    assert tp("{'train_runtime': 12.0, 'train_samples_per_second': 42.5, 'train_loss': 0.3}") == (42.5, "samples/s")
+    assert tp("iter 5: samples per sec: 12.5") == (12.5, "samples/s")
+    assert tp("step 10 loss 0.5") is None
+    m = sg.SignalModel(SPEC)
+    m.line("step 10 loss 0.5 1200 tokens/s", 0)
+    p = m.progress(0)
+    assert (p["throughput"], p["throughput_unit"]) == (1200.0, "tokens/s")
+    assert "1200 tokens/s" in sg.progress_text(p)

@@ -5,11 +5,13 @@ import sys
 
 import pytest
 
-HEAVY = ("paramiko", "fabric", "wandb", "pydantic", "rich", "yaml", "invoke", "cryptography")
+HEAVY = ("paramiko", "fabric", "wandb", "pydantic", "rich", "yaml", "invoke", "cryptography", "starlette", "uvicorn",
+         "httpx", "anyio")
 
 
 @pytest.mark.parametrize("args", [["--help"], ["verify", "--help"], ["train", "--help"], ["sandbox", "up", "--help"],
-                                  ["snapshot", "--help"], ["fetch", "--help"]])
+                                  ["snapshot", "--help"], ["fetch", "--help"],
+                                  ["dashboard", "--help"]])
 def test_help_imports_no_heavy_library(args):
     p = subprocess.run([sys.executable, "-X", "importtime", "-m", "gpuops", *args], capture_output=True, text=True,
                        env={**os.environ, "NO_COLOR": "1"})

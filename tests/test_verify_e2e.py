@@ -9,6 +9,7 @@ from pathlib import Path
 import yaml
 
 from gpuops.sandbox import host
+from helpers import default_sigint
 
 
 def profile_from_sandbox(sandbox, name: str, **over) -> Path:
@@ -127,12 +128,9 @@ def test_unreachable_port_fails_fast(sandbox, gpuops):
 
 
 def test_changed_host_key_is_refused_then_reset(sandbox, gpuops):
-    kh = Path(os.environ["GPUOPS_CONFIG_DIR"]) / "known_hosts"
-    kh.parent.mkdir(parents=True, exist_ok=True)
-    other = Path(os.environ["HOME"]) / "fake_host_key"
-    subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(other)], check=True)
-    pub = other.with_suffix(".pub").read_text().split()
-    kh.write_text(f"[127.0.0.1]:{sandbox['port']} {pub[0]} {pub[1]}\n")
+    from helpers import record_another_host_key
+
+    kh, pub = record_another_host_key(sandbox["port"])
     r = gpuops("verify", "sandbox")
     assert r.code == 3 and "host key" in r.err and "CHANGED" in r.err
     assert "gpuops trust sandbox --reset" in r.err
@@ -172,12 +170,9 @@ def test_trust_reset_with_the_host_unreachable_keeps_the_recorded_key(sandbox, g
 
 
 def test_known_host_offering_another_key_type_is_a_changed_key(sandbox, gpuops):
-    kh = Path(os.environ["GPUOPS_CONFIG_DIR"]) / "known_hosts"
-    kh.parent.mkdir(parents=True, exist_ok=True)
-    other = Path(os.environ["HOME"]) / "ecdsa_host_key"
-    subprocess.run(["ssh-keygen", "-q", "-t", "ecdsa", "-N", "", "-f", str(other)], check=True)
-    pub = other.with_suffix(".pub").read_text().split()
-    kh.write_text(f"[127.0.0.1]:{sandbox['port']} {pub[0]} {pub[1]}\n")
+    from helpers import record_another_host_key
+
+    kh, pub = record_another_host_key(sandbox["port"], "ecdsa")
     before = kh.read_bytes()
     r = gpuops("verify", "sandbox")  # the sandbox offers ed25519 only
     assert r.code == 3 and "CHANGED" in r.err, r.all
@@ -242,7 +237,7 @@ def test_ctrl_c_exits_130_without_traceback(sandbox, isolated):
     host.up(fail="hang")
     env = {**os.environ, "NO_COLOR": "1"}
     p = subprocess.Popen([sys.executable, "-m", "gpuops", "verify", "sandbox", "--no-save"], cwd=isolated, env=env,
-                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, preexec_fn=default_sigint)
     time.sleep(3)  # connected, waiting on the hung nvidia-smi
     p.send_signal(signal.SIGINT)
     out, err = p.communicate(timeout=30)

@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from helpers import python_sigint
 from proxy import Proxy
 from test_runs_e2e import FOREVER, cleanup_runs, put, run_dir, run_id_of, wait_ended  # noqa: F401
 
@@ -137,9 +138,10 @@ def test_ctrl_c_leaves_the_job_running(sandbox, gpuops):
     rid = run_id_of(gpuops("train", "--script", "forever.py", "--no-sync", "--no-snapshot"))
     main = threading.main_thread().ident
     timer = threading.Timer(1.5, lambda: signal.pthread_kill(main, signal.SIGINT))
-    timer.start()
-    res = gpuops("watch", rid, "--interval", "0.5")
-    timer.join()
+    with python_sigint():  # Ctrl-C works even in a suite run with it ignored
+        timer.start()
+        res = gpuops("watch", rid, "--interval", "0.5")
+        timer.join()
     assert res.code == 130, res.all
     assert "keeps running" in res.err
     assert not (run_dir(sandbox, rid) / "exit_code").exists()

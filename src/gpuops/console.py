@@ -37,6 +37,11 @@ class Output:
         self._out_console = None
         self._err_console = None
 
+    @property
+    def err_rich(self) -> bool:
+        """Messages on stderr are drawn by rich (a terminal there too)."""
+        return self.rich and _wants_rich(self.stderr)
+
     # -- rich consoles, built lazily -------------------------------------------------
     @property
     def console(self):

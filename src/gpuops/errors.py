@@ -12,6 +12,18 @@ class ExitCode(IntEnum):
     INTERRUPTED = 130
 
 
+_COMMAND = ["gpuops"]  # the command running, as the user typed it ("gpuops sync"): cli/main.py sets it
+
+
+def set_command(name: str) -> None:
+    _COMMAND[0] = name
+
+
+def command() -> str:
+    """The command that runs, for a hint ("`gpuops sync` tried 3 times"); "gpuops" outside the CLI."""
+    return _COMMAND[0]
+
+
 class GpuopsError(Exception):
     """An error with one readable message, an optional hint and an exit code."""
 

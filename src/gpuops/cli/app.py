@@ -47,7 +47,8 @@ app = typer.Typer(
 )
 
 ProfileOpt = typer.Option(None, "--profile", "-p", metavar="NAME", autocompletion=profile_names, help="Profile name or YAML path (default: $GPUOPS_PROFILE, "
-                                                        "the last used here, or the only one).", show_default=False)
+                                                        "this project's default (`gpuops profiles use`), or the only "
+                                                        "one).", show_default=False)
 JsonOpt = typer.Option(False, "--json", help="Print one JSON document on stdout.")
 HostOpt = typer.Option(None, "--host", metavar="N", min=0, help="Only host N of a fleet profile (hosts:, 0 = rank 0).",
                        show_default=False)
@@ -79,9 +80,11 @@ def with_warnings(doc: dict, *outs) -> dict:
     return doc
 
 
-def pick_profile(name: Optional[str], option: Optional[str] = None, out=None):
-    """Positional name wins, then --profile, then the chain in profiles.resolve(). The profile's warnings go to `out`
-    (so a --json document can carry them), else to a fresh Output."""
+def pick_profile(name: Optional[str], option: Optional[str] = None, out=None, *, announce: bool = True):
+    """Positional name wins, then --profile, then the chain in profiles.resolve(). The command's first line says
+    which profile and why (`profile: h100 (the default here)`, on stderr; announce=False for a command that only
+    shows the profile). The profile's warnings go to `out` (so a --json document can carry them), else to a fresh
+    Output."""
     from ..profiles import model as profiles
 
     if name and option and name != option:
@@ -89,6 +92,8 @@ def pick_profile(name: Optional[str], option: Optional[str] = None, out=None):
 
         raise UsageError(f"two profiles given: '{name}' and --profile '{option}'")
     prof = profiles.resolve(name or option, Path.cwd())
+    if announce:
+        (out or output()).info(f"profile: {prof.name} ({profiles.selected_how(name or option, prof, Path.cwd())})")
     if prof.cloud is not None:  # a gpuops-managed instance: warn when past its TTL or idle limit (no network)
         from ..cloud.guardrail import warnings
 
@@ -109,3 +114,16 @@ def _show_version(value: bool) -> None:
 def _root(version: bool = typer.Option(False, "--version", "-V", is_eager=True, callback=_show_version,
                                        help="Show the version and exit.")) -> None:
     pass
+
+
+def confirmer(yes: bool):
+    """A question asked before something costly (a launch, a large upload): at a terminal, typer's yes/no (default
+    no); answered yes with --yes, and without a terminal (the warning said before it stays on stderr)."""
+    import sys
+
+    def confirm(question: str) -> bool:
+        if yes or not sys.stdin.isatty():
+            return True
+        return typer.confirm(question, default=False, err=True)
+
+    return confirm

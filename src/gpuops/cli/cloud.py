@@ -201,7 +201,7 @@ def up(
     terminal). NAME is reserved in the ledger before the launch: a second `up NAME` meanwhile is
     refused (exit 2). Ctrl-C, SIGTERM and SIGHUP terminate what was launched."""
     from ..cloud import decisions as d
-    from ..cloud.instances import UpSpec, template_for, up as do_up
+    from ..cloud.instances import UpSpec, require_key, template_for, up as do_up
     from ..errors import UsageError
     from ..interrupts import as_interrupt
 
@@ -211,9 +211,7 @@ def up(
     if guard and not (ttl or idle):
         raise UsageError("--guard on-instance needs --ttl or --idle")
     keyfile = (key or Path("~/.ssh/id_ed25519")).expanduser()
-    if key is None and not keyfile.is_file():
-        raise UsageError("no SSH key given and ~/.ssh/id_ed25519 does not exist",
-                         hint="--key PATH, or create one: ssh-keygen -t ed25519")
+    require_key(keyfile, given=key is not None)
     spec = UpSpec(name=name, types=list(type_), gpu=gpu, max_price=max_price, key=keyfile, regions=list(region),
                   wait_for_capacity_s=d.parse_duration(wait_for_capacity) if wait_for_capacity else 0.0,
                   ttl_s=d.parse_limit(ttl, "--ttl") if ttl is not None else None,

@@ -19,11 +19,15 @@ RunArg = typer.Argument(None, help="Run id or a unique prefix (default: the prof
 @app.command()
 def train(
     script: str = typer.Option(..., "--script", "-s", help="Training script, relative to the project folder "
-                                                           "(.py runs with the profile's python, .sh with bash)."),
+                                                           "(.py runs with the profile's python, .sh with bash). A "
+                                                           ".sh with Windows line endings or a .py with relative "
+                                                           "imports is refused before anything is synced."),
     profile: Optional[str] = ProfileOpt,
     name: Optional[str] = typer.Option(None, "--name", help="Run name (default: the script's stem)."),
     env: List[str] = typer.Option([], "--env", "-e", help="NAME=VALUE for the job (repeatable; wins over the "
-                                                          "preset and the profile). NAME= unsets NAME."),
+                                                          "preset and the profile). NAME= unsets NAME. A NAME holding "
+                                                          "TOKEN, KEY, SECRET, PASSWORD or CREDENTIAL is a secret: "
+                                                          "never printed nor recorded."),
     no_sync: bool = typer.Option(False, "--no-sync", help="Do not sync the project first."),
     force: bool = typer.Option(False, "--force", help="Launch even if preflight finds another gpuops run, no "
                                                       "GPU, too little disk, a broken stack (CPU-only torch, CUDA "
@@ -49,7 +53,8 @@ def train(
 ) -> None:
     """Launch a training script detached on the profile's host (every host of a fleet profile): sync, preflight
     (the launch gate: the stack, the script and what it imports, GPUs held by other processes), environment,
-    secrets, run."""
+    secrets, run. Every .env variable reaches the job as a secret (LAMBDA_API_KEY and GPUOPS_* excepted); the launch
+    lists the names sent. A file the script names that the sync leaves out is said before the sync."""
     from ..jobs import actions as lifecycle
     from ..errors import UsageError
     from ..jobs.launchers import LAUNCHERS
@@ -91,8 +96,12 @@ def watch(
     json_: bool = typer.Option(False, "--json", help="One JSON object per line: samples, log lines, state changes."),
     once: bool = typer.Option(False, "--once", help="One snapshot, then exit."),
     interval: float = typer.Option(2.0, "--interval", help="Seconds between GPU samples.", min=0.1),
-    lines: int = typer.Option(15, "--lines", "-n", help="Log lines shown (and replayed at start).", min=0),
+    lines: int = typer.Option(15, "--lines", "-n", help="Log lines replayed at start (the screen shows as many of the "
+                              "newest as fit the terminal, the newest last).", min=0),
     host: Optional[int] = HostOpt,
+    notify: bool = typer.Option(False, "--notify", help="When the run ends: a desktop notification (a terminal bell "
+                                                        "where there is none) and GPUOPS_NOTIFY_URL or the profile's "
+                                                        "notify_url webhook (Slack, Discord)."),
 ) -> None:
     """Live dashboard of a run: GPUs, processes, state, cost, progress (loss sparkline, steps/min, time left, cost at
     the end), training signals (OOM, NCCL, GPU idle, RL learning nothing; playbooks/signals.yaml), log tail.
@@ -108,7 +117,7 @@ def watch(
     prof, meta = _node(fleet_prof, fleet_meta, host)
     n_nodes = len(fleet_meta.get("nodes") or [])
     price = prof.price_per_hour * max(1, n_nodes) if prof.price_per_hour is not None else None  # every node bills
-    dash = w.Dashboard(meta, price_per_hour=price, log_lines=min(max(lines, 1), w.DASH_LINES_MAX), host=prof.rank)
+    dash = w.Dashboard(meta, price_per_hour=price, log_lines=w.DASH_LINES_MAX, host=prof.rank)
     cloud = _cloud_summary(prof, True, [])  # watching a run: the instance is in use
     if cloud and not json_:
         from ..cloud.guardrail import line
@@ -149,7 +158,13 @@ def watch(
     finally:
         if live:
             live.close()
-    _ended(out, meta, dash, _whole_fleet(fleet_prof, out, project, fleet_meta, res))
+    res = _whole_fleet(fleet_prof, out, project, fleet_meta, res)
+    if notify and not res["interrupted"] and res["info"] is not None:
+        from ..notify import notify as say
+
+        say(out, name=meta.get("name") or meta["run_id"], outcome=dash.state, seconds=dash.elapsed(),
+            cost=dash.cost(), profile=fleet_prof)
+    _ended(out, meta, dash, res)
 
 
 def _raw_stdout(out):
@@ -216,11 +231,12 @@ class _Live:
             self.live.stop()
 
 
-def _ended(out, meta: dict, dash, res: dict) -> None:
+def _ended(out, meta: dict, dash, res: dict, *, what: str = "watching") -> None:
     """watch's and logs -f's last word (stderr: logs -f keeps stdout for the log) and exit code."""
     if res["interrupted"]:
         rid = meta["run_id"]
-        out.info(f"stopped watching; run {rid} keeps running (gpuops watch {rid})")
+        again = f" (gpuops watch {rid})" if what == "watching" else ""
+        out.info(f"stopped {what}; run {rid} keeps running{again}")
     elif res["info"] is not None:
         out.info(dash.state_text())
     raise typer.Exit(res["code"])
@@ -290,7 +306,7 @@ def logs(
 
     dash = w.Dashboard(meta, price_per_hour=prof.price_per_hour)
     res = lifecycle.follow(prof, out, project, meta, dash, lines=lines, samples=False, interval=2.0, on_event=show)
-    _ended(out, meta, dash, _whole_fleet(fleet_prof, out, project, fleet_meta, res))
+    _ended(out, meta, dash, _whole_fleet(fleet_prof, out, project, fleet_meta, res), what="following the log")
 
 
 # -- status --------------------------------------------------------------------------------------------
@@ -357,26 +373,33 @@ def _status_lines(out, prof, doc: dict) -> None:
     if not rows:
         out.print(f"no runs of profile '{prof.name}' (gpuops train --script train.py)")
         return
+    priced = any(r.get("cost") is not None for r in rows)  # the profile states price_per_hour: cost so far
+
+    def money(r) -> str:
+        return "-" if r.get("cost") is None else f"${r['cost']:.2f}"
+
     if out.rich:
         from rich.table import Table
 
         t = Table(title=f"runs on {prof.name}")
-        for col in ("run", "script", "state", "started", "elapsed", "exit"):
+        for col in ("run", "script", "state", "started", "elapsed", "exit") + (("cost",) if priced else ()):
             t.add_column(col)
         colour = {"running": "cyan", "succeeded": "green", "failed": "red", "stopped": "yellow", "lost": "red"}
         for r in rows:
             t.add_row(r["run_id"], str(r["script"] or "-"), f"[{colour.get(r['state'], 'white')}]{r['state']}[/]",
                       when(r["started"]), fmt_duration(r["elapsed"]),
-                      "-" if r["exit_code"] is None else str(r["exit_code"]))
+                      "-" if r["exit_code"] is None else str(r["exit_code"]), *((money(r),) if priced else ()))
         out.render(t)
         _signal_lines(out, rows)
         return
     width = max([6] + [len(str(r["script"] or "-")) for r in rows])  # the column grows: paths stay whole
-    out.print(f"{'RUN':<36} {'SCRIPT':<{width}} {'STATE':<10} {'STARTED':<19} {'ELAPSED':>9} EXIT")
+    out.print(f"{'RUN':<36} {'SCRIPT':<{width}} {'STATE':<10} {'STARTED':<19} {'ELAPSED':>9} EXIT"
+              + ("  COST" if priced else ""))
     for r in rows:
         out.print(f"{r['run_id']:<36} {str(r['script'] or '-'):<{width}} {r['state']:<10} "
                   f"{when(r['started']):<19} {fmt_duration(r['elapsed']):>9} "
-                  f"{'-' if r['exit_code'] is None else r['exit_code']}")
+                  + (f"{'-' if r['exit_code'] is None else r['exit_code']:<4}  {money(r)}" if priced else
+                     f"{'-' if r['exit_code'] is None else r['exit_code']}"))
     _signal_lines(out, rows)
 
 
@@ -402,8 +425,9 @@ def stop(
     json_: bool = JsonOpt,
     host: Optional[int] = HostOpt,
 ) -> None:
-    """Stop a run: SIGINT to its process group, then SIGTERM, then SIGKILL; records how it ended. A fleet run is
-    stopped on every host (or --host N)."""
+    """Stop a run: SIGINT to every process of the run (its process group, and every process carrying the run's
+    marker in its environment: a child that started its own session too), then SIGTERM, then SIGKILL; records how it
+    ended. A fleet run is stopped on every host (or --host N)."""
     from ..jobs import actions as lifecycle
 
     out = output(json_)

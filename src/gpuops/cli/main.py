@@ -22,6 +22,8 @@ from . import cloud as _cloud  # noqa: E402,F401  (cloud types|keys, up, ls, dow
 from . import setup as _setup  # noqa: E402,F401  (setup)
 from . import run as _run  # noqa: E402,F401  (run)
 from . import fs as _fs  # noqa: E402,F401  (fs ls|create|rm)
+from . import dashboard as _dashboard  # noqa: E402,F401  (dashboard)
+from . import ssh as _ssh  # noqa: E402,F401  (ssh)
 
 
 def run(argv: list[str] | None = None) -> int:
@@ -33,7 +35,10 @@ def run(argv: list[str] | None = None) -> int:
         args.remove("--debug")
         DEBUG = True
     DEBUG = DEBUG or bool(os.environ.get("GPUOPS_DEBUG"))
-    from ..errors import ExitCode, GpuopsError
+    from ..errors import ExitCode, GpuopsError, set_command
+
+    set_command(_command_name(args[:cut]))
+    _quiet_libraries(DEBUG)
 
     code: int
     try:
@@ -48,10 +53,39 @@ def run(argv: list[str] | None = None) -> int:
         print("interrupted", file=sys.stderr)
         code = int(ExitCode.INTERRUPTED)
     except Exception as exc:  # click usage errors and anything unexpected
-        code = _click_or_internal(exc)
+        code = _click_or_internal(exc, args)
     if argv is None:
         sys.exit(code)
     return code
+
+
+GROUPS = ("profiles", "cloud", "sandbox")  # command groups: their subcommand is part of the name
+
+
+def _command_name(args: list[str]) -> str:
+    """"gpuops sync", "gpuops profiles new": the words before the first option or argument that is not a command."""
+    words = [a for a in args if not a.startswith("-")][:2]
+    name = words[:2] if words and words[0] in GROUPS else words[:1]
+    return " ".join(["gpuops", *name])
+
+
+_SILENT = []  # the handler that keeps paramiko's log (a traceback per failed handshake) off stderr
+
+
+def _quiet_libraries(debug: bool) -> None:
+    """Paramiko logs every failed handshake (a host that drops the connection before the SSH banner) as an ERROR
+    with a traceback, which Python's last-resort handler prints on stderr: 44-66 lines before gpuops' one message.
+    Without --debug that log goes nowhere; with it, it is printed as before."""
+    import logging
+
+    log = logging.getLogger("paramiko")
+    if not _SILENT:
+        _SILENT.append(logging.NullHandler())
+    log.propagate = debug  # nor through a handler some library set on the root logger
+    if debug:
+        log.removeHandler(_SILENT[0])
+    elif _SILENT[0] not in log.handlers:
+        log.addHandler(_SILENT[0])
 
 
 def _report(message: str, hint: str | None, exc: BaseException | None) -> None:
@@ -70,7 +104,7 @@ def _report(message: str, hint: str | None, exc: BaseException | None) -> None:
     out.error(scrub(message), scrub(hint) if hint else None)
 
 
-def _click_or_internal(exc: Exception) -> int:
+def _click_or_internal(exc: Exception, args: list[str] = ()) -> int:
     """Usage errors (typer's vendored click), typer's Abort/Exit, and the last resort for anything unexpected: one
     line and exit 1, a traceback only with --debug. Nothing in here may raise (it is the fallback)."""
     try:
@@ -79,6 +113,11 @@ def _click_or_internal(exc: Exception) -> int:
 
         if isinstance(exc, cx.ClickException):
             exc.show()
+            from .slips import hint
+
+            said = hint(exc, list(args))
+            if said:
+                print(f"hint: {said}", file=sys.stderr)
             return exc.exit_code
         if isinstance(exc, typer.Abort):
             print("interrupted", file=sys.stderr)

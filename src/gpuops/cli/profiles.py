@@ -27,17 +27,26 @@ def list_profiles(ctx: typer.Context, json_: bool = JsonOpt) -> None:
     cwd = Path.cwd()
     found = profiles.available(cwd)
     mine = profiles.available(cwd, examples=False)
+    from ..profiles.write import marked
+
     last = profiles.last_used(cwd)
-    rows = [{"name": n, "file": str(p), "example": n not in mine, "last_used_here": n == last} for n, p in found.items()]
+    marks = {r["name"]: r for r in marked(cwd)}
+    rows = [{"name": n, "file": str(p), "example": n not in mine, "default_here": n == last,
+             "mark": (marks.get(n) or {}).get("mark"), "prunable": bool((marks.get(n) or {}).get("prunable"))}
+            for n, p in found.items()]
     if json_:
         out.emit_json(rows)
         return
     if not rows:
         out.print("no profiles found; `gpuops sandbox up` writes one named 'sandbox'")
         return
+    if any(r["prunable"] for r in rows):
+        out.info(f"{sum(r['prunable'] for r in rows)} leftover profile(s) (a terminated instance's, a finished "
+                 "run's): `gpuops profiles prune` removes them")
     for r in rows:
         flags = " (example)" if r["example"] else ""
-        flags += " (last used here)" if r["last_used_here"] else ""
+        flags += f" ({r['mark']})" if r["mark"] else ""
+        flags += " (default here)" if r["default_here"] else ""
         out.print(f"{r['name']:<28} {r['file']}{flags}")
 
 
@@ -47,7 +56,7 @@ def show(name: Optional[str] = typer.Argument(None, help="Profile name or path."
          json_: bool = JsonOpt) -> None:
     """Print a profile as resolved (defaults filled, ${VAR} expanded, secret-looking values masked)."""
     out = output(json_)
-    prof = pick_profile(name)
+    prof = pick_profile(name, announce=False)
     data = prof.model_dump(mode="json", exclude={"source"})
     secret_names = set(prof.secrets) | {"WANDB_API_KEY"}
     data["env"] = {k: ("***" if k in secret_names or any(h in k.upper() for h in SECRET_HINTS) else v)
@@ -60,6 +69,56 @@ def show(name: Optional[str] = typer.Argument(None, help="Profile name or path."
 
     out.print(f"# {prof.source}")
     out.print(yaml.safe_dump(data, sort_keys=False).rstrip())
+
+
+@profiles_app.command("use")
+def use(name: str = typer.Argument(..., metavar="NAME", help="The profile every command uses here when none is named.",
+                                   show_default=False, autocompletion=profile_names)) -> None:
+    """Make NAME this project folder's default profile: the one `train`, `fetch`, `watch`... use when none is named.
+    Naming another profile on one command (`gpuops verify other`) never changes it."""
+    from ..profiles import model as profiles
+
+    out = output(False)
+    prof = profiles.resolve(name, Path.cwd())  # a typo: "did you mean", nothing written
+    before = profiles.use(prof.name, Path.cwd())
+    if before == prof.name:
+        out.info(f"'{prof.name}' is already the default profile here")
+    else:
+        out.success(f"default profile here: '{prof.name}'" + (f" (was '{before}')" if before else ""))
+
+
+@profiles_app.command("prune")
+def prune(yes: bool = typer.Option(False, "--yes", "-y", help="Remove without asking (needed when stdin is not a "
+                                                               "terminal)."),
+          dry_run: bool = typer.Option(False, "--dry-run", help="List what would go, remove nothing."),
+          json_: bool = JsonOpt) -> None:
+    """Remove leftover profiles: those of terminated instances and of finished `gpuops run`s (run-*). Never the
+    profile of a live instance, nor a hand-written profile without an instance, nor a packaged example."""
+    import sys
+
+    from ..errors import GpuopsError
+    from ..profiles import write as profile_ops
+
+    out = output(json_)
+    rows = [r for r in profile_ops.marked(Path.cwd()) if r["prunable"]]
+    doc = {"prunable": [r["name"] for r in rows], "removed": []}
+    if not rows:
+        out.info("no leftover profiles")
+    else:
+        for r in rows:
+            out.print(f"{r['name']:<28} {r['file']} ({r['mark']})")
+    if rows and not dry_run:
+        if not yes:
+            if not sys.stdin.isatty():
+                raise GpuopsError(f"{len(rows)} profile(s) not removed: not confirmed",
+                                  hint="gpuops profiles prune --yes (or --dry-run to list them)")
+            if not typer.confirm(f"remove these {len(rows)} profile file(s)?", default=False, err=True):
+                out.info("nothing removed")
+                raise typer.Exit(1)
+        doc["removed"] = profile_ops.prune(rows)
+        out.success(f"removed {len(doc['removed'])} profile(s): {', '.join(doc['removed'])}")
+    if json_:
+        out.emit_json(doc)
 
 
 @profiles_app.command("new")

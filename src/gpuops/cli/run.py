@@ -18,7 +18,11 @@ def run(
     gpu: Optional[str] = GpuOpt,
     max_price: Optional[float] = MaxPriceOpt,
     wait_for_capacity: Optional[str] = WaitForCapacityOpt,
-    script: Optional[str] = typer.Option(None, "--script", "-s", help="Training script, relative to the project."),
+    script: Optional[str] = typer.Option(None, "--script", "-s", help="Training script, relative to the project. "
+                                         "Refused before anything is launched when the launched image cannot run "
+                                         "it: requires-python its python misses, a poetry/pdm/conda project setup "
+                                         "cannot install, conda activate, Windows line endings, relative imports "
+                                         "(docs/run.md)."),
     region: List[str] = typer.Option([], "--region", "-r", help="Region to try, in order (repeatable; default: "
                                                                 "every region with capacity)."),
     fetch: Optional[str] = typer.Option(None, "--fetch", metavar="NAME[,NAME...]",
@@ -84,8 +88,13 @@ def run(
                                        "only what changed), https://...#sha256=HEX or hf://ORG/NAME "
                                        "(hf://datasets/ORG/NAME; HF_TOKEN a secret): downloaded by the instance, "
                                        "never through this machine (docs/fs.md).", show_default=False),
-    yes: bool = typer.Option(False, "--yes", "-y", help="Do not ask before launching (nor before creating --fs)."),
+    yes: bool = typer.Option(False, "--yes", "-y", help="Do not ask before launching (the price), before a "
+                                                        "large upload (over 500 MB, or far more than the code), nor "
+                                                        "before creating --fs."),
     json_: bool = typer.Option(False, "--json", help="Print the closing summary as one JSON document."),
+    notify: bool = typer.Option(False, "--notify", help="When the run ends: a desktop notification (a terminal bell "
+                                                        "where there is none) and the GPUOPS_NOTIFY_URL or notify_url "
+                                                        "webhook (Slack, Discord): name, outcome, duration, cost."),
     args: Optional[List[str]] = typer.Argument(None, help="Arguments for the script, after --.", show_default=False),
 ) -> None:
     """up -> sync -> setup -> train -> watch -> fetch (verified) -> down, with the running cost on screen. The type:
@@ -118,15 +127,31 @@ def run(
         rec = _new_run(out, project, types=type_, gpu=gpu, max_price=max_price, wait_for_capacity=wait_for_capacity,
                        script=script, region=region, fetch=fetch_names, keep=keep, ttl=ttl, max_cost=max_cost, key=key,
                        name=name, nodes=nodes, launcher=launcher, nproc=nproc, from_=from_, args=args,
-                       recover=recover or 0, unreachable=unreachable, fs=fs, data=data)
+                       recover=recover or 0, unreachable=unreachable, fs=fs, data=data,
+                       confirm=_confirmer(yes))
         lock = pl.RunLock(rec.id, project).acquire()  # held while this process runs it: one process per run
 
     runner = run_ops.Runner(rec, out, project, lambda: make_context(out, project_dir=project), confirm=_confirmer(yes),
                             create_fs=fs_question(yes))
     with lock, as_interrupt():
         code = runner.run()
-        run_ops.render_summary(out, runner.rec, runner.fetched, time.time())
+        doc = run_ops.render_summary(out, runner.rec, runner.fetched, time.time())
+    if notify:
+        _notify(out, runner.rec, doc, project)
     raise typer.Exit(code)
+
+
+def _notify(out, rec, doc: dict, project: Path) -> None:
+    """--notify: the summary's outcome, time and cost; the webhook from GPUOPS_NOTIFY_URL or the run's profile."""
+    from ..notify import notify as say
+    from ..profiles import model as profiles
+
+    try:
+        prof = profiles.resolve(rec.profile, project)
+    except Exception:  # noqa: BLE001 - no profile (never launched, pruned): the environment's URL only
+        prof = None
+    say(out, name=rec.id, outcome=rec.outcome, cost=doc.get("total_cost"), profile=prof,
+        seconds=sum(r.get("seconds") or 0 for r in doc.get("stages") or []) or None)
 
 
 def _resumed(out, project: Path, run_id: Optional[str], new_run: dict, *, fetch: list, keep: bool,
@@ -157,13 +182,16 @@ def _new_run(out, project: Path, *, types: list, gpu: Optional[str], max_price: 
              wait_for_capacity: Optional[str], script: Optional[str], region: list, fetch: list, keep: bool,
              ttl: Optional[str], max_cost: Optional[float], key: Optional[Path], name: Optional[str], nodes: int,
              launcher: str, nproc: str, from_: Optional[str], args: Optional[list], recover: int = 0,
-             unreachable: Optional[str] = None, fs: Optional[str] = None, data: Optional[str] = None):
-    """A new run's record, every option checked (and a --from template read) before anything is launched."""
+             unreachable: Optional[str] = None, fs: Optional[str] = None, data: Optional[str] = None,
+             confirm=None):
+    """A new run's record, every option checked (and a --from template read) before anything is launched; what the
+    sync will send said (and a large upload asked with `confirm`) before the record is written."""
     from ..cloud import decisions as d
     from ..cloud.instances import template_for
     from ..errors import UsageError
     from ..jobs.launchers import LAUNCHERS
     from ..jobs.plan import script_path
+    from ..pipeline import prelaunch
     from ..pipeline import runner as run_ops
     from ..pipeline import stages as pl
 
@@ -186,9 +214,14 @@ def _new_run(out, project: Path, *, types: list, gpu: Optional[str], max_price: 
         from ..transfer.dataplan import parse
 
         parse(data, project)  # checked before anything is launched
+    from ..cloud.instances import require_key
+
+    require_key((key or Path("~/.ssh/id_ed25519")).expanduser(), given=key is not None)
     template, note = run_ops.run_template(template_for(from_, project), from_)
     if note:
         out.info(note)
+    prelaunch.check(project, script, out, template)  # a job that cannot run is refused before anything bills
+    _before_launch(out, project, script, template, confirm)
     return run_ops.new_record(types=types, gpu=gpu, max_price=max_price, wait_for_capacity_s=wait_s, script=script,
                               args=args or [], regions=region, nodes=nodes, fetch=fetch, keep=keep,
                               ttl_s=d.parse_limit(ttl, "--ttl") if ttl is not None else None, max_cost=max_cost,
@@ -198,13 +231,19 @@ def _new_run(out, project: Path, *, types: list, gpu: Optional[str], max_price: 
                               file_systems=[fs] if fs else [], data=data, project=project)
 
 
+def _before_launch(out, project: Path, script: str, template: Optional[dict], confirm) -> None:
+    """Said before anything bills: the files the script names that the sync leaves out, symlinks pointing outside
+    the project, a large upload (asked unless --yes). The run's profile takes its sync: settings from --from."""
+    from ..profiles.model import SyncSettings
+    from ..transfer.sync import local_preview
+
+    sync = SyncSettings.model_validate((template or {}).get("sync") or {})
+    local_preview(out, project, script, sync.exclude, copy_links=sync.copy_links, confirm=confirm)
+
+
 def _confirmer(yes: bool):
-    """The question before a launch: asked at a terminal, answered yes with --yes or without one."""
-    import sys
+    """The questions before a launch (the price, a large upload): asked at a terminal, answered yes with --yes or
+    without one."""
+    from .app import confirmer
 
-    def confirm(question: str) -> bool:
-        if yes or not sys.stdin.isatty():
-            return True
-        return typer.confirm(question, default=False, err=True)
-
-    return confirm
+    return confirmer(yes)

@@ -26,6 +26,11 @@ def up(
                                                           "kmd (R610+: 'KMD Version', 'CUDA UMD Version')."),
     python: Optional[str] = typer.Option(None, "--python", help="Remote Python for the sandbox profile "
                                                                 "(e.g. a venv with torch; default: python3)."),
+    image: Optional[str] = typer.Option(None, "--image", metavar="NAME",
+                                        help="An emulated instance image: lambda-stack (python3 holds a CUDA torch "
+                                             "2.9.0+cu128 and pip, as Lambda Stack's does). With --cloud: the image "
+                                             "instances boot with. Default: this machine's python3.",
+                                        show_default=False),
     cloud: bool = typer.Option(False, "--cloud", help="Start the local Lambda Cloud API emulator instead: "
                                "`gpuops up` launches sandbox hosts through it. Prints its URL and API key."),
     boot_seconds: float = typer.Option(20.0, "--boot-seconds", help="With --cloud: how long instances stay "
@@ -43,37 +48,46 @@ def up(
     With --cloud: start the Lambda Cloud API emulator (see docs/sandbox.md). --json: one document whose `warnings`
     list holds every warning (e.g. its port was taken and it moved to another)."""
     out = output(json_)
+    if image is not None:
+        from ..errors import UsageError
+        from ..sandbox.image import IMAGES
+
+        if image not in IMAGES:
+            raise UsageError(f"--image {image!r}: unknown image; known: {', '.join(IMAGES)}")
     if cloud:
-        return _cloud_up(out, json_, port or 0, boot_seconds, launch_window, python)
+        return _cloud_up(out, json_, port or 0, boot_seconds, launch_window, python, image)
     from ..sandbox import host
 
     st = host.up(gpu=gpu, gpus=gpus, port=port, driver=driver, cuda=cuda, fail=fail, header=header, python=python,
-                 faults=fault or [])
+                 faults=fault or [], image=image)
     if st.get("port_moved_from"):
         out.warn(f"port {st['port_moved_from']} is taken by another program; the sandbox now listens on {st['port']} "
                  "(profile 'sandbox' updated)")
     if json_:
         out.emit_json(with_warnings({"running": True, "port": st["port"], "profile": str(host.profile_path()),
-                                     "gpu": st["gpu"]}, out))
+                                     "gpu": st["gpu"], "image": image}, out))
         return
     g = st["gpu"]
     what = "started" if st.get("started") else "running"
     out.success(f"sandbox host {what} on 127.0.0.1:{st['port']} ({g['count']}x {g['gpu']} emulated"
                 f"{', failing: ' + g['fail'] if g.get('fail') else ''}"
-                f"{', faults: ' + ', '.join(g['faults']) if g.get('faults') else ''})")
+                f"{', faults: ' + ', '.join(g['faults']) if g.get('faults') else ''}"
+                f"{', image ' + image if image else ''})")
     out.info(f"profile 'sandbox' written to {host.profile_path()}")
     out.info("next: gpuops verify sandbox")
 
 
-def _cloud_up(out, json_: bool, port: int, boot_seconds: float, launch_window: float, python) -> None:
+def _cloud_up(out, json_: bool, port: int, boot_seconds: float, launch_window: float, python, image=None) -> None:
     from ..cloud.emulator import daemon
 
-    info, started = daemon.start(port=port, boot_seconds=boot_seconds, launch_window=launch_window, python=python)
+    info, started = daemon.start(port=port, boot_seconds=boot_seconds, launch_window=launch_window, python=python,
+                                 image=image)
     if json_:
         out.emit_json(with_warnings({"running": True, "url": info["url"], "api_key": info["api_key"],
-                                     "user": info["user"], "dir": str(daemon.emulator_dir())}, out))
+                                     "user": info["user"], "dir": str(daemon.emulator_dir()), "image": image}, out))
         return
-    out.success(f"Lambda API emulator {'started' if started else 'running'} on {info['url']}")
+    out.success(f"Lambda API emulator {'started' if started else 'running'} on {info['url']}"
+                + (f"; instances boot with the {image} image" if image else ""))
     out.info(f"instances are sandbox hosts on 127.0.0.N:22; log in as {info['user']} (Lambda's images: ubuntu)")
     out.print("use it from this shell (the key is the emulator's own, not a Lambda key):")
     out.print(f"export GPUOPS_LAMBDA_API_URL={info['url']}")

@@ -41,7 +41,8 @@ def _wandb_settings(prof_name: str, project: Optional[str]) -> dict:
         raise UsageError("--wandb needs WANDB_API_KEY (in the environment or ./.env)",
                          hint="export WANDB_API_KEY=..., or WANDB_MODE=offline and `wandb sync` later")
     return {"project": project or env.get("WANDB_PROJECT") or Path.cwd().resolve().name,
-            "entity": env.get("WANDB_ENTITY"), "api_key": env.get("WANDB_API_KEY")}
+            "entity": env.get("WANDB_ENTITY"), "api_key": env.get("WANDB_API_KEY"), "mode": core.wandb_mode(env),
+            "timeout": core.wandb_timeout(env)}
 
 
 def _check_writable(out_dir: Path) -> None:
@@ -83,7 +84,8 @@ def snapshot(
     if wb is not None:
         out.step(f"logging to W&B project {wb['project']}")
         info = core.log_to_wandb(out_dir, snap, run_name=f"{prof.name}-environment", project=wb["project"],
-                                 entity=wb["entity"], api_key=wb["api_key"], artifact_name=f"{prof.name}-environment")
+                                 entity=wb["entity"], api_key=wb["api_key"], artifact_name=f"{prof.name}-environment",
+                                 mode=wb["mode"], timeout=wb["timeout"])
     if json_:
         out.emit_json({"profile": prof.name, "out": str(out_dir), "files": {k: str(v) for k, v in files.items()},
                        "wandb": info, "snapshot": snap})

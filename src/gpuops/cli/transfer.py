@@ -24,6 +24,12 @@ def sync(
                                                      "without '/' matches at any depth."),
     gitignore: bool = typer.Option(False, "--gitignore", help="Also honour .gitignore files (off by default: data "
                                                               "folders are often git-ignored)."),
+    copy_links: Optional[bool] = typer.Option(None, "--copy-links/--no-copy-links",
+                                              help="Send what a symlink pointing outside the project points to, "
+                                                   "not the link (default: the profile's sync.copy_links, off).",
+                                              show_default=False),
+    yes: bool = typer.Option(False, "--yes", "-y", help="Do not ask before a large upload (over 500 MB, or far "
+                                                        "more than the code)."),
     json_: bool = JsonOpt,
     host: Optional[int] = HostOpt,
 ) -> None:
@@ -31,20 +37,27 @@ def sync(
     sync.exclude, .gpuopsignore and --exclude patterns. Never deletes remote files unless --delete.
     One SSH connection for the whole command; the checks (rsync there, the folder, room on its disk) run in rsync's
     own session (with --delete or --dry-run: one execution before it). A fleet profile is synced to every host in parallel (or --host N). `gpuops sync NAME` = `gpuops sync -p NAME`.
+    Before anything is sent: a large upload (over 500 MB, or above 100 MB and 50 times the code) is said with its
+    biggest folders and asked at a terminal (--yes: not asked; without a terminal: the warning, and the sync goes
+    on); symlinks pointing outside the project are said (--copy-links sends their targets).
     --json: the summary with a `warnings` list."""
     from ..profiles import model as profiles
     from ..remote.connection import shared
     from ..remote.rsync import require_local_rsync
     from ..transfer.sync import render_sync, sync_project
+    from .app import confirmer
 
     out = output(json_)
     prof = pick_profile(name, profile, out)
     require_local_rsync()  # before connecting: nothing to do without it
+    # a fleet's hosts are synced in parallel: said, not asked (the same upload goes to each)
+    confirm = None if (prof.is_fleet and host is None) or json_ else confirmer(yes)
 
     def one(node, node_out):
         with shared(node, announce=node_out.info) as remote:  # one OpenSSH connection, rsync's too
             summary = sync_project(node, remote, node_out, Path.cwd(), delete=delete, dry_run=dry_run,
-                                   excludes=exclude or (), gitignore=gitignore)
+                                   excludes=exclude or (), gitignore=gitignore, copy_links=copy_links,
+                                   confirm=confirm)
         return with_warnings(summary, out, node_out)
 
     if prof.is_fleet and host is None:

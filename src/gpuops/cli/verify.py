@@ -21,7 +21,8 @@ def verify(
     no_cuda: bool = typer.Option(False, "--no-cuda-check", help="Skip the CUDA tensor test (faster on busy GPUs)."),
     fail_on_warn: bool = typer.Option(False, "--fail-on-warn", help="Exit 1 on warnings too (for CI gates)."),
     bench: bool = typer.Option(False, "--bench", help="Also measure each GPU (bf16 matmul, device copy, ~1-2 s each; "
-                                                      "NCCL all-reduce on several GPUs) against its reference speed."),
+                                                      "NCCL all-reduce on several GPUs, judged by GPU model, count "
+                                                      "and message size) against its reference speed."),
     host: Optional[int] = HostOpt,
 ) -> None:
     """Check GPUs (identity and health: ECC, row remapping, throttling, PCIe link, Xid), driver, CUDA, Python and

@@ -125,10 +125,24 @@ def _iso(ts: Optional[float]) -> Optional[str]:
 
 
 # -- keys --------------------------------------------------------------------------------------------------------
+def require_key(key: Path, *, given: bool = True) -> None:
+    """The private key `up` and `run` register with the account must exist; the hint says how to make one (no
+    profile exists yet to point elsewhere)."""
+    if key.exists():
+        return
+    import shlex
+
+    raise UsageError(f"key file not found: {key}" if given else f"no SSH key given and {key} does not exist",
+                     hint=f"create one: mkdir -p -m 700 {shlex.quote(str(key.parent))} && "
+                          f"ssh-keygen -t ed25519 -f {shlex.quote(str(key))} -N ''   (or --key PATH to a private key "
+                          "you have)")
+
+
 def public_key_of(key: Path) -> str:
     """The OpenSSH public line of a private key file (its .pub if present, else derived)."""
     from ..remote.connection import check_key_file
 
+    require_key(key)
     check_key_file(key)
     pub = Path(str(key) + ".pub")
     if pub.is_file():

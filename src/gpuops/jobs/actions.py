@@ -61,11 +61,12 @@ class _Gate:
         pf, found = rl.preflight(remote, remote_dir, script_rel, node.python, packages,
                                  core.gate_params(node, remote_dir, env=self.env, modules=ji.probe_groups(self.needs)))
         pf.job_gpus = core.job_gpu_count(pf.facts, self.env, len(pf.gpus))
-        extra = core.gpu_holders(pf.facts, pf.active_pids, self.env)
+        extra = core.gpu_holders(pf.facts, pf.active_pids, self.env, active_ids=pf.active)
         gone = ji.missing(self.needs, core.found_modules(pf.facts))
         if gone:
             extra += ji.problems(gone, python=node.python, declared_names=ji.declared(self.project), table=self.table,
-                                 project_table=ji.has_project_table(self.project))
+                                 project_table=ji.has_project_table(self.project),
+                                 extras=ji.extras_only(self.project), wanted_extras=node.setup.extras)
         verdict = core.judge_preflight(pf, script_found=found, script=script_rel, remote_dir=remote_dir,
                                        min_disk_gb=node.expect.min_disk_gb, force=force, synced=sync,
                                        stack=core.gate_results(pf.facts, node, kb.knowledge(self.project), self.env),
@@ -87,6 +88,11 @@ def _prepare_run(prof, out, project: Path, *, script: str, name: Optional[str], 
     from ..profiles import model as profiles
 
     script_rel = core.script_path(script, project, must_exist=sync)
+    refuse_script(project, script_rel, "nothing was synced or launched")
+    if sync:  # a file the script names that the sync leaves out: said before anything is sent
+        from ..transfer.sync import warn_script_exclusions
+
+        warn_script_exclusions(out, project, script_rel, prof.sync.exclude)
     cli_env = core.parse_env_args(env)
     presets_doc = core.load_presets(project)
     started = clock()
@@ -96,10 +102,21 @@ def _prepare_run(prof, out, project: Path, *, script: str, name: Optional[str], 
     dotenv = profiles.read_dotenv(project / ".env")
     plan = core.plan_env(preset=prof.env_preset, presets_doc=presets_doc, profile_env=prof.env, cli_env=cli_env,
                          secret_names=prof.secrets, local_env=profiles.environment(project), run_id=rid,
-                         profile_name=prof.name, seed=seed, dotenv_names=[k for k in dotenv if k not in os.environ])
+                         profile_name=prof.name, seed=seed, dotenv_names=list(dotenv))
     for w in plan.warnings + dotenv_warnings(project / ".env", plan.secret_origin):
         out.warn(w)
     return script_rel, presets_doc, started, rid, plan
+
+
+def refuse_script(project: Path, script_rel: str, done: str) -> None:
+    """A script no host can run as it is (Windows line endings, relative imports run as a file), refused before
+    anything is done (`done` says what was not): script_imports.script_problems."""
+    from ..errors import ChecksFailed
+    from .script_imports import script_problems
+
+    found = script_problems(project, script_rel)
+    if found:
+        raise ChecksFailed("; ".join(p for p, _ in found) + f"; {done}", hint="\n".join(f for _, f in found))
 
 
 def dotenv_warnings(dotenv: Path, origins: dict[str, str]) -> list[str]:
@@ -171,6 +188,7 @@ def train(prof, out, project: Path, *, script: str, name: Optional[str] = None, 
         remote.close()
     _remember(prof, project)
     return {"run_id": rid, "profile": prof.name, "pid": pid, "remote_run_dir": abs_dir, "local_record": str(record),
+            "secrets": sorted(plan.secrets),
             "next": [f"gpuops watch {rid}", f"gpuops logs -f {rid}", f"gpuops stop {rid}"]}
 
 
@@ -202,7 +220,7 @@ def train_fleet(prof, out, project: Path, *, script: str, launcher: str = "none"
     _remember(prof, project)
     return {"run_id": rid, "profile": prof.name, "launcher": launcher, "nproc_per_node": per_node,
             "nodes": meta["nodes"], "pid": meta["pid"], "remote_run_dir": meta["remote_run_path"],
-            "local_record": str(record),
+            "local_record": str(record), "secrets": sorted(plan.secrets),
             "next": [f"gpuops watch {rid}", f"gpuops logs --all {rid}", f"gpuops stop {rid}"]}
 
 
@@ -596,8 +614,8 @@ def stop(prof, out, project: Path, meta: dict, grace: float) -> dict:
     rid, run_dir = meta["run_id"], meta["remote_run_dir"]
     remote = connect(prof, out)
     try:
-        out.step(f"stopping {rid}: SIGINT, then SIGTERM and SIGKILL after {grace:g}s each")
-        how, info = rl.stop(remote, rid, run_dir, grace)
+        how, info = rl.stop(remote, rid, run_dir, grace, on_stopping=lambda: out.step(
+            f"stopping {rid}: SIGINT, then SIGTERM and SIGKILL after {grace:g}s each"))
     finally:
         remote.close()
     if not info.exists:

@@ -13,6 +13,13 @@ from typing import Mapping, Optional, Sequence
 
 LAUNCHERS = ("none", "torchrun", "ray")
 NEEDS = {"torchrun": "torch", "ray": "ray"}  # the package each launcher runs from, in the profile's python
+# The launcher commands a .sh job may call, and the module each runs (its console script's): launch.sh gives a job
+# whose environment's bin/ lacks one (the torch is the image's, seen through --system-site-packages) a shim that runs
+# the module with the environment's python. Sources: pytorch.org/docs/stable/elastic/run.html (torchrun is
+# torch.distributed.run), accelerate's setup.py console_scripts (accelerate.commands.accelerate_cli:main),
+# deepspeed's bin/deepspeed (deepspeed.launcher.runner:main).
+LAUNCHER_COMMANDS = (("torchrun", "torch.distributed.run"), ("accelerate", "accelerate.commands.accelerate_cli"),
+                     ("deepspeed", "deepspeed.launcher.runner"))
 MASTER_PORT = 29500  # torch's default rendezvous port
 RAY_PORT = 6379  # Ray's default GCS port
 RAY_JOIN_TIMEOUT = 180  # seconds the head waits for every node to join, and a worker for the head

@@ -26,6 +26,10 @@ RUNNING, SUCCEEDED, FAILED, STOPPED, LOST = "running", "succeeded", "failed", "s
 ENDED = (SUCCEEDED, FAILED, STOPPED, LOST)
 ALWAYS_SECRET = ("WANDB_API_KEY",)
 RESERVED = ("GPUOPS_RUN_ID", "GPUOPS_RUN_DIR")
+# a variable whose name holds one of these words is a secret wherever it is given (--env, the profile's env:, .env)
+SECRET_WORDS = ("TOKEN", "KEY", "SECRET", "PASSWORD", "CREDENTIAL")
+# .env variables that are gpuops' own, never sent to the job: the Lambda API key and GPUOPS_* settings
+OWN_VARIABLES = ("LAMBDA_API_KEY",)
 _NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
 # the GPU sample format watch parses and the launch scripts ask nvidia-smi for
 GPU_QUERY = "index,name,utilization.gpu,memory.used,memory.total,temperature.gpu,power.draw"
@@ -86,6 +90,24 @@ class EnvPlan:
         return out
 
 
+def looks_secret(name: str) -> bool:
+    """A variable whose value must never be printed or recorded: its name holds TOKEN, KEY, SECRET, PASSWORD or
+    CREDENTIAL (any case), or it is WANDB_API_KEY."""
+    up = name.upper()
+    return name in ALWAYS_SECRET or any(w in up for w in SECRET_WORDS)
+
+
+def own_variable(name: str) -> bool:
+    """gpuops' own settings, read on this machine and never sent to a job (LAMBDA_API_KEY, GPUOPS_*)."""
+    return name in OWN_VARIABLES or name.startswith("GPUOPS_")
+
+
+def recordable_env(env: dict[str, str]) -> dict[str, str]:
+    """--env values that may be written to a record or printed: those whose names look secret are left out (a
+    record that must relaunch keeps them elsewhere, or asks again)."""
+    return {k: v for k, v in env.items() if not looks_secret(k)}
+
+
 def parse_env_args(items: Iterable[str]) -> dict[str, str]:
     """--env K=V (repeatable). `K=` (empty) unsets K for the job."""
     env: dict[str, str] = {}
@@ -125,7 +147,13 @@ def load_presets(project_dir: Path | None = None) -> dict:
 def plan_env(*, preset: Optional[str], presets_doc: dict, profile_env: dict[str, str], cli_env: dict[str, str],
              secret_names: Iterable[str], local_env: dict[str, str], run_id: str, profile_name: str,
              seed: Optional[int] = None, dotenv_names: Iterable[str] = ()) -> EnvPlan:
-    """Layer the job's environment: gpuops defaults < preset < profile env < --env < --seed; secrets aside."""
+    """Layer the job's environment: gpuops defaults < preset < profile env < --env < --seed; secrets aside.
+
+    Secrets (sent in a 0600 file, never printed, never in meta.json or launch.sh): WANDB_API_KEY, the profile's
+    secrets: names, every variable whose name looks secret (looks_secret) wherever it is given, and every variable
+    of the project's .env (dotenv_names: their values from local_env, the real environment winning) but gpuops' own
+    (own_variable). A .env variable that the preset, profile env: or --env also sets takes their value (as a plain
+    variable unless its name looks secret); over gpuops' defaults (WANDB_RUN_NAME...) the .env value wins."""
     plan = EnvPlan()
     layers: list[tuple[str, str, Optional[str], str]] = [
         ("WANDB_RUN_NAME", run_id, "gpuops", "default: the run id"),
@@ -153,23 +181,26 @@ def plan_env(*, preset: Optional[str], presets_doc: dict, profile_env: dict[str,
             plan.warnings.append("--seed overrides PYTHONHASHSEED from the profile or --env")
 
     secrets = list(dict.fromkeys([*ALWAYS_SECRET, *secret_names]))
+    dotenv = [n for n in dict.fromkeys(dotenv_names) if not own_variable(n) and n not in RESERVED]
+    given = {name for name, _, origin, _ in layers if origin != "gpuops"}
     for name, value, origin, reason in layers:
         if name in RESERVED:
             plan.warnings.append(f"{name} is set by gpuops; the value from {origin} is ignored")
             continue
-        if name in secrets:
+        if origin == "gpuops" and name in dotenv:
+            continue  # the project's .env says otherwise: its value, as a secret
+        if name in secrets or looks_secret(name):
             if value:  # a secret given in the profile or --env: still a secret
                 plan.secrets[name] = value
                 plan.secret_origin[name] = origin
             continue
         plan.vars.pop(name, None)  # later wins, and keeps the later position
         plan.vars[name] = EnvVar(name, value, origin, reason)
-    dotenv = set(dotenv_names)
-    for name in secrets:
+    for name in secrets + [n for n in dotenv if n not in given and n not in secrets]:
         if name in plan.secrets:
             continue
         val = local_env.get(name)
-        if val:
+        if val is not None and (val or name in dotenv):
             plan.secrets[name] = val
             plan.secret_origin[name] = ".env" if name in dotenv else "local environment"
         elif name not in ALWAYS_SECRET:
@@ -422,6 +453,7 @@ class Preflight:
     has_setsid_fork: bool = True
     job_gpus: int = 0  # the GPUs the job is given: all listed, or those its CUDA_VISIBLE_DEVICES names (job_gpu_count)
     compile_error: Optional[str] = None  # the launch gate: the script does not compile (.py) or is unreadable
+    python_found: Optional[bool] = None  # the launch gate: the profile's python exists on the host (None: not asked)
     facts: Optional[dict] = None  # the launch gate: the verify probe's document (stack facts), when gathered
 
 
@@ -437,6 +469,8 @@ def parse_preflight(text: str) -> Preflight:
                 gpu_rc = int(head[1]) if len(head) > 1 and head[1].lstrip("-").isdigit() else 1
             elif section == "setsid":
                 pf.has_setsid_fork = len(head) > 1 and head[1] == "1"
+            elif section == "python":
+                pf.python_found = len(head) > 1 and head[1] == "1"
             elif section == "compile":
                 msg = line[len("@compile"):].strip()
                 pf.compile_error = None if msg == "ok" else (msg or "the script could not be compiled")
@@ -577,11 +611,14 @@ APPS_COMMAND = "nvidia-smi --query-compute-apps=pid,process_name,used_memory --f
 
 
 def gpu_holders(facts_doc: Optional[dict], active_pids: Iterable[int],
-                env: Optional[dict[str, Optional[str]]] = None) -> list[tuple[str, list[str]]]:
+                env: Optional[dict[str, Optional[str]]] = None,
+                active_ids: Optional[Iterable[str]] = None) -> list[tuple[str, list[str]]]:
     """The GPUs the job will see (CUDA_VISIBLE_DEVICES of `env`, else the host's) holding memory of a process that is
-    not a gpuops run: one (problem, fix lines) per process. A gpuops run's process: its process group or session is
-    an active run's launcher (active_pids), or its environment names GPUOPS_RUN_ID. Pure: the probe's gpu_apps fact
-    (nvidia-smi's compute processes, raw, and /proc facts per pid)."""
+    not a running gpuops run: one (problem, fix lines) per process. A running gpuops run's process: its process group
+    or session is an active run's launcher (active_pids), or its environment names GPUOPS_RUN_ID of an active run
+    (active_ids; None: any run id). A process of a run that has ended or was stopped (a child that left the run's
+    session) holds the GPU as any other process does. Pure: the probe's gpu_apps fact (nvidia-smi's compute
+    processes, raw, and /proc facts per pid)."""
     from ..verify.facts import fact_value, from_probe
 
     apps = fact_value(facts_doc or {}, "gpu_apps")
@@ -601,12 +638,14 @@ def gpu_holders(facts_doc: Optional[dict], active_pids: Iterable[int],
         if seen is not None and gpu not in seen:
             continue
         who = (apps.get("procs") or {}).get(str(pid)) or {}
-        if who.get("run_id") or who.get("pgid") in ours or who.get("sid") in ours:
+        rid = who.get("run_id")
+        if (rid and (active_ids is None or rid in active_ids)) or who.get("pgid") in ours or who.get("sid") in ours:
             continue
         held = f"{mem} MiB" if mem.isdigit() else f"memory ({mem})"
         owner = f", user {who['user']}" if who.get("user") else ""
-        out.append((f"GPU {gpu if gpu is not None else uuid} holds {held} of process {pid} ({name}{owner}), "
-                    "which is not a gpuops run",
+        what = (f"a process left over from gpuops run {rid}, which is not running (stop it: gpuops stop {rid})"
+                if rid else "which is not a gpuops run")
+        out.append((f"GPU {gpu if gpu is not None else uuid} holds {held} of process {pid} ({name}{owner}), " + what,
                     [f"fix (process {pid}): see it with `{APPS_COMMAND}` and `ps -o pid,user,etime,cmd -p {pid}`; "
                      "stop it, or give the job another GPU (CUDA_VISIBLE_DEVICES in the profile's env: or --env)"]))
     return out
@@ -641,14 +680,18 @@ def judge_preflight(pf: Preflight, *, script_found: bool, script: str, remote_di
     problems = []
     fixes = []
     need = NEEDS.get(launcher)
-    if need and pf.packages is not None and not pf.packages.get(need):
+    if pf.python_found is False:  # nothing it would run can be judged: said once, with what makes it
+        problems.append(f"the profile's python {python} does not exist on the host yet")
+        fixes.append("fix: run `gpuops setup` (it creates the environment that the profile's python: names and "
+                     "installs the project into it), or correct python: in the profile")
+    elif need and pf.packages is not None and not pf.packages.get(need):
         problems.append(f"--launcher {launcher} needs {need}, and {python} has no {need} installed")
         fixes.append(f"fix: put {need} in the project's dependencies (or expect.packages) and run gpuops setup")
     for r in stack:
         problems.append(gate_line(r))
         if r.remediation:
             fixes.append(f"fix ({r.title}): {r.remediation}")
-    if script_found and pf.compile_error:
+    if script_found and pf.compile_error and pf.python_found is not False:
         problems.append(f"script {script} does not compile: {pf.compile_error}")
         fixes.append(f"fix: correct {script} (python -m py_compile {script} shows the error locally)")
     for problem, fix in extra:
@@ -683,9 +726,10 @@ def status_rows(metas: dict[str, dict], infos: dict[str, RunInfo], now: float) -
     for rid, m in metas.items():
         info = infos.get(rid) or RunInfo(run_id=rid, exists=False)
         started = info.started or m.get("started_ts")
+        elapsed = info.elapsed(now) if info.started else None
         rows.append({"run_id": rid, "script": m.get("script"), "state": info.state, "exit_code": info.exit_code,
-                     "started": started, "elapsed": info.elapsed(now) if info.started else None,
-                     "pid": info.pid, "stopped": info.stopped})
+                     "started": started, "elapsed": elapsed, "pid": info.pid, "stopped": info.stopped,
+                     "cost": cost(elapsed, m.get("price_per_hour"))})  # USD, from the profile's price_per_hour
     rows.sort(key=lambda r: (r["started"] or 0, r["run_id"]), reverse=True)
     return rows
 

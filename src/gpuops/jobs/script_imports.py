@@ -12,8 +12,10 @@ What counts as needed, so that a refusal is never a false alarm:
   folder: `foo.py` or `foo/__init__.py`, and the project root and `src/` layouts);
 - a `.sh` script: each simple command that runs `python`/`python3`/`python3.X` (after `exec`, `nohup`, `time`,
   `env`, `uv run` and `VAR=value` prefixes) with `X.py` (X.py's imports as above) or `-m module` (its top-level name;
-  the project's own module: its imports one level), and `torchrun ... X.py` / `python -m torch.distributed.run ...
-  X.py` (torch, and X.py's imports). A word with a shell variable, a line that sets PYTHONPATH, a python given by
+  the project's own module: its imports one level), and the launchers of SCRIPT_LAUNCHERS: `torchrun ... X.py` /
+  `python -m torch.distributed.run ... X.py` (torch, and X.py's imports), `accelerate launch ... X.py` (accelerate),
+  `deepspeed ... X.py` (deepspeed), each also as `python -m` its module. An option's value may hold a shell
+  variable (`--nproc_per_node $N`); a script word with one, a line that sets PYTHONPATH, a python given by
   path, and a script that switches environment (`activate`, `conda`) are not read: nothing is inferred from them.
 - a file that changes sys.path (or a shell script that sets PYTHONPATH) may import the project's modules from any of
   its folders: its imports whose name is a folder or a .py file anywhere in the project are not required.
@@ -38,6 +40,17 @@ NEVER = {"__future__", "__main__"}
 PYTHON = re.compile(r"python(3(\.\d+)?)?\Z")
 ASSIGN = re.compile(r"[A-Za-z_][A-Za-z0-9_]*=")
 TORCHRUN_MODULES = ("torch.distributed.run", "torch.distributed.launch")
+# Launchers that run a Python script with the job's python: the command (its words), the package it runs from (the
+# module the job's python must find), its `python -m` modules. torchrun's options are read exactly (TORCHRUN_FLAGS);
+# the others' script is their first word that ends in .py (their options' values are numbers, names and files that
+# are not .py). Sources: pytorch.org/docs/stable/elastic/run.html (torchrun = python -m torch.distributed.run),
+# huggingface.co/docs/accelerate/package_reference/cli (accelerate launch), deepspeed.ai/getting-started
+# ("deepspeed <client_entry.py> <client args>"; the runner is deepspeed.launcher.runner).
+SCRIPT_LAUNCHERS = (
+    (("torchrun",), "torch", TORCHRUN_MODULES),
+    (("accelerate", "launch"), "accelerate", ("accelerate.commands.launch",)),
+    (("deepspeed",), "deepspeed", ("deepspeed.launcher.runner",)),
+)
 # torchrun options that take no value (every other option takes one, as `--opt value` or `--opt=value`)
 TORCHRUN_FLAGS = {"--standalone", "--module", "-m", "--no-python", "--no_python", "--run-path", "--run_path"}
 # uv run: options whose value follows; options that make uv run another environment than the one setup built
@@ -99,9 +112,11 @@ def _suppresses_import_error(item: ast.withitem) -> bool:
         any(_names(a) & GUARDS for a in call.args)
 
 
-def required_imports(source: str | bytes, *, as_main: bool = True) -> list[tuple[str, list[str]]]:
+def required_imports(source: str | bytes, *, as_main: bool = True,
+                     relative: bool = False) -> list[tuple[str, list[str]]]:
     """The absolute imports that run when the file runs (as `__main__` or imported): [(module, names imported from
-    it)], in order. Conditional ones (see the module's docstring) are left out. A file that does not parse: []."""
+    it)], in order. Conditional ones (see the module's docstring) are left out. A file that does not parse: [].
+    relative: the relative ones instead (`from .model import Net` -> (".model", ["Net"]))."""
     try:
         tree = ast.parse(source)
     except (SyntaxError, ValueError):
@@ -111,9 +126,12 @@ def required_imports(source: str | bytes, *, as_main: bool = True) -> list[tuple
     def walk(body: Iterable[ast.stmt]) -> None:
         for st in body:
             if isinstance(st, ast.Import):
-                found.extend((a.name, []) for a in st.names)
+                if not relative:
+                    found.extend((a.name, []) for a in st.names)
             elif isinstance(st, ast.ImportFrom):
-                if not st.level and st.module:
+                if relative and st.level:
+                    found.append(("." * st.level + (st.module or ""), [a.name for a in st.names if a.name != "*"]))
+                elif not relative and not st.level and st.module:
                     found.append((st.module, [a.name for a in st.names if a.name != "*"]))
             elif isinstance(st, ast.If):
                 if _is_main_test(st.test):
@@ -225,6 +243,8 @@ class Invocation:
     target: str  # X.py, or the dotted module
     torchrun: bool = False
     cwd: Optional[str] = None  # the folder it runs in, relative to the project, when the script `cd`s literally
+    launcher: Optional[str] = None  # the launcher's words ("torchrun", "accelerate launch", "deepspeed")
+    package: Optional[str] = None  # the module the launcher runs from (torch, accelerate, deepspeed)
 
 
 def _simple_commands(text: str) -> Iterator[list[str]]:
@@ -292,6 +312,9 @@ def _python_invocation(args: list[str]) -> Optional[Invocation]:
                 after = args[i + 1:] if rest else args[i + 2:]
                 if mod in TORCHRUN_MODULES:
                     return _torchrun_invocation(after)
+                for words, package, modules in SCRIPT_LAUNCHERS[1:]:
+                    if mod in modules:
+                        return _launcher_invocation(after, " ".join(words), package)
                 return Invocation("module", mod)
             if ch in "WX":
                 i += 0 if rest else 1
@@ -305,17 +328,31 @@ def _torchrun_invocation(args: list[str]) -> Optional[Invocation]:
     i = 0
     while i < len(args):
         a = args[i]
-        if "$" in a or "`" in a:
-            return None
-        if a.startswith("-"):
+        if a.startswith("-"):  # an option (its value may hold a shell variable: only the script's word matters)
             if a in ("--no-python", "--no_python"):
                 return None
             module = module or a in ("-m", "--module")
             i += 1 if (a in TORCHRUN_FLAGS or "=" in a) else 2
             continue
+        if "$" in a or "`" in a:
+            return None
+        how = dict(launcher="torchrun", package="torch")
         if module:
-            return Invocation("module", a, torchrun=True)
-        return Invocation("script", a, torchrun=True) if a.endswith(".py") else None
+            return Invocation("module", a, torchrun=True, **how)
+        return Invocation("script", a, torchrun=True, **how) if a.endswith(".py") else None
+    return None
+
+
+def _launcher_invocation(args: list[str], launcher: str, package: str) -> Optional[Invocation]:
+    """`accelerate launch [options] X.py ...`, `deepspeed [options] X.py ...`: X.py is the first word that ends in
+    .py; a launcher told to run a module or no python (-m, --module, --no_python) is not read."""
+    for a in args:
+        if a in ("-m", "--module", "--no_python", "--no-python", "--no_local_rank"):
+            return None
+        if a.endswith(".py") and not a.startswith("-"):
+            if "$" in a or "`" in a:
+                return None
+            return Invocation("script", a, launcher=launcher, package=package)
     return None
 
 
@@ -362,6 +399,9 @@ def invocation(words: list[str]) -> Optional[Invocation]:
         return _python_invocation(args)
     if cmd == "torchrun":
         return _torchrun_invocation(args)
+    for launcher, package, _ in SCRIPT_LAUNCHERS[1:]:
+        if tuple(words[i:i + len(launcher)]) == launcher:
+            return _launcher_invocation(words[i + len(launcher):], " ".join(launcher), package)
     return None
 
 
@@ -381,7 +421,7 @@ def shell_invocations(text: str) -> list[Invocation]:
             continue
         inv = invocation(words)
         if inv:
-            out.append(Invocation(inv.kind, inv.target, inv.torchrun, cwd))
+            out.append(replace(inv, cwd=cwd))
     return out
 
 
@@ -411,8 +451,8 @@ def _shell_runs(project: Path, script: str, text: str, namespaces: list[str]) ->
     for inv in shell_invocations(text):
         dirs = [d for d in dict.fromkeys([_normal_dir(inv.cwd) if inv.cwd is not None else None, "", sh_dir])
                 if d is not None and d != "\0"]
-        if inv.torchrun:
-            needs.append(Need("torch", "torch", script, "runs torchrun, which imports", dirs[0]))
+        if inv.launcher:
+            needs.append(Need(inv.package, inv.package, script, f"runs {inv.launcher}, which imports", dirs[0]))
         if inv.kind == "script":
             for d in dirs:
                 f = project / d / inv.target if d else project / inv.target
@@ -438,6 +478,39 @@ def _shell_runs(project: Path, script: str, text: str, namespaces: list[str]) ->
                 needs += _file_needs(project, f, f"{_rel(project, f)} (run by {script})", path0, namespaces,
                                      as_main=f == files[-1])[0]
     return needs
+
+
+# -- what no host can run ----------------------------------------------------------------------------------------
+def script_problems(project: Path, script: str) -> list[tuple[str, str]]:
+    """(problem, fix) for a --script that fails on any host, read from the local file before anything is synced,
+    launched or billed: a shell script with Windows line endings (bash reads `set -e\\r`: error checking silently
+    off, and its last argument arrives as "\\r"; gpuops refuses it rather than converting a file the user keeps), a
+    .py script with relative imports at module level (they fail when it runs as a file: run it as a module)."""
+    text = _read(project / script)
+    if text is None:
+        return []
+    out = []
+    shell = script.endswith((".sh", ".bash")) or re.match(rb"#!\s*\S*(/|env\s+)(ba|da|z)?sh\b", text[:80])
+    if shell and b"\r\n" in text:
+        n = text.count(b"\r\n")
+        q = shlex.quote(script)
+        out.append((f"{script} has Windows line endings (CRLF, {n} line(s)): bash would read `set -e` as `set -e\\r` "
+                    "(error checking off) and pass a \"\\r\" as each line's last argument",
+                    f"fix: convert it to Unix line endings: sed -i 's/\\r$//' {q} (or dos2unix {q}); "
+                    "git config core.autocrlf input keeps it so"))
+    if script.endswith(".py"):
+        rel = required_imports(text, relative=True)
+        if rel:
+            parts = PurePosixPath(script[:-3]).parts
+            parts = parts[1:] if parts[:1] == ("src",) and len(parts) > 2 else parts
+            module = ".".join(parts)
+            out.append((f"{script} uses relative imports ({', '.join(f'from {m} import ...' for m, _ in rel[:2])}), "
+                        "which fail when it runs as a file (\"attempted relative import with no known parent "
+                        "package\")",
+                        f"fix: run it as a module, -m {module}: a run.sh holding `python -m {module} \"$@\"` given as "
+                        "--script" if len(parts) > 1 else "fix: a file at the project's top is no package's module: "
+                        "import absolutely (from model import Net for from .model import Net)"))
+    return out
 
 
 # -- what a job needs ---------------------------------------------------------------------------------------------
@@ -593,18 +666,38 @@ def declared(project: Path) -> dict[str, str]:
     return out
 
 
+def extras_only(project: Path) -> dict[str, list[str]]:
+    """Distributions pyproject.toml names only under [project.optional-dependencies] (normalized name -> the extras
+    that name it): setup installs them only for the extras the profile's setup.extras names."""
+    py = _toml(project / "pyproject.toml") or {}
+    proj = py.get("project") if isinstance(py.get("project"), dict) else {}
+    main = {normalize(n) for n in (_requirement_name(i) for i in proj.get("dependencies") or [] if isinstance(i, str))
+            if n}
+    main |= set(requirements_names(project, "requirements.txt"))
+    out: dict[str, list[str]] = {}
+    opt = proj.get("optional-dependencies") if isinstance(proj.get("optional-dependencies"), dict) else {}
+    for extra, items in opt.items():
+        for item in items if isinstance(items, list) else []:
+            name = _requirement_name(item) if isinstance(item, str) else None
+            if name and normalize(name) not in main:
+                out.setdefault(normalize(name), []).append(str(extra))
+    return out
+
+
 def has_project_table(project: Path) -> bool:
     py = _toml(project / "pyproject.toml") or {}
     return isinstance(py.get("project"), dict)
 
 
 # -- the judgement --------------------------------------------------------------------------------------------------
+def _row(module: str, table: list[dict]) -> dict:
+    return next((r for r in table or [] if str(r.get("module")) == module), {})
+
+
 def distributions(module: str, table: list[dict]) -> list[str]:
     """The distributions that provide an import name (modules.yaml), the first the one to add; else the name."""
-    for row in table or []:
-        if str(row.get("module")) == module:
-            return [str(row["distribution"]), *[str(a) for a in row.get("also") or []]]
-    return [module]
+    row = _row(module, table)
+    return [str(row["distribution"]), *[str(a) for a in row.get("also") or []]] if row else [module]
 
 
 def namespaces(table: list[dict]) -> list[str]:
@@ -620,9 +713,11 @@ def missing(needs: list[Need], found: Optional[dict]) -> list[Need]:
 
 
 def problems(gone: list[Need], *, python: str, declared_names: dict[str, str], table: list[dict],
-             project_table: bool) -> list[tuple[str, list[str]]]:
+             project_table: bool, extras: Optional[dict[str, list[str]]] = None,
+             wanted_extras=()) -> list[tuple[str, list[str]]]:
     """One (problem, fix lines) per file that needs missing modules, worded like the gate's other problems:
-    `train.py imports wandb, which ~/.venvs/gpuops/bin/python cannot import`."""
+    `train.py imports wandb, which ~/.venvs/gpuops/bin/python cannot import`. extras: extras_only(project);
+    wanted_extras: the profile's setup.extras (a list, or "all")."""
     groups: dict[tuple[str, str], list[Need]] = {}
     for n in gone:
         groups.setdefault((n.source, n.how), []).append(n)
@@ -630,12 +725,13 @@ def problems(gone: list[Need], *, python: str, declared_names: dict[str, str], t
     for (source, how), ns in groups.items():
         names = [n.shown for n in ns]
         listed = names[0] if len(names) == 1 else ", ".join(names[:-1]) + " and " + names[-1]
-        out.append((f"{source} {how} {listed}, which {python} cannot import", [_fix(n, declared_names, table,
-                                                                                      project_table) for n in ns]))
+        out.append((f"{source} {how} {listed}, which {python} cannot import",
+                    [_fix(n, declared_names, table, project_table, extras or {}, wanted_extras) for n in ns]))
     return out
 
 
-def _fix(n: Need, declared_names: dict[str, str], table: list[dict], project_table: bool) -> str:
+def _fix(n: Need, declared_names: dict[str, str], table: list[dict], project_table: bool,
+         extras: dict[str, list[str]], wanted_extras) -> str:
     head = f"fix ({n.shown}): "
     if n.local:
         if n.local_root == n.path0:  # python finds it there once it is on the host
@@ -647,7 +743,19 @@ def _fix(n: Need, declared_names: dict[str, str], table: list[dict], project_tab
         return head + (f"it is the project's own module ({n.local}), not on the job's path: set PYTHONPATH "
                        f"(--env PYTHONPATH={n.local_root or '.'} or the profile's env:)")
     dists = distributions(n.module, table)
+    row = _row(n.module, table)
+    if row.get("setup") == "expect.packages":  # built against torch: setup's own step installs it (modules.yaml)
+        return head + (f"{dists[0]} is built for the exact torch, CUDA and Python: name it in the profile's "
+                       f"expect.packages ({dists[0]}: \"*\" or a version), and gpuops setup installs a prebuilt "
+                       "wheel that matches them, else builds it (MAX_JOBS, --no-build-isolation); a requirements "
+                       "line builds it against whatever torch the installer picks, or fails")
     hit = next((normalize(d) for d in dists if normalize(d) in declared_names), None)
+    wanted = [] if wanted_extras == "all" else list(wanted_extras or [])
+    if hit and hit in extras and wanted_extras != "all" and not set(extras[hit]) & set(wanted):
+        names = extras[hit]
+        return head + (f"the project lists {hit} only in pyproject.toml's extra {' or '.join(names)}, which setup "
+                       f"does not install: add it to the profile's setup.extras (setup: {{extras: [{names[0]}]}}), "
+                       "then gpuops setup")
     if hit:
         return head + f"gpuops setup (the project lists {hit} in {declared_names[hit]}; setup installs it)"
     return head + f"add {dists[0]} to the project's requirements, then gpuops setup"

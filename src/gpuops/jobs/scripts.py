@@ -15,7 +15,7 @@ from __future__ import annotations
 import json
 import secrets as _random
 import shlex
-from typing import Iterable, Optional
+from typing import Callable, Iterable, Optional
 
 from ..errors import RemoteError, UsageError
 from ..profiles.model import shell_command, shell_path
@@ -68,7 +68,7 @@ def gate_lines(remote_dir: str, script: Optional[str], python: str, probe_params
     verify probe's stack facts (torch build, CUDA, GPU count, flash-attn import) under `@facts`."""
     P = shell_path(remote_dir)
     first = shell_path((shlex.split(python) or ["python3"])[0])
-    out = ""
+    out = f'if command -v {first} >/dev/null 2>&1; then echo "@python 1"; else echo "@python 0"; fi\n'
     if script:
         f = f"{P}/{shlex.quote(script)}"
         if script.endswith(".py"):
@@ -87,17 +87,30 @@ def gate_lines(remote_dir: str, script: Optional[str], python: str, probe_params
 
 def venv_lines(python: str) -> list[str]:
     """launch.sh lines: when the profile's Python lives in a virtual environment (its bin/ holds pyvenv.cfg one level
-    up), that bin/ goes first on PATH and VIRTUAL_ENV is set, so `python`/`pip` in a .sh job are the profile's; and
-    `uv run` in the job uses that environment as it is (UV_PROJECT_ENVIRONMENT, UV_NO_SYNC): the one setup built,
+    up), that bin/ goes first on PATH and VIRTUAL_ENV is set, so `python`/`pip` in a .sh job are the profile's; a
+    launcher command the environment's bin/ lacks (its torch is the image's, seen through --system-site-packages:
+    torchrun, accelerate, deepspeed of launchers.LAUNCHER_COMMANDS) is a shim in the run folder's bin/, next on PATH,
+    that runs it with the environment's python (`python -m torch.distributed.run`), never the system python's copy;
+    and `uv run` in the job uses that environment as it is (UV_PROJECT_ENVIRONMENT, UV_NO_SYNC): the one setup built,
     extras included, with nothing installed while the instance bills. The profile's env: may set either otherwise."""
+    from .launchers import LAUNCHER_COMMANDS
+
     first = (shlex.split(python) or ["python3"])[0]
     if "/" not in first:
         return []
+    shims = " ".join(f"{cmd}:{mod}" for cmd, mod in LAUNCHER_COMMANDS)
     return [f"gpuops_py={shell_path(first)}",
             'gpuops_bin=$(dirname "$gpuops_py")',
             'if [ -f "$gpuops_bin/../pyvenv.cfg" ]; then',
             '  VIRTUAL_ENV=$(cd "$gpuops_bin/.." && pwd); export VIRTUAL_ENV',
-            '  PATH="$VIRTUAL_ENV/bin:$PATH"; export PATH; unset PYTHONHOME',
+            '  mkdir -p "$D/bin"',
+            f"  for gpuops_l in {shims}; do",
+            '    gpuops_c=${gpuops_l%%:*}',
+            '    [ -e "$VIRTUAL_ENV/bin/$gpuops_c" ] || printf \'#!/bin/sh\\nexec "%s" -m %s "$@"\\n\' '
+            '"$VIRTUAL_ENV/bin/$(basename "$gpuops_py")" "${gpuops_l#*:}" > "$D/bin/$gpuops_c"',
+            '    [ -e "$VIRTUAL_ENV/bin/$gpuops_c" ] || chmod 755 "$D/bin/$gpuops_c"',
+            "  done",
+            '  PATH="$VIRTUAL_ENV/bin:$D/bin:$PATH"; export PATH; unset PYTHONHOME',
             '  UV_PROJECT_ENVIRONMENT=${UV_PROJECT_ENVIRONMENT:-$VIRTUAL_ENV}; export UV_PROJECT_ENVIRONMENT',
             '  UV_NO_SYNC=${UV_NO_SYNC:-1}; export UV_NO_SYNC',
             "fi"]
@@ -432,23 +445,42 @@ def tail(remote, run_id: str, run_dir: str, lines: int) -> tuple[RunInfo, str]:
 
 
 def stop_script(run_id: str, run_dir: str, grace: float) -> str:
+    """Stop every process of the run: its launcher's process group, and every process whose environment carries the
+    run's marker (GPUOPS_RUN_DIR, the run folder, which launch.sh exports and children inherit), found in
+    /proc/<pid>/environ: a child that started its own session (setsid, start_new_session=True) has left the group
+    but still carries it. SIGINT, then SIGTERM, then SIGKILL, `grace` seconds apart. A run whose launcher has ended
+    while such a process lives on is not `notrunning`: those processes are ended too."""
     D = shell_path(run_dir)
     ticks = max(1, int(round(grace * 10)))
     rid = shlex.quote(run_id)
     return STATE_FN + f"""
 D={D}
 p=$(cat "$D/pid" 2>/dev/null)
-if [ -z "$p" ]; then echo "@stop nopid"; gpuops_state "$D" {rid}; exit 0; fi
-galive() {{ env kill -0 -- -"$p" 2>/dev/null; }}
+A=$(cd "$D" 2>/dev/null && pwd -P)
+members() {{ [ -n "$A" ] || return 0; grep -lzxF -- "GPUOPS_RUN_DIR=$A" /proc/[0-9]*/environ 2>/dev/null | sed 's#^/proc/##; s#/environ$##' | grep -vx -- "$$"; }}
+# the group alive: a process of it that is not a zombie (a launcher that ended but was not reaped yet, as under a
+# container's init that does not reap, is gone); without ps, kill -0 says it
+galive_group() {{
+  [ -n "$p" ] && env kill -0 -- -"$p" 2>/dev/null || return 1
+  gpuops_ps=$(ps -e -o pgid= -o stat= 2>/dev/null) || return 0
+  printf '%s\n' "$gpuops_ps" | awk -v g="$p" '$1 == g && $2 !~ /^Z/ {{ found = 1 }} END {{ exit !found }}'
+}}
+galive() {{ galive_group || [ -n "$(members)" ]; }}
+sendall() {{ [ -n "$p" ] && env kill -s "$1" -- -"$p" 2>/dev/null; m=$(members); [ -n "$m" ] && env kill -s "$1" $m 2>/dev/null; return 0; }}
+if [ -z "$p" ] && [ -z "$(members)" ]; then echo "@stop nopid"; gpuops_state "$D" {rid}; exit 0; fi
 if ! galive; then echo "@stop notrunning"; gpuops_state "$D" {rid}; exit 0; fi
-gone() {{ i=0; while galive && [ $i -lt $1 ]; do sleep 0.1; i=$((i+1)); done; ! galive; }}
+echo "@stopping"
+had_rc=0; [ -f "$D/exit_code" ] && had_rc=1
+gone() {{ i=0; while [ $i -lt $1 ]; do
+  if galive_group; then :; elif [ -z "$(members)" ]; then return 0; fi
+  sleep 0.1; i=$((i+1)); done; ! galive; }}
 req=$(date +%s)
 sig=INT
-env kill -s INT -- -"$p" 2>/dev/null
+sendall INT
 if ! gone {ticks}; then
-  sig=TERM; env kill -s TERM -- -"$p" 2>/dev/null
+  sig=TERM; sendall TERM
   if ! gone {ticks}; then
-    sig=KILL; env kill -s KILL -- -"$p" 2>/dev/null
+    sig=KILL; sendall KILL
     gone 50
   fi
 fi
@@ -458,21 +490,37 @@ if [ ! -f "$D/exit_code" ]; then
   echo 137 > "$D/exit_code"
 fi
 rm -f {ACTIVE_DIR}/{rid}
+if [ "$had_rc" = 0 ]; then
 printf '{{"by": "gpuops stop", "signal": "%s", "requested": %s, "ended": %s, "grace": {float(grace)}}}\\n' "$sig" "$req" "$now" > "$D/stop.json"
+fi
 echo "@stop $sig"
 gpuops_state "$D" {rid}
 """
 
 
-def stop(remote, run_id: str, run_dir: str, grace: float) -> tuple[str, RunInfo]:
-    res = remote.run("sh -s", stdin=stop_script(run_id, run_dir, grace), timeout=3 * grace + 60)
+def stop(remote, run_id: str, run_dir: str, grace: float,
+         on_stopping: Optional[Callable[[], None]] = None) -> tuple[str, RunInfo]:
+    """Stop the run in one execution, read as it goes: on_stopping() is called once the host found the run alive
+    and is about to signal it (so "stopping..." is said only for a run that runs)."""
+    chan = remote.stream("sh -s")
+    lines = []
+    try:
+        chan.sendall(stop_script(run_id, run_dir, grace).encode())
+        chan.shutdown_write()
+        for line in remote.iter_lines(chan, idle_timeout=3 * grace + 60):
+            if line == "@stopping" and on_stopping is not None:
+                on_stopping()
+            lines.append(line)
+        err = chan.recv_stderr(1 << 16).decode("utf-8", "replace") if chan.recv_stderr_ready() else ""
+    finally:
+        chan.close()
     how, info = "", None
-    for line in res.stdout.splitlines():
+    for line in lines:
         if line.startswith("@stop "):
             how = line.split(" ", 1)[1].strip()
         elif line.startswith("RUN "):
             info = parse_state_line(line)
     if not how:
-        detail = (res.stderr.strip() or res.stdout.strip()).splitlines()[-1:] or [f"exit {res.rc}"]
+        detail = (err.strip() or "\n".join(lines).strip()).splitlines()[-1:] or ["no answer"]
         raise RemoteError(f"stop of {run_id} failed: {detail[0]}")
     return how, info or RunInfo(run_id=run_id)

@@ -66,6 +66,8 @@ class SignalModel:
         self.loss_keys = list(prog.get("loss_keys") or ["loss"])
         self._progress = [(p, _rx(p["match"], bool(p.get("ignore_case")))) for p in prog.get("patterns") or []]
         self._total = [_rx(p, True) for p in prog.get("total_patterns") or []]
+        self._rates = [(p, _rx(p["match"], bool(p.get("ignore_case")))) for p in prog.get("throughput_patterns") or []]
+        self.throughput: Optional[tuple[float, str]] = None  # the last (value, unit) a line gave
         # progress state
         self.step: Optional[int] = None
         self.loss: Optional[float] = None
@@ -90,6 +92,8 @@ class SignalModel:
 
     # -- log lines ------------------------------------------------------------------------------------------
     def line(self, text: str, ts: float) -> list[dict]:
+        if "\r" in text:  # a progress bar redrawn in place: its last state is the line
+            text = next((part for part in reversed(text.split("\r")) if part.strip()), "")
         new: list[dict] = []
         for s, rxs in self._line_rules:
             if s["id"] not in self.raised and any(rx.search(text) for rx in rxs):
@@ -100,6 +104,7 @@ class SignalModel:
                 if m:
                     self.total = int(m.group("total").replace(",", ""))
                     break
+        self._parse_throughput(text)
         got = self._parse_progress(text)
         if got is not None:
             step, loss, total = got
@@ -128,6 +133,15 @@ class SignalModel:
             self.format = p.get("name")
             return step, loss, total
         return None
+
+    def _parse_throughput(self, text: str) -> None:
+        for p, rx in self._rates:
+            m = rx.search(text)
+            value = _float(m.group("value")) if m else None
+            if value is not None:
+                unit = str(p.get("unit") or "{unit}").format(unit=(m.groupdict().get("unit") or "").lower())
+                self.throughput = (value, unit)
+                return
 
     def _advance(self, step, loss, total, ts, text) -> list[dict]:
         new: list[dict] = []
@@ -180,8 +194,9 @@ class SignalModel:
         return None
 
     def progress(self, now: float) -> Optional[dict]:
-        """{step, total, loss, losses, sparkline, steps_per_min, seconds_left, cost_at_end, format}; None before any."""
-        if self.step is None and self.loss is None:
+        """{step, total, loss, losses, sparkline, steps_per_min, seconds_left, cost_at_end, format, throughput,
+        throughput_unit}; None before any."""
+        if self.step is None and self.loss is None and self.throughput is None:
             return None
         rate = self.steps_per_min()
         left = None
@@ -193,7 +208,8 @@ class SignalModel:
         return {"step": self.step, "total": self.total, "loss": self.loss, "losses": list(self.losses),
                 "sparkline": loss_sparkline(self.losses), "steps_per_min": round(rate, 2) if rate else None,
                 "seconds_left": round(left) if left is not None else None, "cost_at_end": cost_end,
-                "format": self.format}
+                "format": self.format, "throughput": self.throughput[0] if self.throughput else None,
+                "throughput_unit": self.throughput[1] if self.throughput else None}
 
 
 def progress_text(p: Optional[dict]) -> Optional[str]:
@@ -209,6 +225,8 @@ def progress_text(p: Optional[dict]) -> Optional[str]:
         parts.append(f"loss {p['loss']:.4g} {p['sparkline']}".rstrip())
     if p["steps_per_min"]:
         parts.append(f"{p['steps_per_min']:.3g} steps/min")
+    if p.get("throughput") is not None:
+        parts.append(f"{p['throughput']:.4g} {p['throughput_unit']}".rstrip())
     if p["seconds_left"] is not None:
         parts.append(f"{fmt_duration(p['seconds_left'])} left")
     if p["cost_at_end"] is not None:

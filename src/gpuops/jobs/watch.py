@@ -582,12 +582,13 @@ class Dashboard:
             if new:
                 ev["signals"] = new
         elif t == "log":
-            before = (self.sig.step, len(self.sig.losses))
+            before = (self.sig.step, len(self.sig.losses), self.sig.throughput)
             new = self.sig.line(ev["line"], now)
             if new:
                 ev["signals"] = new
-            if (self.sig.step, len(self.sig.losses)) != before:
+            if (self.sig.step, len(self.sig.losses), self.sig.throughput) != before:
                 ev["progress"] = self.sig.progress(now)
+                ev["new_step"] = self.sig.step != before[0]  # a second format's line of the same step: not a new one
 
     def progress(self) -> Optional[dict]:
         return self.sig.progress(self.clock()) if self.sig else None
@@ -719,12 +720,13 @@ def signal_docs(ev: dict, ts: float) -> list[dict]:
 
 
 def signal_lines(ev: dict, stamp: str) -> list[str]:
-    """Plain watch: `HH:MM:SS signal: <title>: <hint>` once per signal; progress every 10th parsed step."""
+    """Plain watch: `HH:MM:SS signal: <title>: <hint>` once per signal; progress every 10th parsed step, once per
+    step when the log prints each step in two formats (a trainer's line and a logger's dict)."""
     from .signals import progress_text, signal_text
 
     lines = [f"{stamp} {signal_text(sig)}" for sig in ev.get("signals") or []]
     p = ev.get("progress")
-    if p and (p.get("step") is None or p["step"] % 10 == 0 or (p.get("total") and p["step"] >= p["total"])):
+    if p and ev.get("new_step", True) and (p.get("step") is None or p["step"] % 10 == 0 or (p.get("total") and p["step"] >= p["total"])):
         lines.append(f"{stamp} progress {progress_text(p)}")
     return lines
 
@@ -745,48 +747,7 @@ def gpu_text(g: dict) -> str:
 
 
 def render(dash: Dashboard):
-    """A rich renderable of the whole screen."""
-    from rich.console import Group
-    from rich.panel import Panel
-    from rich.table import Table
-    from rich.text import Text
+    """A rich renderable of the whole screen, fitted to the terminal at every redraw (jobs/screen.py)."""
+    from .screen import Screen
 
-    colour = {"running": "cyan", "succeeded": "green", "failed": "red", "stopped": "yellow", "lost": "red"}
-    head = Text(dash.state_text(), style="bold " + colour.get(dash.state, "white"))
-    if dash.link != "live":
-        head.append(f"   [{dash.link}]", style="yellow")
-    gt = Table(box=None, expand=False, pad_edge=False)
-    for col in ("GPU", "name", "util", "memory", "temp", "power", "util history", "mem history"):
-        gt.add_column(col)
-    fleet = len({h for h, _ in dash.gpus}) > 1
-    for key in sorted(dash.gpus):
-        v = dash.gpus[key]
-        g = v.last
-        mem = f"{g['mem_used'] or 0:.0f}/{g['mem_total'] or 0:.0f} MiB"
-        gt.add_row(f"#{v.host}/{v.index}" if fleet else str(v.index), v.name, f"{g['util'] or 0:.0f}%", mem, f"{g['temp'] or 0:.0f}C",
-                   f"{g['power'] or 0:.0f}W", Text(sparkline(v.util), style="green"),
-                   Text(sparkline(v.mem), style="magenta"))
-    parts = [head, gt]
-    from .signals import progress_text, signal_text
-
-    prog = progress_text(dash.progress())
-    if prog:
-        parts.append(Text(prog, style="bold"))
-    for sig in dash.signals:
-        parts.append(Text(signal_text(sig), style="bold yellow"))
-    if dash.gpu_error:
-        parts.append(Text(f"nvidia-smi: {dash.gpu_error}", style="red"))
-    if dash.procs:
-        pt = Table(box=None, title=None, pad_edge=False)
-        for col in ("pid", "process", "GPU memory"):
-            pt.add_column(col)
-        for p in dash.procs:
-            pt.add_row(str(p["pid"]), p["name"], f"{p['mem_used'] or 0:.0f} MiB")
-        parts.append(pt)
-    else:
-        parts.append(Text("no GPU processes", style="dim"))
-    log = Text()
-    for line, kind in dash.log:
-        log.append(line + "\n", style={"error": "bold red", "warning": "yellow"}.get(kind or "", ""))
-    parts.append(Panel(log, title=f"log ({dash.errors} error lines)" if dash.errors else "log", border_style="dim"))
-    return Group(*parts)
+    return Screen(dash)

@@ -622,7 +622,8 @@ class Runner(RecoveryStages):
 
         def one(node, node_out):
             with connect(node, announce=node_out.info) as remote:
-                return sync_project(node, remote, node_out, self.project, excludes=excludes)
+                # symlinks and the upload's size were said before the launch (local_preview)
+                return sync_project(node, remote, node_out, self.project, excludes=excludes, preview=False)
 
         def with_data(node, node_out):
             res = one(node, node_out)
@@ -714,6 +715,10 @@ class Runner(RecoveryStages):
         fleet_asked = [self.seams.clock()]  # a fleet: when the API was last asked about every node
         extras, health, fetcher = self._watch_extras(prof)
         others, other_health = self._other_nodes_sampler(fleet_prof), {}
+        from .status import StatusLine, status_text
+
+        status = StatusLine(self.out, lambda: status_text(pl.LABELS["watch"], dash.elapsed(),
+                                                          pl.spend(rec, self.seams.clock()), dash.progress()))
 
         def on_event(ev: dict) -> None:
             self._watch_event(ev, health, fetcher)
@@ -731,12 +736,13 @@ class Runner(RecoveryStages):
             elif ev.get("type") == "connected":
                 asked[0] = None
                 self.out.info(f"reconnected to {prof.host}; resuming the log")
+            status.tick()
             if pl.over_budget(rec, self.seams.clock()) and not budget_said[0]:
                 budget_said[0] = True
                 raise BudgetReached()
 
         try:
-            with others or contextlib.nullcontext():
+            with others or contextlib.nullcontext(), status:
                 res = lifecycle.follow(prof, self.out, self.project, meta, dash, lines=5, samples=True,
                                        interval=self.seams.poll_s, on_event=on_event, extras=extras,
                                        give_up_after=rec.unreachable_s)

@@ -19,7 +19,7 @@ from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError,
 from ..errors import ProfileError
 from ..paths import config_dir, data_dir, state_dir, write_atomic
 
-DEFAULT_EXCLUDES = [".git", "checkpoints", "outputs", "wandb", "__pycache__", "*.pyc", ".venv", "logs"]
+DEFAULT_EXCLUDES = [".git", "checkpoints", "outputs", "wandb", "__pycache__", "*.pyc", ".venv", "logs", "node_modules"]
 PROFILE_SUFFIXES = (".yaml", ".yml")
 _VAR = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(?::-([^}]*))?\}")
 
@@ -91,6 +91,8 @@ class Expect(_Strict):
 
 class SyncSettings(_Strict):
     exclude: List[str] = Field(default_factory=lambda: list(DEFAULT_EXCLUDES))
+    copy_links: bool = Field(False, description="a symlink pointing outside the project is sent as the file or "
+                                                "folder it points to (rsync --copy-unsafe-links), not as a link")
 
 
 class SetupSettings(_Strict):
@@ -221,6 +223,8 @@ class Profile(_Strict):
     region: Optional[str] = None
     instance_type: Optional[str] = None
     price_per_hour: Optional[float] = Field(None, ge=0)
+    notify_url: Optional[str] = Field(None, description="a Slack or Discord webhook for --notify (write it as "
+                                      "${VAR}: the URL is a secret)")
     host_key_policy: Literal["accept-new", "strict"] = "accept-new"
     connect_timeout: float = Field(10.0, gt=0)
     expect: Expect = Field(default_factory=Expect)
@@ -501,29 +505,61 @@ def _last_used_file() -> Path:
     return state_dir() / "last_profile.json"
 
 
-def remember(profile: Profile, project_dir: Path | None = None) -> None:
-    """Record the profile as last used successfully in this project directory."""
-    key = str((project_dir or Path.cwd()).resolve())
-    f = _last_used_file()
-    try:
-        data = json.loads(f.read_text()) if f.is_file() else {}
-    except (OSError, ValueError):
-        data = {}
-    if data.get(key) == profile.name:
-        return
-    data[key] = profile.name
-    try:
-        write_atomic(f, json.dumps(data, indent=1))
-    except OSError:
-        pass
-
-
-def last_used(project_dir: Path | None = None) -> str | None:
+def _defaults() -> dict:
     try:
         data = json.loads(_last_used_file().read_text())
     except (OSError, ValueError):
-        return None
-    return data.get(str((project_dir or Path.cwd()).resolve()))
+        return {}
+    return data if isinstance(data, dict) else {}
+
+
+def use(name: str, project_dir: Path | None = None) -> str | None:
+    """Make `name` this project directory's default profile (`gpuops profiles use NAME`); returns the one before."""
+    key = str((project_dir or Path.cwd()).resolve())
+    data = _defaults()
+    before = data.get(key)
+    if before != name:
+        data[key] = name
+        write_atomic(_last_used_file(), json.dumps(data, indent=1))
+    return before
+
+
+def remember(profile: Profile, project_dir: Path | None = None) -> bool:
+    """After a successful command: the profile becomes this project directory's default only when it has none yet
+    (or its default no longer exists). A command on another profile never moves the default (`verify OTHER` would
+    silently send the next `train` and `fetch` there): only `gpuops profiles use NAME` does. True when it was set."""
+    key = str((project_dir or Path.cwd()).resolve())
+    data = _defaults()
+    now = data.get(key)
+    if now == profile.name or (now and now in available(project_dir or Path.cwd())):
+        return False
+    data[key] = profile.name
+    try:
+        write_atomic(_last_used_file(), json.dumps(data, indent=1))
+    except OSError:
+        return False
+    return True
+
+
+def last_used(project_dir: Path | None = None) -> str | None:
+    """This project directory's default profile: set by `gpuops profiles use`, or the first one used successfully."""
+    return _defaults().get(str((project_dir or Path.cwd()).resolve()))
+
+
+def selected_how(name: str | None, profile: Profile, project_dir: Path | None = None) -> str:
+    """Why `profile` was chosen (for the `profile: NAME (...)` line every command starts with), and where the
+    project's default stays when another was given."""
+    project_dir = project_dir or Path.cwd()
+    default = last_used(project_dir)
+    if default and default not in available(project_dir):
+        default = None
+    if name:
+        if default and default != profile.name:
+            return f"given; the default here stays '{default}', `gpuops profiles use {profile.name}` changes it"
+        return "given" if default else "given; the default here once this succeeds"
+    if os.environ.get("GPUOPS_PROFILE"):
+        return "from GPUOPS_PROFILE"
+    return "the default here" if default == profile.name else "the only one"
 
 
 def resolve(name: str | None = None, project_dir: Path | None = None) -> Profile:

@@ -149,7 +149,8 @@ TODO_PIN = {"driver": ('">=570"', "record the stack that works: gpuops profiles 
 
 
 def render(name: str, *, host: str, user: str, port: int, key: str | None, remote_dir: str | None,
-           python: str, instance_type: str | None, expect: Expectations, written_by: str) -> str:
+           python: str, instance_type: str | None, expect: Expectations, written_by: str,
+           price: tuple[float | None, str] = (None, "")) -> str:
     """A whole profile, every key commented. Pure."""
     todo = {k: (ex, note.replace("NAME", name)) for k, (ex, note) in TODO_PIN.items()}
     out = [f"# gpuops profile '{name}', written by `{written_by}`. Every key: docs/profiles.md",
@@ -168,6 +169,8 @@ def render(name: str, *, host: str, user: str, port: int, key: str | None, remot
         out.append(f"python: {q(python)}   # the remote interpreter you train with (e.g. ~/venv/bin/python)")
     if instance_type:
         out.append(f"instance_type: {q(instance_type)}")
+    if price[0] is not None:
+        out.append(f"price_per_hour: {price[0]:g}   # USD, from {price[1]}: watch and status show the cost so far")
     out.append("host_key_policy: accept-new   # trust on first use; a changed host key is refused")
     out += expect_block(expect.values, expect.notes, commented=todo)
     if expect.preset:

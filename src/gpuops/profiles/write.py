@@ -89,11 +89,16 @@ def new(out, *, name: str, host: str, key: Path | None, user: str, port: int, in
     remote_dir = "~/" + remote_dir[len(home):] if remote_dir and remote_dir.startswith(home) else remote_dir
     python = "~/" + python[len(home):] if python.startswith(home) else python
     expect = type_expectations(instance_type, project_dir) if instance_type else pt.Expectations()
+    price = (None, "")
+    if instance_type:
+        from ..cloud.prices import listed_price
+
+        price = listed_price(instance_type, project_dir, warn=out.warn)
     how = "gpuops profiles new" + (" --from-host" if from_host else "") + (f" --type {instance_type}" if instance_type else "")
 
     def text_for(e: pt.Expectations) -> str:
         return pt.render(name, host=host, user=user, port=port, key=str(key) if key else None, remote_dir=remote_dir,
-                         python=python, instance_type=instance_type, expect=e, written_by=how)
+                         python=python, instance_type=instance_type, expect=e, written_by=how, price=price)
 
     text = text_for(expect)
     prof = profiles.profile_from_text(text, dest, project_dir)  # the hand-written profile's gate, before anything
@@ -150,3 +155,33 @@ def pin(out, prof, *, project_dir: Path, yes: bool, dry_run: bool, confirm: Call
         out.success(f"pinned {prof.name}: {path}")
         out.info(f"next: gpuops verify {prof.name}")
     return 0
+
+
+def marked(project_dir: Path) -> list[dict]:
+    """Every profile of this user and project (examples left out) with its mark (profiles.marks), read from the
+    profiles and this machine's launch ledger, no network. A profile that does not load is never marked."""
+    from . import marks
+    from . import model as profiles
+    from ..cloud.ledger import Ledger
+
+    states = {r.instance_id: r.state for r in Ledger().records() if r.instance_id}
+    rows = []
+    for name, path in profiles.available(project_dir, examples=False).items():
+        try:
+            prof = profiles.load_profile(path, project_dir)
+        except Exception:  # noqa: BLE001 - a broken profile is shown as it is, never pruned
+            rows.append({"name": name, "file": str(path), "mark": None, "prunable": False})
+            continue
+        m = marks.mark(prof.name or name, prof.cloud, states)
+        rows.append({"name": name, "file": str(path), "mark": m.text, "prunable": m.prunable})
+    return rows
+
+
+def prune(rows: list[dict]) -> list[str]:
+    """Remove the profile files of `rows` (each prunable, as marked() said); returns the names removed."""
+    gone = []
+    for r in rows:
+        if r["prunable"]:
+            Path(r["file"]).unlink(missing_ok=True)
+            gone.append(r["name"])
+    return gone

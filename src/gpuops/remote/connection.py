@@ -306,8 +306,9 @@ def _preflight(profile) -> Target:
     return tg
 
 
-def connect(profile, *, announce=print, attempts: int = 3) -> Remote:
-    """Open the profile's connection, checking key file and host key; retries transient failures."""
+def connect(profile, *, announce=print, attempts: int = 3, tried: int = 0) -> Remote:
+    """Open the profile's connection, checking key file and host key; retries transient failures (`tried`: the
+    attempts already made another way, for the hint's count: SharedSsh's own ssh)."""
     tg = _preflight(profile)
     import paramiko
     from fabric import Config, Connection
@@ -370,9 +371,12 @@ def connect(profile, *, announce=print, attempts: int = 3) -> Remote:
     except RetryError as exc:  # pragma: no cover - reraise=True makes this rare
         raise ConnectError(f"cannot connect to {profile.host}:{profile.port}") from exc
     except Exception as exc:
+        from ..errors import command
+
+        n = attempts + tried
         raise ConnectError(f"cannot connect to {tg.user}@{tg.host}:{tg.port}: {_describe(exc)}",
-                           hint="is the instance running and the address right? (`gpuops verify` retried "
-                                f"{attempts} times)") from exc
+                           hint=f"is the instance running and the address right? (`{command()}` tried "
+                                + ("once)" if n == 1 else f"{n} times)")) from exc
     raise ConnectError(f"cannot connect to {profile.host}:{profile.port}")
 
 
@@ -456,7 +460,7 @@ class SharedSsh:
         try:
             failed = self._start()
             if failed:
-                connect(self.profile, announce=self.announce, attempts=2).close()  # the master was the first attempt
+                connect(self.profile, announce=self.announce, attempts=2, tried=1).close()  # the master was the first attempt
                 failed = self._start()  # a host key just trusted, or a passing failure
             if failed:
                 tg = target(self.profile)

@@ -130,10 +130,25 @@ def write_gpu_state(d: Path, *, gpu: str, gpus: int, driver: str, cuda: str, fai
 
 def up(*, gpu: str = "h100-pcie", gpus: int = 1, port: int | None = None, driver: str = "570.148.08",
        cuda: str = "12.8", fail: str = "none", header: str = "legacy", python: str | None = None,
-       na_fields: list[str] | None = None, write_profile: bool = True, faults: list[str] | None = None) -> dict:
-    """Start (or reconfigure) the sandbox host. Idempotent: a running sshd keeps running; GPU state is rewritten."""
-    return start(sandbox_dir(), port=port, gpu=gpu, gpus=gpus, driver=driver, cuda=cuda, fail=fail, header=header,
-                 python=python, na_fields=na_fields, profile=PROFILE_NAME if write_profile else None, faults=faults)
+       na_fields: list[str] | None = None, write_profile: bool = True, faults: list[str] | None = None,
+       image: str | None = None) -> dict:
+    """Start (or reconfigure) the sandbox host. Idempotent: a running sshd keeps running; GPU state is rewritten.
+    image: an emulated instance image (sandbox/image.py IMAGES, e.g. "lambda-stack": the host's python3 holds a
+    CUDA torch and pip, as Lambda Stack's does), built once under the sandbox folder; None: this machine's python3."""
+    image_python = None
+    if image is not None:
+        from . import image as images
+
+        if image not in images.IMAGES:
+            from ..errors import UsageError
+
+            raise UsageError(f"unknown image {image!r}; known: {', '.join(images.IMAGES)}")
+        image_python = str(images.build(sandbox_dir() / "images" / image, image))
+    st = start(sandbox_dir(), port=port, gpu=gpu, gpus=gpus, driver=driver, cuda=cuda, fail=fail, header=header,
+               python=python, na_fields=na_fields, profile=PROFILE_NAME if write_profile else None, faults=faults,
+               image_python=image_python)
+    st["image"] = image
+    return st
 
 
 AUTO = "auto"  # start(address=AUTO): a free 127.0.0.N (N >= 2) for this host

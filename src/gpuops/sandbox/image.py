@@ -9,7 +9,8 @@ its own (pip linked in, the emulated CUDA torch of image_torch.py written with i
 from the executable's real location, so `sys.prefix` is the image's.
 
 Used by the sandbox host (`start(image_python=...)`: the image's python3 comes first on the session's PATH) and the
-Lambda emulator's instance images.
+Lambda emulator's instance images. The image's torch has a `torch.distributed.run` and the image a `bin/torchrun` run
+by the image's python (sandbox/image_torchrun.py), as Lambda Stack's /usr/bin/torchrun is the system python's.
 """
 from __future__ import annotations
 
@@ -67,6 +68,7 @@ def build(dest: Path, name: str = "lambda-stack") -> Path:
     for entry in list(pip_home.glob("pip")) + list(pip_home.glob("pip-*.dist-info")):
         os.symlink(entry, site / entry.name)
     _install_torch(site, spec["torch"], spec["cuda"])
+    _install_torchrun(site, dest / "bin")
     r = subprocess.run([str(py3), "-c", "import sys, torch, pip; print(sys.prefix)"], stdout=subprocess.PIPE,
                        stderr=subprocess.PIPE, text=True, env={**os.environ, "PYTHONNOUSERSITE": "1"})
     if r.returncode != 0 or Path(r.stdout.strip()) != dest:
@@ -111,3 +113,14 @@ def _install_torch(site: Path, version: str, cuda: str) -> None:
                                    "Summary: emulated CUDA build (gpuops sandbox image)\n")
     (dist / "INSTALLER").write_text("image\n")
     (dist / "RECORD").write_text("")
+
+
+def _install_torchrun(site: Path, bin_dir: Path) -> None:
+    """torch.distributed.run (sandbox/image_torchrun.py) and the image's own `torchrun`, run by the image's python."""
+    dist = site / "torch" / "distributed"
+    dist.mkdir()
+    (dist / "__init__.py").write_text("")
+    (dist / "run.py").write_text((Path(__file__).parent / "image_torchrun.py").read_text())
+    script = bin_dir / "torchrun"
+    script.write_text(f"#!{bin_dir / 'python3'}\nfrom torch.distributed.run import main\nmain()\n")
+    script.chmod(0o755)

@@ -9,8 +9,9 @@ It answers the forms gpuops uses, in nvidia-smi's own formats, exit codes and fa
   nvidia-smi --query-compute-apps=F,... --format=csv[,noheader][,nounits]
 State comes from $GPUOPS_SANDBOX_DIR/gpu.json (written by `gpuops sandbox up`). It says it is emulated:
 in the table, in -L, and in every UUID ("GPU-e3e3e3e3-...": e3 for emulated).
-A process whose environment holds GPUOPS_RUN_ID (and this host's GPUOPS_SANDBOX_DIR) counts as a GPU process
-and drives utilisation. Any other process of this host holds emulated GPU memory when its environment says so:
+A process whose environment holds GPUOPS_RUN_ID (and this host's GPUOPS_SANDBOX_DIR), or a descendant of one (a
+job's bash script's python child, even one started with a cleared environment), counts as a GPU process and drives
+utilisation. Any other process of this host holds emulated GPU memory when its environment says so:
 GPUOPS_SANDBOX_HOLD=GPU:MiB[,GPU:MiB...] (e.g. `GPUOPS_SANDBOX_HOLD=0:61440 sleep 600`, a process of another user
 or a notebook holding 60 GiB of GPU 0); it is listed by --query-compute-apps and the table under its argv[0], and
 its MiB count in memory.used (utilisation stays idle).
@@ -136,39 +137,70 @@ def parse_hold(text):
     return out
 
 
-def gpu_processes():
-    """Processes of this host on the emulated GPUs: gpuops jobs (GPUOPS_RUN_ID; "mem" None: the GPU's busy share)
-    and processes holding memory (GPUOPS_SANDBOX_HOLD; "mem": their MiB)."""
-    procs = []
-    here = os.environ.get("GPUOPS_SANDBOX_DIR")
-    mine = ("GPUOPS_SANDBOX_DIR=" + here).encode() if here else None
+def read_procs():
+    """{pid: (ppid, comm, environ entries)} of every process this user may read."""
+    table = {}
     for pid in os.listdir("/proc"):
         if not pid.isdigit():
             continue
         try:
             with open("/proc/%s/environ" % pid, "rb") as fh:
                 env = fh.read().split(b"\0")
-            with open("/proc/%s/comm" % pid) as fh:
-                comm = fh.read().strip()
+            with open("/proc/%s/stat" % pid, "rb") as fh:
+                stat = fh.read()
         except OSError:
             continue
-        if comm in SHELLS or (mine and mine not in env):
-            continue  # a shell around the real process, or a process of another sandbox host on this machine
+        # /proc/PID/stat: "pid (comm) state ppid ...": comm may hold spaces and parentheses, so split at the last ")"
+        head, _, rest = stat.rpartition(b")")
+        comm = head.split(b"(", 1)[1].decode("utf-8", "replace")
+        fields = rest.split()
+        table[int(pid)] = (int(fields[1]) if len(fields) > 1 else 0, comm, env)
+    return table
+
+
+def job_env(table, pid):
+    """The environment that makes pid part of a gpuops job: its own when it names GPUOPS_RUN_ID, else its nearest
+    ancestor's that does (a job's descendants are the job even when one cleared its environment: `env -i python`,
+    a script that starts its trainer under sudo or a clean shell); None when no ancestor is a job."""
+    seen = set()
+    while pid in table and pid not in seen:
+        seen.add(pid)
+        ppid, _, env = table[pid]
+        if any(e.startswith(b"GPUOPS_RUN_ID=") for e in env):
+            return env
+        pid = ppid
+    return None
+
+
+def gpu_processes():
+    """Processes of this host on the emulated GPUs: gpuops jobs and their descendants (GPUOPS_RUN_ID in their
+    environment or an ancestor's; "mem" None: the GPU's busy share) and processes holding memory
+    (GPUOPS_SANDBOX_HOLD; "mem": their MiB)."""
+    procs = []
+    here = os.environ.get("GPUOPS_SANDBOX_DIR")
+    mine = ("GPUOPS_SANDBOX_DIR=" + here).encode() if here else None
+    table = read_procs()
+    for pid in sorted(table):
+        _, comm, env = table[pid]
+        if comm in SHELLS:
+            continue  # a shell around the real process
         hold = [e.split(b"=", 1)[1].decode("utf-8", "replace") for e in env if e.startswith(b"GPUOPS_SANDBOX_HOLD=")]
         if hold:
+            if mine and mine not in env:
+                continue  # a process of another sandbox host on this machine
             try:
                 with open("/proc/%s/cmdline" % pid, "rb") as fh:
                     name = fh.read().split(b"\0")[0].decode("utf-8", "replace") or comm
             except OSError:
                 name = comm
-            procs += [{"pid": int(pid), "name": name, "gpu": gpu, "mem": mib} for gpu, mib in parse_hold(hold[0])]
+            procs += [{"pid": pid, "name": name, "gpu": gpu, "mem": mib} for gpu, mib in parse_hold(hold[0])]
             continue
-        run = [e for e in env if e.startswith(b"GPUOPS_RUN_ID=")]
-        if not run or comm == "sleep":
-            continue  # not a gpuops job (or a job's sleep, not its GPU process)
-        vis = [e.split(b"=", 1)[1].decode() for e in env if e.startswith(b"CUDA_VISIBLE_DEVICES=")]
+        jenv = job_env(table, pid)
+        if jenv is None or comm == "sleep" or (mine and mine not in jenv):
+            continue  # not a gpuops job of this host (or a job's sleep, not its GPU process)
+        vis = [e.split(b"=", 1)[1].decode() for e in env + jenv if e.startswith(b"CUDA_VISIBLE_DEVICES=")]
         gpu = int(vis[0].split(",")[0]) if vis and vis[0].split(",")[0].isdigit() else 0
-        procs.append({"pid": int(pid), "name": comm, "gpu": gpu, "mem": None})
+        procs.append({"pid": pid, "name": comm, "gpu": gpu, "mem": None})
     return procs
 
 

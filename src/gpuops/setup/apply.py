@@ -90,13 +90,17 @@ def setup(prof, out, project: Path, *, dry_run: bool = False, verify: bool = Tru
             out.step(f"a setup is already running on {prof.name}: re-attaching to its log ({setup_dir}/log)")
         else:
             plan = sp.make_plan(facts, prof, knowledge, remote_dir=remote_dir, force=force,
-                                lock_text=_local_lock(project, facts))
+                                lock_text=_local_lock(project, facts),
+                                tools=kb.load_playbook("images", project).get("project_tools") or [])
             doc["plan"] = plan.to_dict()
             if on_plan:
                 on_plan(plan)
             if plan.nothing_to_do or dry_run:
                 doc["executions"] = remote.exec_count
                 return doc
+            if plan.blocked:
+                raise ChecksFailed(f"setup cannot install the project on {prof.name}: {plan.blocked}",
+                                   hint=plan.blocked_hint)
             if plan.cannot:
                 raise ChecksFailed(f"setup cannot start on {prof.name}: {plan.cannot}; nothing was installed",
                                    hint="set setup.base_python to an interpreter the host has (`ls /usr/bin/python3*` "
@@ -113,7 +117,7 @@ def setup(prof, out, project: Path, *, dry_run: bool = False, verify: bool = Tru
     finally:
         remote.close()
     if doc["rc"] != 0:
-        raise _failure(prof, doc, setup_dir, tail)
+        raise _failure(prof, doc, setup_dir, tail, knowledge.get("setup_error_lines") or [])
     if adopted:
         record_environment(prof, out)
     if verify:
@@ -126,10 +130,12 @@ def setup(prof, out, project: Path, *, dry_run: bool = False, verify: bool = Tru
     return doc
 
 
-def _failure(prof, doc: dict, setup_dir: str, tail: list[str]) -> ChecksFailed:
-    """A failed setup, said plainly: which step, its exit code, or that the script was killed before it could end."""
+def _failure(prof, doc: dict, setup_dir: str, tail: list[str], patterns=()) -> ChecksFailed:
+    """A failed setup, said plainly: which step, its exit code (or that the script was killed before it could end),
+    the most telling line of its output (sp.telling_line), its last lines."""
     at = f" at step {doc['failed_step']}" if doc.get("failed_step") else ""
-    last = f"; its last lines: {' | '.join(tail[-3:])}" if tail else ""
+    cause = sp.telling_line(tail, patterns)
+    last = (f": {cause}" if cause else "") + (f"; its last lines: {' | '.join(tail[-3:])}" if tail else "")
     if doc["rc"] == -1:
         return ChecksFailed(f"setup on {prof.name} was killed before it finished{at} (its script left no exit code: "
                             f"out of memory, a reboot, or a kill){last}",
@@ -138,6 +144,9 @@ def _failure(prof, doc: dict, setup_dir: str, tail: list[str]) -> ChecksFailed:
     return ChecksFailed(f"setup failed on {prof.name}{at} (exit {doc['rc']}){last}",
                         hint=f"the whole log is {setup_dir}/log on the host; fix the cause, then run "
                              "`gpuops setup` again (finished steps are not repeated)")
+
+
+TAIL = 80  # lines of the step's output kept for the failure summary (the telling one is rarely among the last)
 
 
 def _stream(remote, out, remote_dir: str, prof) -> tuple[int, Optional[str], list[str]]:
@@ -163,7 +172,7 @@ def _stream(remote, out, remote_dir: str, prof) -> tuple[int, Optional[str], lis
             elif line == "@@done":
                 out.success("every step done")
             else:
-                tail = (tail + [line.strip()])[-5:] if line.strip() else tail
+                tail = (tail + [line.strip()])[-TAIL:] if line.strip() else tail
                 out.info("  " + line)
     except KeyboardInterrupt:
         out.warn(f"setup goes on running on {prof.name}; run `gpuops setup` again to re-attach to it")

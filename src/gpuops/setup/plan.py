@@ -1,7 +1,7 @@
 """`gpuops setup`, the deciding part: host facts + profile + project files + knowledge -> an ordered plan of steps,
-and the shell script that runs it. Pure (no I/O): unit-tested on recorded facts. The talking half is setup/apply.py
-(one execution gathers the facts, one starts the script detached, one streams its log), the remote scripts are in
-setup/scripts.py.
+and the shell script that runs it (setup/render.py). Pure (no I/O): unit-tested on recorded facts. What the project's
+files say is read by setup/project.py; the talking half is setup/apply.py (one execution gathers the facts, one starts
+the script detached, one streams its log), the remote scripts are in setup/scripts.py.
 
 A step is shell text whose every value is quoted; the script runs them in order under `set -e` semantics (a failed
 step ends the script with its exit code), then records a stamp (.gpuops/setup/done.json) that lets the next setup see
@@ -16,7 +16,8 @@ What users bring, and what the plan does with it:
   (installed editable: the job runs the synced source), a requirements.txt with `-r`/`-c` includes (every included
   file is part of the no-op check), a pyproject that only configures tools next to a requirements.txt;
 - the host's pip configuration (index-url, extra-index-url, find-links, cert, trusted-host): pip reads it itself, and
-  setup.sh gives it to uv as uv's own settings (setup/scripts.py PIP_TO_ENV).
+  setup.sh gives it to uv as uv's own settings (PIP_TO_ENV), with pip's way of choosing among several indexes
+  (UV_INDEX_STRATEGY=unsafe-best-match) when pip's configuration names extra indexes.
 """
 from __future__ import annotations
 
@@ -30,6 +31,9 @@ from typing import Optional
 from ..verify.results import TORCH_INDEX, _cuda_tag, _local_tag, _major_minor, spec_matches
 from ..errors import ProfileError
 from ..profiles.model import shell_command, shell_path
+from .project import (Project, Req, _norm, installs_itself, marker_env, parse_pyproject,  # noqa: F401
+                      parse_requirements, python_meets, read_project, requires_python, tool_project, tool_refusal)
+from .render import PIP_TO_ENV, PIPCONF, render_script  # noqa: F401  (setup's script: setup/render.py)
 
 SETUP_SUBDIR = ".gpuops/setup"
 TORCH_FAMILY = ("torch", "torchvision", "torchaudio")
@@ -164,175 +168,6 @@ def env_dir_of(python: str) -> str:
     return env
 
 
-# -- the project's dependency files (pure) ---------------------------------------------------------------------------
-@dataclass
-class Req:
-    name: str  # normalised (PEP 503)
-    spec: str  # "" = any version
-    source: str  # the file it came from
-
-
-@dataclass
-class Project:
-    kind: str  # uv-lock | pyproject | requirements | none
-    requirements: list[str] = field(default_factory=list)  # files installed with -r (top level)
-    reqs: list[Req] = field(default_factory=list)  # every named requirement (includes followed)
-    extras: list[str] = field(default_factory=list)  # extras to install (names)
-    all_extras: bool = False
-    notes: list[str] = field(default_factory=list)
-
-    def req(self, name: str) -> Optional[Req]:
-        return next((r for r in self.reqs if r.name == name), None)
-
-
-def _norm(name: str) -> str:
-    return re.sub(r"[-_.]+", "-", name).lower()
-
-
-_INCLUDE = re.compile(r"^\s*(-r|--requirement|-c|--constraint)(?:\s*=\s*|\s+)(\S+)")
-
-
-def marker_env(facts: HostFacts) -> dict:
-    """The environment markers (`; sys_platform == "linux"`) of the host's python, as far as the facts tell: Linux,
-    the host's machine, the version of the environment's python (else the base one)."""
-    ver = facts.env_python_version or facts.base_python_version
-    env = {"sys_platform": "linux", "platform_system": "Linux", "os_name": "posix", "extra": "",
-           "platform_machine": facts.arch or "x86_64", "implementation_name": "cpython",
-           "platform_python_implementation": "CPython"}
-    if ver:
-        env.update(python_full_version=ver, python_version=".".join(ver.split(".")[:2]))
-    return env
-
-
-def _applies(req, env: Optional[dict]) -> bool:
-    """A requirement's marker holds on the host (one that cannot be judged counts as holding)."""
-    if req.marker is None or env is None:
-        return True
-    from packaging.markers import default_environment
-
-    try:
-        return bool(req.marker.evaluate({**default_environment(), **env}))
-    except Exception:
-        return True
-
-
-def parse_requirements(texts: dict[str, str], start: str, env: Optional[dict] = None) -> list[Req]:
-    """The named requirements of a requirements file and every file it includes with -r (constraints files -c are
-    read for the no-op check on the host, not installed), those whose marker does not hold in `env` (marker_env)
-    left out. Lines that are options, URLs or paths are skipped."""
-    import posixpath
-
-    from packaging.requirements import InvalidRequirement, Requirement
-
-    out: list[Req] = []
-    seen: set[str] = set()
-
-    def walk(rel: str) -> None:
-        rel = posixpath.normpath(rel)
-        if rel in seen or rel not in texts:
-            return
-        seen.add(rel)
-        for raw in texts[rel].replace("\\\n", " ").splitlines():
-            line = raw.split(" #", 1)[0].strip()
-            if not line or line.startswith("#"):
-                continue
-            m = _INCLUDE.match(line)
-            if m:
-                if m.group(1) in ("-r", "--requirement"):
-                    walk(posixpath.join(posixpath.dirname(rel), m.group(2)))
-                continue
-            if line.startswith("-"):
-                continue
-            try:
-                r = Requirement(line)
-            except InvalidRequirement:
-                continue
-            if _applies(r, env):
-                out.append(Req(_norm(r.name), str(r.specifier), rel))
-
-    walk(start)
-    return out
-
-
-def parse_pyproject(text: Optional[str]) -> dict:
-    """{"project": bool, "dependencies": [...], "optional": {extra: [...]}} of a pyproject.toml (tomllib when this
-    Python has it, else the few lines that matter read by pattern)."""
-    if not text:
-        return {"project": False, "dependencies": [], "optional": {}}
-    try:
-        import tomllib  # Python 3.11+
-    except ImportError:
-        tomllib = None
-    if tomllib is not None:
-        try:
-            doc = tomllib.loads(text)
-        except ValueError:
-            doc = None
-        if doc is not None:
-            proj = doc.get("project")
-            if not isinstance(proj, dict):
-                return {"project": False, "dependencies": [], "optional": {}}
-            opt = proj.get("optional-dependencies") or {}
-            return {"project": True, "dependencies": [str(d) for d in proj.get("dependencies") or []],
-                    "optional": {str(k): [str(d) for d in v] for k, v in opt.items() if isinstance(v, list)}}
-    has = re.search(r"(?m)^\s*\[project\]\s*$", text) is not None
-    optional: dict = {}
-    m = re.search(r"(?ms)^\s*\[project\.optional-dependencies\]\s*$(.*?)(?=^\s*\[|\Z)", text)
-    if m:
-        optional = {k: [] for k in re.findall(r"(?m)^\s*([A-Za-z0-9_.-]+)\s*=", m.group(1))}
-    return {"project": has, "dependencies": [], "optional": optional}
-
-
-def read_project(facts: HostFacts, settings) -> Project:
-    """What to install, from the files on the host: a uv lock with a [project] pyproject -> `uv sync --locked`;
-    requirements files -> `-r` each (whenever they exist, unless a lock decides); a [project] pyproject without a
-    lock -> the project, editable, after the requirements."""
-    from packaging.requirements import InvalidRequirement, Requirement
-
-    pp = parse_pyproject(facts.texts.get("pyproject.toml"))
-    env = marker_env(facts)
-    reqs_files = [r for r in settings.requirements if r in facts.files]
-    want_extras = settings.extras
-    p = Project("none")
-    if "pyproject.toml" in facts.files and pp["project"]:
-        p.all_extras = want_extras == "all"
-        p.extras = sorted(pp["optional"]) if p.all_extras else list(want_extras)
-        unknown = [e for e in p.extras if pp["optional"] and e not in pp["optional"]]
-        if unknown:
-            p.notes.append(f"setup.extras names {', '.join(unknown)}, which pyproject.toml does not define "
-                           f"(it defines: {', '.join(pp['optional']) or 'none'})")
-        deps = pp["dependencies"] + [d for e in p.extras for d in pp["optional"].get(e, [])]
-        for d in deps:
-            try:
-                r = Requirement(d)
-            except InvalidRequirement:
-                continue
-            if _applies(r, env):
-                p.reqs.append(Req(_norm(r.name), str(r.specifier), "pyproject.toml"))
-        if "uv.lock" in facts.files:
-            p.kind = "uv-lock"
-            if reqs_files:
-                p.notes.append(f"{', '.join(reqs_files)} not installed: uv.lock decides the environment")
-            return p
-        p.kind = "pyproject"
-    elif "pyproject.toml" in facts.files and reqs_files:
-        p.notes.append("pyproject.toml has no [project] table (it configures tools): the requirements are installed, "
-                       "not the folder")
-    elif "uv.lock" in facts.files:
-        p.notes.append("uv.lock without a [project] in pyproject.toml: nothing to sync")
-    if want_extras and not pp["project"]:
-        p.notes.append("setup.extras is set but the project has no [project] table to take extras from")
-    if reqs_files:
-        p.requirements = reqs_files
-        if p.kind == "none":
-            p.kind = "requirements"
-        for rf in reqs_files:
-            p.reqs = parse_requirements(facts.texts, rf, env) + p.reqs
-    for miss in facts.missing:
-        p.notes.append(f"a requirements file includes {miss}, which is not on the host (sync it, or fix the -r line)")
-    return p
-
-
 # -- the disk a plan needs -------------------------------------------------------------------------------------------
 def lock_estimate_mb(lock_text: Optional[str], arch: Optional[str], *, skip: frozenset = frozenset(),
                      expand: float = 2.0) -> Optional[int]:
@@ -414,12 +249,14 @@ class Plan:
     free_mb: Optional[int] = None
     refusal: Optional[str] = None  # the plan cannot fit: setup refuses before it starts
     cannot: Optional[str] = None  # the plan cannot start (no interpreter to make the environment from)
+    blocked: Optional[str] = None  # the project cannot be installed or run here (a tool's lock, requires-python)
+    blocked_hint: Optional[str] = None  # what to do about it (never "run setup again": nothing it can change)
     notes: list[str] = field(default_factory=list)
     stamp: dict = field(default_factory=dict)
 
     @property
     def nothing_to_do(self) -> bool:
-        return not self.steps
+        return not self.steps and not self.blocked
 
     def lines(self) -> list[str]:
         """The plan as plain lines: each step with its reason, which torch the job will import, the installer, the
@@ -427,6 +264,8 @@ class Plan:
         if self.nothing_to_do:
             return [f"nothing to do: the environment {self.env_dir} matches the profile",
                     f"  torch: {self.torch_source}"]
+        if self.blocked:
+            return [f"CANNOT INSTALL the project: {self.blocked}", f"  {self.blocked_hint}"]
         lines = [f"plan for {self.python} ({len(self.steps)} step(s)):"]
         for i, s in enumerate(self.steps, 1):
             lines.append(f"  {i}. {s.title}{'  [long]' if s.long else ''}")
@@ -461,8 +300,24 @@ class Plan:
                 "index_url": redact_url(self.index_url),
                 "extra_index_urls": [redact_url(u) for u in self.extra_index_urls],
                 "pip_config": self.pip_config, "cache_dir": self.cache_dir, "disk_mb": self.disk_mb,
-                "free_mb": self.free_mb, "refusal": self.refusal, "cannot": self.cannot, "notes": self.notes,
+                "free_mb": self.free_mb, "refusal": self.refusal, "cannot": self.cannot, "blocked": self.blocked,
+                "blocked_hint": self.blocked_hint, "notes": self.notes,
                 "nothing_to_do": self.nothing_to_do}
+
+
+def telling_line(lines: list[str], patterns) -> Optional[str]:
+    """The most telling line of a failed step's output: the last line that the first matching pattern of
+    `patterns` (knowledge.yaml setup_error_lines, regular expressions, most telling first) matches; None when none
+    does. A line is shown at most 300 characters long."""
+    for pat in patterns or []:
+        try:
+            rx = re.compile(str(pat))
+        except re.error:
+            continue
+        hits = [ln for ln in lines if rx.search(ln)]
+        if hits:
+            return hits[-1].strip()[:300]
+    return None
 
 
 def redact_url(url: Optional[str]) -> Optional[str]:
@@ -569,14 +424,17 @@ class _Ctx:
 
 
 def make_plan(facts: HostFacts, profile, knowledge: dict, *, remote_dir: str, force: bool = False,
-              lock_text: Optional[str] = None) -> Plan:
+              lock_text: Optional[str] = None, tools: Optional[list] = None) -> Plan:
     """The ordered steps that bring the host to the profile; none when it already matches (unless `force`).
-    lock_text: the project's uv.lock when this machine has the same file (for the disk estimate)."""
+    lock_text: the project's uv.lock when this machine has the same file (for the disk estimate); tools: the project
+    tools setup does not drive (images.yaml project_tools). A project it cannot install or run is `blocked`: no step."""
     S = profile.setup
     plan = Plan(python=profile.python, env_dir=env_dir_of(profile.python), base_python=S.base_python or "python3",
                 index_url=S.index_url, extra_index_urls=list(S.extra_index_url), pip_config=dict(facts.pipconf))
     c = _Ctx(facts, profile, knowledge, remote_dir, plan, read_project(facts, S), force=force, lock_text=lock_text)
     plan.notes += c.project.notes
+    if _plan_blocked(c, tools or []):
+        return plan
     _plan_uv(c)
     _plan_environment(c)
     _choose_installer(c)
@@ -593,6 +451,35 @@ def make_plan(facts: HostFacts, profile, knowledge: dict, *, remote_dir: str, fo
     _plan_disk(c)
     plan.stamp = {"deps": _sha_key(facts, profile)}
     return plan
+
+
+def _plan_blocked(c: _Ctx, tools: list) -> bool:
+    """A project setup cannot install (a poetry/pdm/conda project with nothing setup installs) or whose
+    requires-python the environment's python does not meet: blocked, before any step (uv, pip and the job would
+    each fail after minutes of installing)."""
+    f, S, plan = c.facts, c.profile.setup, c.plan
+    tp = tool_project(set(f.files), f.texts.get("pyproject.toml"), list(S.requirements), tools)
+    if tp is not None and not tp.installable:
+        plan.blocked, plan.blocked_hint = tool_refusal(tp, list(S.requirements))
+        return True
+    if tp is not None:
+        plan.notes.append(f"{tp.marker}: setup does not install from {tp.tool}'s files; it installs "
+                          + (", ".join(r for r in S.requirements if r in f.files) or "the [project] table")
+                          + f" (for {tp.tool}'s versions: {tp.export})")
+    spec = requires_python(f.texts.get("pyproject.toml")) if c.project.kind in ("uv-lock", "pyproject") else None
+    version = f.env_python_version if f.env_python else f.base_python_version
+    if spec and version and python_meets(spec, version) is False:
+        which = (f"the environment's python ({plan.python})" if f.env_python else
+                 f"the python the environment is made from ({plan.base_python})")
+        mm = ".".join(version.split(".")[:2])
+        plan.blocked = (f"pyproject.toml says requires-python = \"{spec}\", and {which} is {version}")
+        plan.blocked_hint = (f"nothing was installed. Lower requires-python if the code runs on Python {mm}, or name "
+                             f"in setup.base_python a python of the host that meets it (a python that is not the "
+                             f"image's has no CUDA torch: torch is then installed from the index, several GB). The "
+                             f"python of each Lambda Stack image is in playbooks/images.yaml; `gpuops run` refuses "
+                             f"such a project before it launches")
+        return True
+    return False
 
 
 def _plan_uv(c: _Ctx) -> None:
@@ -777,7 +664,12 @@ def _plan_deps(c: _Ctx) -> bool:
         return True
     parts = [f"gpuops_install -r {shlex.quote(r)}" for r in p.requirements]
     titles = [f"-r {r}" for r in p.requirements]
-    if p.kind == "pyproject":
+    itself = next((x for x in (installs_itself(f.texts, r) for r in p.requirements) if x), None)
+    if p.kind == "pyproject" and itself:  # `-e .` in a requirements file installs the project: once is enough
+        plan.notes.append(f"{itself} installs the project folder itself (-e .): setup does not install it a second "
+                          "time" + (f"; setup.extras ({', '.join(p.extras)}) go on that line: -e .[{','.join(p.extras)}]"
+                                    if p.extras else ""))
+    elif p.kind == "pyproject":
         spec = "." + (f"[{','.join(p.extras)}]" if p.extras else "")
         parts.append(f"gpuops_install -e {shlex.quote(spec)}")
         titles.append(f"-e {spec} (editable: the job runs the synced source)")
@@ -866,158 +758,3 @@ def _flash_step(profile, facts: HostFacts, knowledge: dict, spec: str, reason: s
     return Step("flash-attn", f"install flash-attn {version}", reason + "; a prebuilt wheel when one matches torch, "
                 f"Python and the C++ ABI, else built with MAX_JOBS={S.max_jobs}, --no-build-isolation, "
                 f"TORCH_CUDA_ARCH_LIST={arch}", cmd, long=True, disk_mb=int(disk.get("flash_attn_build", 3000)))
-
-
-# -- the script ------------------------------------------------------------------------------
-# pip's configuration as pip reads it for `pip install`: the global files, the user's (unless PIP_CONFIG_FILE names
-# a file), the environment's own pip.conf, PIP_CONFIG_FILE (os.devnull: no file at all), then PIP_* variables. pip
-# merges the files first, then takes [global], then [install] (from any file) over it, then the variables.
-PIPCONF = r"""
-import os, re
-
-def strip_auth(url):
-    return re.sub(r"^(\w[\w+.-]*://)[^/@\s]*@", r"\1***@", url)
-
-def pip_config(env_dir, strip):
-    import configparser
-    sections = {"global": {}, "install": {}}
-    sources = []
-    home = os.path.expanduser("~")
-    xdg_dirs = [d for d in os.environ.get("XDG_CONFIG_DIRS", "/etc/xdg").split(":") if d]
-    files = [os.path.join(d, "pip", "pip.conf") for d in xdg_dirs] + ["/etc/pip.conf"]
-    env_file = os.environ.get("PIP_CONFIG_FILE")
-    if not (env_file and os.path.exists(env_file)):
-        files += [os.path.join(home, ".pip", "pip.conf"),
-                  os.path.join(os.environ.get("XDG_CONFIG_HOME") or os.path.join(home, ".config"), "pip", "pip.conf")]
-    if env_dir:
-        files.append(os.path.join(os.path.expanduser(env_dir), "pip.conf"))
-    if env_file == os.devnull:
-        files = []
-    elif env_file:
-        files.append(env_file)
-    for f in files:
-        if not os.path.isfile(f):
-            continue
-        cp = configparser.RawConfigParser()
-        try:
-            cp.read(f)
-        except Exception:
-            continue
-        used = False
-        for section in ("global", "install"):
-            if cp.has_section(section):
-                for k, v in cp.items(section):
-                    sections[section][k.replace("_", "-")] = v
-                    used = True
-        if used:
-            sources.append(f)
-    over = dict(sections["global"], **sections["install"])
-    for k, v in os.environ.items():
-        if k.startswith("PIP_") and k != "PIP_CONFIG_FILE":
-            over[k[4:].lower().replace("_", "-")] = v
-            if "environment" not in sources:
-                sources.append("environment")
-    out = {"sources": sources}
-    for key in ("index-url", "cert", "client-cert"):
-        if over.get(key):
-            out[key] = os.path.expanduser(over[key].strip()) if key != "index-url" else over[key].strip()
-    for key in ("extra-index-url", "find-links", "trusted-host", "constraint"):
-        if over.get(key):
-            out[key] = over[key].split()
-    if "constraint" in out:
-        out["constraint"] = [os.path.expanduser(c) for c in out["constraint"]]
-    if over.get("no-index", "").lower() in ("1", "true", "yes", "on"):
-        out["no-index"] = True
-    if strip and "index-url" in out:
-        out["index-url"] = strip_auth(out["index-url"])
-    for key in ("extra-index-url", "find-links"):
-        if strip and key in out:
-            out[key] = [strip_auth(u) for u in out[key]]
-    return out
-
-"""
-
-# Run on the host by setup.sh (the base python3): export lines that give uv what pip's configuration says, and give
-# both installers the profile's setup.index_url / extra_index_url (GPUOPS_INDEX, GPUOPS_EXTRA_INDEX in the
-# environment). A variable the host's environment already sets is left as it is; extra indexes are merged.
-PIP_TO_ENV = PIPCONF + r"""
-import shlex, sys
-cfg = pip_config(sys.argv[1], strip=False)
-
-def put(name, value, force=False):
-    if value and (force or not os.environ.get(name)):
-        print("%s=%s; export %s" % (name, shlex.quote(value), name))
-
-mine = os.environ.get("GPUOPS_INDEX", "")
-put("UV_INDEX_URL", mine or cfg.get("index-url"))
-put("PIP_INDEX_URL", mine)
-extra = os.environ.get("GPUOPS_EXTRA_INDEX", "").split()
-merged = extra + [u for u in os.environ.get("UV_EXTRA_INDEX_URL", "").split() + cfg.get("extra-index-url", [])
-                  if u not in extra]
-put("UV_EXTRA_INDEX_URL", " ".join(merged), force=True)
-if extra:
-    put("PIP_EXTRA_INDEX_URL", " ".join(extra + [u for u in cfg.get("extra-index-url", []) if u not in extra]),
-        force=True)
-put("UV_FIND_LINKS", ",".join(cfg.get("find-links", [])))
-put("SSL_CERT_FILE", cfg.get("cert"))
-put("UV_INSECURE_HOST", " ".join(cfg.get("trusted-host", [])))
-put("UV_CONSTRAINT", " ".join(cfg.get("constraint", [])))
-"""
-
-
-def render_script(plan: Plan, *, setup_dir: str) -> str:
-    """setup.sh: run in its own session (setsid nohup) with its output in setup_dir/log; `@@step N/M id title` before
-    each step, `@@failed id rc` and exit rc on a failed step, `@@done` after writing the stamp. The indexes reach
-    both installers through the environment (never a command line): the profile's as GPUOPS_INDEX/GPUOPS_EXTRA_INDEX,
-    the host's pip configuration read again here and given to uv (setup/scripts.py PIP_TO_ENV)."""
-    D = shell_path(setup_dir)
-    lines = [
-        "#!/bin/sh",
-        "# gpuops setup (generated)",
-        f"D={D}",
-        'echo $$ > "$D/pid.tmp" && mv "$D/pid.tmp" "$D/pid"',
-        'rm -f "$D/exit_code"',
-        'PATH="$HOME/.local/bin:$PATH"; export PATH',
-        "UV_PYTHON_DOWNLOADS=never; export UV_PYTHON_DOWNLOADS",
-        f"GPUOPS_ENV={shell_path(plan.env_dir)}; export GPUOPS_ENV",
-        f"GPUOPS_PY={shell_path((shlex.split(plan.python) or ['python3'])[0])}",
-        f"GPUOPS_INSTALLER={plan.installer}",
-    ]
-    if plan.index_url:
-        lines.append(f"GPUOPS_INDEX={shlex.quote(plan.index_url)}; export GPUOPS_INDEX")
-    if plan.extra_index_urls:
-        lines.append(f"GPUOPS_EXTRA_INDEX={shlex.quote(' '.join(plan.extra_index_urls))}; export GPUOPS_EXTRA_INDEX")
-    lines += [
-        f"if command -v {shell_command(plan.base_python)} >/dev/null 2>&1; then",
-        f"  eval \"$({shell_command(plan.base_python)} -c {shlex.quote(PIP_TO_ENV)} \"$GPUOPS_ENV\")\"",
-        "fi",
-        'gpuops_uv() { command -v uv 2>/dev/null || { [ -x "$HOME/.local/bin/uv" ] && echo "$HOME/.local/bin/uv"; }; }',
-        "UV=$(gpuops_uv)",
-        # install into the profile's environment: uv pip, or pip run by the environment's python (GPUOPS_INSTALLER);
-        # --reinstall-torch: replace an installed torch (another build of the same version) with the pinned one
-        "gpuops_install() {",
-        '  r=; if [ "$1" = --reinstall-torch ]; then shift; r=1; fi',
-        '  if [ "$GPUOPS_INSTALLER" = uv ] && [ -n "$UV" ]; then',
-        '    "$UV" pip install --python "$GPUOPS_PY" ${r:+--reinstall-package torch} "$@"',
-        '  else [ -n "$r" ] && "$GPUOPS_PY" -m pip uninstall -y -q torch torchvision torchaudio >/dev/null 2>&1',
-        '    "$GPUOPS_PY" -m pip install --disable-pip-version-check "$@"; fi',
-        "}",
-        "gpuops_end() {",
-        '  echo "$1" > "$D/exit_code.tmp" && mv "$D/exit_code.tmp" "$D/exit_code"',
-        '  exit "$1"',
-        "}",
-    ]
-    if plan.cache_dir:
-        C = shell_path(plan.cache_dir)
-        lines += [f"mkdir -p {C}/uv {C}/pip",
-                  f"UV_CACHE_DIR={C}/uv; export UV_CACHE_DIR", f"PIP_CACHE_DIR={C}/pip; export PIP_CACHE_DIR"]
-    n = len(plan.steps)
-    for i, s in enumerate(plan.steps, 1):
-        lines += [f"echo {shlex.quote(f'@@step {i}/{n} {s.id} {s.title}')}",
-                  f"( {s.command.strip()}\n)",
-                  'rc=$?; UV=$(gpuops_uv)',
-                  f'if [ $rc -ne 0 ]; then echo "@@failed {s.id} $rc"; gpuops_end $rc; fi']
-    stamp = json.dumps(plan.stamp, sort_keys=True)
-    lines += [f"printf '%s\\n' {shlex.quote(stamp)} > \"$D/done.json.tmp\" && mv \"$D/done.json.tmp\" \"$D/done.json\"",
-              "echo @@done", "gpuops_end 0"]
-    return "\n".join(lines) + "\n"

@@ -14,7 +14,8 @@ from typing import Iterator, Optional
 from ..errors import RemoteError
 from ..profiles.model import shell_command, shell_path
 from ..remote.shell import heredoc as _heredoc
-from .plan import PIPCONF, SETUP_SUBDIR, env_dir_or_none, parse_facts
+from .plan import SETUP_SUBDIR, env_dir_or_none, parse_facts
+from .render import PIPCONF
 
 FA_IMPORT = "import flash_attn"
 
@@ -70,6 +71,8 @@ add("uv.lock", False)
 add("pyproject.toml", True)
 add("setup.py", False)
 add("setup.cfg", False)
+for other in ("poetry.lock", "pdm.lock", "environment.yml", "environment.yaml"):  # tools setup does not drive
+    add(other, False)
 
 print("arch=%s" % os.uname().machine)
 if sys.argv[4:] != ["files"]:  # not run by the environment's python for want of a base python
@@ -96,7 +99,7 @@ if sys.argv[4:] != ["files"]:  # not run by the environment's python for want of
 
 print("@pipconf " + json.dumps(pip_config(ENV, strip=True), sort_keys=True))
 """
-HOST_FACTS = PIPCONF + HOST_FACTS  # PIPCONF: setup/plan.py, which renders setup.sh with it
+HOST_FACTS = PIPCONF + HOST_FACTS  # PIPCONF: setup/render.py, which renders setup.sh with it
 
 def facts_script(remote_dir: str, python: str, packages: list[str], check_flash: bool, *,
                  base_python: str = "python3", requirements: Optional[list[str]] = None) -> str:

@@ -307,6 +307,9 @@ def fetch(profile, remote, out, name: str = "checkpoints", *, dest: Path | None 
                  f"fetching {sel.partial['instead']} instead (--step N takes a given one)")
     staging = dest / tr.STAGING_DIR
     _check_room(sel.files, dest, staging)
+    from .sync import note_fetched
+
+    note_fetched(project_dir, dest)  # before anything lands: the next sync never uploads it back
     staging.mkdir(parents=True, exist_ok=True)
     # files that failed verification last time: a remote file rewritten in place with the same size and mtime looks
     # unchanged to rsync's quick check, which would link the stale local copy again; this run compares checksums

@@ -20,6 +20,7 @@ STAGING_DIR = ".gpuops-partial"  # fetch: files land here, are verified, then mo
 # project; the project's profiles (./profiles/*.yaml: hosts, key paths, values typed into env:); verify's reports
 # (./logs/env_checks/).
 ALWAYS_EXCLUDED = ("/.gpuops/", "/runs/", ".env", "/profiles/*.yaml", "/profiles/*.yml", "/logs/env_checks/")
+FETCHED_FILE = "runs/fetched.json"  # the project folders `gpuops fetch` wrote into: never uploaded again by a sync
 PARTIAL_DIR = ".gpuops-rsync-partial"  # rsync --partial-dir (relative: rsync also protects it from --delete)
 OUT_PREFIX = "::gpuops:: "
 OUT_FORMAT = OUT_PREFIX + "%i %l %n"
@@ -116,22 +117,55 @@ def read_ignore_file(path: Path) -> list[str]:
     return [rule for group in reversed(rules) for rule in group]
 
 
-def sync_filter_rules(profile_excludes: Sequence[str], cli_excludes: Sequence[str] = (),
-                      ignore_rules: Sequence[str] = (), gitignore: bool = False) -> list[str]:
-    """Ordered rsync filter rules for sync. First match wins, so the order is the priority:
+ORIGIN_OWN = "gpuops' own exclusions (never sent)"
+ORIGIN_CLI = "--exclude"
+ORIGIN_PROFILE = "the profile's sync.exclude"
+ORIGIN_IGNORE = ".gpuopsignore"
+ORIGIN_FETCHED = "a folder gpuops fetch wrote into (runs/fetched.json)"
 
-    1. gpuops' own folders: staging, the remote run records (/.gpuops/) and the local run registry (/runs/),
-    which a sync never sends and --delete never touches, 2. --exclude, 3. the profile's sync.exclude (so a `!` line in .gpuopsignore
-    can never re-include, nor expose to --delete, a folder the profile protects), 4. .gpuopsignore,
-    5. `.gitignore` files at every depth (only with --gitignore).
-    """
-    rules = [f"- /{STAGING_DIR}/", f"- {STAGING_DIR}/"] + [f"- {p}" for p in ALWAYS_EXCLUDED]
-    rules += [f"- {p}" for p in cli_excludes if p.strip()]
-    rules += [f"- {p}" for p in profile_excludes if p.strip()]
-    rules += list(ignore_rules)
+
+def labelled_rules(profile_excludes: Sequence[str], cli_excludes: Sequence[str] = (),
+                   ignore_rules: Sequence[str] = (), gitignore: bool = False,
+                   fetched: Sequence[str] = ()) -> list[tuple[str, str]]:
+    """The ordered rsync filter rules of a sync (first match wins), each with its origin: gpuops' own folders and the
+    folders `gpuops fetch` wrote into, then --exclude, then the profile's sync.exclude, then .gpuopsignore, then
+    `.gitignore` files (with --gitignore)."""
+    rules = [(f"- /{STAGING_DIR}/", ORIGIN_OWN), (f"- {STAGING_DIR}/", ORIGIN_OWN)]
+    rules += [(f"- {p}", ORIGIN_OWN) for p in ALWAYS_EXCLUDED]
+    rules += [(r, ORIGIN_FETCHED) for r in fetched_rules(fetched)]
+    rules += [(f"- {p}", ORIGIN_CLI) for p in cli_excludes if p.strip()]
+    rules += [(f"- {p}", ORIGIN_PROFILE) for p in profile_excludes if p.strip()]
+    rules += [(r, ORIGIN_IGNORE) for r in ignore_rules]
     if gitignore:
-        rules.append(":- .gitignore")
+        rules.append((":- .gitignore", ".gitignore files (--gitignore)"))
     return rules
+
+
+def sync_filter_rules(profile_excludes: Sequence[str], cli_excludes: Sequence[str] = (),
+                      ignore_rules: Sequence[str] = (), gitignore: bool = False,
+                      fetched: Sequence[str] = ()) -> list[str]:
+    """Ordered rsync filter rules for sync (labelled_rules without their origins). First match wins, so the order is
+    the priority: 1. gpuops' own folders: staging, the remote run records (/.gpuops/) and the local run registry
+    (/runs/), which a sync never sends and --delete never touches, and the folders `gpuops fetch` wrote into
+    (FETCHED_FILE), 2. --exclude, 3. the profile's sync.exclude (so a `!` line in .gpuopsignore can never re-include,
+    nor expose to --delete, a folder the profile protects), 4. .gpuopsignore, 5. `.gitignore` files at every depth
+    (only with --gitignore)."""
+    return [r for r, _ in labelled_rules(profile_excludes, cli_excludes, ignore_rules, gitignore, fetched)]
+
+
+def fetched_rel(dest: Path, project_dir: Path) -> str | None:
+    """A fetch destination as the project-relative folder a sync must leave out, or None when it lies outside the
+    project (nothing to leave out) or is the project itself (never left out: the sync would send nothing)."""
+    try:
+        rel = Path(dest).resolve().relative_to(Path(project_dir).resolve())
+    except ValueError:
+        return None
+    return rel.as_posix() if rel.parts else None
+
+
+def fetched_rules(rels: Iterable[str]) -> list[str]:
+    """rsync rules that keep fetched folders out of a sync (anchored: `backups` here, not every folder so named)."""
+    return [f"- /{r.strip('/')}/" for r in rels if r and r.strip("/")]
 
 
 def simple_excluded_names(patterns: Iterable[str]) -> tuple[list[str], list[str]]:
@@ -225,12 +259,15 @@ def base_args(ssh_argv: Sequence[str], *, dry_run: bool = False) -> list[str]:
 
 def sync_args(ssh_argv: Sequence[str], local_dir: Path, host: str, remote_dir: str, rules: Sequence[str], *,
               delete: bool = False, dry_run: bool = False, gitignore: bool = False,
-              rsync_path: str | None = None) -> list[str]:
+              rsync_path: str | None = None, copy_links: bool = False) -> list[str]:
     """rsync argv for sync. Never --delete-excluded: excluded remote paths are never touched. rsync_path: what the
-    remote side runs instead of `rsync` (sync_guard)."""
+    remote side runs instead of `rsync` (sync_guard). copy_links: a symlink pointing outside the project is sent
+    as what it points to (--copy-unsafe-links); links inside it stay links."""
     args = base_args(ssh_argv, dry_run=dry_run)
     if rsync_path:
         args.append(f"--rsync-path={rsync_path}")
+    if copy_links:
+        args.append("--copy-unsafe-links")
     if delete:
         # with --gitignore the new .gitignore files must arrive before their rules protect the delete phase
         args.append("--delete-after" if gitignore else "--delete")

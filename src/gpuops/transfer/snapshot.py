@@ -648,7 +648,8 @@ def snapshot_for_run(remote, profile, *, run_id: str, remote_run_dir: str, local
                                 project=env.get("WANDB_PROJECT") or project_dir.resolve().name,
                                 entity=env.get("WANDB_ENTITY"), api_key=env.get("WANDB_API_KEY"),
                                 artifact_name=f"{profile.name}-environment", aliases=[run_id],
-                                config={"gpuops_run_id": run_id, "seed": seed}, group=profile.name)
+                                config={"gpuops_run_id": run_id, "seed": seed}, group=profile.name,
+                                mode=wandb_mode(env), timeout=wandb_timeout(env))
             result["wandb"] = info
             out.step(f"W&B: artifact {info['artifact']} (type environment), run {info['run_name']} "
                      f"({info['mode']})")
@@ -667,10 +668,58 @@ def wandb_mode(env: dict) -> str:
     return (env.get("WANDB_MODE") or "online").lower()
 
 
+WANDB_TIMEOUT_S = 60.0  # every W&B call gpuops makes ends within this (GPUOPS_WANDB_TIMEOUT changes it)
+
+
+def wandb_timeout(env: dict) -> float:
+    """The bound of gpuops' own W&B logging, in seconds: GPUOPS_WANDB_TIMEOUT (os.environ over ./.env), else 60."""
+    try:
+        value = float(env.get("GPUOPS_WANDB_TIMEOUT") or WANDB_TIMEOUT_S)
+    except ValueError:
+        return WANDB_TIMEOUT_S
+    return value if value > 0 else WANDB_TIMEOUT_S
+
+
 def log_to_wandb(snapshot_dir: Path | str, snapshot: dict, *, run_name: str, project: str, entity: str | None = None,
                  api_key: str | None = None, artifact_name: str | None = None, aliases: Iterable[str] = (),
                  config: dict | None = None, job_type: str = "environment", group: str | None = None,
-                 run=None) -> dict:
+                 run=None, mode: str | None = None, timeout: float = WANDB_TIMEOUT_S) -> dict:
+    """log_to_wandb_unbounded in a thread of its own, waited for `timeout` seconds at most: W&B online retries an
+    unreachable server for 90 s and more, which must never hold a launch. mode: WANDB_MODE as the project says it
+    (os.environ over ./.env, see snapshot_for_run); None: the process environment's. Raises GpuopsError when the
+    time is up (the thread, a daemon, is left to W&B)."""
+    import os
+    import threading
+
+    box: dict = {}
+
+    def work() -> None:
+        try:
+            box["info"] = log_to_wandb_unbounded(snapshot_dir, snapshot, run_name=run_name, project=project,
+                                                 entity=entity, api_key=api_key, artifact_name=artifact_name,
+                                                 aliases=aliases, config=config, job_type=job_type, group=group,
+                                                 run=run, mode=mode, init_timeout=timeout)
+        except BaseException as exc:  # noqa: BLE001 - handed to the caller's thread
+            box["error"] = exc
+
+    t = threading.Thread(target=work, name="gpuops-wandb", daemon=True)
+    t.start()
+    t.join(timeout)
+    if t.is_alive():
+        raise GpuopsError(f"W&B logging gave up after {timeout:g}s (W&B did not answer in time; mode "
+                          f"{mode or wandb_mode(dict(os.environ))})",
+                          hint="set WANDB_MODE=offline in .env to log locally (`wandb sync` later), or "
+                               "GPUOPS_WANDB_TIMEOUT=SECONDS for a slow network")
+    if "error" in box:
+        raise box["error"]
+    return box["info"]
+
+
+def log_to_wandb_unbounded(snapshot_dir: Path | str, snapshot: dict, *, run_name: str, project: str,
+                           entity: str | None = None, api_key: str | None = None, artifact_name: str | None = None,
+                           aliases: Iterable[str] = (), config: dict | None = None, job_type: str = "environment",
+                           group: str | None = None, run=None, mode: str | None = None,
+                           init_timeout: float = WANDB_TIMEOUT_S) -> dict:
     """Log the three files as a versioned artifact of type `environment`, key versions in the run config.
 
     Uses `run` if given (an active wandb run), else starts one and finishes it. The API key goes to wandb through
@@ -682,7 +731,7 @@ def log_to_wandb(snapshot_dir: Path | str, snapshot: dict, *, run_name: str, pro
     missing = [n for n in FILES if not (d / n).is_file()]
     if missing:
         raise UsageError(f"{d}: missing {', '.join(missing)}; not a snapshot folder")
-    mode = wandb_mode(dict(os.environ))
+    mode = (mode or wandb_mode(dict(os.environ))).lower()
     if mode not in ("offline", "disabled", "dryrun") and not (api_key or os.environ.get("WANDB_API_KEY")):
         raise UsageError("W&B logging needs WANDB_API_KEY (in the environment or ./.env)",
                          hint="export WANDB_API_KEY=... or set WANDB_MODE=offline and `wandb sync` later")
@@ -695,15 +744,17 @@ def log_to_wandb(snapshot_dir: Path | str, snapshot: dict, *, run_name: str, pro
     meta = {**versions, "captured_at": snapshot.get("captured_at"), "packages": len(snapshot.get("packages") or {}),
             "torch_index_url": snapshot.get("torch_index_url"), "source": snapshot.get("source") or {}}
     name = _artifact_name(artifact_name or f"{run_name}-environment")
-    restore = None
-    if api_key and os.environ.get("WANDB_API_KEY") != api_key:
-        restore = (os.environ.get("WANDB_API_KEY"),)
-        os.environ["WANDB_API_KEY"] = api_key
+    restore = {}  # what the process environment held before this call (wandb reads it too)
+    for var, value in (("WANDB_API_KEY", api_key), ("WANDB_MODE", mode)):
+        if value and os.environ.get(var) != value:
+            restore[var] = os.environ.get(var)
+            os.environ[var] = value
     started = run is None
     try:
         if started:
             settings = wandb.Settings(silent=True, console="off", x_disable_stats=True, x_save_requirements=False,
-                                      disable_git=True, save_code=False)
+                                      disable_git=True, save_code=False, mode=mode,
+                                      init_timeout=max(1.0, float(init_timeout)))
             run = wandb.init(project=project, entity=entity or None, name=run_name, job_type=job_type, group=group,
                              config={"environment": versions, **{k: v for k, v in (config or {}).items() if v is not None}},
                              settings=settings, reinit="create_new")
@@ -732,9 +783,9 @@ def log_to_wandb(snapshot_dir: Path | str, snapshot: dict, *, run_name: str, pro
             msg = msg.replace(api_key, "****")
         raise GpuopsError(f"W&B logging failed: {type(exc).__name__}: {msg[:300]}") from None
     finally:
-        if restore is not None:
-            if restore[0] is None:
-                os.environ.pop("WANDB_API_KEY", None)
+        for var, before in restore.items():
+            if before is None:
+                os.environ.pop(var, None)
             else:
-                os.environ["WANDB_API_KEY"] = restore[0]
+                os.environ[var] = before
     return info

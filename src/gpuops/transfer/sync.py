@@ -8,10 +8,11 @@ from __future__ import annotations
 
 import time
 from pathlib import Path
-from typing import Sequence
+from typing import Callable, Optional, Sequence
 
 from . import plan as tr
-from ..errors import GpuopsError, RemoteError, UsageError
+from . import preview as pv
+from ..errors import ExitCode, GpuopsError, RemoteError, UsageError
 from ..profiles.model import shell_path
 from ..remote import rsync as rs
 from .progress import ProgressView
@@ -44,38 +45,83 @@ def _sync_precheck(remote, remote_dir: str, *, create: bool) -> dict:
     return info
 
 
-def sync_filter(profile, project_dir: Path, excludes: Sequence[str] = (), gitignore: bool = False) -> list[str]:
+def sync_rules(excludes_of_profile: Sequence[str], project_dir: Path, excludes: Sequence[str] = (),
+               gitignore: bool = False) -> list[tuple[str, str]]:
+    """The sync's filter rules, each with where it comes from (transfer.plan.labelled_rules), .gpuopsignore read."""
     try:
-        ignore = tr.read_ignore_file(project_dir / tr.IGNORE_FILE)
+        ignore = tr.read_ignore_file(Path(project_dir) / tr.IGNORE_FILE)
     except tr.IgnoreFileError as exc:
         raise UsageError(str(exc)) from None
-    return tr.sync_filter_rules(profile.sync.exclude, excludes, ignore, gitignore)
+    return tr.labelled_rules(excludes_of_profile, excludes, ignore, gitignore, fetched=fetched(project_dir))
+
+
+def sync_filter(profile, project_dir: Path, excludes: Sequence[str] = (), gitignore: bool = False) -> list[str]:
+    return [r for r, _ in sync_rules(profile.sync.exclude, project_dir, excludes, gitignore)]
+
+
+def fetched(project_dir: Path) -> list[str]:
+    """The project folders fetch wrote into (transfer.plan.FETCHED_FILE): a broken file is no folder."""
+    import json
+
+    try:
+        data = json.loads((Path(project_dir) / tr.FETCHED_FILE).read_text())
+    except (OSError, ValueError):
+        return []
+    return [r for r in data if isinstance(r, str)] if isinstance(data, list) else []
+
+
+def note_fetched(project_dir: Path, dest: Path) -> None:
+    """Record a fetch destination inside the project before anything lands there, so no later sync uploads it."""
+    import json
+
+    from ..paths import write_atomic
+
+    rel = tr.fetched_rel(dest, project_dir)
+    have = fetched(project_dir)
+    if rel is None or rel in have:
+        return
+    f = Path(project_dir) / tr.FETCHED_FILE
+    f.parent.mkdir(parents=True, exist_ok=True)
+    write_atomic(f, json.dumps(sorted(have + [rel]), indent=1) + "\n")
 
 
 def sync_project(profile, remote, out, project_dir: Path, *, delete: bool = False, dry_run: bool = False,
-                 excludes: Sequence[str] = (), gitignore: bool = False) -> dict:
+                 excludes: Sequence[str] = (), gitignore: bool = False, copy_links: Optional[bool] = None,
+                 confirm: Optional[Callable[[str], bool]] = None, preview: bool = True) -> dict:
     """Copy project_dir to the profile's remote_dir. Returns the summary dict
-    {files, bytes_sent, total_bytes, seconds, dry_run, changes, remote_dir, attempts, deleted}.
+    {files, bytes_sent, total_bytes, seconds, dry_run, changes, remote_dir, attempts, deleted, outside_links}.
     Where rsync rides on `remote` itself (remote.shared_with_rsync: `gpuops sync`'s one OpenSSH connection), a plain
     sync runs its checks on rsync's remote side, in rsync's own session (transfer.plan.sync_guard). The checks run
     first, as one remote execution, for --delete (the guard judges where the folder really is before anything can
     be deleted), --dry-run (which creates nothing), on a connection of gpuops' own (train, run), and when the upper
-    bound of what is sent does not fit the free disk (the exact amount, from a dry run, then decides)."""
+    bound of what is sent does not fit the free disk (the exact amount, from a dry run, then decides).
+    Before anything is sent: symlinks pointing outside the project are said (copy_links: None is the profile's
+    sync.copy_links), and a large upload (transfer.preview.is_large on the local project, then what a dry run says
+    would really go) is said with its biggest folders and, with `confirm`, asked (False: nothing is sent, exit 1).
+    preview=False: neither is said (`gpuops run` said them before the launch, local_preview)."""
     rs.require_local_rsync()
     project_dir = Path(project_dir).resolve()
     started = time.monotonic()
     remote_dir = profile.remote_dir_for(project_dir)
-    rules = sync_filter(profile, project_dir, excludes, gitignore)
+    labelled = sync_rules(profile.sync.exclude, project_dir, excludes, gitignore)
+    rules = [r for r, _ in labelled]
+    copy = profile.sync.copy_links if copy_links is None else copy_links
+    scan = pv.scan(project_dir, labelled) if preview else pv.Scan()
+    if scan.outside_links:
+        out.warn(pv.links_warning(scan.outside_links, copying=copy))
 
     def argv(dry: bool, guard: str | None = None) -> list[str]:
         return tr.sync_args(remote.ssh_argv(), project_dir, profile.host, remote_dir, rules, delete=delete,
-                            dry_run=dry, gitignore=gitignore, rsync_path=guard)
+                            dry_run=dry, gitignore=gitignore, rsync_path=guard, copy_links=copy)
 
     label = "dry run" if dry_run else f"sync → {remote_dir}"
-    res, free = None, None
+    res, free, asked = None, None, not scan.large or dry_run
     if remote.shared_with_rsync and not (delete or dry_run):
         guard = tr.sync_guard(shell_path(remote_dir), need=tr.estimate_upload_bytes(project_dir, rules))
         try:
+            if not asked:
+                _preview(profile, out, argv(True, guard), remote_dir, confirm, scan.code)
+                asked = True
             res = _send(argv(False, guard), profile, out, label)
         except rs.GuardStop as stop:
             if stop.kind == "mkdir":
@@ -85,6 +131,8 @@ def sync_project(profile, remote, out, project_dir: Path, *, delete: bool = Fals
         free = _checks_first(profile, remote, remote_dir, delete=delete, dry_run=dry_run)
         if free is not None and not dry_run:
             _fits(profile, project_dir, rules, remote_dir, free, argv)
+        if not asked:
+            _preview(profile, out, argv(True), remote_dir, confirm, scan.code)
         res = _send(argv(dry_run), profile, out, label)
     changes: dict[str, tr.Change] = {}
     for ch in res.items:
@@ -100,10 +148,55 @@ def sync_project(profile, remote, out, project_dir: Path, *, delete: bool = Fals
         "seconds": round(time.monotonic() - started, 3),
         "attempts": res.attempts,
         "changes": [c.as_dict() for c in changes.values()],
+        "outside_links": [{"path": p, "target": t} for p, t in scan.outside_links],
+        "copy_links": copy,
     }
     if dry_run and free is not None and res.stats.get("transferred_bytes", 0) > free:
         summary["warning"] = f"would not fit: {tr.human_bytes(free)} free on the remote"
     return summary
+
+
+def warn_script_exclusions(out, project_dir: Path, script_rel: Optional[str], excludes_of_profile: Sequence[str],
+                           excludes: Sequence[str] = ()) -> list[tuple[str, str]]:
+    """Each local file the script names that the sync leaves out, said with the rule and how to send it. Returns
+    the sync's labelled rules."""
+    labelled = sync_rules(excludes_of_profile, Path(project_dir), excludes)
+    if script_rel:
+        for path, pattern, origin in pv.silent_exclusions(Path(project_dir), script_rel, labelled):
+            out.warn(pv.exclusion_warning(script_rel, path, pattern, origin))
+    return labelled
+
+
+def local_preview(out, project_dir: Path, script_rel: Optional[str], excludes_of_profile: Sequence[str], *,
+                  copy_links: bool = False, confirm: Optional[Callable[[str], bool]] = None) -> pv.Scan:
+    """What `gpuops run` says on this machine before anything bills (train says the first through
+    warn_script_exclusions, the others in sync_project): the files the script names that the sync leaves out,
+    symlinks pointing outside the project, and a large upload of the whole project (a new instance has nothing yet;
+    asked with `confirm`: False raises, exit 1). Returns the scan."""
+    project_dir = Path(project_dir).resolve()
+    labelled = warn_script_exclusions(out, project_dir, script_rel, excludes_of_profile)
+    scan = pv.scan(project_dir, labelled)
+    if scan.outside_links:
+        out.warn(pv.links_warning(scan.outside_links, copying=copy_links))
+    if confirm is not None and scan.large:
+        out.warn(pv.size_warning(scan.total, scan.files, scan.biggest()) + "; " + pv.SIZE_HINT)
+        if not confirm(f"upload {tr.human_bytes(scan.total)} once the instance is up?"):
+            raise GpuopsError(f"not launched: the project would upload {tr.human_bytes(scan.total)}",
+                              hint=pv.SIZE_HINT, code=ExitCode.FAILED)
+    return scan
+
+
+def _preview(profile, out, dry_argv: list[str], remote_dir: str, confirm, code: int) -> None:
+    """A large project: what a dry run says would really go (an unchanged re-sync sends nothing), said with the
+    biggest folders when it is large itself (code: the project's code bytes), and asked when confirm is given."""
+    total, files, top = pv.top_of_changes(rs.run(dry_argv, host=profile.host).items)
+    if not pv.is_large(total, code):
+        return
+    biggest = sorted(top.items(), key=lambda kv: (-kv[1], kv[0]))[:pv.TOP_SHOWN]
+    out.warn(pv.size_warning(total, files, biggest, where=f"{profile.name}:{remote_dir}") + "; " + pv.SIZE_HINT)
+    if confirm is not None and not confirm(f"upload {tr.human_bytes(total)} to {profile.name}?"):
+        raise GpuopsError(f"not synced: {tr.human_bytes(total)} would have been uploaded", hint=pv.SIZE_HINT,
+                          code=ExitCode.FAILED)
 
 
 def _checks_first(profile, remote, remote_dir: str, *, delete: bool, dry_run: bool) -> int | None:

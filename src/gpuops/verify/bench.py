@@ -178,6 +178,10 @@ def _judge_allreduce(ar: dict, bench: dict, facts: Facts, th: dict) -> Iterable[
     if row is None or not row.link_gbps or bench.get("device") == "cpu":
         yield CheckResult(cid, title, INFO, measured)
         return
+    refs = row.allreduce_refs(int(ar.get("world") or 0), int(ar.get("bytes") or 0))
+    if refs:  # a measured figure for this GPU model, count and message size (gpus.yaml `allreduce`)
+        yield _against_reference(cid, title, measured, bw, row, refs, th)
+        return
     frac = float(th.get("bench_allreduce_warn_fraction", 0.3))
     link = f"{row.interconnect or 'link'} {row.link_gbps:g} GB/s per direction"
     expected = f">= {frac:.0%} of {link}"
@@ -188,6 +192,29 @@ def _judge_allreduce(ar: dict, bench: dict, facts: Facts, th: dict) -> Iterable[
                           detail="NCCL bus bandwidth = algorithm bandwidth x 2(n-1)/n (nccl-tests' definition)")
     else:
         yield CheckResult(cid, title, PASS, f"{measured}: {100 * bw / row.link_gbps:.0f} % of {link}", expected)
+
+
+def _against_reference(cid: str, title: str, measured: str, bw: float, row, refs: list[dict],
+                       th: dict) -> CheckResult:
+    """The all-reduce judged by what a healthy machine of this GPU model and count reaches at this message size:
+    the lowest reference that applies (NCCL's ring; NVLink SHARP reaches more), WARN below
+    bench_allreduce_reference_fraction (80 %) of it."""
+    ref = min(refs, key=lambda r: float(r["busbw_gbps"]))
+    frac = float(th.get("bench_allreduce_reference_fraction", 0.8))
+    want = float(ref["busbw_gbps"])
+    others = ", ".join(f"{r.get('algorithm', '?')} ~{float(r['busbw_gbps']):g} GB/s" for r in refs if r is not ref)
+    about = (f"{ref.get('gpus')}x {row.name} at >= {ref.get('min_mib', 0)} MiB: {ref.get('algorithm', 'nccl')} "
+             f"~{want:g} GB/s bus bandwidth" + (f" ({others})" if others else ""))
+    expected = f">= {frac:.0%} of {want:g} GB/s"
+    text = f"{measured}: {100 * bw / want:.0f} % of the reference"
+    detail = f"reference: {about}; source: {ref.get('source')}"
+    if bw < frac * want:
+        return CheckResult(cid, title, WARN, text, expected, detail=detail,
+                           remediation="GPUs talk slower than a healthy machine of this type: check `nvidia-smi topo "
+                                       "-m` (every pair NV18 on H100 SXM?), nvidia-fabricmanager running, "
+                                       "NCCL_P2P_DISABLE / NCCL_NVLS_ENABLE in the environment; compare with "
+                                       "nccl-tests' all_reduce_perf -b 256M -e 4G")
+    return CheckResult(cid, title, PASS, text, expected, detail=detail)
 
 
 __all__ = ["judge", "likely_causes", "sample_by_gpu", "FAIL"]

@@ -680,7 +680,7 @@ SLOWDOWNS = {"clocks_event_reasons.hw_slowdown": "hardware slowdown",
              "clocks_event_reasons.hw_power_brake_slowdown": "power brake"}
 
 
-def _reset_fix(c: Context, idx: list[int]) -> str:
+def _reset_fix(c: Context, idx: list) -> str:
     iid = getattr(c.p, "instance_id", None)
     gpus_ = ",".join(str(i) for i in idx) or "0"
     return (f"reset the GPU if you own the host (`sudo nvidia-smi -r -i {gpus_}` with no process on it, else reboot); "
@@ -854,12 +854,17 @@ def _xid_table(c: Context) -> dict:
     return {int(k): v for k, v in (table.get("xids") or {}).items()}
 
 
-def _gpu_of_pci(c: Context, pci: str) -> str:
+def _index_of_pci(c: Context, pci: str) -> int | None:
     key = pci.lower().split(":")[-2:]  # bus:device; the domain is printed with 4 or 8 digits
     for g in c.f.gpus:
         if g.bus_id and g.bus_id.lower().rsplit(".", 1)[0].split(":")[-2:] == key:
-            return f"GPU {g.index}"
-    return f"PCI {pci}"
+            return g.index
+    return None
+
+
+def _gpu_of_pci(c: Context, pci: str) -> str:
+    i = _index_of_pci(c, pci)
+    return f"GPU {i}" if i is not None else f"PCI {pci}"
 
 
 def check_kernel_log(c: Context) -> Iterable[CheckResult]:
@@ -877,16 +882,20 @@ def check_kernel_log(c: Context) -> Iterable[CheckResult]:
         return
     table = _xid_table(c)
     rank = {FAIL: 3, WARN: 2, INFO: 1}
-    worst, lines = INFO, []
+    worst, lines, failed = INFO, [], []
     for x in c.f.xids:
         row = table.get(x["code"])
         sev = {"fail": FAIL, "warn": WARN, "info": INFO}.get((row or {}).get("severity"), WARN)
         worst = sev if rank[sev] > rank[worst] else worst
+        if sev == FAIL:  # the GPUs the reset must name (not GPU 0 whichever failed): its index, else its bus id
+            i = _index_of_pci(c, x["pci"])
+            gid = str(i) if i is not None else x["pci"] + ".0"  # nvidia-smi -i takes a PCI bus id too
+            failed += [gid] if gid not in failed else []
         meaning = row["meaning"] if row else "not in playbooks/xid.yaml: look it up in NVIDIA's Xid catalog"
         lines.append(f"Xid {x['code']} on {_gpu_of_pci(c, x['pci'])}: {meaning}")
     uniq = list(dict.fromkeys(lines))
     codes = ", ".join(dict.fromkeys(str(x["code"]) for x in c.f.xids))
-    fix = {FAIL: _reset_fix(c, []) + " (a hardware Xid)",
+    fix = {FAIL: _reset_fix(c, failed) + " (a hardware Xid)",
            WARN: "watch for it again (`sudo dmesg | grep -i xid`); a recurring one means replace the instance",
            INFO: None}[worst]
     yield CheckResult("gpu.xid", "Xid errors (kernel log)", worst, f"Xid {codes} since boot ({len(c.f.xids)} line(s))",

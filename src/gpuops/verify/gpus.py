@@ -39,6 +39,14 @@ class GpuRow:
     preset: str | None = None
     reference: dict | None = field(default=None, hash=False, compare=False)
     source: str | None = None
+    # NCCL all-reduce bus bandwidth a healthy machine of these GPUs reaches: {gpus, min_mib, busbw_gbps, algorithm,
+    # source} each (verify.bench judges by GPU model, count and message size)
+    allreduce: tuple = field(default=(), hash=False, compare=False)
+
+    def allreduce_refs(self, world: int, message_bytes: int) -> list[dict]:
+        """The all-reduce references that apply to `world` GPUs all-reducing `message_bytes` at a time."""
+        return [r for r in self.allreduce if int(r.get("gpus") or 0) == int(world)
+                and message_bytes >= int(r.get("min_mib") or 0) * 2**20 and r.get("busbw_gbps")]
 
     @property
     def name(self) -> str:
@@ -97,7 +105,8 @@ def rows_from_doc(doc: dict, where: str = "gpus.yaml") -> list[GpuRow]:
             power_limit_w=float(r["power_limit_w"]) if r.get("power_limit_w") is not None else None,
             interconnect=r.get("interconnect"),
             link_gbps=float(r["link_gbps"]) if r.get("link_gbps") is not None else None,
-            preset=r.get("preset"), reference=r.get("reference") or None, source=str(r["source"]))
+            preset=r.get("preset"), reference=r.get("reference") or None, source=str(r["source"]),
+            allreduce=_allreduce(r.get("allreduce"), f"{where}: gpu '{r['id']}'"))
         for n in row.names:
             key = normalize(n)
             if key and seen.get(key, row.id) != row.id:
@@ -110,6 +119,17 @@ def rows_from_doc(doc: dict, where: str = "gpus.yaml") -> list[GpuRow]:
             seen[key] = row.id
         rows.append(row)
     return rows
+
+
+def _allreduce(v, where: str) -> tuple:
+    """A row's all-reduce references, each checked: gpus, min_mib, busbw_gbps and a source."""
+    out = []
+    for i, ref in enumerate(v or []):
+        if not isinstance(ref, dict) or not all(ref.get(k) for k in ("gpus", "busbw_gbps", "source")):
+            raise UsageError(f"{where}: allreduce[{i}] needs gpus, busbw_gbps and a source (min_mib: the smallest "
+                             "message it holds for)")
+        out.append(dict(ref))
+    return tuple(out)
 
 
 _CACHE: dict = {}

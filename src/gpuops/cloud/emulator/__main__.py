@@ -16,6 +16,7 @@ def main() -> None:
     ap.add_argument("--boot-seconds", type=float, default=20.0)
     ap.add_argument("--launch-window", type=float, default=12.0)
     ap.add_argument("--python")
+    ap.add_argument("--image")
     a = ap.parse_args()
     from ...paths import write_private
     from .server import Emulator
@@ -28,6 +29,8 @@ def main() -> None:
         pass
     emu = Emulator(d, api_key=os.environ.get("GPUOPS_EMULATOR_API_KEY") or old.get("api_key"), port=a.port,
                    boot_seconds=a.boot_seconds, launch_window=a.launch_window, python=a.python).start()
+    if a.image:
+        emu.image(python=a.image)
     done = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: done.set())
     signal.signal(signal.SIGINT, lambda *_: done.set())

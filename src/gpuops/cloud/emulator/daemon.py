@@ -42,12 +42,31 @@ def _answers(info: dict) -> bool:
         return False
 
 
+def _knob(info: dict, name: str, args: dict) -> None:
+    """POST /_emulator/<name> with the daemon's own key (docs/sandbox.md: the control paths)."""
+    req = urllib.request.Request(info["url"].rsplit("/api/v1", 1)[0] + "/_emulator/" + name,
+                                 data=json.dumps(args).encode(), method="POST",
+                                 headers={"Authorization": f"Bearer {info['api_key']}",
+                                          "Content-Type": "application/json"})
+    try:
+        with urllib.request.urlopen(req, timeout=5) as r:
+            r.read()
+    except OSError as exc:
+        raise GpuopsError(f"the running Lambda API emulator refused {name}: {exc}",
+                          hint="gpuops sandbox down --cloud, then up again") from None
+
+
 def start(*, port: int = 0, boot_seconds: float = 20.0, launch_window: float = 12.0, python: str | None = None,
-          d: Path | None = None) -> tuple[dict, bool]:
-    """Start the daemon unless one runs; -> (info, started)."""
+          d: Path | None = None, image: str | None = None) -> tuple[dict, bool]:
+    """Start the daemon unless one runs; -> (info, started). image: what instances launched from now on boot with
+    (the emulator's `image` knob: sandbox/image.py IMAGES), set on a running daemon too."""
     d = d or emulator_dir()
     info = read_info(d)
-    if info:
+    if info:  # already running: this `up`'s clock options (and --image) hold from now on, as a fresh start's would
+        _knob(info, "boot_seconds", {"s": boot_seconds})
+        _knob(info, "launch_window", {"s": launch_window})
+        if image is not None:
+            _knob(info, "image", {"python": image})
         return info, False
     d.mkdir(parents=True, exist_ok=True)
     os.chmod(d, 0o700)
@@ -56,6 +75,8 @@ def start(*, port: int = 0, boot_seconds: float = 20.0, launch_window: float = 1
             "--boot-seconds", str(boot_seconds), "--launch-window", str(launch_window)]
     if python:
         args += ["--python", python]
+    if image:
+        args += ["--image", image]
     env = dict(os.environ)
     env.pop("LAMBDA_API_KEY", None)  # the daemon keeps its own key (from its saved info, else a new one)
     with open(d / "emulator.log", "ab") as log:

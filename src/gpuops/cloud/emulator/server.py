@@ -156,6 +156,7 @@ class Emulator:
                           "launch_window": launch_window}
         self._fresh()
         self._load()
+        self._clock.update(self._defaults)  # the clock options this emulator was started with win over saved ones
 
     # -- lifecycle -----------------------------------------------------------------------------------------------
     def start(self) -> "Emulator":
@@ -440,7 +441,7 @@ class Emulator:
         with self.lock:
             return {"url": self.url if self.server else None, "user": self.user, "clock": self._clock,
                     "capacity": self._capacity, "failing": self._failing, "arrivals": self._arrivals,
-                    "faults": self._faults,
+                    "faults": self._faults, "image": self._image.get("python"),
                     "launch_requests": self._launches, "instances": self.instances()}
 
     KNOBS = ("reset", "capacity", "set_capacity", "capacity_later", "fault", "clear_faults", "boot_seconds",

@@ -1,0 +1,221 @@
+"""The dashboard's ASGI app (Starlette) and its server (uvicorn): imported only by `gpuops dashboard`.
+
+Security, as Jupyter's server does it: the printed URL carries a random token; the first request with it gets an
+HttpOnly, SameSite=Strict cookie and is redirected to the same page without the token (so it stays out of the
+address bar and history); any request without the cookie or the token gets 401 and no data. Requests naming another
+Host than the one it listens on are refused (DNS rebinding). Every page forbids scripts, styles and connections from
+anywhere but the dashboard itself (Content-Security-Policy). Read-only: no route changes anything.
+"""
+from __future__ import annotations
+
+import asyncio
+import hmac
+import json
+import secrets
+import socket
+from http.cookies import SimpleCookie
+from pathlib import Path
+from typing import Optional
+from urllib.parse import parse_qs, urlencode
+
+from .hub import Hub
+
+STATIC = Path(__file__).parent / "static"
+COOKIE = "gpuops_dashboard"
+CSP = ("default-src 'none'; script-src 'self'; style-src 'self' 'unsafe-inline'; img-src 'self' data:; "
+       "connect-src 'self'; base-uri 'none'; form-action 'none'; frame-ancestors 'none'")
+HEADERS = [(b"content-security-policy", CSP.encode()), (b"x-content-type-options", b"nosniff"),
+           (b"referrer-policy", b"no-referrer"), (b"cache-control", b"no-store"), (b"x-frame-options", b"DENY")]
+OVERVIEW_EVERY_S = 1.0
+RUN_POLL_S = 0.25
+
+
+def new_token() -> str:
+    return secrets.token_urlsafe(32)
+
+
+class TokenGate:
+    """Pure ASGI middleware: the Host check, the token-for-cookie trade, 401 without either, security headers."""
+
+    def __init__(self, app, token: str, hosts: Optional[set[str]]):
+        self.app, self.token, self.hosts = app, token, hosts
+
+    async def __call__(self, scope, receive, send):
+        if scope["type"] != "http":
+            return await self.app(scope, receive, send)
+        headers = {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope.get("headers") or []}
+        if self.hosts is not None and headers.get("host", "") not in self.hosts:
+            return await _plain(send, 403, "403: this dashboard answers only at the address it printed")
+        jar = SimpleCookie()
+        try:
+            jar.load(headers.get("cookie", ""))
+        except Exception:
+            pass
+        got = jar.get(COOKIE)
+        if got is not None and hmac.compare_digest(got.value.encode(), self.token.encode()):
+            return await self.app(scope, receive, _with_headers(send))
+        query = parse_qs(scope.get("query_string", b"").decode("latin-1"))
+        given = (query.get("token") or [""])[0]
+        if given and hmac.compare_digest(given.encode(), self.token.encode()) and scope["method"] == "GET":
+            rest = {k: v for k, v in query.items() if k != "token"}
+            location = scope["path"] + ("?" + urlencode(rest, doseq=True) if rest else "")
+            cookie = f"{COOKIE}={self.token}; HttpOnly; SameSite=Strict; Path=/"
+            await send({"type": "http.response.start", "status": 303,
+                        "headers": [(b"location", location.encode()), (b"set-cookie", cookie.encode()), *HEADERS,
+                                    (b"content-length", b"0")]})
+            return await send({"type": "http.response.body", "body": b""})
+        return await _plain(send, 401, "401: open the URL `gpuops dashboard` printed (it carries the token)")
+
+
+async def _plain(send, status: int, text: str) -> None:
+    body = (text + "\n").encode()
+    await send({"type": "http.response.start", "status": status,
+                "headers": [(b"content-type", b"text/plain; charset=utf-8"), (b"content-length", str(len(body)).encode()),
+                            *HEADERS]})
+    await send({"type": "http.response.body", "body": body})
+
+
+def _with_headers(send):
+    async def wrapped(message):
+        if message["type"] == "http.response.start":
+            names = {k.lower() for k, _ in message.get("headers") or []}
+            message = {**message, "headers": list(message.get("headers") or []) +
+                       [(k, v) for k, v in HEADERS if k not in names]}
+        await send(message)
+    return wrapped
+
+
+def _sse(data: dict, event: Optional[str] = None) -> str:
+    return (f"event: {event}\n" if event else "") + "data: " + json.dumps(data, separators=(",", ":")) + "\n\n"
+
+
+def build_app(hub: Hub, token: str, hosts: Optional[set[str]]):
+    from starlette.applications import Starlette
+    from starlette.responses import JSONResponse, Response, StreamingResponse
+    from starlette.routing import Mount, Route
+    from starlette.staticfiles import StaticFiles
+
+    shell = (STATIC / "index.html").read_bytes()  # the one page (its script draws the overview or a run)
+
+    def page(request):
+        return Response(shell, media_type="text/html; charset=utf-8")
+
+    async def overview(request):
+        return JSONResponse(await asyncio.to_thread(hub.overview))
+
+    async def run_doc(request):
+        feed = await asyncio.to_thread(hub.feed, request.path_params["run_id"])
+        if feed is None:
+            return JSONResponse({"error": f"no run {request.path_params['run_id']} recorded in this project"},
+                                status_code=404)
+        with hub.lock:
+            return JSONResponse(feed.snapshot())
+
+    async def overview_events(request):
+        async def stream():
+            last = None
+            while not (hub.closing.is_set() or await request.is_disconnected()):
+                doc = await asyncio.to_thread(hub.overview)
+                text = json.dumps({k: v for k, v in doc.items() if k != "now"}, sort_keys=True)
+                if text != last:
+                    last = text
+                    yield _sse(doc)
+                else:
+                    yield ": alive\n\n"
+                await asyncio.sleep(OVERVIEW_EVERY_S)
+        return StreamingResponse(stream(), media_type="text/event-stream")
+
+    async def run_events(request):
+        feed = await asyncio.to_thread(hub.feed, request.path_params["run_id"])
+        if feed is None:
+            return JSONResponse({"error": "no such run"}, status_code=404)
+        try:
+            seq = int(request.query_params.get("seq", "0"))
+        except ValueError:
+            seq = 0
+
+        async def stream():
+            nonlocal seq
+            idle = 0.0
+            while not (hub.closing.is_set() or await request.is_disconnected()):
+                with hub.lock:
+                    got = feed.since(seq)
+                    snap = feed.snapshot() if got is None else None
+                    seq = feed.seq
+                if snap is not None:
+                    yield _sse(snap, "reset")
+                elif got:
+                    yield _sse({"entries": got})
+                    idle = 0.0
+                elif idle >= 10.0:
+                    yield ": alive\n\n"
+                    idle = 0.0
+                await asyncio.sleep(RUN_POLL_S)
+                idle += RUN_POLL_S
+        return StreamingResponse(stream(), media_type="text/event-stream")
+
+    def no_icon(request):
+        return Response(status_code=204)
+
+    routes = [Route("/", page), Route("/favicon.ico", no_icon), Route("/run/{run_id}", page), Route("/api/overview", overview),
+              Route("/api/run/{run_id}", run_doc), Route("/events/overview", overview_events),
+              Route("/events/run/{run_id}", run_events),
+              Mount("/static", StaticFiles(directory=STATIC), name="static")]
+    app = Starlette(routes=routes)
+    app.middleware_stack = app.build_middleware_stack()  # built now, not while the first page waits
+    return TokenGate(app, token, hosts)
+
+
+def bind(host: str, port: int) -> socket.socket:
+    """The listening socket (port 0: a free one), made before the server starts so the URL is known."""
+    from ..errors import UsageError
+
+    fam = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(fam, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        sock.bind((host, port))
+    except OSError as exc:
+        sock.close()
+        raise UsageError(f"cannot listen on {host}:{port}: {exc.strerror or exc}",
+                         hint="choose another --port (0 picks a free one)") from None
+    sock.listen(64)
+    sock.set_inheritable(True)
+    return sock
+
+
+WILDCARDS = ("0.0.0.0", "::", "")
+
+
+def allowed_hosts(host: str, port: int) -> Optional[set[str]]:
+    """The Host headers a request may carry: the address it listens on (and localhost for loopback); None (any) when
+    it listens on every address, where the token alone guards it."""
+    if host in WILDCARDS:
+        return None
+    names = {host, f"[{host}]"} | ({"localhost", "127.0.0.1"} if host in ("127.0.0.1", "localhost") else set())
+    return {f"{n}:{port}" for n in names}
+
+
+def serve(hub: Hub, sock: socket.socket, token: str, host: str, port: int, ready=lambda: None) -> None:
+    """Serve until Ctrl-C (uvicorn's own signal handling ends the server; the followers are daemon threads).
+    ready() is called once the server accepts requests: the URL is printed then, so the first page is not kept
+    waiting by the server's start."""
+    import uvicorn
+
+    class Server(uvicorn.Server):
+        async def startup(self, sockets=None):
+            await super().startup(sockets=sockets)
+            if not self.should_exit:
+                ready()
+
+        async def shutdown(self, sockets=None):
+            hub.close()  # the event streams end now, so the shutdown has no task left to cancel
+            await super().shutdown(sockets=sockets)
+
+    app = build_app(hub, token, allowed_hosts(host, port))
+    config = uvicorn.Config(app, log_level="warning", access_log=False, lifespan="off", timeout_graceful_shutdown=5,
+                            ws="none")
+    try:
+        Server(config).run(sockets=[sock])
+    finally:
+        hub.close()
