@@ -8,15 +8,19 @@ import time
 
 
 class Proxy:
-    def __init__(self, target_port: int, *, delay: float = 0.0, cut_after: int | None = None, target_host: str = "127.0.0.1"):
+    def __init__(self, target_port: int, *, delay: float = 0.0, cut_after: int | None = None, target_host: str = "127.0.0.1",
+                 rate: float | None = None, listen_host: str = "127.0.0.1", listen_port: int = 0):
         self.target = (target_host, target_port)
         self.delay = delay
         self.cut_after = cut_after  # bytes server->client per connection, then both sides are closed
+        self.rate = rate  # bytes per second in each direction, over every connection together (a throttled link)
         self.connections = 0
         self.bytes_down = 0
+        self.bytes_up = 0
+        self._free = {"down": 0.0, "up": 0.0}  # direction -> when the link is free again (monotonic)
         self._sock = socket.socket()
         self._sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        self._sock.bind(("127.0.0.1", 0))
+        self._sock.bind((listen_host, listen_port))
         self._sock.listen(64)
         self.port = self._sock.getsockname()[1]
         self._stop = threading.Event()
@@ -51,6 +55,8 @@ class Proxy:
                     break
                 if self.delay:
                     time.sleep(self.delay)
+                if self.rate:
+                    self._throttle("down" if counter is not None else "up", len(data))
                 if counter is not None and self.cut_after is not None:
                     room = self.cut_after - counter["down"]
                     if room <= 0:
@@ -58,6 +64,9 @@ class Proxy:
                     data = data[:room]
                     counter["down"] += len(data)
                 dst.sendall(data)
+                if counter is None:
+                    with self._lock:
+                        self.bytes_up += len(data)
                 if counter is not None:
                     with self._lock:
                         self.bytes_down += len(data)
@@ -72,6 +81,15 @@ class Proxy:
                 except OSError:
                     pass
                 s.close()
+
+    def _throttle(self, way: str, n: int) -> None:
+        """Wait until sending n more bytes in this direction keeps the link at `rate` bytes per second."""
+        with self._lock:
+            now = time.monotonic()
+            due = self._free[way] = max(now, self._free[way]) + n / self.rate  # no credit saved up while idle
+        wait = due - now
+        if wait > 0:
+            time.sleep(wait)
 
     def cut_all(self) -> None:
         """Close every open connection now (the listener stays)."""

@@ -150,8 +150,8 @@ def test_run_on_two_nodes_trains_on_both_fetches_from_node_0_and_ends_both(cloud
     assert up["stage"] == "up" and "2 instances in us-east-1" in up["detail"]
     assert "=== host #1" in r.err  # setup and sync on every host, a section each
     # the job ran on both nodes with its rank; node 0's checkpoints are fetched and verified, both logs kept
-    assert (Path.cwd() / "checkpoints" / "rank0.bin").read_bytes() == b"\0" * 1000
-    assert not (Path.cwd() / "checkpoints" / "rank1.bin").exists()
+    assert (Path.cwd() / doc["fetched"]["checkpoints"] / "rank0.bin").read_bytes() == b"\0" * 1000
+    assert not (Path.cwd() / doc["fetched"]["checkpoints"] / "rank1.bin").exists()
     assert "node 0 of 2" in (Path.cwd() / doc["fetched"]["log"]).read_text()
     assert "node 1 of 2" in (Path.cwd() / doc["fetched"]["log.host1"]).read_text()
     # billed for two instances: the summary's cost is twice one node's price over the same seconds

@@ -86,7 +86,7 @@ def test_run_on_an_image_with_a_cuda_torch_trains_with_it_and_the_hosts_pip_conf
     assert "torch: torch 2.9.0+cu128 from the image's python" in r.err  # the plan said which torch, and whence
     assert "installer: pip (pip counts the image's torch 2.9.0+cu128 as installed" in r.err
     assert any(p.startswith("/simple/privpkg") for p in private_index.requests)
-    assert (Path.cwd() / "checkpoints" / "step_1" / "model.bin").stat().st_size == 1024
+    assert (Path.cwd() / doc["fetched"]["checkpoints"] / "step_1" / "model.bin").stat().st_size == 1024
     assert not _live(cloud)
 
 

@@ -26,7 +26,9 @@ def test_a_replacement_recovers_then_starts_again_at_up_and_pushes_before_the_la
     assert pl.next_stage(r) == "recover"
     r.lost = None
     r.recovering["ended"] = 60
-    r.checkpoint = pl.checkpoint_entry("checkpoints", "checkpoints", "checkpoint-2", 2, 45)
+    from gpuops.pipeline import checkpoints as ck
+
+    r.checkpoint = ck.entry("checkpoints", "checkpoints", "checkpoint-2", 2, 45, r.id)
     r.resume_from = r.checkpoint["path"]
     att = pl.archive(r, 60)
     assert att["started"] == 0 and att["ended"] == 60 and att["reason"] == "instance i-1 is preempted"
@@ -84,13 +86,15 @@ def test_when_an_instance_is_not_replaced():
 
 
 def test_which_checkpoint_and_where():
-    assert pl.checkpoint_name(rec(fetch=["outputs", "checkpoints"])) == "checkpoints"
-    assert pl.checkpoint_name(rec(fetch=["ckpt", "outputs"])) == "ckpt"
-    assert pl.checkpoint_name(rec()) is None
-    e = pl.checkpoint_entry("ckpt", "out/ckpt/", "checkpoint-500", 500, 1.0)
-    assert (e["path"], e["local"]) == ("out/ckpt/checkpoint-500", "ckpt/checkpoint-500")
-    e = pl.checkpoint_entry("ckpt", "/lambda/nfs/ckpt", None, None, 1.0)
-    assert (e["path"], e["local"]) == ("/lambda/nfs/ckpt", "ckpt")
+    from gpuops.pipeline import checkpoints as ck
+
+    assert ck.checkpoint_name(["outputs", "checkpoints"]) == "checkpoints"
+    assert ck.checkpoint_name(["ckpt", "outputs"]) == "ckpt"
+    assert ck.checkpoint_name([]) is None
+    e = ck.entry("ckpt", "out/ckpt/", "checkpoint-500", 500, 1.0, "r-1")
+    assert (e["path"], e["local"]) == ("out/ckpt/checkpoint-500", "runs/r-1/ckpt/checkpoint-500")
+    e = ck.entry("ckpt", "/lambda/nfs/ckpt", None, None, 1.0, "r-1")
+    assert (e["path"], e["local"]) == ("/lambda/nfs/ckpt", "runs/r-1/ckpt")
 
 
 def test_record_with_attempts_round_trips(tmp_path):

@@ -49,7 +49,7 @@ def test_whole_run_fetches_verified_checkpoints_and_terminates(cloud, gpuops):
     assert [s["stage"] for s in doc["stages"]] == ["up", "sync", "setup", "train", "watch", "fetch", "down"]
     assert all(s["ok"] for s in doc["stages"])
     for s in (1, 2, 3):
-        assert (Path.cwd() / "checkpoints" / f"step_{s}" / "model.bin").stat().st_size == 4096
+        assert (Path.cwd() / doc["fetched"]["checkpoints"] / f"step_{s}" / "model.bin").stat().st_size == 4096
     log = (Path.cwd() / doc["fetched"]["log"]).read_text()
     assert "step 3 loss 0.3333" in log and "/.venvs/gpuops/bin/python" in log  # trained in setup's environment
     assert not _live(cloud)  # terminated
@@ -163,7 +163,7 @@ def test_resume_after_the_local_process_is_killed(cloud, gpuops):
     r = gpuops("run", "--resume", "--json")
     assert r.code == 0, r.all
     doc = json.loads(r.out)
-    assert doc["outcome"] == "succeeded" and (Path.cwd() / "checkpoints" / "final.bin").read_bytes() == b"x" * 100
+    assert doc["outcome"] == "succeeded" and (Path.cwd() / doc["fetched"]["checkpoints"] / "final.bin").read_bytes() == b"x" * 100
     assert not _live(cloud)
 
 
@@ -217,7 +217,8 @@ def test_run_from_a_project_profile_carries_its_settings_onto_the_instance(cloud
     assert r.code == 0, r.all
     doc = json.loads(r.out)
     assert "FOO from-template" in (Path.cwd() / doc["fetched"]["log"]).read_text()  # the template's env
-    assert (Path.cwd() / "ckpt" / "w.bin").read_bytes() == b"w" * 64  # its fetch: map, verified
+    assert doc["fetched"]["ckpt"] == f"runs/{doc['run']}/ckpt"  # the run's own folder
+    assert (Path.cwd() / doc["fetched"]["ckpt"] / "w.bin").read_bytes() == b"w" * 64  # its fetch: map, verified
     from gpuops.paths import config_dir
 
     p = yaml.safe_load((config_dir() / "profiles" / f"{doc['profile']}.yaml").read_text())

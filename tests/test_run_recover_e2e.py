@@ -84,7 +84,8 @@ def _finished_on_a_second_instance(p, first: str, cloud) -> tuple[dict, str]:
 
 def _both_halves_here(doc: dict) -> int:
     """Every checkpoint of the second instance, and the one it resumed from (from the first), verified here."""
-    ck = Path.cwd() / "checkpoints"
+    ck = Path.cwd() / doc["checkpoints"]["local"]  # the run's own folder (runs/<run id>/checkpoints)
+    assert doc["checkpoints"]["local"] == f"runs/{doc['run']}/checkpoints"
     resumed = int(doc["resumed_from"].rsplit("-", 1)[1])
     assert doc["resumed_from"] == f"checkpoints/checkpoint-{resumed}" and resumed >= 2
     first = (ck / f"checkpoint-{resumed}" / "model.bin").read_text()

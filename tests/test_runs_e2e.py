@@ -168,7 +168,7 @@ def test_train_syncs_runs_detached_and_records(sandbox, gpuops):
     write(Path("train.py"), STEPS)
     res = gpuops("train", "--script", "train.py", "-e", "STEPS=3", "--", "--lr", "1e-6")
     rid = run_id_of(res)
-    assert rid.startswith("train-") and len(rid) == len("train-20250101-120000")
+    assert rid.startswith("train-") and len(rid) == len("train-20250101-120000-beef")
     assert f"gpuops watch {rid}" in res.err and f"gpuops logs -f {rid}" in res.err
     assert (remote_project(sandbox) / "train.py").is_file()  # synced
     # detached: its own session and process group, streams redirected

@@ -35,10 +35,35 @@ def plan(**kw):
 
 def test_run_id_uses_the_clock_and_avoids_collisions():
     clock = lambda: datetime(2025, 12, 5, 22, 7, 16)  # noqa: E731
-    assert core.run_id(None, "scripts/train/run_h100.sh", clock=clock) == "run_h100-20251205-220716"
-    assert core.run_id("my run", "x.py", clock=clock) == "my_run-20251205-220716"
-    taken = ["x-20251205-220716", "x-20251205-220716-2"]
-    assert core.run_id(None, "x.py", clock=clock, taken=taken) == "x-20251205-220716-3"
+    token = lambda: "beef"  # noqa: E731
+    assert core.run_id(None, "scripts/train/run_h100.sh", clock=clock, token=token) == "run_h100-20251205-220716-beef"
+    assert core.run_id("my run", "x.py", clock=clock, token=token) == "my_run-20251205-220716-beef"
+    taken = ["x-20251205-220716-beef", "x-20251205-220716-beef-2"]
+    assert core.run_id(None, "x.py", clock=clock, taken=taken, token=token) == "x-20251205-220716-beef-3"
+
+
+def test_two_jobs_started_in_the_same_second_get_different_ids():
+    """Issue #28: two runs of one project, each on its own instance, start their jobs in the same second; neither
+    sees the other's id yet (nothing taken), yet the ids differ (the per-second id made them collide)."""
+    clock = lambda: datetime(2025, 12, 5, 22, 7, 16)  # noqa: E731
+    ids = {core.run_id(None, "train.py", clock=clock) for _ in range(50)}
+    assert len(ids) == 50 and all(i.startswith("train-20251205-220716-") for i in ids)
+
+
+def test_two_pipeline_runs_in_the_same_second_never_share_an_id(tmp_path):
+    from gpuops.pipeline import runner as rn
+    from gpuops.pipeline import stages as pl
+
+    def rec(token=lambda: "aaaa"):
+        return rn.new_record(script="train.py", args=[], regions=[], nodes=1, fetch=[], keep=False, ttl_s=None,
+                             max_cost=None, key=None, name="train", clock=lambda: 1_800_000_000.0, project=tmp_path,
+                             token=token)
+
+    first = rec()
+    pl.save(first, tmp_path)
+    drawn = iter(["aaaa", "aaaa", "bbbb"])
+    second = rec(token=lambda: next(drawn))
+    assert first.id.endswith("-aaaa") and second.id.endswith("-bbbb") and first.profile != second.profile
 
 
 def test_env_layers_later_wins_and_empty_unsets():

@@ -28,8 +28,9 @@ def run(
     fetch: Optional[str] = typer.Option(None, "--fetch", metavar="NAME[,NAME...]",
                                         help="What to pull back, verified, before terminating: names of the "
                                              "profile's fetch: map, or folders under the project (checkpoints,"
-                                             "outputs). The job's log is always kept in runs/<run id>/log. With "
-                                             "--resume: added to what the run fetches."),
+                                             "outputs). Each lands in runs/<run id>/<name>, the run's own folder; "
+                                             "sync never uploads them. The job's log is always kept in "
+                                             "runs/<job id>/log. With --resume: added to what the run fetches."),
     keep: bool = typer.Option(False, "--keep", help="Do not terminate at the end (gpuops down NAME later)."),
     ttl: Optional[str] = typer.Option(None, "--ttl", metavar="DURATION", help="Time to live of the instance "
                                       "(`gpuops reap` ends it after; a tag on the instance), e.g. 8h (above 0, at "
@@ -74,7 +75,9 @@ def run(
     resume: bool = typer.Option(False, "--resume", help="Continue a run whose local process ended (crash, laptop "
                                                         "closed, Ctrl-C): the newest unfinished one, or --id RUN. "
                                                         "--fetch, --keep, --max-cost, --recover and --force apply "
-                                                        "to it; the options that describe a new run are refused."),
+                                                        "to it; the options that describe a new run are refused. A "
+                                                        "run whose process is still alive is refused (exit 2), "
+                                                        "naming the process; a dead one's run is taken over."),
     run_id: Optional[str] = typer.Option(None, "--id", metavar="RUN", help="With --resume: which run.",
                                          show_default=False),
     fs: Optional[str] = typer.Option(None, "--fs", metavar="NAME", help="Attach Lambda filesystem NAME to every "
@@ -123,6 +126,7 @@ def run(
     import time
 
     from ..pipeline import runner as run_ops
+    from ..pipeline import stages as pl
     from ..cloud.instances import make_context
     from ..interrupts import as_interrupt
 
@@ -135,19 +139,20 @@ def run(
                    "--name": name, "--nodes": nodes != 1, "--launcher": launcher != "auto",
                    "--nproc-per-node": nproc != "auto", "--from": from_, "--unreachable": unreachable, "ARGS": args,
                    "--env": env, "--seed": seed is not None, "--idle": idle, "--guard": guard, "--fs": fs, "--data": data}
-        rec = _resumed(out, project, run_id, new_run, fetch=fetch_names, keep=keep, max_cost=max_cost, recover=recover,
-                       force=force)
+        rec, lock = _resumed(out, project, run_id, new_run, fetch=fetch_names, keep=keep, max_cost=max_cost,
+                             recover=recover, force=force)
     else:
         rec = _new_run(out, project, types=type_, gpu=gpu, max_price=max_price, wait_for_capacity=wait_for_capacity,
                        script=script, region=region, fetch=fetch_names, keep=keep, ttl=ttl, max_cost=max_cost, key=key,
                        name=name, nodes=nodes, launcher=launcher, nproc=nproc, from_=from_, args=args,
                        recover=recover or 0, unreachable=unreachable, fs=fs, data=data, env=env, seed=seed,
                        force=force, idle=idle, guard=guard, confirm=_confirmer(yes))
+        lock = pl.RunLock(rec.id, project).acquire()  # held while this process runs it: one process per run
 
     runner = run_ops.Runner(rec, out, project, lambda: make_context(out, project_dir=project,
                                                                     with_key=rec.guard == "on-instance"),
                             confirm=_confirmer(yes), create_fs=fs_question(yes), env=None if resume else env)
-    with as_interrupt():
+    with lock, as_interrupt():
         code = runner.run()
         doc = run_ops.render_summary(out, runner.rec, runner.fetched, time.time())
     if notify:
@@ -184,10 +189,12 @@ def _resumed(out, project: Path, run_id: Optional[str], new_run: dict, *, fetch:
     if rec is None:
         raise UsageError("no unfinished run to resume here" + (f" named {run_id!r}" if run_id else ""),
                          hint=f"records are in {pl.records_dir(project)}")
+    lock = pl.RunLock(rec.id, project).acquire(rec.profile)  # a live process of this run: refused (exit 2)
+    rec = pl.find(project, rec.id) or rec  # as that process last left it
     run_ops.amend_for_resume(rec, fetch=fetch, keep=keep, max_cost=max_cost, recover=recover, force=force)
     out.info(f"resuming run {rec.id} at stage '{pl.next_stage(rec) or 'summary'}'")
     rec.outcome = pl.RUNNING
-    return rec
+    return rec, lock
 
 
 def _new_run(out, project: Path, *, types: list, gpu: Optional[str], max_price: Optional[float],
@@ -251,7 +258,7 @@ def _new_run(out, project: Path, *, types: list, gpu: Optional[str], max_price: 
                               launcher=launcher, nproc=nproc, template=template, recover=recover,
                               unreachable_s=d.parse_limit(unreachable, "--unreachable") if unreachable else None,
                               file_systems=[fs] if fs else [], data=data, seed=seed, env_names=env_names,
-                              force=force, idle_s=idle_s, guard=guard)
+                              force=force, idle_s=idle_s, guard=guard, project=project)
 
 
 def _before_launch(out, project: Path, script: str, template: Optional[dict], confirm,

@@ -1146,7 +1146,7 @@ def down(target, ctx: Context, *, fetch_first: bool = False, project_dir: Path |
         fetched = _fetch_all(prof, ctx.out, project_dir or Path.cwd())
     insts = _terminate_confirmed(ctx, ids) if ids else []
     statuses = [i.status if i else "terminated" for i in insts]
-    closed = _close_records(ctx, ids)
+    closed = _close_records(ctx, ids, note=DOWN_NOTE)
     for rec in tgt.launches:  # cut off in flight and nothing carries its launch id
         if owner_alive(rec):
             ctx.out.warn(f"launch {rec.launch_id} of '{rec.profile}' is still in flight (gpuops process {rec.pid}): "
@@ -1177,6 +1177,23 @@ def _statuses(ctx: Context, ids: list[str]) -> list[str]:
                 raise
             out.append("terminated")
     return out
+
+
+DOWN_NOTE = "gpuops down"  # the ledger's note on an instance `down` terminated (a run tells it from a loss)
+ASKED_NOTES = (DOWN_NOTE, "reaped")  # terminations this machine's user asked for (down; reap at the TTL they set)
+
+
+def terminated_here(ledger, instance_id: str) -> Optional[str]:
+    """Was this instance terminated from this machine on purpose (`gpuops down`, `gpuops reap`)? The ledger's note
+    ("gpuops down", "reaped"), or None (a loss: preempted, Lambda's console, another machine; or an unreadable
+    ledger)."""
+    try:
+        rec = ledger.by_instance(instance_id)
+    except Exception:  # noqa: BLE001 - an unreadable ledger proves nothing
+        return None
+    if rec is None or rec.open or rec.note not in ASKED_NOTES:
+        return None
+    return rec.note
 
 
 def _close_records(ctx: Context, ids: list[str], note: str = "") -> list[str]:

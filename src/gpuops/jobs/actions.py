@@ -96,7 +96,8 @@ def _prepare_run(prof, out, project: Path, *, script: str, name: Optional[str], 
     cli_env = core.parse_env_args(env)
     presets_doc = core.load_presets(project)
     started = clock()
-    taken = [m["run_id"] for m in core.local_runs(None, project)]
+    reg = core.registry_dir(project)  # every folder of runs/ (a job's, or a pipeline run's checkpoints)
+    taken = [d.name for d in reg.iterdir()] if reg.is_dir() else []
     rid = core.run_id(name, script_rel, clock=lambda: started, taken=taken)
     dotenv = profiles.read_dotenv(project / ".env")
     plan = core.plan_env(preset=prof.env_preset, presets_doc=presets_doc, profile_env=prof.env, cli_env=cli_env,

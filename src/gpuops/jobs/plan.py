@@ -37,11 +37,15 @@ GPU_QUERY = "index,name,utilization.gpu,memory.used,memory.total,temperature.gpu
 
 # -- run ids ------------------------------------------------------------------------------
 def run_id(name: Optional[str], script: str, *, clock: Callable[[], datetime] = datetime.now,
-           taken: Iterable[str] = ()) -> str:
-    """`<name or script stem>-<YYYYmmdd-HHMMSS>`; a suffix -2, -3 ... if that id is already taken."""
+           taken: Iterable[str] = (), token: Optional[Callable[[], str]] = None) -> str:
+    """`<name or script stem>-<YYYYmmdd-HHMMSS>-<4 random hex digits>`: two runs whose jobs start in the same second
+    (two `gpuops run`s of one project, each on its own instance) never share an id, although neither sees the
+    other's yet; a suffix -2, -3 ... if the id is already taken here all the same. token: the random part (a seam)."""
+    import secrets
+
     base = name or Path(script).stem or "run"
     base = re.sub(r"[^A-Za-z0-9._-]+", "_", base).strip("._-") or "run"
-    rid = f"{base}-{clock().strftime('%Y%m%d-%H%M%S')}"
+    rid = f"{base}-{clock().strftime('%Y%m%d-%H%M%S')}-{(token or (lambda: secrets.token_hex(2)))()}"
     taken = set(taken)
     n, out = 2, rid
     while out in taken:

@@ -67,11 +67,20 @@ def _extras_script(extras: Optional[Extras]) -> tuple[str, str, str]:
     if extras.checkpoints:
         C = shell_path(extras.checkpoints)
         fns += ("gpuops_ck() {\n"  # files, and a checksum of their names, sizes and times: any change shows
-                f"  l=$(find {C} -type f -printf '%P %s %T@\\n' 2>/dev/null | sort)\n"
+                f"  l=$(find -H {C} -type f -printf '%P %s %T@\\n' 2>/dev/null | sort)\n"
                 "  echo \"CK $(printf '%s' \"$l\" | grep -c .) $(printf '%s' \"$l\" | cksum | cut -d' ' -f1)\" >&2\n"
                 "}\n")
         each = "gpuops_ck; "
     return fns, beat, each
+
+
+def health_once_command() -> str:
+    """ONE execution: the GPUs' health now, in the stream's own lines on stdout (HG health fields, HX the kernel
+    log's Xid lines, G the GPU line or nvidia-smi's failure, "GPU is lost"): parse_stderr_line and HealthWatch read
+    them as they read the stream. What `run` reads once more when its job fails (a GPU's failure, or the job's?)."""
+    fns, beat, _ = _extras_script(Extras(health=True))
+    return ("exec 2>&1\n" + fns + beat.strip().rstrip(";") + "\n"
+            f"nvidia-smi --query-gpu={GPU_QUERY} --format=csv,noheader,nounits 2>&1 | sed 's/^/G /'\n")
 
 
 def stream_command(run_id: str, run_dir: str, *, offset: int, interval: float = 2.0, samples: bool = True,
@@ -502,20 +511,23 @@ class HealthWatch:
 
 class CheckpointWatch:
     """The stream's CK lines (the checkpoint folder's file count and listing checksum) in; apply(ev) is True when the
-    folder changed and then held still for one sample (a checkpoint written completely), not yet fetched in that
-    state, and no fetch is under way. done(sig) after the fetch: that state is not fetched again."""
+    folder changed and then held still for `samples` samples in a row (the same signature that many times), not yet
+    fetched in that state, and no fetch is under way. done(sig) after the fetch: that state is not fetched again."""
 
-    def __init__(self) -> None:
+    def __init__(self, samples: int = 2) -> None:
+        self.samples = max(2, samples)
         self.last: Optional[tuple] = None
+        self.seen = 0  # how many samples in a row showed `last`
         self.fetched: Optional[tuple] = None
         self.busy: Optional[tuple] = None  # the state being fetched
 
     def apply(self, ev: dict) -> bool:
         if ev.get("type") != "checkpoints":
             return False
-        sig, stable = ev["sig"], ev["sig"] == self.last
+        sig = ev["sig"]
+        self.seen = self.seen + 1 if sig == self.last else 1
         self.last = sig
-        if stable and self.busy is None and sig != self.fetched and sig[0] != "0":
+        if self.seen >= self.samples and self.busy is None and sig != self.fetched and sig[0] != "0":
             self.busy = sig
             return True
         return False

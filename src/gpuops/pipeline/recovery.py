@@ -17,7 +17,9 @@ import time
 from pathlib import Path
 from typing import Callable, Optional
 
+from . import checkpoints as ck
 from . import stages as pl
+from .checkpoints import where as ck_where
 from ..errors import GpuopsError
 
 
@@ -36,20 +38,33 @@ def quiet_output():
     return Output(json_mode=True, stdout=io.StringIO(), stderr=io.StringIO())
 
 
-def fetch_checkpoint(prof, project: Path, name: str, out, clock: Callable[[], float] = time.time) -> dict:
-    """The newest checkpoint under fetch entry `name`, fetched and verified (transfer.fetch): its newest step folder
-    (global_step_N, checkpoint-N), or the whole folder when it has none. Returns the record's checkpoint entry."""
+def fetch_checkpoint(prof, project: Path, name: str, out, run_id: str, *, since: Optional[float], job: str,
+                     quiet: bool = False, clock: Callable[[], float] = time.time,
+                     filesystem: Optional[str] = None) -> Optional[dict]:
+    """The newest checkpoint under fetch entry `name` that counts (pipeline.checkpoints.resumable: this job's, and
+    complete), fetched and verified (transfer.fetch) into the run's own folder (checkpoints.local_dir); on a
+    filesystem (filesystem: the run's folder there) only judged, never fetched (it outlives the instance). Returns
+    the record's checkpoint entry, or None when none counts yet (said on `out`)."""
     from ..remote.connection import connect
+    from ..transfer import plan as tr
     from ..transfer.fetch import fetch, list_remote
 
     one = prof.model_copy(update={"fetch": {name: prof.fetch[name]}})
     with connect(one, announce=out.info) as remote:
-        listing = list_remote(one, remote, project)[name]
+        listing = list_remote(one, remote, project, rows=True)[name]
         if not listing["exists"] or not listing["files"]:
             raise GpuopsError(f"nothing at {listing['path']} yet")
-        s = fetch(one, remote, out, name, latest=bool(listing["steps"]), project_dir=project)
-    return pl.checkpoint_entry(name, prof.fetch[name], s["dirs"][0] if s["dirs"] else None,
-                               s["steps"][-1] if s["steps"] else None, clock())
+        rows = listing.get("rows") or []
+        v = ck.resumable(tr.step_dirs(rows), files=rows, since=since, job=job, quiet=quiet)
+        if v.dir is None:
+            out.info(f"no checkpoint of this job in {listing['path']} counts yet ({v.reasons()})")
+            return None
+        if v.passed_over:
+            out.warn(f"passed over in {listing['path']}: {v.reasons()}")
+        if filesystem is None:
+            fetch(one, remote, out, name, step=v.step if v.dir else None,
+                  dest=ck.fetch_dest(run_id, name, project), project_dir=project)
+    return ck.entry(name, prof.fetch[name], v.dir or None, v.step, clock(), run_id, filesystem)
 
 
 class CheckpointFetcher:
@@ -60,7 +75,7 @@ class CheckpointFetcher:
     def __init__(self, fetch_one: Callable[[], dict]):
         from ..jobs.watch import CheckpointWatch
 
-        self.watch = CheckpointWatch()
+        self.watch = CheckpointWatch(ck.QUIET_SAMPLES)
         self.fetch_one = fetch_one
         self.thread: Optional[threading.Thread] = None
         self._done: list = []
@@ -114,17 +129,23 @@ class RecoveryStages:
         rec = self.rec
         health = w.HealthWatch(kb.load_playbook("xid", self.project),
                                kb.knowledge(self.project).get("nvidia_smi_failures", []))
-        name = pl.checkpoint_name(rec)
-        if rec.recover <= 0 or name is None:
+        home = self._ck_home()
+        if rec.recover <= 0 or home is None:
             return w.Extras(health=True), health, None
+        name = home.name
         fprof = self._fetch_profile()
         folder = fetch_sources(fprof, self.project)[name]
-        self._fetcher = CheckpointFetcher(lambda: fetch_checkpoint(fprof, self.project, name, quiet_output()))
+        self._fetcher = CheckpointFetcher(lambda: fetch_checkpoint(
+            fprof, self.project, name, quiet_output(), rec.id, since=ck.since(rec.job_started, home), job="alive",
+            quiet=True, filesystem=home.filesystem))
         return w.Extras(health=True, checkpoints=folder), health, self._fetcher
 
     def _watch_event(self, ev: dict, health, fetcher) -> None:
         """One stream event: a health fact that ends a GPU's usefulness (GpuFault with --recover, else said once),
         a checkpoint to fetch or fetched."""
+        if ev.get("type") == "state" and getattr(ev.get("info"), "started", None) and not self.rec.job_started:
+            self.rec.job_started = float(ev["info"].started)  # the instance's clock: its checkpoints are newer
+            pl.save(self.rec, self.project)
         found = health.apply(ev)
         if found:
             if self.rec.recover > 0:
@@ -172,17 +193,71 @@ class RecoveryStages:
             if err is not None:
                 self.out.warn(f"fetching the newest checkpoint failed: {err.message} (tried again at the next one)")
                 continue
-            said = (self.rec.checkpoint or {}).get("local") == entry["local"]  # e.g. the one pushed back
+            if entry is None or not ck.newer(entry, self.rec.checkpoint):
+                continue  # none counts yet, or not later than the one kept
+            said = ck.where(self.rec.checkpoint) == ck.where(entry)  # e.g. the one pushed back
             self.rec.checkpoint = entry
             pl.save(self.rec, self.project)
             if not said:
-                self.out.info(f"checkpoint {entry['local']} fetched and verified (a replacement instance resumes "
-                              "from it)")
+                self.out.info(f"checkpoint {ck.where(entry)} " + ("is complete on the filesystem" if entry.get(
+                    "filesystem") else "fetched and verified") + " (a replacement instance resumes from it)")
 
     def _end_fetcher(self) -> None:
         """A checkpoint fetch under way ends (its result kept) before the instance is fetched from or terminated."""
         if self._fetcher is not None:
             self._checkpoints_fetched(self._fetcher.finished(wait=True))
+
+    def _health_now(self, prof) -> list[str]:
+        """The job failed: the GPUs' health read once more (one execution) before the run decides, since the job
+        of a GPU that fell off the bus dies at once, before the stream's next health sample. Returns the facts that
+        end a GPU's usefulness (verify's FAIL rules), [] when healthy or when the host cannot be asked (said)."""
+        from .. import knowledge as kb
+        from ..jobs import watch as w
+        from ..remote.connection import connect
+
+        health = w.HealthWatch(kb.load_playbook("xid", self.project),
+                               kb.knowledge(self.project).get("nvidia_smi_failures", []))
+        try:
+            with connect(prof, announce=self.out.info) as remote:
+                res = remote.run(w.health_once_command(), timeout=60)
+        except GpuopsError as exc:
+            self.out.warn(f"the job failed and the GPUs' health could not be read once more: {exc.message}")
+            return []
+        found = []
+        for line in res.stdout.splitlines():
+            ev = w.parse_stderr_line(line)
+            if ev is not None:
+                found += health.apply(ev)
+        return found
+
+    def _job_died_with_its_gpu(self, found: list, info) -> None:
+        """The job failed and a GPU has failed too: the hardware's failure, not the job's. Replaced under --recover
+        (the job goes on from the newest complete checkpoint); else the run ends naming the hardware, with the
+        newest complete checkpoint kept, and `run --resume --id RUN --recover 1` replaces the instance and resumes."""
+        rec = self.rec
+        what = "; ".join(found)
+        code = f" (exit {info.exit_code})" if info is not None and info.exit_code is not None else ""
+        if pl.why_not_recover(rec, self.seams.clock()) is None:
+            self._start_recovery("watch", "gpu", f"{rec.profile}: {what}: the job died with its GPU{code}")
+            return
+        rec.job_state = "failed"
+        rec.hardware = what
+        rec.stop_reason = f"the GPU failed ({what}); the job died with it{code}: a hardware failure, not the job's"
+        home = self._ck_home()
+        if home is not None:  # the newest checkpoint known complete, for the resume that replaces the instance
+            try:
+                self._checkpoints_fetched([(fetch_checkpoint(self._fetch_profile(), self.project, home.name, self.out,
+                                                             rec.id, since=ck.since(rec.job_started, home),
+                                                             job="died", clock=self.seams.clock,
+                                                             filesystem=home.filesystem), None)])
+            except GpuopsError as exc:
+                self.out.warn(f"the newest checkpoint could not be fetched: {exc.message}")
+        self.out.error(f"job {rec.run_id} died with its GPU: {what}{code}. A hardware failure, not the job's; the "
+                       "instance is terminated after the fetch",
+                       f"gpuops run --resume --id {rec.id} --recover 1 replaces the instance and resumes"
+                       + (f" from {ck.where(rec.checkpoint)}" if rec.checkpoint else " (from the beginning: no "
+                          "complete checkpoint)"))
+        self._end("watch", ok=False, detail=rec.stop_reason)
 
     def _gpu_fault(self, exc: GpuFault) -> None:
         """A GPU of the instance stopped being usable: replace the instance, or (no replacement left) stop the job,
@@ -214,7 +289,11 @@ class RecoveryStages:
         if rec.run_id and rec.job_state is None and kind != "gpu":
             rec.job_state = "lost"
         ck = rec.checkpoint
-        resume = (f"the job starts again from checkpoint {ck['local']} (fetched and verified)" if ck else
+        resume = (f"the job starts again from checkpoint {ck_where(ck)}" + ("" if ck.get("filesystem") else
+                  " (fetched and verified)") if ck else
+                  "no complete checkpoint yet: the job starts again from the newest complete one the replacement "
+                  "finds on the filesystem, else from the beginning" if self._ck_home() and
+                  self._ck_home().filesystem else
                   "no checkpoint was fetched: the job starts again from the beginning")
         what = (f"the whole fleet, its {len(ids)} instances (a job across nodes ends with any of them)"
                 if len(ids) > 1 else "the instance")
@@ -276,14 +355,18 @@ class RecoveryStages:
                 self.fetched[f"log.instance{n}"] = self._save_log(prof, meta, 0, "log")
             except GpuopsError as exc:
                 self.out.warn(f"the job's log could not be fetched from the failing instance: {exc.message}")
-        for name in rec.fetch:
+        home = self._ck_home()
+        for name in ck.names(rec.fetch, home.filesystem if home else None):
             try:
-                if name == pl.checkpoint_name(rec):
-                    self._checkpoints_fetched([(fetch_checkpoint(prof, self.project, name, self.out,
-                                                                 self.seams.clock), None)])
+                if home is not None and name == home.name:  # the job died: only a checkpoint known complete counts
+                    self._checkpoints_fetched([(fetch_checkpoint(prof, self.project, name, self.out, rec.id,
+                                                                 since=ck.since(rec.job_started, home), job="died",
+                                                                 clock=self.seams.clock,
+                                                                 filesystem=home.filesystem), None)])
                     continue
                 with connect(prof, announce=self.out.info) as remote:
-                    s = fetch(prof, remote, self.out, name, project_dir=self.project)
+                    s = fetch(prof, remote, self.out, name, dest=ck.fetch_dest(rec.id, name, self.project),
+                              project_dir=self.project)
                 self.fetched[f"{name}.instance{n}"] = str(s.get("dest") or name)
             except GpuopsError as exc:
                 self.out.warn(f"fetch {name} from the failing instance failed: {exc.message}")
@@ -330,6 +413,9 @@ class RecoveryStages:
         rec = self.rec
         self._begin("push")
         ck = rec.checkpoint
+        if ck.get("filesystem") or not ck.get("local"):  # on the run's filesystem: the replacement mounts it
+            self._end("push", ok=True, detail=f"{ck_where(ck)} is on the filesystem: nothing to push")
+            return
         local = self.project / ck["local"]
         if not local.exists():
             self._end("push", ok=False, detail=f"{ck['local']} is not here any more")

@@ -22,6 +22,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Callable, Optional
 
+from . import checkpoints as ck
 from . import stages as pl
 from .money import billing_said
 from .recovery import GpuFault, RecoveryStages
@@ -109,9 +110,21 @@ def new_record(*, script: str, args: list, regions: list, nodes: int, fetch: lis
                unreachable_s: Optional[float] = None, file_systems: Optional[list] = None, data: Optional[str] = None,
                seed: Optional[int] = None, env_names: Optional[list] = None, force: bool = False,
                idle_s: Optional[float] = None, guard: Optional[str] = None,
-               clock: Callable[[], float] = time.time) -> pl.Record:
+               clock: Callable[[], float] = time.time, project: Optional[Path] = None,
+               token: Callable[[], str] = lambda: uuid.uuid4().hex[:4]) -> pl.Record:
+    """A new run's record. Its id, `<name>-<YYYYmmdd-HHMMSS>-<4 random hex digits>`, is not one of a record already
+    in `project` (two runs started in the same second never share one: their records, profiles and checkpoint
+    folders stay apart). token: the random part (a seam)."""
     stamp = datetime.fromtimestamp(clock()).strftime("%Y%m%d-%H%M%S")
-    rid = f"{name or Path(script).stem}-{stamp}-{uuid.uuid4().hex[:4]}"
+    taken = {p.stem for p in pl.records_dir(project).glob("*.json")} if project is not None else set()
+    taken |= {p.name for p in pl.records_dir(project).parent.iterdir()} if project is not None and \
+        pl.records_dir(project).parent.is_dir() else set()
+    for _ in range(1000):
+        rid = f"{name or Path(script).stem}-{stamp}-{token()}"
+        if rid not in taken:
+            break
+    else:
+        raise UsageError(f"no free run id for {name or Path(script).stem} at {stamp}")
     profile = f"run-{rid}"
     types = list(types or ([type_name] if type_name else []))
     return pl.Record(id=rid, profile=profile, instance_type=types[0] if types else "", types=types, gpu=gpu,
@@ -147,6 +160,14 @@ def amend_for_resume(rec: pl.Record, *, fetch: list, keep: bool, max_cost: Optio
         rec.recover = recover
     if force:
         rec.force = True
+    down = rec.stages.get("down")
+    if rec.hardware and recover and down is not None and down.ok and not rec.recovering:
+        # the job died with its GPU, the instance was terminated: --recover N replaces it and resumes
+        ids = (rec.instance or {}).get("ids") or []
+        rec.recovering = {"kind": "gpu", "reason": f"{rec.profile}: {rec.hardware}", "at": down.ended,
+                          "stage": None, "status": None, "instance_ids": ids, "fetch_tried": True,
+                          "terminated": True, "ended": down.ended, "lost_id": None}
+        rec.hardware, rec.stop_reason, rec.job_state, rec.outcome = None, None, None, pl.RUNNING
 
 
 class Runner(RecoveryStages):
@@ -214,6 +235,10 @@ class Runner(RecoveryStages):
         pl.save(self.rec, self.project)
         self.out.info(f"run {self.rec.id}: record {pl.records_dir(self.project) / (self.rec.id + '.json')} "
                       f"(gpuops run --resume --id {self.rec.id} continues it)")
+        home = ck.home(self.rec.id, self.rec.fetch)
+        if home is not None and not self.rec.stages:
+            self.out.info(f"what --fetch names lands in runs/{self.rec.id}/ (checkpoints: {home.local}), a folder "
+                          "no other run shares; sync never uploads these folders")
         try:
             return self._loop()
         except _ConnectionGaveUp as exc:
@@ -323,8 +348,14 @@ class Runner(RecoveryStages):
         if rec.recovering:
             return
         price = (rec.price_per_hour or 0) * max(1, rec.nodes)
+        asked = None
+        if exc.status in ("terminated", "terminating"):
+            from ..cloud.instances import terminated_here
+            from ..cloud.ledger import Ledger
+
+            asked = terminated_here(Ledger(), exc.instance_id)
         why = pl.why_not_recover(rec, self.seams.clock())
-        if why is None and not (stage == "fetch" and rec.job_state == "succeeded"):
+        if asked is None and why is None and not (stage == "fetch" and rec.job_state == "succeeded"):
             what = ("unhealthy (Lambda's status): it cannot be reached" if exc.status == "unhealthy" else
                     f"{exc.status} ({'Lambda took it back' if exc.status == 'preempted' else 'not by this run'})")
             self._start_recovery(stage, "unhealthy" if exc.status == "unhealthy" else "lost",
@@ -337,9 +368,13 @@ class Runner(RecoveryStages):
                 hint=f"gpuops run --resume --id {rec.id} once it is active again, or gpuops down {rec.profile} "
                      "(its disk is wiped)"))
         who = ("Lambda took it back" if exc.status == "preempted" else
-               "not by this run: another gpuops, `gpuops reap` at its TTL, or Lambda's console")
+               "not by this run: another machine's gpuops, or Lambda's console")
         rec.lost = f"instance {exc.instance_id} is {exc.status} ({who})" + (
             f"; not replaced: {why}" if rec.recover > 0 else "")
+        if asked is not None:  # the user ended it (the ledger says so): the run ends, no new instance
+            rec.terminated_by = asked
+            rec.lost = (f"instance {exc.instance_id} was terminated by `{'gpuops reap' if asked == 'reaped' else asked}`"
+                        " from this machine, as asked: the run ends here (nothing is replaced or launched)")
         unfetched = [n for n in rec.fetch if n not in self.fetched]
         lost_what = ("the job " + (rec.run_id or "") + " ended with it" if rec.run_id else "nothing was trained yet")
         disk = (f"what was only on its disk is lost ({', '.join(unfetched)} not fetched)" if unfetched else
@@ -430,6 +465,8 @@ class Runner(RecoveryStages):
         down = rec.stages.get("down")
         if rec.recovering:
             rec.outcome = pl.KEPT  # the instance to replace could not be terminated: still billing, said loudly
+        elif rec.terminated_by:
+            rec.outcome = pl.ENDED
         elif rec.lost:
             rec.outcome = pl.LOST
         elif down is not None and down.ended is not None and not down.ok:
@@ -497,7 +534,7 @@ class Runner(RecoveryStages):
                 if again:  # resumed after `up` launched but before it wrote the profile: those instances are ours
                     from ..cloud.instances import reclaim_unwritten
 
-                    reclaim_unwritten(ctx, rec.profile)
+                    self._reclaimed(ctx, reclaim_unwritten(ctx, rec.profile))
                 res = up(spec, ctx)
         except BudgetReached as exc:  # up terminated what it had launched
             rec.stop_reason = exc.reason
@@ -505,6 +542,7 @@ class Runner(RecoveryStages):
             self._end("up", ok=False, detail=exc.reason)
             return
         except GpuopsError as exc:
+            self._failed_launch(ctx)
             self._end("up", ok=False, detail=exc.message)
             if rec.attempts:  # a replacement that could not be launched ends the run, saying what bills
                 return self._relaunch_failed(exc)
@@ -525,6 +563,38 @@ class Runner(RecoveryStages):
         else:
             self._end("up", ok=True, detail=f"instance {res['instance_id']} ({res['instance_type']}) at {res['ip']}, "
                                             f"{res['region']}")
+
+    def _failed_launch(self, ctx) -> None:
+        """A launch that failed after an instance existed (up terminated it): its ids, from the ledger, for the
+        summary (a row that billed shows which instance it was, never `running` with no id)."""
+        rec = self.rec
+        if rec.billed_from is None:
+            return
+        got = [lr for lr in ctx.ledger.records() if lr.profile == rec.profile and lr.instance_id
+               and lr.created_at >= rec.billed_from - 60 and lr.instance_id not in
+               {i for a in rec.attempts + rec.reclaimed for i in (a.get("instance") or {}).get("ids") or []}]
+        rec.instance = {"ids": [lr.instance_id for lr in got], "type": got[0].instance_type if got else None,
+                        "region": got[0].region if got else None, "failed": True}
+
+    def _reclaimed(self, ctx, ids: list) -> None:
+        """Instances a cut-off bring-up of this run launched, just terminated: they billed, so the run counts them
+        (its summary, its spend and --max-cost), from the launch request to the confirmed termination, as the ledger
+        recorded them; the next launch bills from its own request."""
+        rec = self.rec
+        if not ids:
+            return
+        for lr in ctx.ledger.records():
+            if lr.profile != rec.profile or lr.instance_id not in ids:
+                continue
+            rec.reclaimed.append({"instance": {"ids": [lr.instance_id], "type": lr.instance_type,
+                                               "region": lr.region},
+                                  "price_per_hour": lr.price_cents_per_hour / 100.0, "nodes": 1,
+                                  "started": rec.billed_from or lr.created_at,
+                                  "ended": lr.ended_at or self.seams.clock(),
+                                  "reason": "reclaimed by --resume: its bring-up was cut off before the profile was "
+                                            "written; terminated"})
+        rec.billed_from = None
+        pl.save(rec, self.project)
 
     def _managed_profile(self):
         from ..profiles import model as profiles
@@ -602,8 +672,10 @@ class Runner(RecoveryStages):
 
         self._begin("sync")
         prof = self._profile()
-        # a replacement instance: what was fetched stays here (the checkpoint it resumes from is pushed on its own)
-        excludes = [f"/{n}" for n in self.rec.fetch] if self.rec.attempts else []
+        # the run's output folders are never uploaded (a stale step folder, another run's fetch): the job writes
+        # them; a replacement gets the checkpoint it resumes from through `push`
+        fprof = self._fetch_profile()
+        excludes = ck.sync_excludes(ck.names(self.rec.fetch, self._mount(fprof)), fprof.fetch)
         if self.rec.data:  # a data folder inside the project goes to its own place (_put_data), not with the project
             from ..transfer.dataplan import parse, project_exclude
 
@@ -669,6 +741,12 @@ class Runner(RecoveryStages):
         prof = self._profile()
         if rec.run_id and any(m["run_id"] == rec.run_id for m in core.local_runs(prof.name, self.project)):
             self._end("train", ok=True, detail=f"run {rec.run_id} (resumed)")
+            return
+        try:
+            self._link_checkpoints(prof)  # run --fs: checkpoints/ is the run's folder on the filesystem
+        except GpuopsError as exc:
+            self.out.error(f"not launched: {exc.message}", exc.hint)
+            self._end("train", ok=False, detail=exc.message)
             return
         env = self._job_env() + ([f"GPUOPS_RESUME_FROM={rec.resume_from}"] if rec.resume_from else [])
         env += [f"GPUOPS_DATA={rec.data_path}"] if rec.data_path else []
@@ -745,6 +823,10 @@ class Runner(RecoveryStages):
             raise KeyboardInterrupt
         self._end_fetcher()
         info = res["info"]
+        if info is not None and info.state == core.FAILED and not rec.stop_reason:
+            found = self._health_now(prof)  # a GPU that fell off the bus kills the job before the next sample
+            if found:
+                return self._job_died_with_its_gpu(found, info)
         rec.job_state = info.state if info is not None else "lost"
         ok = info is not None and info.state == core.SUCCEEDED
         self.out.info(f"job {rec.run_id}: {rec.job_state}" + (f" (exit {info.exit_code})" if info and
@@ -867,8 +949,9 @@ class Runner(RecoveryStages):
             for attempt in range(1, FETCH_ATTEMPTS + 1):
                 try:
                     with connect(prof, announce=self.out.info) as remote:
-                        s = fetch(prof, remote, self.out, name, project_dir=self.project)
-                    self.fetched[name] = str(s.get("dest") or name)
+                        s = fetch(prof, remote, self.out, name, dest=ck.fetch_dest(rec.id, name, self.project),
+                                  project_dir=self.project)
+                    self.fetched[name] = _rel(s.get("dest"), self.project) or ck.local_dir(rec.id, name)
                     last = None
                     break
                 except NeverCreated as exc:
@@ -904,11 +987,81 @@ class Runner(RecoveryStages):
         return f" until its TTL, {when}, when `gpuops reap` ends it"
 
     def _fetch_profile(self):
-        """The profile, with each --fetch name that its fetch: map lacks meaning the folder of that name under the
-        remote project (checkpoints, outputs)."""
+        """The profile, with each output folder of the run (the --fetch names, the checkpoint folder on a filesystem)
+        that its fetch: map lacks meaning the folder of that name under the remote project (checkpoints, outputs)."""
         prof = self._profile()
-        extra = {n: n for n in self.rec.fetch if n not in prof.fetch}
+        extra = {n: n for n in ck.names(self.rec.fetch, self._mount(prof)) if n not in prof.fetch}
         return prof.model_copy(update={"fetch": {**prof.fetch, **extra}}) if extra else prof
+
+    def _mount(self, prof=None) -> Optional[str]:
+        """The mount point of the run's filesystem (run --fs) on its instance, None without one."""
+        if not self.rec.file_systems:
+            return None
+        try:
+            prof = prof or self._profile()
+        except GpuopsError:
+            return None
+        fss = prof.cloud.filesystems if getattr(prof, "cloud", None) is not None else []
+        return fss[0].mount_point if fss else None
+
+    def _ck_home(self):
+        """Where this run's checkpoints live (pipeline.checkpoints.home): asked, never recomputed."""
+        if self.rec.ck_filesystem:
+            return ck.home(self.rec.id, self.rec.fetch, mount=self.rec.ck_filesystem)
+        try:
+            prof = self._profile()
+        except GpuopsError:
+            return ck.home(self.rec.id, self.rec.fetch)
+        return ck.home(self.rec.id, self.rec.fetch, prof.fetch, self._mount(prof))
+
+    def _link_checkpoints(self, prof) -> None:
+        """run --fs: the checkpoint folder on the filesystem, the run's own, linked into the remote project on every
+        node (one execution each); on a replacement, the newest complete checkpoint there is what the job resumes
+        from (no push: it never left the filesystem)."""
+        from ..remote.connection import connect
+        from ..transfer import plan as tr
+
+        home = self._ck_home()
+        if home is None or home.filesystem is None:
+            return
+        rec = self.rec
+        rows = []
+        for i, node in enumerate(prof.nodes()):
+            with connect(node, announce=self.out.info) as remote:
+                res = remote.run(ck.link_command(node.remote_dir_for(self.project), home.remote, home.filesystem),
+                                 timeout=120)
+            if res.rc == 3:
+                raise GpuopsError(f"{home.remote} in the project folder on host #{i} is a folder of its own, not "
+                                  "empty: the run's checkpoints go to the filesystem through a link of that name",
+                                  hint=f"move it away on the instance, or name another folder: --fetch NAME")
+            if res.rc != 0:
+                raise GpuopsError(f"could not link {home.remote} to {home.filesystem} on host #{i}: "
+                                  f"{(res.stderr.strip().splitlines() or ['exit ' + str(res.rc)])[-1]}")
+            if i == 0:
+                rows = ck.parse_listing(res.stdout)
+        rec.ck_filesystem = self._mount(prof)
+        self.out.info(f"checkpoints of this run: {home.remote}/ is {home.filesystem} on the filesystem (it "
+                      "outlives the instance; nothing of it crosses this machine unless --fetch names it)")
+        if rec.attempts and rows:
+            steps = tr.step_dirs(rows)
+            v = ck.resumable(steps, files=rows, since=None, job="died", quiet=False)
+            if v.dir is not None:
+                e = ck.entry(home.name, home.remote, v.dir or None, v.step, self.seams.clock(), rec.id,
+                             home.filesystem)
+                if ck.newer(e, rec.checkpoint):
+                    rec.checkpoint = e
+                rec.resume_from = rec.checkpoint["path"]
+            aside = ck.set_aside(steps, (rec.checkpoint or {}).get("step") if rec.resume_from else None)
+            if aside:  # the resumed job writes these steps again: what the lost job left of them is kept aside
+                stamp = datetime.fromtimestamp(self.seams.clock()).strftime("%Y%m%d-%H%M%S")
+                with connect(prof.node(0), announce=self.out.info) as remote:
+                    res = remote.run(ck.set_aside_command(home.filesystem, aside, stamp), timeout=120)
+                if res.rc != 0:
+                    raise GpuopsError(f"could not set aside {', '.join(aside)} on the filesystem: "
+                                      f"{(res.stderr.strip().splitlines() or ['exit ' + str(res.rc)])[-1]}")
+                self.out.warn(f"on the filesystem, not known complete when the job died: {', '.join(aside)}; set "
+                              f"aside into {home.filesystem}.passed-over/ (the job writes those steps again)")
+        pl.save(rec, self.project)
 
     def _save_log(self, prof, meta: dict, rank: int, name: str) -> str:
         """Host `rank`'s whole log of the job (raw bytes, streamed) as runs/<run id>/<name>, written under a temporary
@@ -954,6 +1107,16 @@ class Runner(RecoveryStages):
             self._end("down", ok=True, detail=f"instance {res['instance_id']} {res['status']}")
 
 
+def _rel(path: Optional[str], project: Path) -> Optional[str]:
+    """A fetched folder as the summary shows it: relative to the project folder where it is inside."""
+    if not path:
+        return None
+    try:
+        return str(Path(path).resolve().relative_to(project.resolve()))
+    except ValueError:
+        return str(path)
+
+
 class _ConnectionGaveUp(Exception):
     """The instance cannot be reached, and the API does not say it ended: the run is left to resume."""
 
@@ -986,6 +1149,24 @@ def fleet_verify_lines(text: str) -> list[tuple[str, str]]:
     return lines
 
 
+def _hms(t: float) -> str:
+    return datetime.fromtimestamp(t).strftime("%H:%M:%S")
+
+
+def checkpoints_doc(rec: pl.Record) -> Optional[dict]:
+    """Where this run's checkpoints are (pipeline.checkpoints.home) and the newest that counts, for the summary;
+    on a filesystem and not fetched: how to get them later."""
+    home = ck.home(rec.id, rec.fetch, mount=rec.ck_filesystem)
+    if home is None:
+        return None
+    newest = rec.checkpoint or {}
+    doc = {**home.to_json(), "newest": ck.where(newest), "step": newest.get("step"), "fetched": home.name in rec.fetch}
+    if home.filesystem and home.name not in rec.fetch:
+        doc["get_later"] = ck.get_later(home, rec.file_systems[0], (rec.instance or {}).get("type") or
+                                        rec.instance_type)
+    return doc
+
+
 def render_summary(out, rec: pl.Record, fetched: dict, now: float) -> dict:
     """The closing table: time and money per stage (and per instance, when one was replaced), where the checkpoints
     are, the environment snapshot."""
@@ -997,7 +1178,7 @@ def render_summary(out, rec: pl.Record, fetched: dict, now: float) -> dict:
            "stages": rows, "instances": insts, "total_cost": round(total, 4), "fetched": fetched,
            "environment": str(env) if env and env.is_dir() else None, "overhead": pl.overhead(rec),
            "stop_reason": rec.stop_reason, "recoveries": len(rec.attempts), "resumed_from": rec.resume_from,
-           "checkpoint": (rec.checkpoint or {}).get("local"), "ttl_s": rec.ttl_s,
+           "checkpoint": (rec.checkpoint or {}).get("local"), "checkpoints": checkpoints_doc(rec), "ttl_s": rec.ttl_s,
            "ttl_deadline_at": (datetime.fromtimestamp(rec.ttl_deadline).astimezone().isoformat(timespec="seconds")
                                if rec.ttl_deadline else None),
            "warnings": list(dict.fromkeys(out.warnings))}  # every warning said on stderr, once each
@@ -1014,11 +1195,22 @@ def render_summary(out, rec: pl.Record, fetched: dict, now: float) -> dict:
     if many:
         for i in insts:
             head = f"instance #{i['instance']} {', '.join(i['ids']) or '?'}"
+            when = f"{_hms(i['started'])}-{_hms(i['ended_at']) if i['ended_at'] else 'now'}" if i["started"] else ""
             out.print(f"  {head:<32} {i['seconds']:>8.1f} s  ${i['cost']:>8.4f}  {i['type'] or ''}"
-                      f"{', ' + i['region'] if i['region'] else ''}: {i['ended']}")
+                      f"{', ' + i['region'] if i['region'] else ''} {when}: {i['ended']}")
     out.print(f"  {'total':<32} {sum(r['seconds'] for r in rows):>8.1f} s  ${total:>8.4f}")
     for name, where in fetched.items():
         out.print(f"  {name}: {where} (verified)")
+    if doc["checkpoints"]:
+        c = doc["checkpoints"]
+        if c["filesystem"]:
+            out.print(f"  checkpoints of this run: {c['filesystem']} on filesystem {rec.file_systems[0]}"
+                      + (f", fetched into {c['local']}" if c["fetched"] else ", not fetched (nothing of them crossed "
+                         f"this machine); to get them here later: {c['get_later']}")
+                      + (f"; resumable from {c['newest']}" if c.get("newest") else ""))
+        else:
+            out.print(f"  checkpoints of this run: {c['local']} here (on the instance: {c['remote']})"
+                      + (f"; resumable from {c['newest']}" if c.get("newest") else ""))
     if doc["environment"]:
         out.print(f"  environment snapshot: {doc['environment']}")
     return doc

@@ -24,6 +24,7 @@ RECOVER_MIN_TTL_S = 300.0  # no instance is launched for less than this much of 
 # outcomes of a whole run
 RUNNING, SUCCEEDED, FAILED, KEPT, DETACHED = "running", "succeeded", "failed", "kept", "detached"
 LOST = "lost"  # the instance ended under the run (terminated by someone else, preempted): the job went with it
+ENDED = "ended"  # the user ended the run's instance (gpuops down, reap at its TTL): the run ends, nothing replaced
 NAME_MAX = 38  # run-<name>-YYYYmmdd-HHMMSS-xxxx stays a profile name (63 characters at most)
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
 
@@ -85,7 +86,9 @@ class Record:
     run_id: Optional[str] = None  # the training run's id, once launched
     job_state: Optional[str] = None  # succeeded / failed / stopped, once the job ended
     stop_reason: Optional[str] = None  # max-cost, interrupted, ...
+    hardware: Optional[str] = None  # the job died with its GPU (no --recover): what failed; --resume --recover N
     lost: Optional[str] = None  # why the instance is gone under the run (its status and what went with it)
+    terminated_by: Optional[str] = None  # the instance was ended on purpose from here: the ledger's note
     outcome: str = RUNNING
     stages: dict = field(default_factory=dict)  # name -> Stage (the current instance's)
     # what the user asked to launch (cloud.instances.UpSpec takes it as launch_ask gives it): --type in order, or
@@ -101,9 +104,14 @@ class Record:
     ttl_deadline: Optional[float] = None  # the run's --ttl: every instance it launches ends by then
     instance: Optional[dict] = None  # the current instance: {"ids", "type", "region"}, once `up` has it
     checkpoint: Optional[dict] = None  # the newest checkpoint fetched and verified: {name, dir, step, path, local, at}
+    job_started: Optional[float] = None  # the current job's start on the instance's clock (its checkpoints are newer)
+    ck_filesystem: Optional[str] = None  # run --fs: the mount point the run's checkpoint folder lives under
     resume_from: Optional[str] = None  # GPUOPS_RESUME_FROM of the next job: the checkpoint's path on the instance
     recovering: Optional[dict] = None  # a replacement under way: {kind, reason, at, fetch_tried, terminated, ended}
     attempts: list = field(default_factory=list)  # the instances replaced: their stages, time and price
+    # instances that billed outside the stages: a bring-up cut off before its profile was written, reclaimed by
+    # --resume (as attempts: {instance, price_per_hour, nodes, started, ended, reason}); never counted as recoveries
+    reclaimed: list = field(default_factory=list)
     file_systems: list = field(default_factory=list)  # --fs: attached to every instance (replacements too)
     data: Optional[str] = None  # --data SOURCE as given (transfer.dataplan.parse)
     data_path: Optional[str] = None  # where the data is on the instance (GPUOPS_DATA), once put there
@@ -143,10 +151,10 @@ def next_stage(rec: Record) -> Optional[str]:
     - a replacement under way (`recovering`): `recover` (fetch what is reachable, terminate), then the run starts again
       at `up` with a new instance (archive), `push` putting the checkpoint back before the launch."""
     st = rec.stages
+    if rec.recovering:  # (after `down` too: a job that died with its GPU, resumed with --recover N)
+        return "recover"
     if st.get("down") is not None and st["down"].ok:
         return None
-    if rec.recovering:
-        return "recover"
     if rec.lost:
         return "down"
     for name in STAGES:
@@ -203,7 +211,7 @@ def attempt_cost(att: dict) -> float:
 
 def spend(rec: Record, now: float) -> float:
     """Dollars spent so far on every instance of the run, every node (0 before `up` or without a price)."""
-    past = sum(attempt_cost(a) for a in rec.attempts)
+    past = sum(attempt_cost(a) for a in rec.attempts + rec.reclaimed)
     start = billed_since(rec)
     if start is None or not rec.price_per_hour:
         return past
@@ -232,32 +240,46 @@ def _stage_rows(stages: dict, per_s: float, now: float, instance: int,
 def summary(rec: Record, now: float) -> list[dict]:
     """Time and money per stage, in order, every instance's (`instance`: 1 for the first): what `run` prints."""
     rows = []
-    for i, att in enumerate(rec.attempts, 1):
+    order = _launch_order(rec)  # the numbers instances() gives (a reclaimed bring-up has no stages of its own)
+    for att in rec.attempts:
         per_s = (att.get("price_per_hour") or 0.0) * max(1, att.get("nodes") or 1) / 3600.0
-        rows += _stage_rows({k: Stage(**v) for k, v in att["stages"].items()}, per_s, att["ended"], i,
-                            att.get("started"))
+        rows += _stage_rows({k: Stage(**v) for k, v in att["stages"].items()}, per_s, att["ended"],
+                            order.index(id(att)) + 1, att.get("started"))
     per_s = (rec.price_per_hour or 0.0) * max(1, rec.nodes) / 3600.0
-    return rows + _stage_rows(rec.stages, per_s, now, len(rec.attempts) + 1, rec.billed_from)
+    return rows + _stage_rows(rec.stages, per_s, now, len(order) + 1, rec.billed_from)
+
+
+def _launch_order(rec: Record) -> list:
+    """The ended instances (replaced, reclaimed), in launch order, as ids of their dicts."""
+    return [id(a) for a in sorted(rec.attempts + rec.reclaimed,
+                                  key=lambda a: a.get("started") or a.get("ended") or 0.0)]
 
 
 def instances(rec: Record, now: float) -> list[dict]:
     """Each instance of the run, in launch order: its ids, type, region, billed time and cost, and how it ended."""
     rows = []
-    for i, att in enumerate(rec.attempts, 1):
+    # in launch order: a reclaimed bring-up came before the instance launched after it
+    for att in sorted(rec.attempts + rec.reclaimed, key=lambda a: a.get("started") or a.get("ended") or 0.0):
         inst = att.get("instance") or {}
-        rows.append({"instance": i, "ids": inst.get("ids") or [], "type": inst.get("type"), "region": inst.get("region"),
+        rows.append({"instance": len(rows) + 1, "ids": inst.get("ids") or [], "type": inst.get("type"),
+                     "region": inst.get("region"), "started": att.get("started"), "ended_at": att.get("ended"),
                      "seconds": round(max(0.0, att["ended"] - (att["ended"] if att.get("started") is None
                                                               else att["started"])), 1),
                      "cost": round(attempt_cost(att), 4), "ended": att.get("reason")})
     start = billed_since(rec)
-    if start is not None:
+    up = rec.stages.get("up")
+    failed = up is not None and up.ok is False and (not rec.instance or bool(rec.instance.get("failed")))
+    if start is not None and not (failed and rec.billed_from is None):  # a launch that never billed is no row
         inst = rec.instance or {}
         down = rec.stages.get("down")
         ended = ("terminated" if down is not None and down.ok else rec.lost or
-                 ("replacing it: " + rec.recovering["reason"] if rec.recovering else "running"))
-        secs = max(0.0, billed_until(rec, now) - start)
-        rows.append({"instance": len(rec.attempts) + 1, "ids": inst.get("ids") or [], "type": inst.get("type"),
-                     "region": inst.get("region"), "seconds": round(secs, 1),
+                 ("replacing it: " + rec.recovering["reason"] if rec.recovering else
+                  f"launch failed ({up.detail}); terminated by the launch" if failed else "running"))
+        until = billed_until(rec, now) if not failed else (up.ended or now)
+        secs = max(0.0, until - start)
+        rows.append({"instance": len(rows) + 1, "ids": inst.get("ids") or [], "type": inst.get("type"),
+                     "region": inst.get("region"), "started": start, "ended_at": None if ended == "running" else until,
+                     "seconds": round(secs, 1),
                      "cost": round(secs / 3600.0 * (rec.price_per_hour or 0.0) * max(1, rec.nodes), 4),
                      "ended": ended})
     return rows
@@ -310,22 +332,9 @@ def archive(rec: Record, ended: float) -> dict:
            "stages": {k: asdict(v) for k, v in rec.stages.items()}}
     rec.attempts.append(att)
     rec.stages, rec.run_id, rec.job_state, rec.instance, rec.recovering = {}, None, None, None, None
+    rec.job_started = None
     rec.billed_from = None  # the next instance bills from its own launch
     return att
-
-
-def checkpoint_name(rec: Record) -> Optional[str]:
-    """The --fetch name that holds the checkpoints: `checkpoints` if named, else the first name (None: no --fetch)."""
-    return "checkpoints" if "checkpoints" in rec.fetch else (rec.fetch[0] if rec.fetch else None)
-
-
-def checkpoint_entry(name: str, sub: str, step_dir: Optional[str], step: Optional[int], at: float) -> dict:
-    """A fetched checkpoint as the record keeps it: `path` on the instance (the fetch entry's own spelling:
-    relative to the project folder, the job's working directory, unless absolute), `local` under the project."""
-    base = sub.rstrip("/") or "."
-    return {"name": name, "dir": step_dir, "step": step, "at": at,
-            "path": f"{base}/{step_dir}" if step_dir else base,
-            "local": f"{name}/{step_dir}" if step_dir else name}
 
 
 # -- the record on disk ---------------------------------------------------------------------------------------------
@@ -362,6 +371,48 @@ def find(project: Path, run: Optional[str]) -> Optional[Record]:
         exact = [r for r in recs if r.id == run] or [r for r in recs if r.id.startswith(run)]
         return exact[0] if len(exact) == 1 else None
     return next((r for r in recs if r.outcome in (RUNNING, DETACHED)), None)
+
+
+class RunLock:
+    """One live process per run: an exclusive lock (flock) on runs/pipelines/<id>.lock, held while the process runs
+    it and released by the kernel when the process ends, however it ends (kill -9 included: a dead process's lock
+    is taken over). The file says which process holds it."""
+
+    def __init__(self, rec_id: str, project: Path):
+        self.rec_id, self.path, self.fd = rec_id, records_dir(project) / f"{rec_id}.lock", None
+
+    def acquire(self, profile: str = "") -> "RunLock":
+        import fcntl
+        import os
+        import socket
+
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o600)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            holder = os.pread(fd, 300, 0).decode("utf-8", "replace").strip() or "another process"
+            os.close(fd)
+            raise UsageError(f"run {self.rec_id} is going on in {holder}: one process per run, nothing was done",
+                             hint=(f"gpuops watch -p {profile} follows it; " if profile else "")
+                             + "stop that process (Ctrl-C) before gpuops run --resume takes the run over") from None
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, f"process {os.getpid()} on host {socket.gethostname()}\n".encode(), 0)
+        self.fd = fd
+        return self
+
+    def release(self) -> None:
+        import os
+
+        if self.fd is not None:
+            os.close(self.fd)  # the lock goes with the descriptor
+            self.fd = None
+
+    def __enter__(self) -> "RunLock":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.release()
 
 
 def begin(rec: Record, name: str, project: Path, clock=time.time) -> None:

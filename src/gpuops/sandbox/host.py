@@ -435,6 +435,25 @@ def _session_processes(d: Path) -> list[int]:
     return sorted(found - spared)
 
 
+def kill_gpu_jobs(d: Path) -> list[int]:
+    """The host's GPU processes (its sessions' processes whose environment holds GPUOPS_RUN_ID: a gpuops job, as its
+    emulated nvidia-smi counts them) die at once with SIGKILL, as a CUDA job does when its GPU falls off the bus.
+    Returns their pids."""
+    import signal
+
+    table = _process_table()
+    killed = []
+    for pid in _session_processes(d):
+        env = table.get(pid, (0, b""))[1].split(b"\0")
+        if any(e.startswith(b"GPUOPS_RUN_ID=") for e in env):
+            try:
+                os.kill(pid, signal.SIGKILL)
+                killed.append(pid)
+            except OSError:
+                continue
+    return killed
+
+
 def down() -> bool:
     """Stop the sandbox host (see stop)."""
     return stop(sandbox_dir())

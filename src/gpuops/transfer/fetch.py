@@ -192,8 +192,9 @@ def fetch_sources(profile, project_dir: Path) -> dict[str, str]:
     return {name: tr.join_remote(base, sub) for name, sub in profile.fetch.items()}
 
 
-def list_remote(profile, remote, project_dir: Path) -> dict:
-    """{name: {path, exists, bytes, files, steps: [{dir, step, bytes, files}]}} for every name in profile.fetch."""
+def list_remote(profile, remote, project_dir: Path, *, rows: bool = False) -> dict:
+    """{name: {path, exists, bytes, files, steps: [{dir, step, bytes, files}]}} for every name in profile.fetch;
+    rows: each also has "rows", the listing itself ([relative path, size, mtime] per file)."""
     srcs = fetch_sources(profile, project_dir)
     doc = _run_script(profile, remote, {"list": srcs}, timeout=300)
     result = {}
@@ -207,6 +208,8 @@ def list_remote(profile, remote, project_dir: Path) -> dict:
             "steps": [{"dir": k, **{kk: v[kk] for kk in ("step", "bytes", "files")}}
                       for k, v in sorted(steps.items(), key=lambda kv: (kv[1]["step"], kv[0]))],
         }
+        if rows:
+            result[name]["rows"] = files
         if r.get("error"):
             result[name]["error"] = r["error"]
     return result

@@ -366,11 +366,13 @@ class Emulator:
                 self._stop_host(inst)
             self._save()
 
-    def gpu_fault(self, instance_id: str, fault: str) -> list:
+    def gpu_fault(self, instance_id: str, fault: str, kill_jobs: bool = False) -> list:
         """A running instance's GPU fails from now on, as `gpuops sandbox up --fault FAULT` describes it (`xid=79`: the
         driver's "GPU has fallen off the bus" line in its kernel log; `ecc`: uncorrectable ECC errors; ...): its
-        nvidia-smi and kernel log say so, its job keeps running, the API keeps saying `active`. Returns its faults."""
+        nvidia-smi and kernel log say so, the API keeps saying `active`. Its job keeps running, or with kill_jobs
+        dies at that moment (SIGKILL, as a CUDA job does when its GPU falls off the bus). Returns its faults."""
         from ...paths import write_atomic
+        from ...sandbox.host import kill_gpu_jobs
         from ...sandbox.nvidia_smi import fault_problem
 
         with self.lock:
@@ -381,6 +383,8 @@ class Emulator:
                 raise ValueError(why)
             state["faults"] = list(state.get("faults") or []) + [fault]
             write_atomic(f, json.dumps(state, indent=1))
+            if kill_jobs:  # the fault is in the host's data before the job dies: whoever looks after sees it
+                kill_gpu_jobs(f.parent)
             return state["faults"]
 
     def unreachable(self, instance_id: str) -> int:
