@@ -167,7 +167,7 @@ def test_run_with_gpu_end_to_end(cloud, gpuops):
                "--fetch", "ckpt", "--key", str(cloud.key), "--yes", "--json")
     assert r.code == 0, r.all
     doc = json.loads(r.out)
-    assert doc["outcome"] == "succeeded" and (Path.cwd() / "ckpt" / "w.bin").read_bytes() == b"w" * 256
+    assert doc["outcome"] == "succeeded" and (Path.cwd() / doc["fetched"]["ckpt"] / "w.bin").read_bytes() == b"w" * 256
     up = next(st for st in doc["stages"] if st["stage"] == "up")
     assert f"({SXM})" in up["detail"]  # the summary says which type the run got
     p = _profile(doc["profile"])
