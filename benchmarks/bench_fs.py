@@ -68,7 +68,7 @@ def main() -> None:
             doc = json.loads(p.stdout)
             st = {s["stage"]: s for s in doc["stages"]}
             sent = re.findall(r"data \S+ → \S+: (\d+) files changed, ([^\n]+) sent", p.stderr)
-            rows.append((label, st["setup"]["seconds"], wall, sent[-1] if sent else None))
+            rows.append((label, st["setup"]["duration_s"], wall, sent[-1] if sent else None))
         print(f"setup with {' '.join(REQS)} from {INDEX} (emulated instances, sandbox hosts):")
         for label, setup_s, wall, sent in rows:
             data_note = f"; --data: {sent[0]} files, {sent[1]} sent" if sent else ""

@@ -58,8 +58,8 @@ def main() -> None:
             doc = json.loads(p.stdout)
             st = {s["stage"]: s for s in doc["stages"]}
             ov = doc["overhead"]
-            rows.append((ov["before_job_s"], ov["after_job_s"], st["fetch"]["seconds"], st["up"]["seconds"],
-                         st["watch"]["seconds"], doc["outcome"]))
+            rows.append((ov["before_job_s"], ov["after_job_s"], st["fetch"]["duration_s"], st["up"]["duration_s"],
+                         st["watch"]["duration_s"], doc["outcome"]))
             shutil.rmtree(proj / "checkpoints", ignore_errors=True)
         for r in rows:
             print(f"{NODES} node(s), outcome {r[5]}: up {r[3]:.1f} s (emulated boot 2 s) | active -> job start {r[0]:.1f} s | training "

@@ -108,10 +108,10 @@ def bench_refusals(tmp: Path, g: list[str], env: dict) -> None:
                env=cenv, cwd=proj)
         doc = json.loads(p.stdout)
         st = {s["stage"]: s for s in doc["stages"]}
-        billed = sum(s["seconds"] for s in doc["stages"])
+        billed = sum(s["duration_s"] for s in doc["stages"])
         print(f"  a job importing a module nothing provides (found on the host): outcome {doc['outcome']}, "
-              f"billed {billed:.1f} s (up {st['up']['seconds']:.1f} s, launch refused after "
-              f"{st['train']['seconds']:.1f} s in the gate), ${doc['total_cost']:.4f} (goal < 60 s)")
+              f"billed {billed:.1f} s (up {st['up']['duration_s']:.1f} s, launch refused after "
+              f"{st['train']['duration_s']:.1f} s in the gate), ${doc['total_cost']:.4f} (goal < 60 s)")
     finally:
         emu.close()
 

@@ -199,7 +199,7 @@ def test_ttl_expiry_is_shown_by_ls_and_acted_on_by_reap(cloud, gpuops):
     assert [x["id"] for x in json.loads(r.out)["terminated"]] == [iid]
     assert not _live(cloud) and _profile("short")["cloud"]["state"] == "gone"
     r = gpuops("ls", "--json")
-    assert not json.loads(r.out)["alerts"]
+    assert not json.loads(r.out)["warnings"]
 
 
 def test_api_key_is_absent_from_every_output_and_file(cloud, gpuops, tmp_path):

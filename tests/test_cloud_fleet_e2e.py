@@ -155,7 +155,7 @@ def test_run_on_two_nodes_trains_on_both_fetches_from_node_0_and_ends_both(cloud
     assert "node 0 of 2" in (Path.cwd() / doc["fetched"]["log"]).read_text()
     assert "node 1 of 2" in (Path.cwd() / doc["fetched"]["log.host1"]).read_text()
     # billed for two instances: the summary's cost is twice one node's price over the same seconds
-    total_s = sum(s["seconds"] for s in doc["stages"])
+    total_s = sum(s["duration_s"] for s in doc["stages"])
     assert doc["total_cost"] == pytest.approx(total_s / 3600 * 2.49 * 2, rel=0.2)
     assert not _live(cloud)
     assert all(not x.open for x in Ledger().records())

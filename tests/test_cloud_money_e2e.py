@@ -81,7 +81,7 @@ def test_kill_9_with_the_launch_request_in_flight_is_flagged_reserved_and_reaped
     doc = _ls(gpuops)
     rows = [r for r in doc["instances"] if r["launch_id"] == rec.launch_id]
     assert len(rows) == 1 and rows[0]["id"] == iid and rows[0]["ttl_left_s"] is not None, rows  # one row, not two
-    assert any(iid in a and "cut off" in a for a in doc["alerts"]), doc["alerts"]
+    assert any(iid in a and "cut off" in a for a in doc["warnings"]), doc["warnings"]
 
     r = _up(gpuops, cloud, "k1", "--no-verify")  # the name is still taken by the cut-off launch
     assert r.code == 2 and "k1" in r.err and "gpuops down k1" in r.err, r.all
@@ -92,7 +92,7 @@ def test_kill_9_with_the_launch_request_in_flight_is_flagged_reserved_and_reaped
     assert r.code == 0, r.all
     assert [x["id"] for x in json.loads(r.out)["terminated"]] == [iid]
     assert not _live(cloud) and not [x for x in Ledger().records() if x.open]
-    assert not _ls(gpuops)["alerts"]
+    assert not _ls(gpuops)["warnings"]
 
 
 def test_kill_9_during_boot_without_ttl_is_ended_by_down_name_and_by_down_instance_id(cloud, gpuops):
@@ -105,7 +105,7 @@ def test_kill_9_during_boot_without_ttl_is_ended_by_down_name_and_by_down_instan
         _kill9(p)
         ids.append(next(r.instance_id for r in Ledger().records() if r.profile == name))
     assert _profile("k2") is None and _profile("k3") is None  # no profile was written
-    alerts = _ls(gpuops)["alerts"]
+    alerts = _ls(gpuops)["warnings"]
     assert all(any(i in a and "cut off" in a for a in alerts) for i in ids), alerts
 
     r = gpuops("down", "k2", "--yes", "--json")  # by name, with no profile
@@ -209,7 +209,7 @@ def test_sigterm_during_down_and_reap_ends_cleanly(cloud, gpuops):
     assert r.code == 0, r.all
     r = gpuops("reap", "--yes")
     assert r.code == 0, r.all
-    assert not _live(cloud) and not _ls(gpuops)["alerts"]
+    assert not _live(cloud) and not _ls(gpuops)["warnings"]
 
 
 # -- Medium ----------------------------------------------------------------------------------------------------------

@@ -236,7 +236,7 @@ def test_the_summary_counts_every_instance_that_billed(cloud, gpuops):
     doc = json.loads(r.out)
     assert doc["outcome"] == "succeeded" and doc["recoveries"] == 0, doc
     (one, two) = doc["instances"]
-    assert one["ids"] == [first] and "reclaimed" in one["ended"] and one["cost"] > 0 and one["seconds"] >= 1
+    assert one["ids"] == [first] and "reclaimed" in one["ended"] and one["cost"] > 0 and one["duration_s"] >= 1
     assert two["ids"] and two["ids"] != [first] and two["ended"] == "terminated" and two["cost"] > 0
     assert one["started"] < one["ended_at"] <= two["started"] < two["ended_at"]
     assert abs(one["cost"] + two["cost"] - doc["total_cost"]) < 0.001

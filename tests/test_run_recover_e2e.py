@@ -74,7 +74,7 @@ def _finished_on_a_second_instance(p, first: str, cloud) -> tuple[dict, str]:
     doc = json.loads(out)
     assert doc["outcome"] == "succeeded" and doc["job"] == "succeeded" and doc["recoveries"] == 1, doc
     assert [i["instance"] for i in doc["instances"]] == [1, 2] and doc["instances"][0]["ids"] == [first]
-    assert all(i["seconds"] > 0 and i["cost"] > 0 for i in doc["instances"])
+    assert all(i["duration_s"] > 0 and i["cost"] > 0 for i in doc["instances"])
     assert abs(sum(i["cost"] for i in doc["instances"]) - doc["total_cost"]) < 0.001
     assert not _billing(cloud) and not [x for x in Ledger().records() if x.open]
     launched = [x.instance_id for x in Ledger().records() if x.profile == doc["profile"]]

@@ -58,3 +58,37 @@ def up(doc: dict) -> dict:
     if isinstance(doc.get("nodes"), list):
         out["nodes"] = [{UP.get(k, k): v for k, v in n.items()} for n in doc["nodes"]]
     return out
+
+
+def ls(doc: dict, shown: list) -> dict:
+    """`gpuops ls --json`: each instance's address as `host` (was `ip`); what needs the user (was `alerts`) is the
+    document's `warnings`, with every other warning the command showed (`shown`: a ledger passed over...)."""
+    out = {k: v for k, v in doc.items() if k != "alerts"}
+    out["instances"] = [{("host" if k == "ip" else k): v for k, v in r.items()} for r in doc.get("instances") or []]
+    alerts = list(doc.get("alerts") or [])
+    out["warnings"] = alerts + [w for w in shown if w not in alerts]
+    return out
+
+
+RUN_INSTANCE = {"seconds": "duration_s"}
+
+
+def run(doc: dict) -> dict:
+    """`gpuops run --json`, the closing summary: a stage's and an instance's billed time as `duration_s` (was
+    `seconds`), an instance's start and end as ISO `started_at`/`ended_at` (were epochs; `ended` stays: how it
+    ended, in words). The runner and `--notify` read the summary under its own names."""
+    out = dict(doc)
+    out["stages"] = [{("duration_s" if k == "seconds" else k): v for k, v in s.items()} for s in doc.get("stages") or []]
+    rows = []
+    for r in doc.get("instances") or []:
+        row = {}
+        for k, v in r.items():
+            if k == "started":
+                row["started_at"] = iso(v)
+            elif k == "ended_at":
+                row["ended_at"] = iso(v)
+            else:
+                row[RUN_INSTANCE.get(k, k)] = v
+        rows.append(row)
+    out["instances"] = rows
+    return out

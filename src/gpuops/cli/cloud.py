@@ -259,7 +259,9 @@ def ls(json_: bool = JsonOpt) -> None:
     with ctx.client:
         doc = listing(ctx, filesystems=True, project_dir=Path.cwd())
     if json_:
-        out.emit_json(doc)
+        from .. import jsonvocab
+
+        out.emit_json(jsonvocab.ls(doc, out.warnings))
     else:
         rows = doc["instances"]
         if not rows:

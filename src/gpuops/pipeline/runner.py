@@ -1183,7 +1183,9 @@ def render_summary(out, rec: pl.Record, fetched: dict, now: float) -> dict:
                                if rec.ttl_deadline else None),
            "warnings": list(dict.fromkeys(out.warnings))}  # every warning said on stderr, once each
     if out.json_mode:
-        out.emit_json(doc)
+        from .. import jsonvocab
+
+        out.emit_json(jsonvocab.run(doc))  # docs/json.md's names; the caller reads `doc` under the runner's own
         return doc
     out.print(f"gpuops run {rec.id}: {rec.outcome}" + (f" (job {rec.job_state})" if rec.job_state else ""))
     many = len(insts) > 1
