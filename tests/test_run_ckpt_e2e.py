@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import time
+from datetime import datetime
 from pathlib import Path
 
 from gpuops.cloud.ledger import Ledger
@@ -238,7 +239,8 @@ def test_the_summary_counts_every_instance_that_billed(cloud, gpuops):
     (one, two) = doc["instances"]
     assert one["ids"] == [first] and "reclaimed" in one["ended"] and one["cost"] > 0 and one["duration_s"] >= 1
     assert two["ids"] and two["ids"] != [first] and two["ended"] == "terminated" and two["cost"] > 0
-    assert one["started"] < one["ended_at"] <= two["started"] < two["ended_at"]
+    at = [datetime.fromisoformat(x) for x in (one["started_at"], one["ended_at"], two["started_at"], two["ended_at"])]
+    assert at[0] < at[1] <= at[2] < at[3], doc["instances"]
     assert abs(one["cost"] + two["cost"] - doc["total_cost"]) < 0.001
     assert not _billing(cloud)
 

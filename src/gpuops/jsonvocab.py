@@ -84,9 +84,9 @@ def run(doc: dict) -> dict:
         row = {}
         for k, v in r.items():
             if k == "started":
-                row["started_at"] = iso(v)
+                row["started_at"] = iso(v, "milliseconds")
             elif k == "ended_at":
-                row["ended_at"] = iso(v)
+                row["ended_at"] = iso(v, "milliseconds")
             else:
                 row[RUN_INSTANCE.get(k, k)] = v
         rows.append(row)
