@@ -1144,6 +1144,7 @@ def down(target, ctx: Context, *, fetch_first: bool = False, project_dir: Path |
     fetched = []
     if fetch_first and prof is not None and prof.cloud.state == "active" and tgt.whole_profile:
         fetched = _fetch_all(prof, ctx.out, project_dir or Path.cwd())
+    _note_asked(ctx, ids, DOWN_NOTE)  # before the request: a run watching it reads the termination as asked for
     insts = _terminate_confirmed(ctx, ids) if ids else []
     statuses = [i.status if i else "terminated" for i in insts]
     closed = _close_records(ctx, ids, note=DOWN_NOTE)
@@ -1185,15 +1186,23 @@ ASKED_NOTES = (DOWN_NOTE, "reaped")  # terminations this machine's user asked fo
 
 def terminated_here(ledger, instance_id: str) -> Optional[str]:
     """Was this instance terminated from this machine on purpose (`gpuops down`, `gpuops reap`)? The ledger's note
-    ("gpuops down", "reaped"), or None (a loss: preempted, Lambda's console, another machine; or an unreadable
+    ("gpuops down", "reaped": written before the termination is requested), or None (a loss: preempted, Lambda's console, another machine; or an unreadable
     ledger)."""
     try:
         rec = ledger.by_instance(instance_id)
     except Exception:  # noqa: BLE001 - an unreadable ledger proves nothing
         return None
-    if rec is None or rec.open or rec.note not in ASKED_NOTES:
+    if rec is None or rec.note not in ASKED_NOTES:  # open: down/reap noted it before its request, still confirming
         return None
     return rec.note
+
+
+def _note_asked(ctx: Context, ids: list[str], note: str) -> None:
+    """Before a termination this machine's user asked for (down, reap) is requested: its open records carry the note,
+    so a run that sees the instance terminating in the meantime tells it from a loss (terminated_here)."""
+    for rec in ctx.ledger.records():
+        if rec.open and rec.instance_id in ids:
+            ctx.ledger.update(rec.launch_id, note=note)
 
 
 def _close_records(ctx: Context, ids: list[str], note: str = "") -> list[str]:
@@ -1391,6 +1400,7 @@ def reap(ctx: Context, *, confirm: Optional[Callable[[str], bool]] = None, proje
         if confirm is not None and not confirm(text + "?"):
             skipped.append({**row, "why": "not confirmed"})
             continue
+        _note_asked(ctx, [row["id"]], "reaped")  # before the request, as down does
         _terminate_confirmed(ctx, [row["id"]])
         for rec in ctx.ledger.records():
             if rec.open and (rec.instance_id == row["id"] or (rec.instance_id is None and rec.launch_id == row["launch_id"])):
