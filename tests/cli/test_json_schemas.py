@@ -11,10 +11,12 @@ from pathlib import Path
 import pytest
 from jsonschema import Draft202012Validator
 
-from test_cloud_e2e import TYPE, cloud, cloud_emu  # noqa: F401  (fixtures: the one emulator of the session)
-from test_runs_e2e import cleanup_runs, put, remote_project, run_id_of, wait_ended  # noqa: F401
+from support.cloud import TYPE
+from support.runs import put
+from support import ROOT
 
-SCHEMAS = Path(__file__).resolve().parent.parent / "src" / "gpuops" / "schemas"
+
+SCHEMAS = ROOT / "src" / "gpuops" / "schemas"
 FORMATS = Draft202012Validator.FORMAT_CHECKER
 
 
@@ -43,7 +45,7 @@ def test_schemas_are_valid_draft_2020_12_and_each_names_its_command():
         s = schema(n)
         Draft202012Validator.check_schema(s)
         assert s["$schema"] == "https://json-schema.org/draft/2020-12/schema" and s["title"].startswith("gpuops ")
-    docs = (Path(__file__).resolve().parent.parent / "docs" / "json.md").read_text()
+    docs = (ROOT / "docs" / "json.md").read_text()
     missing = [n for n in names if f"schemas/{n}.schema.json" not in docs]
     assert not missing, f"docs/json.md does not link: {missing}"
 

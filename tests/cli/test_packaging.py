@@ -3,9 +3,7 @@ import shutil
 import subprocess
 import sys
 import zipfile
-from pathlib import Path
-
-ROOT = Path(__file__).resolve().parent.parent
+from support import ROOT
 
 
 def test_wheel_carries_playbooks_profiles_and_probe(tmp_path):

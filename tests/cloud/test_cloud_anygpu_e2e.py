@@ -10,7 +10,6 @@ from pathlib import Path
 import yaml
 
 from gpuops.cloud.ledger import Ledger
-from test_cloud_e2e import cloud, cloud_emu  # noqa: F401  (fixtures)
 
 PCIE, SXM, SXM8, GDR8 = "gpu_1x_h100_pcie", "gpu_1x_h100_sxm5", "gpu_8x_h100_sxm5", "gpu_8x_h100_sxm5gdr"
 

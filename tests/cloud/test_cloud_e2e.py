@@ -13,52 +13,11 @@ import subprocess
 import sys
 import time
 
-import pytest
 import yaml
 
 from gpuops.cloud.ledger import Ledger
-from helpers import default_sigint
-
-API_KEY = "sk_e2e_" + "Zx9" * 8  # a key no output or file may contain
-TYPE = "gpu_1x_h100_pcie"
-
-
-@pytest.fixture(scope="session")
-def cloud_emu(tmp_path_factory):
-    from gpuops.cloud.emulator.server import Emulator
-
-    emu = Emulator(tmp_path_factory.mktemp("lambda-emu"), api_key=API_KEY, boot_seconds=0.5, terminate_seconds=0.2,
-                   launch_window=0).start()
-    yield emu
-    emu.close()
-
-
-@pytest.fixture
-def cloud(cloud_emu, monkeypatch, tmp_path, isolated):
-    """The emulator, this test's API key and fast timing knobs, and an SSH key for `up --key`."""
-    monkeypatch.setenv("LAMBDA_API_KEY", API_KEY)
-    monkeypatch.setenv("GPUOPS_LAMBDA_API_URL", cloud_emu.url)
-    monkeypatch.setenv("GPUOPS_STATE_DIR", str(tmp_path / "state"))
-    monkeypatch.setenv("GPUOPS_CLOUD_POLL_S", "0.2")
-    monkeypatch.setenv("GPUOPS_CLOUD_LAUNCH_INTERVAL_S", "0")
-    monkeypatch.setenv("GPUOPS_CLOUD_BACKOFF_S", "0.05")
-    monkeypatch.setenv("GPUOPS_CLOUD_CAPACITY_RECHECK_S", "0.5")
-    for k, v in cloud_emu.env.items():
-        monkeypatch.setenv(k, v)
-    key = tmp_path / "id_ed25519"
-    subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", "e2e", "-f", str(key)], check=True)
-    cloud_emu.reset()
-    cloud_emu.key = key
-    yield cloud_emu
-    cloud_emu.reset()
-
-
-def _up(gpuops, cloud, name, *extra):
-    return gpuops("up", name, "--type", TYPE, "--key", str(cloud.key), "--yes", *extra)
-
-
-def _live(cloud):
-    return [i for i in cloud.instances() if i["status"] not in ("terminated", "terminating")]
+from support.cloud import API_KEY, TYPE, cloud_up, live_instances
+from support.helpers import default_sigint
 
 
 def _profile(name):
@@ -69,7 +28,7 @@ def _profile(name):
 
 def test_up_verifies_and_every_command_then_works_on_the_profile(cloud, gpuops):
     cloud.capacity(TYPE, ["us-east-1"])
-    r = _up(gpuops, cloud, "box", "--ttl", "2h")
+    r = cloud_up(gpuops, cloud, "box", "--ttl", "2h")
     assert r.code == 0, r.all
     assert "$2.49/hour" in r.err or "/hour" in r.err
     assert "PASS" in r.out  # verify's report
@@ -85,48 +44,48 @@ def test_up_verifies_and_every_command_then_works_on_the_profile(cloud, gpuops):
 
 def test_capacity_only_in_the_second_region(cloud, gpuops):
     cloud.capacity(TYPE, ["us-west-2"])
-    r = _up(gpuops, cloud, "second", "--region", "us-east-1", "--region", "us-west-2", "--no-verify", "--json")
+    r = cloud_up(gpuops, cloud, "second", "--region", "us-east-1", "--region", "us-west-2", "--no-verify", "--json")
     assert r.code == 0, r.all
     doc = json.loads(r.out)
     assert doc["region"] == "us-west-2"
-    assert [i["region"]["name"] for i in _live(cloud)] == ["us-west-2"]
+    assert [i["region"]["name"] for i in live_instances(cloud)] == ["us-west-2"]
     assert cloud.launch_requests() == 1  # the region listing no capacity cost no launch request
 
 
 def test_listed_but_failed_capacity_moves_to_the_next_region(cloud, gpuops):
     cloud.capacity(TYPE, ["us-east-1", "us-west-2"], failing=["us-east-1"])
-    r = _up(gpuops, cloud, "listed", "--region", "us-east-1", "--region", "us-west-2", "--no-verify", "--json")
+    r = cloud_up(gpuops, cloud, "listed", "--region", "us-east-1", "--region", "us-west-2", "--no-verify", "--json")
     assert r.code == 0, r.all
     assert "no capacity in us-east-1" in r.err
     assert json.loads(r.out)["region"] == "us-west-2"
-    assert len(_live(cloud)) == 1
+    assert len(live_instances(cloud)) == 1
 
 
 def test_no_capacity_anywhere_fails_at_once_and_closes_the_record(cloud, gpuops):
     cloud.capacity(TYPE, [])
-    r = _up(gpuops, cloud, "none", "--no-verify")
+    r = cloud_up(gpuops, cloud, "none", "--no-verify")
     assert r.code == 1 and "no capacity for gpu_1x_h100_pcie" in r.err and "--wait-for-capacity" in r.err
-    assert cloud.launch_requests() == 0 and not _live(cloud)
+    assert cloud.launch_requests() == 0 and not live_instances(cloud)
     assert [x.state for x in Ledger().records()] == ["failed"]
 
 
 def test_dropped_launch_response_is_adopted_not_duplicated(cloud, gpuops):
     cloud.capacity(TYPE, ["us-east-1"])
     cloud.fault("drop-launch-response")
-    r = _up(gpuops, cloud, "dropped", "--no-verify", "--json")
+    r = cloud_up(gpuops, cloud, "dropped", "--no-verify", "--json")
     assert r.code == 0, r.all
     assert "adopted instance" in r.err
-    live = _live(cloud)
+    live = live_instances(cloud)
     assert len(live) == 1 and live[0]["id"] == json.loads(r.out)["instance_id"]
 
 
 def test_429_is_backed_off(cloud, gpuops):
     cloud.capacity(TYPE, ["us-east-1", "us-west-2"], failing=["us-east-1"])
     cloud.launch_window(1.5)  # the emulator's one-launch-per-window rule, shortened from Lambda's 12 s
-    r = _up(gpuops, cloud, "limited", "--region", "us-east-1", "--region", "us-west-2", "--no-verify", "--json")
+    r = cloud_up(gpuops, cloud, "limited", "--region", "us-east-1", "--region", "us-west-2", "--no-verify", "--json")
     assert r.code == 0, r.all
     assert "rate limited by the API (HTTP 429)" in r.err
-    assert len(_live(cloud)) == 1
+    assert len(live_instances(cloud)) == 1
 
 
 def test_ctrl_c_during_boot_leaves_no_untracked_instance(cloud, isolated):
@@ -150,15 +109,15 @@ def test_ctrl_c_during_boot_leaves_no_untracked_instance(cloud, isolated):
     assert p.returncode == 130, err
     assert "interrupted: terminating instance" in err
     tracked = {r.instance_id for r in Ledger().records() if r.open}
-    assert all(i["id"] in tracked for i in _live(cloud)), (cloud.instances(), Ledger().records())
-    assert not _live(cloud)
+    assert all(i["id"] in tracked for i in live_instances(cloud)), (cloud.instances(), Ledger().records())
+    assert not live_instances(cloud)
 
 
 def test_down_is_confirmed_and_forgets_the_host_key(cloud, gpuops):
     from gpuops.paths import known_hosts_file
 
     cloud.capacity(TYPE, ["us-east-1"])
-    r = _up(gpuops, cloud, "gone", "--no-verify", "--json")
+    r = cloud_up(gpuops, cloud, "gone", "--no-verify", "--json")
     assert r.code == 0, r.all
     ip = json.loads(r.out)["host"]
     assert ip in known_hosts_file().read_text()
@@ -167,7 +126,7 @@ def test_down_is_confirmed_and_forgets_the_host_key(cloud, gpuops):
     doc = json.loads(r.out)
     assert doc["status"] in ("terminating", "terminated") and doc["host_keys_forgotten"] == 1
     assert ip not in known_hosts_file().read_text()
-    assert _profile("gone")["cloud"]["state"] == "gone" and not _live(cloud)
+    assert _profile("gone")["cloud"]["state"] == "gone" and not live_instances(cloud)
     assert all(not x.open for x in Ledger().records())
     r = gpuops("down", "gone", "--yes")
     assert r.code == 0 and "already" in r.err
@@ -176,15 +135,15 @@ def test_down_is_confirmed_and_forgets_the_host_key(cloud, gpuops):
 def test_a_host_presenting_another_key_than_pinned_is_refused(cloud, gpuops):
     cloud.capacity(TYPE, ["us-east-1"])
     cloud.fault("ignore-user-data-host-key")
-    r = _up(gpuops, cloud, "mitm", "--no-verify")
+    r = cloud_up(gpuops, cloud, "mitm", "--no-verify")
     assert r.code == 3, r.all
     assert "presented a host key other than the one gpuops generated and pinned" in r.err
-    assert "terminating instance" in r.err and not _live(cloud)
+    assert "terminating instance" in r.err and not live_instances(cloud)
 
 
 def test_ttl_expiry_is_shown_by_ls_and_acted_on_by_reap(cloud, gpuops):
     cloud.capacity(TYPE, ["us-east-1"])
-    r = _up(gpuops, cloud, "short", "--no-verify", "--ttl", "1s", "--json")
+    r = cloud_up(gpuops, cloud, "short", "--no-verify", "--ttl", "1s", "--json")
     assert r.code == 0, r.all
     iid = json.loads(r.out)["instance_id"]
     time.sleep(1.5)
@@ -197,14 +156,14 @@ def test_ttl_expiry_is_shown_by_ls_and_acted_on_by_reap(cloud, gpuops):
     r = gpuops("reap", "--yes", "--json")
     assert r.code == 0, r.all
     assert [x["id"] for x in json.loads(r.out)["terminated"]] == [iid]
-    assert not _live(cloud) and _profile("short")["cloud"]["state"] == "gone"
+    assert not live_instances(cloud) and _profile("short")["cloud"]["state"] == "gone"
     r = gpuops("ls", "--json")
     assert not json.loads(r.out)["warnings"]
 
 
 def test_api_key_is_absent_from_every_output_and_file(cloud, gpuops, tmp_path):
     cloud.capacity(TYPE, ["us-east-1"])
-    outputs = [_up(gpuops, cloud, "secret", "--ttl", "1h"), gpuops("--debug", "ls"), gpuops("ls", "--json"),
+    outputs = [cloud_up(gpuops, cloud, "secret", "--ttl", "1h"), gpuops("--debug", "ls"), gpuops("ls", "--json"),
                gpuops("cloud", "types", "--json"), gpuops("cloud", "keys"), gpuops("status", "-p", "secret"),
                gpuops("--debug", "down", "secret", "--yes"), gpuops("--debug", "up", "x", "--type", "gpu_bogus",
                                                                    "--key", str(cloud.key), "--yes")]
@@ -222,7 +181,7 @@ def test_wait_for_capacity_rereads_until_it_appears(cloud, gpuops):
     cloud.capacity(TYPE, [])
     cloud.clock_rate(60)  # the emulator's minute passes in a second
     cloud.capacity_later(TYPE, ["us-west-1"], after=60)
-    r = _up(gpuops, cloud, "patient", "--no-verify", "--wait-for-capacity", "20s", "--json")
+    r = cloud_up(gpuops, cloud, "patient", "--no-verify", "--wait-for-capacity", "20s", "--json")
     assert r.code == 0, r.all
     assert re.search(r"waiting for capacity since \d\d:\d\d:\d\d \(\d+s\): gpu_1x_h100_pcie in any region; "
                      r"checking again in [\d.]+s \(\d+s left\)", r.err), r.err
@@ -232,12 +191,12 @@ def test_wait_for_capacity_rereads_until_it_appears(cloud, gpuops):
 
 def test_guard_on_instance_terminates_it_at_the_ttl(cloud, gpuops):
     cloud.capacity(TYPE, ["us-east-1"])
-    r = _up(gpuops, cloud, "guarded", "--no-verify", "--ttl", "3s", "--guard", "on-instance", "--json")
+    r = cloud_up(gpuops, cloud, "guarded", "--no-verify", "--ttl", "3s", "--guard", "on-instance", "--json")
     assert r.code == 0, r.all
     assert "guard installed on the instance" in r.err
     iid = json.loads(r.out)["instance_id"]
     deadline = time.monotonic() + 20
-    while any(i["id"] == iid for i in _live(cloud)):
+    while any(i["id"] == iid for i in live_instances(cloud)):
         assert time.monotonic() < deadline, "the on-instance guard did not terminate the instance"
         time.sleep(0.3)
     assert API_KEY not in r.all
@@ -245,7 +204,7 @@ def test_guard_on_instance_terminates_it_at_the_ttl(cloud, gpuops):
 
 def test_reap_confirms_idleness_on_the_host_before_terminating(cloud, gpuops, isolated):
     cloud.capacity(TYPE, ["us-east-1"])
-    r = _up(gpuops, cloud, "idle", "--no-verify", "--idle", "1s", "--json")
+    r = cloud_up(gpuops, cloud, "idle", "--no-verify", "--idle", "1s", "--json")
     assert r.code == 0, r.all
     iid = json.loads(r.out)["instance_id"]
     (isolated / "job.sh").write_text("#!/bin/sh\nsleep 60\n")
@@ -262,13 +221,13 @@ def test_reap_confirms_idleness_on_the_host_before_terminating(cloud, gpuops, is
     time.sleep(1.5)
     r = gpuops("reap", "--yes", "--json")
     assert [x["id"] for x in json.loads(r.out)["terminated"]] == [iid], r.all
-    assert not _live(cloud)
+    assert not live_instances(cloud)
 
 
 def test_trust_new_accepts_another_key_and_prints_it(cloud, gpuops):
     cloud.capacity(TYPE, ["us-east-1"])
     cloud.fault("ignore-user-data-host-key")
-    r = _up(gpuops, cloud, "tofu", "--no-verify", "--trust-new")
+    r = cloud_up(gpuops, cloud, "tofu", "--no-verify", "--trust-new")
     assert r.code == 0, r.all
     assert "--trust-new" in r.err and "trusted new host key for 127.0.0." in r.err and "SHA256:" in r.err
     r = gpuops("status", "-p", "tofu")
@@ -277,7 +236,7 @@ def test_trust_new_accepts_another_key_and_prints_it(cloud, gpuops):
 
 def test_down_fetch_first_pulls_checkpoints_before_terminating(cloud, gpuops, isolated):
     cloud.capacity(TYPE, ["us-east-1"])
-    r = _up(gpuops, cloud, "keepdata", "--no-verify", "--json")
+    r = cloud_up(gpuops, cloud, "keepdata", "--no-verify", "--json")
     assert r.code == 0, r.all
     remote = cloud.home(json.loads(r.out)["instance_id"]) / isolated.name / "checkpoints" / "global_step_7"
     remote.mkdir(parents=True)
@@ -287,13 +246,13 @@ def test_down_fetch_first_pulls_checkpoints_before_terminating(cloud, gpuops, is
     assert r.code == 0, r.all
     assert json.loads(r.out)["fetched"] == ["checkpoints"]
     assert (isolated / "checkpoints" / "global_step_7" / "model.bin").read_bytes() == data
-    assert not _live(cloud) and not remote.exists()  # termination wiped the disk: the fetch came first
+    assert not live_instances(cloud) and not remote.exists()  # termination wiped the disk: the fetch came first
 
 
 def test_quota_exceeded_fails_at_once_with_lambdas_message(cloud, gpuops):
     cloud.capacity(TYPE, ["us-east-1", "us-west-2"])
     cloud.fault("quota-exceeded")
-    r = _up(gpuops, cloud, "quota", "--no-verify")
+    r = cloud_up(gpuops, cloud, "quota", "--no-verify")
     assert r.code == 1, r.all
     assert "global/quota-exceeded: Quota exceeded." in r.err and "hint: Contact Support to increase your quota." in r.err
     assert cloud.launch_requests() == 1 and [x.state for x in Ledger().records()] == ["failed"]
@@ -304,14 +263,14 @@ def test_preempted_while_booting_fails_at_once(cloud, gpuops):
     cloud.boot_seconds(30)
     cloud.fault("preempt-while-booting")
     t = time.monotonic()
-    r = _up(gpuops, cloud, "preempted", "--no-verify")
+    r = cloud_up(gpuops, cloud, "preempted", "--no-verify")
     assert r.code == 1 and "became preempted while booting" in r.err, r.all
     assert time.monotonic() - t < 10
 
 
 def test_up_json_is_one_document_with_the_verify_report_inside(cloud, gpuops):
     cloud.capacity(TYPE, ["us-east-1"])
-    r = _up(gpuops, cloud, "jsonbox", "--json")
+    r = cloud_up(gpuops, cloud, "jsonbox", "--json")
     assert r.code == 0, r.all
     doc = json.loads(r.out)  # one document, nothing else on stdout
     assert doc["verified"] is True and doc["verify"]["profile"] == "jsonbox" and doc["verify"]["verdict"] in ("pass", "warn")

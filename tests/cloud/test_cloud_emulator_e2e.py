@@ -17,9 +17,14 @@ from pathlib import Path
 
 import pytest
 
-SPEC_FILE = Path(__file__).parent / "data" / "lambda" / "lambda-cloud-openapi-1.8.3.json"
+from support import DATA
+
+
+SPEC_FILE = DATA / "lambda" / "lambda-cloud-openapi-1.8.3.json"
 KEY = "secret_test-emulator_0123456789abcdef.fedcba9876543210"
 TYPE = "gpu_1x_h100_pcie"
+# one worker runs this file in order under xdist (--dist loadgroup): its last test reads what the others checked
+pytestmark = pytest.mark.xdist_group("lambda-emulator-conformance")
 
 
 # -- conformance: each response against the spec ---------------------------------------------------------------------
@@ -55,7 +60,7 @@ def spec():
 
 
 @pytest.fixture(scope="module")
-def server(tmp_path_factory):
+def server(sshd, tmp_path_factory):
     from gpuops.cloud.emulator.server import Emulator
 
     emu = Emulator(tmp_path_factory.mktemp("lambda-emu"), api_key=KEY, boot_seconds=0.3, terminate_seconds=0.3,
@@ -100,7 +105,7 @@ def api(emu, spec):
 
 
 @pytest.fixture
-def client_key(tmp_path):
+def client_key(starts_hosts, tmp_path):
     key = tmp_path / "id_ed25519"
     subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", "e2e", "-f", str(key)], check=True)
     return key
@@ -419,8 +424,9 @@ def test_filesystems_attach_share_measure_and_refuse_deletion_while_mounted(api,
     assert not folder.exists() and api("GET", "/file-systems")[1]["data"] == []
 
 
-def test_every_declared_status_of_the_used_endpoints_was_checked(spec):
-    """Runs last in this file: the conformance checks above covered success and error answers of each endpoint."""
+def test_every_declared_status_of_the_used_endpoints_was_checked(spec, server):
+    """Runs last in this file, on the worker that ran the others (the file is one xdist group): the conformance
+    checks above covered success and error answers of each endpoint."""
     seen = set(spec.checked)
     for need in (("GET", "/api/v1/instances", 200), ("GET", "/api/v1/instances", 401),
                  ("GET", "/api/v1/instances/{id}", 404), ("POST", "/api/v1/instance-operations/launch", 400),
@@ -433,7 +439,7 @@ def test_every_declared_status_of_the_used_endpoints_was_checked(spec):
 
 
 # -- the CLI daemon --------------------------------------------------------------------------------------------------
-def test_sandbox_up_cloud_runs_a_daemon_across_processes(gpuops, monkeypatch, tmp_path):
+def test_sandbox_up_cloud_runs_a_daemon_across_processes(starts_hosts, gpuops, monkeypatch, tmp_path):
     monkeypatch.setenv("GPUOPS_STATE_DIR", str(tmp_path / "state"))
     r = gpuops("sandbox", "up", "--cloud", "--json", "--boot-seconds", "0.2")
     assert r.code == 0, r.all

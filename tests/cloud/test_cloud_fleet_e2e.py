@@ -8,7 +8,7 @@ import pytest
 import yaml
 
 from gpuops.cloud.ledger import Ledger
-from test_cloud_e2e import TYPE, cloud, cloud_emu  # noqa: F401  (fixtures)
+from support.cloud import TYPE
 
 
 def _live(cloud):

@@ -5,31 +5,13 @@ from __future__ import annotations
 
 import json
 import time
-from datetime import datetime, timedelta, timezone
 
-import yaml
-
-from gpuops.cloud.ledger import LAUNCHED, Ledger, Record
-
-
-def _managed(sandbox, name: str, *, ttl_in: float | None, idle: float | None = None, launched_ago: float = 3600.0,
-             state: str = "active") -> dict:
-    doc = yaml.safe_load(sandbox["profile"].read_text())
-    now = datetime.now(timezone.utc)
-    doc["price_per_hour"] = 2.49
-    doc["cloud"] = {"provider": "lambda", "instance_id": f"inst-{name}", "launch_id": f"launch-{name}",
-                    "launched_at": (now - timedelta(seconds=launched_ago)).isoformat(),
-                    "ttl_deadline": (now + timedelta(seconds=ttl_in)).isoformat() if ttl_in is not None else None,
-                    "idle_limit_s": idle, "state": state}
-    (sandbox["profile"].parent / f"{name}.yaml").write_text(yaml.safe_dump(doc))
-    Ledger().add(Record(launch_id=f"launch-{name}", profile=name, instance_type="gpu_1x_h100_pcie", region="us-east-1",
-                        price_cents_per_hour=249, created_at=time.time() - launched_ago, state=LAUNCHED,
-                        instance_id=f"inst-{name}", launched_at=time.time() - launched_ago, idle_limit_s=idle))
-    return doc
+from gpuops.cloud.ledger import Ledger
+from support.cloud import managed_profile
 
 
 def test_command_on_a_profile_past_its_ttl_warns(sandbox, gpuops):
-    _managed(sandbox, "old", ttl_in=-600)
+    managed_profile(sandbox, "old", ttl_in=-600)
     r = gpuops("status", "-p", "old")
     assert r.code == 0, r.all
     assert "warning: profile 'old': instance inst-old is past its limit (TTL passed 10m" in r.err
@@ -38,7 +20,7 @@ def test_command_on_a_profile_past_its_ttl_warns(sandbox, gpuops):
 
 
 def test_status_shows_cost_and_time_left_without_warning_inside_the_ttl(sandbox, gpuops):
-    _managed(sandbox, "fresh", ttl_in=7200, launched_ago=1800)
+    managed_profile(sandbox, "fresh", ttl_in=7200, launched_ago=1800)
     r = gpuops("status", "-p", "fresh", "--json")
     assert r.code == 0, r.all
     assert "warning" not in r.err
@@ -48,7 +30,7 @@ def test_status_shows_cost_and_time_left_without_warning_inside_the_ttl(sandbox,
 
 
 def test_a_busy_sample_restarts_the_idle_clock(sandbox, gpuops, isolated):
-    _managed(sandbox, "idler", ttl_in=None, idle=600, launched_ago=1200)
+    managed_profile(sandbox, "idler", ttl_in=None, idle=600, launched_ago=1200)
     r = gpuops("status", "-p", "idler")
     assert r.code == 0, r.all
     assert "idle limit passed" in r.err  # no run, GPUs idle for 20 min against a 10 min limit
@@ -70,6 +52,6 @@ def test_a_busy_sample_restarts_the_idle_clock(sandbox, gpuops, isolated):
 
 
 def test_gone_profile_says_so(sandbox, gpuops):
-    _managed(sandbox, "ended", ttl_in=None, state="gone")
+    managed_profile(sandbox, "ended", ttl_in=None, state="gone")
     r = gpuops("status", "-p", "ended")
     assert "profile 'ended' is marked gone" in r.err

@@ -15,7 +15,7 @@ import pytest
 import yaml
 
 from gpuops.cloud.ledger import Ledger
-from test_cloud_e2e import API_KEY, TYPE, cloud, cloud_emu  # noqa: F401  (fixtures)
+from support.cloud import API_KEY, TYPE
 
 
 def _live(cloud):

@@ -14,8 +14,10 @@ import yaml
 from gpuops.cloud import api, decisions as d
 from gpuops.cloud.ledger import LAUNCHED, LAUNCHING, Ledger, Record
 from gpuops.errors import ExitCode, UsageError
+from support import DATA
 
-DATA = json.loads((Path(__file__).parent / "data" / "lambda" / "openapi_examples.json").read_text())
+
+DATA = json.loads((DATA / "lambda" / "openapi_examples.json").read_text())
 
 
 # -- parsing ---------------------------------------------------------------------------------------------------

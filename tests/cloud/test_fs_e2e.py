@@ -8,7 +8,7 @@ import time
 import pytest
 import yaml
 
-from test_cloud_e2e import API_KEY, TYPE, cloud, cloud_emu  # noqa: F401  (fixtures)
+from support.cloud import TYPE
 
 
 def _profile(name):

@@ -9,7 +9,8 @@ from pathlib import Path
 import pytest
 
 from gpuops.cloud.ledger import Ledger, ledger_path
-from test_cloud_e2e import TYPE, _live, _up, cloud, cloud_emu  # noqa: F401  (fixtures)
+from support.cloud import TYPE, cloud_up, live_instances
+
 
 CORRUPT = {"empty": "", "truncated": '{"records": {"abc": {"launch_id": "abc", "prof', "null": "null",
            "records-list": '{"records": []}'}
@@ -19,9 +20,9 @@ CORRUPT = {"empty": "", "truncated": '{"records": {"abc": {"launch_id": "abc", "
 def test_a_corrupt_ledger_never_blocks_ls_or_down(cloud, gpuops, form):
     cloud.capacity(TYPE, ["us-east-1"])
     for name in ("one", "two"):
-        r = _up(gpuops, cloud, name, "--no-verify", "--ttl", "2h")
+        r = cloud_up(gpuops, cloud, name, "--no-verify", "--ttl", "2h")
         assert r.code == 0, r.all
-    (one, two) = sorted(_live(cloud), key=lambda i: i["name"])
+    (one, two) = sorted(live_instances(cloud), key=lambda i: i["name"])
     led = ledger_path()
     led.write_text(CORRUPT[form])
     r = gpuops("ls", "--json")
@@ -39,7 +40,7 @@ def test_a_corrupt_ledger_never_blocks_ls_or_down(cloud, gpuops, form):
     r = gpuops("down", two["id"], "--yes")
     assert r.code == 0, r.all
     assert r.err.count("was passed over") == 1 and "internal error" not in r.all
-    assert not _live(cloud)
+    assert not live_instances(cloud)
     assert len(list(led.parent.glob("ledger.json.corrupt-*"))) == 3
 
 
@@ -54,7 +55,7 @@ def test_refused_options_launch_nothing_and_leave_no_record_to_resume(cloud, gpu
         r = gpuops("run", "--key", str(cloud.key), *ask, "--script", "train.py", "--yes")  # the last --key wins
         assert r.code in (2, 3), (ask, r.all)  # 3: the key file
         assert not _records(), ask
-    assert cloud.launch_requests() == 0 and not _live(cloud)
+    assert cloud.launch_requests() == 0 and not live_instances(cloud)
     r = gpuops("run", "--resume", "--yes")
     assert r.code == 2 and "no unfinished run to resume" in r.err, r.all
 
@@ -78,7 +79,7 @@ def test_a_job_that_fails_before_creating_the_fetched_folder_is_terminated(cloud
     assert [s["stage"] for s in doc["stages"]][-1] == "down" and all(
         s["ok"] for s in doc["stages"] if s["stage"] in ("fetch", "down"))
     assert "bad config" in (Path.cwd() / doc["fetched"]["log"]).read_text()
-    assert not _live(cloud)
+    assert not live_instances(cloud)
 
 
 def test_a_run_without_ttl_gets_the_default_one_stated_and_tagged(cloud, gpuops):
@@ -89,7 +90,7 @@ def test_a_run_without_ttl_gets_the_default_one_stated_and_tagged(cloud, gpuops)
     r = _run(gpuops, cloud, "--script", "train.py", "--keep")
     assert r.code == 0, r.all
     assert "TTL 24h, the default" in r.err and "GPUOPS_RUN_TTL" in r.err
-    (inst,) = _live(cloud)
+    (inst,) = live_instances(cloud)
     assert abs(_ttl_tag(inst) - (t + 86400)) < 60  # on the instance: any gpuops' reap judges it by this
     (rec,) = [x for x in Ledger().records() if x.open]
     assert abs(rec.ttl_deadline - _ttl_tag(inst)) < 1
@@ -105,7 +106,7 @@ def test_the_default_ttl_is_changed_in_dotenv_and_reap_ends_a_kept_instance_at_i
     r = _run(gpuops, cloud, "--script", "train.py", "--keep")
     assert r.code == 0, r.all
     assert "TTL 2h (GPUOPS_RUN_TTL" in r.err
-    (inst,) = _live(cloud)
+    (inst,) = live_instances(cloud)
     import time
 
     assert abs(_ttl_tag(inst) - (time.time() + 7200)) < 60
@@ -113,7 +114,7 @@ def test_the_default_ttl_is_changed_in_dotenv_and_reap_ends_a_kept_instance_at_i
     Ledger().update(rec.launch_id, ttl_deadline=time.time() - 1)  # two hours later (the tag says the same to reap)
     r = gpuops("reap", "--yes")
     assert r.code == 0, r.all
-    assert not _live(cloud)
+    assert not live_instances(cloud)
 
 
 CHURN = """\
@@ -133,7 +134,7 @@ def test_a_fetch_that_fails_keeps_the_instance_and_states_its_deadline(cloud, gp
     doc = json.loads(r.out)
     assert doc["outcome"] == "kept", doc
     assert "FETCH FAILED, so the instance is KEPT" in r.err and "until its TTL" in r.err, r.err
-    (inst,) = _live(cloud)
+    (inst,) = live_instances(cloud)
     import time
 
     assert abs(_ttl_tag(inst) - (time.time() + 3 * 3600)) < 120
@@ -144,13 +145,13 @@ def test_a_fetch_that_fails_keeps_the_instance_and_states_its_deadline(cloud, gp
 def _training_proc(cloud, *args):
     import time
 
-    from test_run_e2e import FOREVER, _cli, _project, _wait_stage
+    from support.pipeline import FOREVER, run_process, wait_stage, write_script
 
-    _project(text=FOREVER)
-    p = _cli(cloud, "--script", "train.py", "--json", *args)
-    _wait_stage("watch")
+    write_script(text=FOREVER)
+    p = run_process(cloud, "--script", "train.py", "--json", *args)
+    wait_stage("watch")
     time.sleep(1.5)
-    (iid,) = [i["id"] for i in _live(cloud)]
+    (iid,) = [i["id"] for i in live_instances(cloud)]
     return p, iid
 
 
@@ -182,18 +183,18 @@ def test_a_preempted_instance_is_not_said_to_bill_when_the_key_is_revoked(cloud)
 def test_a_replacement_preempted_during_setup_says_the_preemption_first(cloud):
     import time
 
-    from test_run_e2e import _wait_stage
+    from support.pipeline import wait_stage
 
     p, first = _training_proc(cloud, "--recover", "1")
     cloud.preempt(first)
     deadline = time.monotonic() + 120
     while True:  # the replacement is being set up
-        doc = _wait_stage("setup")
+        doc = wait_stage("setup")
         if doc["attempts"] and doc["stages"].get("setup", {}).get("started"):
             break
         assert time.monotonic() < deadline, "the replacement never reached setup"
         time.sleep(0.1)
-    (second,) = [i["id"] for i in _live(cloud) if i["id"] != first]
+    (second,) = [i["id"] for i in live_instances(cloud) if i["id"] != first]
     cloud.preempt(second)
     out, err = p.communicate(timeout=180)
     after = err.split(f"launched instance {second}", 1)[1]  # what is said of the replacement

@@ -21,8 +21,9 @@ import pytest
 import yaml
 
 from gpuops.cloud.ledger import Ledger
-from test_cloud_e2e import API_KEY, TYPE, cloud, cloud_emu  # noqa: F401  (fixtures)
-from test_cloud_guard_e2e import _managed
+from support.cloud import API_KEY, TYPE
+from support.cloud import managed_profile
+
 
 GPUOPS = [sys.executable, "-m", "gpuops"]
 
@@ -154,7 +155,7 @@ def test_an_api_key_in_a_dotenv_others_can_read_is_refused_like_the_key_file(clo
 
 
 def test_a_job_secret_from_a_dotenv_others_can_read_is_sent_with_a_warning(sandbox, gpuops, isolated):
-    from test_runs_e2e import run_id_of, wait_ended
+    from support.runs import run_id_of, wait_ended
 
     (isolated / "job.sh").write_text("#!/bin/sh\necho ok\n")
     prof = Path(sandbox["profile"])
@@ -238,7 +239,7 @@ def _wait_for(cond, timeout=30.0):
     return False
 
 
-def test_sandbox_down_ends_the_hosts_jobs_and_spares_the_callers_shell_and_its_siblings(tmp_path):
+def test_sandbox_down_ends_the_hosts_jobs_and_spares_the_callers_shell_and_its_siblings(starts_hosts, tmp_path):
     from gpuops.sandbox import host
     from gpuops.sandbox.host import _alive  # running and not a zombie
 
@@ -289,7 +290,7 @@ def test_sandbox_down_ends_the_hosts_jobs_and_spares_the_callers_shell_and_its_s
 
 
 # -- 4. --json keeps warnings --------------------------------------------------------------------------------------
-def test_sandbox_up_json_says_when_it_moved_to_another_port(gpuops, tmp_path, monkeypatch):
+def test_sandbox_up_json_says_when_it_moved_to_another_port(starts_hosts, gpuops, tmp_path, monkeypatch):
     monkeypatch.setenv("GPUOPS_SANDBOX_DIR", str(tmp_path / "sb"))
     try:
         r = gpuops("sandbox", "up", "--json")
@@ -314,9 +315,9 @@ def test_sandbox_up_json_says_when_it_moved_to_another_port(gpuops, tmp_path, mo
 
 
 def test_sync_and_fetch_json_carry_the_profiles_warnings(sandbox, gpuops, isolated):
-    from test_runs_e2e import remote_project
+    from support.runs import remote_project
 
-    _managed(sandbox, "late", ttl_in=-600)
+    managed_profile(sandbox, "late", ttl_in=-600)
     (isolated / "a.txt").write_text("a")
     r = gpuops("sync", "-p", "late", "--json")
     assert r.code == 0, r.all

@@ -20,12 +20,12 @@ import urllib.request
 from pathlib import Path
 
 import pytest
-from helpers import default_sigint
 from playwright.sync_api import expect
 
-from test_cloud_e2e import API_KEY, TYPE, _up, cloud, cloud_emu  # noqa: F401  (the emulator fixtures)
+from support import ROOT
+from support.cloud import API_KEY, TYPE, cloud_up
+from support.helpers import default_sigint
 
-ROOT = Path(__file__).resolve().parent.parent
 IMG = ROOT / "docs" / "img"
 
 
@@ -114,8 +114,8 @@ def watch_page(page, errors: list, requests: list) -> None:
 def test_dashboard_in_chromium_instances_runs_and_a_live_run(cloud, gpuops, isolated, browser, tmp_path):
     cloud.capacity(TYPE, ["us-east-1"])
     cloud.handle("POST", "/api/v1/filesystems", {"name": "datasets", "region": "us-east-1"})
-    assert _up(gpuops, cloud, "box", "--no-verify", "--ttl", "2h", "--fs", "datasets").code == 0
-    assert _up(gpuops, cloud, "spare", "--no-verify").code == 0  # billing, and no run follows it
+    assert cloud_up(gpuops, cloud, "box", "--no-verify", "--ttl", "2h", "--fs", "datasets").code == 0
+    assert cloud_up(gpuops, cloud, "spare", "--no-verify").code == 0  # billing, and no run follows it
     (isolated / "trainer.py").write_text(TRAINER)
     r = gpuops("train", "-p", "box", "--script", "trainer.py", "--no-snapshot")
     assert r.code == 0, r.all
@@ -242,7 +242,7 @@ def test_a_run_that_fails_in_chromium(cloud, gpuops, isolated, browser, tmp_path
     """A job that goes wrong (NaN, then out of memory, exit 1): its page says failed, marks what went wrong, and its
     log shows the newest line without scrolling; the runs table says failed; keyboard reaches the run's link."""
     cloud.capacity(TYPE, ["us-east-1"])
-    assert _up(gpuops, cloud, "box", "--no-verify").code == 0
+    assert cloud_up(gpuops, cloud, "box", "--no-verify").code == 0
     (isolated / "trainer.py").write_text(FAILING)
     r = gpuops("train", "-p", "box", "--script", "trainer.py", "--no-snapshot")
     assert r.code == 0, r.all

@@ -18,7 +18,9 @@ from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parent.parent
+from support import ROOT
+
+
 MARK = re.compile(r"^<!--\s*runnable\b")
 EXIT = re.compile(r"#\s*exit (\d+)\b")
 
@@ -125,7 +127,7 @@ def test_commands_of_reads_prompts_continuations_heredocs_and_exit_codes():
 
 
 @pytest.mark.parametrize("block", BLOCKS, ids=[f"{b.page}:{b.line}" for b in BLOCKS])
-def test_a_runnable_block_runs_as_printed(block, tmp_path):
+def test_a_runnable_block_runs_as_printed(block, starts_hosts, tmp_path):
     assert shutil.which("bash")
     project = tmp_path / "project"
     project.mkdir()

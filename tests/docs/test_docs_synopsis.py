@@ -3,11 +3,12 @@ says where `--debug` (which every command takes) is described."""
 from __future__ import annotations
 
 import re
-from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parent.parent
+from support import ROOT
+
+
 PAGES = {"verify": "verify", "trust": "trust", "sync": "sync", "fetch": "fetch", "train": "train", "watch": "watch",
          "logs": "logs", "status": "status", "stop": "stop", "snapshot": "snapshot", "diff": "diff",
          "matrix": "matrix", "up": "up", "ls": "ls", "down": "down", "reap": "reap", "run": "run", "setup": "setup"}

@@ -22,7 +22,9 @@ from types import SimpleNamespace
 import pytest
 import yaml
 
-from test_runs_e2e import alive, group_alive, kill_run_groups, wait_for, write
+from support import wait_for
+from support.runs import alive, group_alive, kill_run_groups, write
+
 
 DDP = """\
 import os, torch, torch.distributed as dist

@@ -14,7 +14,8 @@ import pytest
 import yaml
 
 from gpuops.sandbox import host
-from test_runs_e2e import FOREVER, cleanup_runs, meta, put, remote_project, run_dir, run_id_of, wait_ended  # noqa: F401
+from support.runs import FOREVER, meta, put, remote_project, run_dir, run_id_of, wait_ended
+
 
 pytestmark = pytest.mark.usefixtures("cleanup_runs")
 
@@ -95,7 +96,7 @@ def test_python_in_a_sh_job_is_the_profiles_venv(sandbox, gpuops):
 def gate_python(sandbox, name: str = "venv-gate", **modules: str) -> str:
     """A venv on the sandbox host (no pip, no system site packages) with these modules and nothing else (torch, when
     given, also as installed metadata)."""
-    from test_knowledge_e2e import crafted_python
+    from support.envs import crafted_python
 
     return crafted_python(sandbox, name, {"torch": "2.9.0+cu128"} if "torch" in modules else {},
                           {"present_mod": "", **modules})

@@ -7,13 +7,12 @@ import json
 import os
 import subprocess
 import sys
-import threading
 from pathlib import Path
 
 import pytest
 import yaml
 
-from test_runs_e2e import FOREVER, group_alive, kill_run_groups, put, remote_project, wait_for
+from support.runs import FOREVER, kill_run_groups, put, remote_project
 
 
 def _profile(sandbox, name: str, **over) -> Path:

@@ -121,7 +121,7 @@ def test_without_a_desktop_the_terminal_bell_and_a_failing_webhook_is_a_warning(
     assert "\a" not in r.err
 
 
-from test_cloud_e2e import TYPE, cloud, cloud_emu  # noqa: E402,F401  (fixtures: the Lambda emulator)
+from support.cloud import TYPE
 
 
 def test_run_notify_at_the_end_of_a_whole_run(cloud, gpuops, hook, fake_notify_send, monkeypatch):

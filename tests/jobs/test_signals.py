@@ -6,9 +6,11 @@ import pytest
 
 from gpuops.jobs import signals as sg
 from gpuops.jobs.watch import Dashboard, signal_docs, signal_lines
+from support import DATA
+
 
 SPEC = sg.load_spec(Path("/nonexistent"))
-OOM = Path(__file__).parent / "data" / "logs" / "torch-2.11-oom-message.txt"  # copied from a real torch 2.11 OOM
+OOM = DATA / "logs" / "torch-2.11-oom-message.txt"  # copied from a real torch 2.11 OOM
 OOM_TEXT = ("torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 1024.00 MiB. GPU 0 has a total capacity of "
             "79.18 GiB of which 673.19 MiB is free. Including non-PyTorch memory, this process has 78.51 GiB memory in use.")
 

@@ -11,7 +11,8 @@ import pytest
 import yaml
 
 from gpuops.jobs import signals as sg
-from test_runs_e2e import cleanup_runs, put, run_id_of  # noqa: F401
+from support.runs import put, run_id_of
+
 
 pytestmark = pytest.mark.usefixtures("cleanup_runs")
 

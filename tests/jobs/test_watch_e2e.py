@@ -10,9 +10,10 @@ from pathlib import Path
 
 import pytest
 
-from helpers import python_sigint
-from proxy import Proxy
-from test_runs_e2e import FOREVER, cleanup_runs, put, run_dir, run_id_of, wait_ended  # noqa: F401
+from support.helpers import python_sigint
+from support.proxy import Proxy
+from support.runs import FOREVER, put, run_dir, run_id_of, wait_ended
+
 
 pytestmark = pytest.mark.usefixtures("cleanup_runs")
 

@@ -98,8 +98,8 @@ def test_watch_at_a_pty_shows_the_header_and_the_newest_line(sandbox, gpuops, co
     import os
     import sys
 
-    from term import complete_frames, run_in_pty, screen
-    from test_runs_e2e import put, run_id_of
+    from support.term import complete_frames, run_in_pty, screen
+    from support.runs import put, run_id_of
 
     put(sandbox, "many.py", MANY)
     rid = run_id_of(gpuops("train", "--script", "many.py", "--no-sync", "--no-snapshot"))
@@ -127,8 +127,8 @@ def test_watch_at_a_pty_starts_with_a_full_panel_when_the_log_has_more(sandbox, 
     import os
     import sys
 
-    from term import complete_frames, run_in_pty, screen
-    from test_runs_e2e import put, run_id_of
+    from support.term import complete_frames, run_in_pty, screen
+    from support.runs import put, run_id_of
 
     cols, rows = 100, 40
     put(sandbox, "many.py", MANY)

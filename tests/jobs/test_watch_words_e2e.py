@@ -8,8 +8,8 @@ import time
 
 import pytest
 
-from helpers import python_sigint
-from test_runs_e2e import FOREVER, cleanup_runs, put, run_id_of, wait_ended  # noqa: F401
+from support.helpers import python_sigint
+from support.runs import FOREVER, put, run_id_of, wait_ended
 from gpuops.jobs import watch as w
 
 pytestmark = pytest.mark.usefixtures("cleanup_runs")

@@ -9,8 +9,10 @@ from pathlib import Path
 
 import pytest
 
-from test_cloud_e2e import TYPE, cloud, cloud_emu  # noqa: F401  (fixtures)
-from test_setup_e2e import remote_project
+from support.cloud import TYPE
+from support.runs import remote_project
+from support.envs import file_index
+
 
 PROJECT = '[project]\nname = "rl"\nversion = "0.1"\nrequires-python = "{spec}"\ndependencies = []\n'
 POETRY1 = '[tool.poetry]\nname = "rl"\nversion = "0.1.0"\n\n[tool.poetry.dependencies]\npython = "^3.10"\n'
@@ -78,7 +80,7 @@ def test_train_refuses_a_crlf_script_before_it_syncs(sandbox, gpuops):
 
 
 def test_train_before_setup_says_run_setup_not_does_not_compile(sandbox, gpuops):
-    from test_setup_e2e import fresh_env, set_profile
+    from support.envs import fresh_env, set_profile
 
     set_profile(sandbox, python=fresh_env(sandbox, "never-made-env"))
     Path("train.py").write_text("import os\nprint('hi')\n")
@@ -88,26 +90,14 @@ def test_train_before_setup_says_run_setup_not_does_not_compile(sandbox, gpuops)
     assert "run `gpuops setup`" in r.err and "does not compile" not in r.err
 
 
-# -- setup: the host's several indexes through uv, and the cause of a failure in its summary -------------------------
-def _file_index(folder: Path, name: str, version: str) -> str:
-    """A PEP 503 simple index in a folder (file://), holding one version of one package."""
-    from indexes import make_wheel
-
-    whl = make_wheel(folder / "files", name, version, f"VALUE = {version!r}\n")
-    page = folder / "simple" / name
-    page.mkdir(parents=True)
-    (page / "index.html").write_text(f'<html><body><a href="../../files/{whl.name}">{whl.name}</a></body></html>\n')
-    return f"file://{folder}/simple"
-
-
 def test_two_extra_indexes_of_the_hosts_pip_config_are_searched_as_pip_does(sandbox, gpuops, tmp_path):
     """extra-index-url names two indexes, the first lacking the pinned version: pip finds it (it considers every
     index), uv by default stops at the first index that has the package ("no version of pinpkg==1.0"). setup gives
     uv pip's semantics for pip's settings (UV_INDEX_STRATEGY=unsafe-best-match)."""
-    from test_setup_e2e import LOCAL_INDEX, fresh_env, home, set_profile
+    from support.envs import LOCAL_INDEX, fresh_env, home, set_profile
 
-    first = _file_index(tmp_path / "first", "pinpkg", "1.1")
-    second = _file_index(tmp_path / "second", "pinpkg", "1.0")
+    first = file_index(tmp_path / "first", "pinpkg", "1.1")
+    second = file_index(tmp_path / "second", "pinpkg", "1.0")
     conf = home(sandbox) / ".config" / "pip" / "pip.conf"
     conf.parent.mkdir(parents=True, exist_ok=True)
     conf.write_text(f"[global]\nindex-url = {LOCAL_INDEX}\nextra-index-url = {first} {second}\n")
@@ -141,7 +131,7 @@ def test_torchrun_in_a_sh_job_runs_with_the_job_environments_python(cloud, gpuop
     """Lambda Stack's torchrun is the system python's (/usr/bin/torchrun): from a .sh job it ran train.py without the
     project's packages, which setup installed into the run's environment. launch.sh puts a torchrun that runs the
     environment's python next on PATH, before the system's."""
-    from indexes import make_wheel
+    from support.indexes import make_wheel
 
     cloud.image("lambda-stack")
     whl = make_wheel(tmp_path / "wheels", "pinpkg", "1.0", "VALUE = 'one'\n")
@@ -162,7 +152,7 @@ def test_torchrun_in_a_sh_job_runs_with_the_job_environments_python(cloud, gpuop
 def test_setup_names_poetry_instead_of_nothing_to_do(sandbox, gpuops):
     """The facts script reports poetry.lock from the host: setup refuses before any step, naming poetry and its
     export, where it used to say "nothing to do" (and the gate then refused after the instance billed)."""
-    from test_setup_e2e import fresh_env, set_profile
+    from support.envs import fresh_env, set_profile
 
     set_profile(sandbox, python=fresh_env(sandbox, "senv-poetry"))
     Path("pyproject.toml").write_text(POETRY1)

@@ -9,7 +9,8 @@ from pathlib import Path
 from gpuops import knowledge as kb
 from gpuops.setup import plan as sp
 
-from test_setup_unit import KNOW, facts, profile
+from support.setup_facts import KNOW, facts, profile
+
 
 TOOLS = kb.load_playbook("images", Path("/nonexistent"))["project_tools"]
 POETRY1 = """[tool.poetry]

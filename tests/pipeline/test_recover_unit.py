@@ -7,7 +7,7 @@ import pytest
 
 from gpuops.jobs import watch as w
 from gpuops.pipeline import stages as pl
-from test_pipeline_unit import done, rec
+from support.stages import done, rec
 
 XID79 = "[ 5231.774012] NVRM: Xid (PCI:0000:08:00): 79, pid=48213, name=python3, GPU has fallen off the bus."
 XID79_JOURNAL = "Nov 23 03:25:52 sandbox kernel: NVRM: Xid (PCI:0000:18:00): 79, pid=1, name=python3, GPU has fallen off the bus."

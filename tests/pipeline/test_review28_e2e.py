@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from test_cloud_e2e import TYPE, cloud, cloud_emu  # noqa: F401  (fixtures)
+from support.cloud import TYPE
 
 
 def test_run_json_carries_the_prelaunch_warnings_and_their_hints_name_what_run_takes(cloud, gpuops):
@@ -79,11 +79,11 @@ def test_index_lines_of_a_requirements_file_are_searched_as_pip_does_under_uv(sa
     """requirements.txt includes (-r) a file with two --extra-index-url lines, the first index lacking the pinned
     version: pip finds it (it considers every index); uv by default stops at the first index that has the package.
     The file is pip's format, read by a user for pip: setup gives uv pip's semantics there too."""
-    from test_prelaunch_e2e import _file_index
-    from test_setup_e2e import fresh_env, set_profile
+    from support.envs import file_index
+    from support.envs import fresh_env, set_profile
 
-    first = _file_index(tmp_path / "first", "pinpkg", "1.1")
-    second = _file_index(tmp_path / "second", "pinpkg", "1.0")
+    first = file_index(tmp_path / "first", "pinpkg", "1.1")
+    second = file_index(tmp_path / "second", "pinpkg", "1.0")
     set_profile(sandbox, python=fresh_env(sandbox, "senv-req-indexes"), expect={"packages": {"pinpkg": "1.0"}})
     Path("requirements.txt").write_text("-r requirements/base.txt\n")
     (Path("requirements") / "base.txt").parent.mkdir()
@@ -114,8 +114,8 @@ def test_the_lambda_stack_rehearsal_runs_as_docs_sandbox_md_prints_it(sandbox, g
     import yaml
 
     from gpuops.sandbox import host
-    from test_runs_e2e import run_dir, run_id_of, wait_ended
-    from test_setup_e2e import home
+    from support.runs import run_dir, run_id_of, wait_ended
+    from support.envs import home
 
     shutil.rmtree(home(sandbox) / ".venvs" / "gpuops", ignore_errors=True)
     (Path.cwd() / "train.py").write_text("import sys, torch\nprint('python', sys.executable, torch.__version__)\n")
@@ -140,7 +140,7 @@ def test_the_lambda_stack_rehearsal_runs_as_docs_sandbox_md_prints_it(sandbox, g
 def test_train_json_carries_the_warnings_said_before_the_launch(sandbox, gpuops):
     """train said on stderr that the script's checkpoints/pretrained.pt is left out by the sync and that a symlink
     points outside the project; its --json document had no word of either."""
-    from test_runs_e2e import wait_ended
+    from support.runs import wait_ended
 
     root = Path.cwd()
     (root / "train.py").write_text("import os\nprint(os.path.exists('checkpoints/pretrained.pt'))\n")

@@ -9,9 +9,9 @@ from datetime import datetime
 from pathlib import Path
 
 from gpuops.cloud.ledger import Ledger
-from test_cloud_e2e import TYPE, cloud, cloud_emu  # noqa: F401  (fixtures)
-from test_run_e2e import _cli, _project
-from test_run_recover_e2e import _billing, _records, _wait
+from support.cloud import TYPE
+from support.pipeline import run_process, write_script
+from support.recovery import billing, records, wait_run
 
 # argv: steps, delay, delay once resumed, a tag for its weights, the checkpoint folder. Each checkpoint written under
 # a temporary name then renamed; the weights name the run (the tag) that wrote them.
@@ -35,7 +35,7 @@ for s in range(start + 1, steps + 1):
 
 
 def _rec(prefix: str) -> dict:
-    return next((r for r in _records() if r["id"].startswith(prefix + "-")), {})
+    return next((r for r in records() if r["id"].startswith(prefix + "-")), {})
 
 
 def _checkpoint_step(prefix: str) -> int:
@@ -56,12 +56,12 @@ def test_two_runs_in_one_project_folder_each_resume_from_their_own_checkpoint(cl
     """Run A trains with --recover; run B of the same project runs to its end meanwhile, fetching checkpoints of
     the same names. A is preempted: its replacement resumes from A's own weights (before: B's, pushed from the
     shared ./checkpoints), and each run's checkpoints are in its own folder."""
-    _project(text=TAGGED)
-    a = _cli(cloud, "--script", "train.py", "--fetch", "checkpoints", "--json", "--recover", "1", "--name", "runa",
+    write_script(text=TAGGED)
+    a = run_process(cloud, "--script", "train.py", "--fetch", "checkpoints", "--json", "--recover", "1", "--name", "runa",
              "--", "12", "8", "0.3", "A", "checkpoints")
-    _wait(lambda: _checkpoint_step("runa") >= 2, what="run A's checkpoint-2 fetched", p=a)
-    (first,) = [i["id"] for i in _billing(cloud)]  # A's
-    b = _cli(cloud, "--script", "train.py", "--fetch", "checkpoints", "--json", "--name", "runb",
+    wait_run(lambda: _checkpoint_step("runa") >= 2, what="run A's checkpoint-2 fetched", p=a)
+    (first,) = [i["id"] for i in billing(cloud)]  # A's
+    b = run_process(cloud, "--script", "train.py", "--fetch", "checkpoints", "--json", "--name", "runb",
              "--", "6", "0.1", "0", "B", "checkpoints")
     doc_b, err_b = _done(b)
     assert b.returncode == 0 and doc_b["outcome"] == "succeeded", err_b
@@ -76,21 +76,21 @@ def test_two_runs_in_one_project_folder_each_resume_from_their_own_checkpoint(cl
     assert (a_dir / "checkpoint-12" / "model.bin").read_text() == "weights of step 12 by run A"
     assert (b_dir / "checkpoint-6" / "model.bin").read_text() == "weights of step 6 by run B"
     assert doc_a["checkpoints"]["newest"].startswith(doc_a["checkpoints"]["local"] + "/checkpoint-")
-    assert not _billing(cloud) and not [x for x in Ledger().records() if x.open]
+    assert not billing(cloud) and not [x for x in Ledger().records() if x.open]
 
 
 def test_a_stale_step_folder_in_the_project_is_never_resumed_from(cloud):
     """`ckpt/checkpoint-99`, left here by an earlier experiment, is neither uploaded nor taken as the newest
     checkpoint (before: sync uploaded it, the fetcher took it, the replacement resumed from step 99)."""
-    _project(text=TAGGED)
+    write_script(text=TAGGED)
     stale = Path.cwd() / "ckpt" / "checkpoint-99"
     stale.mkdir(parents=True)
     (stale / "step").write_text("99")
     (stale / "model.bin").write_text("weights of an earlier experiment")
-    p = _cli(cloud, "--script", "train.py", "--fetch", "ckpt", "--json", "--recover", "1",
+    p = run_process(cloud, "--script", "train.py", "--fetch", "ckpt", "--json", "--recover", "1",
              "--", "6", "4.5", "0.3", "A", "ckpt")
-    _wait(lambda: _checkpoint_step("train") >= 2, what="checkpoint-2 fetched", p=p)
-    (first,) = [i["id"] for i in _billing(cloud)]
+    wait_run(lambda: _checkpoint_step("train") >= 2, what="checkpoint-2 fetched", p=p)
+    (first,) = [i["id"] for i in billing(cloud)]
     assert not (cloud.home(first) / Path.cwd().name / "ckpt" / "checkpoint-99").exists()  # never uploaded
     cloud.preempt(first)
     doc, err = _done(p)
@@ -110,11 +110,11 @@ def test_a_gpu_failure_that_kills_the_job_at_once_is_recovered_not_reported_as_t
     """The GPU falls off the bus and the job dies in the same instant, before the stream's next health sample
     (before: `failed (job failed)`, terminated): the health is read once more, the instance replaced, the job resumed
     from the newest complete checkpoint."""
-    _project(text=TAGGED)
-    p = _cli(cloud, "--script", "train.py", "--fetch", "checkpoints", "--json", "--recover", "1",
+    write_script(text=TAGGED)
+    p = run_process(cloud, "--script", "train.py", "--fetch", "checkpoints", "--json", "--recover", "1",
              "--", "6", "4.5", "0.3", "A", "checkpoints")
-    _wait(lambda: _checkpoint_step("train") >= 2, what="checkpoint-2 fetched", p=p)
-    (first,) = [i["id"] for i in _billing(cloud)]
+    wait_run(lambda: _checkpoint_step("train") >= 2, what="checkpoint-2 fetched", p=p)
+    (first,) = [i["id"] for i in billing(cloud)]
     cloud.gpu_fault(first, "xid=79", kill_jobs=True)
     doc, err = _done(p)
     assert p.returncode == 0 and doc["outcome"] == "succeeded" and doc["recoveries"] == 1, err
@@ -127,18 +127,18 @@ def test_a_gpu_failure_that_kills_the_job_at_once_is_recovered_not_reported_as_t
 def test_without_recover_a_gpu_failure_is_named_and_resume_recover_replaces_and_resumes(cloud, gpuops):
     """No --recover: the outcome names the hardware (not the job) and the command that replaces the instance and
     resumes; that command does so, from the newest checkpoint known complete."""
-    _project(text=TAGGED)
-    p = _cli(cloud, "--script", "train.py", "--fetch", "checkpoints", "--json", "--", "6", "2", "0.3", "A",
+    write_script(text=TAGGED)
+    p = run_process(cloud, "--script", "train.py", "--fetch", "checkpoints", "--json", "--", "6", "2", "0.3", "A",
              "checkpoints")
-    (first,) = _wait(lambda: [i["id"] for i in _billing(cloud)], what="the instance", p=p)
-    _wait(lambda: _on_instance(cloud, first, "checkpoints/checkpoint-3").is_dir(), what="checkpoint-3", p=p)
+    (first,) = wait_run(lambda: [i["id"] for i in billing(cloud)], what="the instance", p=p)
+    wait_run(lambda: _on_instance(cloud, first, "checkpoints/checkpoint-3").is_dir(), what="checkpoint-3", p=p)
     cloud.gpu_fault(first, "xid=79", kill_jobs=True)
     doc, err = _done(p)
     assert p.returncode == 1 and doc["outcome"] == "failed", err
     assert "died with its GPU" in err and "Xid 79" in err and "not the job's" in doc["stop_reason"], err
     hint = f"gpuops run --resume --id {doc['run']} --recover 1 replaces the instance and resumes"
     assert hint in err, err
-    assert not _billing(cloud)  # terminated after the fetch, as a failed job's instance is
+    assert not billing(cloud)  # terminated after the fetch, as a failed job's instance is
     r = gpuops("run", "--resume", "--id", doc["run"], "--recover", "1", "--json")
     assert r.code == 0, r.all
     doc2 = json.loads(r.out)
@@ -146,7 +146,7 @@ def test_without_recover_a_gpu_failure_is_named_and_resume_recover_replaces_and_
     step = int(doc2["resumed_from"].rsplit("-", 1)[1])
     assert step >= 2 and f"resumed from checkpoints/checkpoint-{step} at step {step}: weights of step {step} " \
                          "by run A" in _log(doc2)
-    assert not _billing(cloud) and not [x for x in Ledger().records() if x.open]
+    assert not billing(cloud) and not [x for x in Ledger().records() if x.open]
 
 
 INCOMPLETE = """\
@@ -172,10 +172,10 @@ def test_an_incomplete_first_checkpoint_does_not_count(cloud, tmp_path):
     predecessor to compare with, no marker, no successor, and the job died: the replacement starts from the
     beginning (before: it resumed from the incomplete checkpoint-1)."""
     flag = tmp_path / "go-on"
-    _project(text=INCOMPLETE)
-    p = _cli(cloud, "--script", "train.py", "--fetch", "checkpoints", "--json", "--recover", "1", "--", str(flag))
-    (first,) = _wait(lambda: [i["id"] for i in _billing(cloud)], what="the instance", p=p)
-    _wait(lambda: _on_instance(cloud, first, "checkpoints/checkpoint-1/model.bin").is_file(), what="model.bin", p=p)
+    write_script(text=INCOMPLETE)
+    p = run_process(cloud, "--script", "train.py", "--fetch", "checkpoints", "--json", "--recover", "1", "--", str(flag))
+    (first,) = wait_run(lambda: [i["id"] for i in billing(cloud)], what="the instance", p=p)
+    wait_run(lambda: _on_instance(cloud, first, "checkpoints/checkpoint-1/model.bin").is_file(), what="model.bin", p=p)
     cloud.gpu_fault(first, "xid=79", kill_jobs=True)
     flag.write_text("")  # from now on the optimizer is written at once
     doc, err = _done(p)
@@ -187,16 +187,16 @@ def test_an_incomplete_first_checkpoint_does_not_count(cloud, tmp_path):
 def test_gpuops_down_of_the_runs_own_instance_ends_the_run(cloud, gpuops):
     """The user ends the run's instance with `gpuops down` (the command the run's own messages name): the run ends,
     saying so; nothing is launched in its place (before: taken as a loss, a new instance launched)."""
-    _project(text=TAGGED)
-    p = _cli(cloud, "--script", "train.py", "--fetch", "checkpoints", "--json", "--recover", "2",
+    write_script(text=TAGGED)
+    p = run_process(cloud, "--script", "train.py", "--fetch", "checkpoints", "--json", "--recover", "2",
              "--", "30", "1", "0", "A", "checkpoints")
-    _wait(lambda: (_rec("train").get("stages") or {}).get("watch"), what="training", p=p)
+    wait_run(lambda: (_rec("train").get("stages") or {}).get("watch"), what="training", p=p)
     r = gpuops("down", _rec("train")["profile"])
     assert r.code == 0, r.all
     doc, err = _done(p)
     assert p.returncode == 1 and doc["outcome"] == "ended" and doc["recoveries"] == 0, err
     assert "terminated by `gpuops down` from this machine, as asked: the run ends here" in err, err
-    assert cloud.launch_requests() == 1 and not _billing(cloud)
+    assert cloud.launch_requests() == 1 and not billing(cloud)
 
 
 def test_resume_from_a_second_shell_is_refused_while_the_first_process_lives(cloud, gpuops):
@@ -204,10 +204,10 @@ def test_resume_from_a_second_shell_is_refused_while_the_first_process_lives(clo
     once that process is gone (kill -9), --resume takes the run over and finishes it."""
     import socket
 
-    _project(text=TAGGED)
-    p = _cli(cloud, "--script", "train.py", "--fetch", "checkpoints", "--json", "--recover", "1",
+    write_script(text=TAGGED)
+    p = run_process(cloud, "--script", "train.py", "--fetch", "checkpoints", "--json", "--recover", "1",
              "--", "4", "3", "0", "A", "checkpoints")
-    _wait(lambda: (_rec("train").get("stages") or {}).get("watch"), what="training", p=p)
+    wait_run(lambda: (_rec("train").get("stages") or {}).get("watch"), what="training", p=p)
     r = gpuops("run", "--resume")
     assert r.code == 2 and f"process {p.pid} on host {socket.gethostname()}" in r.err, r.all
     assert "one process per run" in r.err and "Traceback" not in r.all
@@ -216,18 +216,18 @@ def test_resume_from_a_second_shell_is_refused_while_the_first_process_lives(clo
     r = gpuops("run", "--resume", "--json")
     assert r.code == 0, r.all
     doc = json.loads(r.out)
-    assert doc["outcome"] == "succeeded" and not _billing(cloud)
+    assert doc["outcome"] == "succeeded" and not billing(cloud)
 
 
 def test_the_summary_counts_every_instance_that_billed(cloud, gpuops):
     """kill -9 while the first instance boots: --resume reclaims it (terminates it) and launches another; the
     summary shows both, each with its id, times and cost, and their costs make the total (before: the reclaimed
     one was left out)."""
-    _project(text=TAGGED)
+    write_script(text=TAGGED)
     cloud.boot_seconds(60)
-    p = _cli(cloud, "--script", "train.py", "--fetch", "checkpoints", "--json", "--", "1", "0", "0", "A",
+    p = run_process(cloud, "--script", "train.py", "--fetch", "checkpoints", "--json", "--", "1", "0", "0", "A",
              "checkpoints")
-    (first,) = _wait(lambda: [i["id"] for i in _billing(cloud)], what="the launch", p=p)
+    (first,) = wait_run(lambda: [i["id"] for i in billing(cloud)], what="the launch", p=p)
     time.sleep(1.5)
     p.kill()
     p.communicate(timeout=30)
@@ -242,15 +242,15 @@ def test_the_summary_counts_every_instance_that_billed(cloud, gpuops):
     at = [datetime.fromisoformat(x) for x in (one["started_at"], one["ended_at"], two["started_at"], two["ended_at"])]
     assert at[0] < at[1] <= at[2] < at[3], doc["instances"]
     assert abs(one["cost"] + two["cost"] - doc["total_cost"]) < 0.001
-    assert not _billing(cloud)
+    assert not billing(cloud)
 
 
 def test_a_replacement_whose_launch_failed_is_not_shown_running(cloud):
-    _project(text=TAGGED)
-    p = _cli(cloud, "--script", "train.py", "--fetch", "checkpoints", "--json", "--recover", "1",
+    write_script(text=TAGGED)
+    p = run_process(cloud, "--script", "train.py", "--fetch", "checkpoints", "--json", "--recover", "1",
              "--", "30", "1", "0", "A", "checkpoints")
-    _wait(lambda: (_rec("train").get("stages") or {}).get("watch"), what="training", p=p)
-    (first,) = [i["id"] for i in _billing(cloud)]
+    wait_run(lambda: (_rec("train").get("stages") or {}).get("watch"), what="training", p=p)
+    (first,) = [i["id"] for i in billing(cloud)]
     cloud.capacity(TYPE, [])
     cloud.preempt(first)
     doc, err = _done(p)
@@ -266,11 +266,11 @@ def test_with_fs_the_checkpoints_live_on_the_filesystem_and_a_replacement_resume
     --fetch), and the summary says where they are and how to get them later."""
 
     cloud.capacity(TYPE, ["us-east-1"])
-    _project(text=TAGGED)
-    p = _cli(cloud, "--script", "train.py", "--fs", "work", "--json", "--recover", "1",
+    write_script(text=TAGGED)
+    p = run_process(cloud, "--script", "train.py", "--fs", "work", "--json", "--recover", "1",
              "--", "6", "4.5", "0.3", "A", "checkpoints")
-    _wait(lambda: _checkpoint_step("train") >= 2, what="checkpoint-2 judged complete on the filesystem", p=p)
-    (first,) = [i["id"] for i in _billing(cloud)]
+    wait_run(lambda: _checkpoint_step("train") >= 2, what="checkpoint-2 judged complete on the filesystem", p=p)
+    (first,) = [i["id"] for i in billing(cloud)]
     assert _on_instance(cloud, first, "checkpoints").is_symlink()
     cloud.preempt(first)
     doc, err = _done(p)
@@ -285,12 +285,12 @@ def test_with_fs_the_checkpoints_live_on_the_filesystem_and_a_replacement_resume
     assert list(doc["fetched"]) == ["log"] and not (Path.cwd() / "runs" / doc["run"] / "checkpoints").exists()
     push = [s for s in doc["stages"] if s["stage"] == "push"]
     assert push and "nothing to push" in push[0]["detail"], push
-    assert not _billing(cloud)
+    assert not billing(cloud)
 
 
 def test_with_fs_and_fetch_the_checkpoints_are_brought_here_at_the_end(cloud, gpuops):
     cloud.capacity(TYPE, ["us-east-1"])
-    _project(text=TAGGED)
+    write_script(text=TAGGED)
     r = gpuops("run", "--type", TYPE, "--key", str(cloud.key), "--yes", "--json", "--script", "train.py",
                "--fs", "work", "--fetch", "checkpoints", "--", "2", "0.1", "0", "A", "checkpoints")
     assert r.code == 0, r.all

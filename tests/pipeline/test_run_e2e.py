@@ -3,46 +3,17 @@ hosts): up -> sync -> setup -> train -> watch -> fetch -> down, and every way it
 from __future__ import annotations
 
 import json
-import os
 import signal
-import subprocess
-import sys
 import time
 from pathlib import Path
 
-import pytest
-
-from helpers import default_sigint
-from test_cloud_e2e import TYPE, cloud, cloud_emu  # noqa: F401  (fixtures)
-
-TRAIN = """\
-import os, sys, time
-steps = int(os.environ.get("STEPS", "3"))
-for s in range(1, steps + 1):
-    os.makedirs(f"checkpoints/step_{s}", exist_ok=True)
-    with open(f"checkpoints/step_{s}/model.bin", "wb") as fh:
-        fh.write(os.urandom(4096))
-    print(f"step {s} loss {1.0 / s:.4f}", flush=True)
-    time.sleep(float(os.environ.get("DELAY", "0.2")))
-print("python", sys.executable, flush=True)
-"""
-
-
-def _live(cloud):
-    return [i for i in cloud.instances() if i["status"] not in ("terminated", "terminating")]
-
-
-def _run(gpuops, cloud, *extra):
-    return gpuops("run", "--type", TYPE, "--key", str(cloud.key), "--yes", "--json", *extra)
-
-
-def _project(script="train.py", text=TRAIN):
-    (Path.cwd() / script).write_text(text)
+from support.cloud import TYPE, live_instances
+from support.pipeline import FOREVER, SLOW, run_json, run_process, wait_stage, write_script
 
 
 def test_whole_run_fetches_verified_checkpoints_and_terminates(cloud, gpuops):
-    _project()
-    r = _run(gpuops, cloud, "--script", "train.py", "--fetch", "checkpoints")
+    write_script()
+    r = run_json(gpuops, cloud, "--script", "train.py", "--fetch", "checkpoints")
     assert r.code == 0, r.all
     doc = json.loads(r.out)
     assert doc["outcome"] == "succeeded" and doc["job"] == "succeeded"
@@ -52,87 +23,63 @@ def test_whole_run_fetches_verified_checkpoints_and_terminates(cloud, gpuops):
         assert (Path.cwd() / doc["fetched"]["checkpoints"] / f"step_{s}" / "model.bin").stat().st_size == 4096
     log = (Path.cwd() / doc["fetched"]["log"]).read_text()
     assert "step 3 loss 0.3333" in log and "/.venvs/gpuops/bin/python" in log  # trained in setup's environment
-    assert not _live(cloud)  # terminated
+    assert not live_instances(cloud)  # terminated
     assert doc["total_cost"] > 0 and doc["overhead"]["after_job_s"] is not None
 
 
 def test_failing_job_still_fetches_its_log_and_terminates(cloud, gpuops):
-    _project(text="print('about to fail', flush=True)\nraise SystemExit(3)\n")
-    r = _run(gpuops, cloud, "--script", "train.py")
+    write_script(text="print('about to fail', flush=True)\nraise SystemExit(3)\n")
+    r = run_json(gpuops, cloud, "--script", "train.py")
     assert r.code == 1, r.all
     doc = json.loads(r.out)
     assert doc["outcome"] == "failed" and doc["job"] == "failed"
     assert "about to fail" in (Path.cwd() / doc["fetched"]["log"]).read_text()
-    assert not _live(cloud)
+    assert not live_instances(cloud)
 
 
 def test_launch_gate_refusal_terminates_the_instance(cloud, gpuops):
-    _project(text="def broken(:\n    pass\n")
-    r = _run(gpuops, cloud, "--script", "train.py")
+    write_script(text="def broken(:\n    pass\n")
+    r = run_json(gpuops, cloud, "--script", "train.py")
     assert r.code == 1, r.all
     doc = json.loads(r.out)
     train = next(s for s in doc["stages"] if s["stage"] == "train")
     assert train["ok"] is False and "watch" not in [s["stage"] for s in doc["stages"]]
     assert "not launched" in r.err
-    assert not _live(cloud)
+    assert not live_instances(cloud)
 
 
 def test_a_fetch_name_never_created_is_said_and_nothing_is_kept_for_it(cloud, gpuops):
-    _project()  # a fetch that fails keeps the instance: tests/test_money_unbilled_e2e.py
-    r = _run(gpuops, cloud, "--script", "train.py", "--fetch", "no-such-folder")
+    write_script()  # a fetch that fails keeps the instance: tests/test_money_unbilled_e2e.py
+    r = run_json(gpuops, cloud, "--script", "train.py", "--fetch", "no-such-folder")
     assert r.code == 1, r.all
     doc = json.loads(r.out)
     assert doc["outcome"] == "failed" and doc["job"] == "succeeded"  # what was asked for did not come back
     assert "KEPT" not in r.err and "no-such-folder: nothing to fetch" in r.err and "never created" in r.err
-    assert not _live(cloud)
+    assert not live_instances(cloud)
 
 
 def test_max_cost_stops_the_job_fetches_and_terminates(cloud, gpuops):
-    _project(text="import time\nwhile True:\n    print('step', flush=True)\n    time.sleep(0.5)\n")
-    r = _run(gpuops, cloud, "--script", "train.py", "--max-cost", "0.01")  # $2.49/h: about 15 s
+    write_script(text="import time\nwhile True:\n    print('step', flush=True)\n    time.sleep(0.5)\n")
+    r = run_json(gpuops, cloud, "--script", "train.py", "--max-cost", "0.01")  # $2.49/h: about 15 s
     assert r.code == 1, r.all
     doc = json.loads(r.out)
     assert "--max-cost $0.01 reached" in doc["stop_reason"] and doc["job"] == "stopped"
     assert "step" in (Path.cwd() / doc["fetched"]["log"]).read_text()
-    assert not _live(cloud)
-
-
-def _cli(cloud, *args, **kw):
-    env = {**os.environ, "NO_COLOR": "1"}
-    return subprocess.Popen([sys.executable, "-m", "gpuops", "run", "--type", TYPE, "--key", str(cloud.key), "--yes",
-                             *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
-                            preexec_fn=default_sigint, **kw)  # Ctrl-C works even in a suite run with it ignored
-
-
-def _wait_stage(stage: str, timeout: float = 120) -> dict:
-    d = Path.cwd() / "runs" / "pipelines"
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        for f in d.glob("*.json") if d.is_dir() else []:
-            doc = json.loads(f.read_text())
-            st = doc["stages"].get(stage)
-            if st and st.get("started"):
-                return doc
-        time.sleep(0.2)
-    raise AssertionError(f"stage {stage} never started")
-
-
-FOREVER = "import time\nwhile True:\n    print('step', flush=True)\n    time.sleep(0.5)\n"
-SLOW = "import time, os\nfor i in range(40):\n    print('step', i, flush=True)\n    time.sleep(0.5)\nos.makedirs('checkpoints', exist_ok=True)\nopen('checkpoints/final.bin', 'wb').write(b'x' * 100)\n"
+    assert not live_instances(cloud)
 
 
 def test_ctrl_c_once_detaches_twice_terminates(cloud, gpuops):
-    _project(text=FOREVER)
-    p = _cli(cloud, "--script", "train.py")
-    _wait_stage("watch")
+    write_script(text=FOREVER)
+    p = run_process(cloud, "--script", "train.py")
+    wait_stage("watch")
     time.sleep(1.5)
     p.send_signal(signal.SIGINT)
     out, err = p.communicate(timeout=60)
     assert p.returncode == 130, err
     assert "detached" in err and "gpuops run --resume" in err
-    assert len(_live(cloud)) == 1  # everything keeps running
+    assert len(live_instances(cloud)) == 1  # everything keeps running
     # again, and this time twice: stop, fetch what exists, terminate
-    p = _cli(cloud, "--script", "train.py", "--name", "twice", "--json")
+    p = run_process(cloud, "--script", "train.py", "--name", "twice", "--json")
     time.sleep(0.5)
     deadline = time.monotonic() + 120
     while time.monotonic() < deadline:  # the second run's own watch stage
@@ -147,32 +94,32 @@ def test_ctrl_c_once_detaches_twice_terminates(cloud, gpuops):
     out, err = p.communicate(timeout=120)
     doc = json.loads(out)
     assert doc["stop_reason"] == "interrupted twice" and doc["job"] == "stopped", err
-    assert len(_live(cloud)) == 1  # only the first (detached) run's instance is left
-    for inst in _live(cloud):
+    assert len(live_instances(cloud)) == 1  # only the first (detached) run's instance is left
+    for inst in live_instances(cloud):
         gpuops("down", inst["name"] or "", "--yes")
 
 
 def test_resume_after_the_local_process_is_killed(cloud, gpuops):
-    _project(text=SLOW)
-    p = _cli(cloud, "--script", "train.py", "--fetch", "checkpoints")
-    _wait_stage("watch")
+    write_script(text=SLOW)
+    p = run_process(cloud, "--script", "train.py", "--fetch", "checkpoints")
+    wait_stage("watch")
     time.sleep(1.0)
     p.kill()  # the laptop's process dies mid-training; the instance and the job go on
     p.communicate(timeout=30)
-    assert len(_live(cloud)) == 1
+    assert len(live_instances(cloud)) == 1
     r = gpuops("run", "--resume", "--json")
     assert r.code == 0, r.all
     doc = json.loads(r.out)
     assert doc["outcome"] == "succeeded" and (Path.cwd() / doc["fetched"]["checkpoints"] / "final.bin").read_bytes() == b"x" * 100
-    assert not _live(cloud)
+    assert not live_instances(cloud)
 
 
 def test_resume_after_a_kill_during_up_terminates_the_orphan_and_goes_on(cloud, gpuops):
     from gpuops.cloud.ledger import Ledger
 
-    _project()
+    write_script()
     cloud.boot_seconds(60)  # the first instance stays booting: the process is killed before it writes the profile
-    p = _cli(cloud, "--script", "train.py")
+    p = run_process(cloud, "--script", "train.py")
     try:
         deadline = time.monotonic() + 60
         while not any(r.instance_id for r in Ledger().records()):
@@ -181,14 +128,14 @@ def test_resume_after_a_kill_during_up_terminates_the_orphan_and_goes_on(cloud, 
     finally:
         p.kill()
         p.communicate(timeout=30)
-    orphans = [i["id"] for i in _live(cloud)]
+    orphans = [i["id"] for i in live_instances(cloud)]
     assert len(orphans) == 1
     cloud.boot_seconds(0.5)
     r = gpuops("run", "--resume", "--json")
     assert r.code == 0, r.all
     assert f"was cut off before writing its profile: terminating instance {orphans[0]}" in r.err
     assert json.loads(r.out)["outcome"] == "succeeded"
-    assert not _live(cloud)
+    assert not live_instances(cloud)
     assert all(not x.open for x in Ledger().records())
 
 
@@ -211,9 +158,9 @@ def test_run_from_a_project_profile_carries_its_settings_onto_the_instance(cloud
 
     (Path.cwd() / "profiles").mkdir()
     (Path.cwd() / "profiles" / "tmpl.yaml").write_text(TEMPLATE)
-    _project(text="import os\nos.makedirs('out/ckpt', exist_ok=True)\n"
+    write_script(text="import os\nos.makedirs('out/ckpt', exist_ok=True)\n"
                   "open('out/ckpt/w.bin', 'wb').write(b'w' * 64)\nprint('FOO', os.environ['FOO'], flush=True)\n")
-    r = _run(gpuops, cloud, "--script", "train.py", "--from", "tmpl", "--fetch", "ckpt")
+    r = run_json(gpuops, cloud, "--script", "train.py", "--from", "tmpl", "--fetch", "ckpt")
     assert r.code == 0, r.all
     doc = json.loads(r.out)
     assert "FOO from-template" in (Path.cwd() / doc["fetched"]["log"]).read_text()  # the template's env
@@ -226,7 +173,7 @@ def test_run_from_a_project_profile_carries_its_settings_onto_the_instance(cloud
     # the type launched (its GPU, count and memory): the template's `gpu: H100` was a constraint it meets
     assert p["expect"] == {"gpu": "H100 PCIe", "gpu_count": 1, "gpu_memory_mib": 79112}
     assert p["env"] == {"FOO": "from-template"} and p["python"] == "~/.venvs/gpuops/bin/python"
-    assert not _live(cloud)
+    assert not live_instances(cloud)
 
 
 def test_up_from_a_profile_that_does_not_exist_launches_nothing(cloud, gpuops):

@@ -16,7 +16,8 @@ from pathlib import Path
 
 import pytest
 
-from test_cloud_e2e import TYPE, cloud, cloud_emu  # noqa: F401  (fixtures)
+from support.cloud import TYPE
+
 
 JOB = """\
 import os
@@ -209,7 +210,7 @@ def test_run_data_refusals_before_any_launch(cloud, gpuops):
 def test_a_replacement_attaches_the_filesystem_too(cloud, gpuops):
     """--recover with --fs: the replacement is launched in the filesystem's region with it attached, and the job
     there sees the same files (what the first instance's job wrote on the filesystem)."""
-    from test_run_recover_e2e import RESUMABLE, STEPS, _finished_on_a_second_instance, _training_with_a_checkpoint
+    from support.recovery import RESUMABLE, STEPS, finished_on_a_second_instance, training_with_a_checkpoint
 
     cloud.capacity(TYPE, ["us-west-2", "us-east-1"])
     assert gpuops("fs", "create", "keep", "--region", "us-east-1").code == 0
@@ -217,16 +218,9 @@ def test_a_replacement_attaches_the_filesystem_too(cloud, gpuops):
                                               "os.environ['SSH_CONNECTION'].split()[2]), 'w').write('seen')\n"
                                               "print('ON FS', sorted(os.listdir(os.environ['GPUOPS_FS'])), "
                                               "flush=True)\n")
-    import test_run_recover_e2e as rr
-
-    saved = rr.RESUMABLE
-    rr.RESUMABLE = marker
-    try:
-        p, first = _training_with_a_checkpoint(cloud, "--recover", "1", "--fs", "keep")
-    finally:
-        rr.RESUMABLE = saved
+    p, first = training_with_a_checkpoint(cloud, "--recover", "1", "--fs", "keep", text=marker)
     cloud.preempt(first)
-    doc, err = _finished_on_a_second_instance(p, first, cloud)
+    doc, err = finished_on_a_second_instance(p, first, cloud)
     insts = {i["id"]: i for i in cloud.instances()}
     second = doc["instances"][1]["ids"][0]
     assert insts[first]["file_system_names"] == insts[second]["file_system_names"] == ["keep"]

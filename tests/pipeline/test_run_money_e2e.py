@@ -11,8 +11,9 @@ from pathlib import Path
 import httpx
 
 from gpuops.cloud.ledger import Ledger
-from test_cloud_e2e import API_KEY, TYPE, cloud, cloud_emu  # noqa: F401  (fixtures)
-from test_run_e2e import FOREVER, SLOW, TRAIN, _cli, _live, _project, _run, _wait_stage
+from support.cloud import API_KEY, TYPE
+from support.cloud import live_instances
+from support.pipeline import FOREVER, SLOW, TRAIN, run_json, run_process, wait_stage, write_script
 
 
 def _record(doc_id: str) -> dict:
@@ -36,11 +37,11 @@ def _launch_other(cloud) -> str:
 
 def _training(cloud, text: str, *args: str, settle: float = 1.5):
     """A real `gpuops run` process whose job is training: (the process, its instance id)."""
-    _project(text=text)
-    p = _cli(cloud, "--script", "train.py", *args)
-    _wait_stage("watch")
+    write_script(text=text)
+    p = run_process(cloud, "--script", "train.py", *args)
+    wait_stage("watch")
     time.sleep(settle)
-    (iid,) = [i["id"] for i in _live(cloud)]
+    (iid,) = [i["id"] for i in live_instances(cloud)]
     return p, iid
 
 
@@ -61,7 +62,7 @@ def test_max_cost_is_checked_while_booting(cloud, gpuops):
     big = "gpu_8x_h100_sxm5"  # $23.92/h: $0.01 in 1.5 s
     cloud.capacity(big, ["us-east-1"])
     cloud.boot_seconds(10)
-    _project()
+    write_script()
     t = time.monotonic()
     r = gpuops("run", "--type", big, "--script", "train.py", "--key", str(cloud.key), "--yes", "--json",
                "--max-cost", "0.01")
@@ -69,7 +70,7 @@ def test_max_cost_is_checked_while_booting(cloud, gpuops):
     doc = json.loads(r.out)
     assert "--max-cost $0.01 reached" in doc["stop_reason"], doc
     assert [s["stage"] for s in doc["stages"]] == ["up"]  # no setup, sync or launch after the budget is spent
-    assert time.monotonic() - t < 10 and not _live(cloud)
+    assert time.monotonic() - t < 10 and not live_instances(cloud)
     assert not [x for x in Ledger().records() if x.open]
 
 
@@ -89,7 +90,7 @@ def test_instance_terminated_elsewhere_and_its_ip_handed_on_is_said_at_once(clou
     assert doc["outcome"] == "lost" and doc["job"] == "lost"
     assert next(s for s in doc["stages"] if s["stage"] == "down")["ok"] is True
     assert not [x for x in Ledger().records() if x.open]
-    assert [i["id"] for i in _live(cloud)] == [other]  # the stranger's machine is left alone
+    assert [i["id"] for i in live_instances(cloud)] == [other]  # the stranger's machine is left alone
 
 
 def test_preempted_mid_training_is_said_at_once(cloud):
@@ -128,9 +129,9 @@ def test_a_dropped_connection_asks_the_api_and_says_so(cloud):
 
 # -- signals ---------------------------------------------------------------------------------------------------------
 def test_sigterm_during_up_terminates_and_sighup_while_training_detaches_at_once(cloud, gpuops):
-    _project(text=FOREVER)
+    write_script(text=FOREVER)
     cloud.boot_seconds(60)
-    p = _cli(cloud, "--script", "train.py", "--name", "term")
+    p = run_process(cloud, "--script", "train.py", "--name", "term")
     deadline = time.monotonic() + 60
     while not any(r.instance_id for r in Ledger().records()):
         assert time.monotonic() < deadline and p.poll() is None, p.communicate()
@@ -138,10 +139,10 @@ def test_sigterm_during_up_terminates_and_sighup_while_training_detaches_at_once
     p.send_signal(signal.SIGTERM)
     out, err = p.communicate(timeout=60)
     assert p.returncode == 130 and "Traceback" not in err, err
-    assert "interrupted (SIGTERM) while bringing the instance up" in err and not _live(cloud), err
+    assert "interrupted (SIGTERM) while bringing the instance up" in err and not live_instances(cloud), err
 
     cloud.boot_seconds(0.5)
-    p = _cli(cloud, "--script", "train.py", "--name", "hup", "--json")
+    p = run_process(cloud, "--script", "train.py", "--name", "hup", "--json")
     deadline = time.monotonic() + 120
     while True:
         docs = [json.loads(f.read_text()) for f in (Path.cwd() / "runs" / "pipelines").glob("hup-*.json")]
@@ -155,25 +156,25 @@ def test_sigterm_during_up_terminates_and_sighup_while_training_detaches_at_once
     out, err = p.communicate(timeout=60)
     assert p.returncode == 130 and time.monotonic() - t < 8, err  # no wait for a second Ctrl-C nobody can press
     assert "detached (SIGHUP)" in err and json.loads(out)["outcome"] == "detached", err
-    assert len(_live(cloud)) == 1
-    assert gpuops("down", docs[0]["profile"], "--yes").code == 0 and not _live(cloud)
+    assert len(live_instances(cloud)) == 1
+    assert gpuops("down", docs[0]["profile"], "--yes").code == 0 and not live_instances(cloud)
 
 
 # -- the end of a run ------------------------------------------------------------------------------------------------
 def test_a_refused_terminate_at_the_end_says_what_bills_and_how_to_end_it(cloud, gpuops):
-    _project()
+    write_script()
     cloud.fault("5xx", times=None, path="/instance-operations/terminate", error="unknown")
-    r = _run(gpuops, cloud, "--script", "train.py")
+    r = run_json(gpuops, cloud, "--script", "train.py")
     assert r.code == 1, r.all
     doc = json.loads(r.out)  # the summary, whatever happened
-    (iid,) = [i["id"] for i in _live(cloud)]
+    (iid,) = [i["id"] for i in live_instances(cloud)]
     assert doc["outcome"] == "kept" and next(s for s in doc["stages"] if s["stage"] == "down")["ok"] is False
     assert f"could not terminate instance {iid}" in r.err and "STILL BILLING $2.49/h" in r.err, r.err
     assert f"gpuops down {doc['profile']}" in r.err
     cloud.clear_faults()
     r = gpuops("run", "--resume", "--id", doc["run"], "--json")  # the run's own way to finish it
     assert r.code == 0, r.all
-    assert json.loads(r.out)["outcome"] == "succeeded" and not _live(cloud)
+    assert json.loads(r.out)["outcome"] == "succeeded" and not live_instances(cloud)
 
 
 def test_resume_takes_a_new_fetch_and_refuses_what_describes_a_new_run(cloud, gpuops):
@@ -184,7 +185,7 @@ def test_resume_takes_a_new_fetch_and_refuses_what_describes_a_new_run(cloud, gp
     assert r.code == 0, r.all
     doc = json.loads(r.out)
     assert doc["fetched"]["checkpoints"] and (Path.cwd() / doc["fetched"]["checkpoints"] / "final.bin").read_bytes() == b"x" * 100
-    assert not _live(cloud)
+    assert not live_instances(cloud)
 
 
 def test_summary_after_resume_covers_the_whole_run(cloud, gpuops):
@@ -201,7 +202,7 @@ def test_summary_after_resume_covers_the_whole_run(cloud, gpuops):
 
 
 def test_run_name_is_checked_before_anything_is_written(cloud, gpuops):
-    _project(text=TRAIN)
+    write_script(text=TRAIN)
     r = gpuops("run", "--type", TYPE, "--script", "train.py", "--key", str(cloud.key), "--yes", "--name", "../../x")
     assert r.code == 2 and "--name" in r.err, r.all
     assert not list(Path.cwd().parent.rglob("x-*.json")) and cloud.launch_requests() == 0

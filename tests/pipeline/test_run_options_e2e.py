@@ -8,7 +8,8 @@ import stat
 from pathlib import Path
 
 from gpuops.cloud.ledger import Ledger
-from test_cloud_e2e import API_KEY, TYPE, _live, cloud, cloud_emu  # noqa: F401  (fixtures)
+from support.cloud import API_KEY, TYPE, live_instances
+
 
 SHOW = """\
 import os
@@ -47,7 +48,7 @@ def test_env_and_seed_reach_the_job_and_env_values_stay_out_of_the_record(cloud,
     rec = json.loads((Path.cwd() / "runs" / "pipelines" / f"{doc['run']}.json").read_text())
     assert rec["seed"] == 7 and rec["env_names"] == ["FOO", "HF_TOKEN"]
     assert not list((Path.cwd() / "runs" / "pipelines").glob("*.env"))  # the run is over: the values are gone
-    assert not _live(cloud)
+    assert not live_instances(cloud)
 
 
 def test_a_bad_env_or_guard_is_refused_before_anything_is_written(cloud, gpuops):
@@ -69,7 +70,7 @@ def test_idle_and_guard_are_given_to_the_instance(cloud, gpuops):
     assert rec.idle_limit_s == 1800 and rec.ttl_deadline is not None
     doc = json.loads(r.out)
     assert gpuops("down", doc["profile"], "--yes").code == 0
-    assert not _live(cloud)
+    assert not live_instances(cloud)
 
 
 def test_force_launches_past_the_gate_as_its_hint_says(cloud, gpuops):
@@ -82,4 +83,4 @@ def test_force_launches_past_the_gate_as_its_hint_says(cloud, gpuops):
     train = next(s for s in doc["stages"] if s["stage"] == "train")
     assert train["ok"] is True and doc["job"] == "failed"
     assert "launching anyway" in r.err
-    assert not _live(cloud)
+    assert not live_instances(cloud)

@@ -9,7 +9,7 @@ import textwrap
 
 from gpuops.pipeline import status as st
 
-from test_cloud_e2e import TYPE, cloud, cloud_emu  # noqa: F401  (fixtures)
+from support.cloud import TYPE
 
 
 def test_status_text():
@@ -53,7 +53,7 @@ PROGRAM = textwrap.dedent("""
 
 
 def test_at_a_terminal_the_line_stays_at_the_bottom(tmp_path):
-    from term import complete_frames, run_in_pty, screen
+    from support.term import complete_frames, run_in_pty, screen
 
     prog = tmp_path / "prog.py"
     prog.write_text(PROGRAM)
@@ -69,7 +69,7 @@ def test_at_a_terminal_the_line_stays_at_the_bottom(tmp_path):
 def test_run_prints_its_status_while_training(cloud, gpuops, monkeypatch):
     from pathlib import Path
 
-    from test_run_e2e import TRAIN
+    from support.pipeline import TRAIN
 
     monkeypatch.setattr(st, "STATUS_EVERY_S", 0.0)  # piped: a status line at every event
     (Path.cwd() / "train.py").write_text(TRAIN)

@@ -5,7 +5,8 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from helpers import healthy_cuda, probe_doc, smi
+
+from support.helpers import healthy_cuda, probe_doc, smi
 
 from gpuops.verify import gpus
 from gpuops.profiles import text as pt

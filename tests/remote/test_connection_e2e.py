@@ -11,7 +11,7 @@ from gpuops.profiles import model as profiles
 from gpuops.errors import ConnectError, RemoteError
 from gpuops.remote.connection import connect, ssh_command
 
-from proxy import Proxy
+from support.proxy import Proxy
 
 
 def test_run_stdin_exit_codes_and_streams(sandbox):

@@ -3,20 +3,9 @@ same moment lose no entry, and no reader ever sees half a file."""
 from __future__ import annotations
 
 import multiprocessing as mp
-import os
 from pathlib import Path
 
-
-def _worker(config_dir: str, n: int, rounds: int) -> None:
-    os.environ["GPUOPS_CONFIG_DIR"] = config_dir
-    import paramiko
-
-    from gpuops.remote import hostkeys
-
-    key = paramiko.Ed25519Key.from_private_key_file(os.environ["GPUOPS_TEST_KEY"])
-    for i in range(rounds):
-        hostkeys.record(f"10.{n}.0.{i}", 22, key)
-        hostkeys.replace(f"10.{n}.0.{i}", 22, key)  # forgets and records again: still one entry for it
+from support.helpers import record_and_replace_keys
 
 
 def test_parallel_records_and_replaces_lose_nothing(tmp_path, monkeypatch):
@@ -27,7 +16,7 @@ def test_parallel_records_and_replaces_lose_nothing(tmp_path, monkeypatch):
     monkeypatch.setenv("GPUOPS_TEST_KEY", str(key))
     cfg = tmp_path / "cfg"
     ctx = mp.get_context("spawn")
-    procs = [ctx.Process(target=_worker, args=(str(cfg), n, 15)) for n in range(6)]
+    procs = [ctx.Process(target=record_and_replace_keys, args=(str(cfg), n, 15)) for n in range(6)]
     for p in procs:
         p.start()
     for p in procs:

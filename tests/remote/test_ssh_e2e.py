@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from helpers import default_sigint
+from support.helpers import default_sigint
 from gpuops.remote import interactive
 
 
@@ -129,7 +129,7 @@ def test_a_forward_killed_with_sigterm_takes_its_ssh_along(sandbox):
 
 
 def test_a_changed_host_key_is_refused_with_exit_3(sandbox):
-    from helpers import record_another_host_key
+    from support.helpers import record_another_host_key
 
     kh, pub = record_another_host_key(sandbox["port"])
     p = gpuops_proc("ssh", "sandbox", "--", "echo should-not-run")

@@ -13,7 +13,7 @@ def _clock(info: dict) -> dict:
         return json.loads(resp.read())["data"]["clock"]
 
 
-def test_boot_seconds_is_honoured_over_saved_state(gpuops, monkeypatch, tmp_path):
+def test_boot_seconds_is_honoured_over_saved_state(starts_hosts, gpuops, monkeypatch, tmp_path):
     monkeypatch.setenv("GPUOPS_STATE_DIR", str(tmp_path / "state"))
     r = gpuops("sandbox", "up", "--cloud", "--json")  # the default: 20 s, saved in the state
     assert r.code == 0, r.all

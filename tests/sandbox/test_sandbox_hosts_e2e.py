@@ -16,7 +16,7 @@ def _keygen(path: Path) -> Path:
 
 
 @pytest.fixture
-def hosts(tmp_path):
+def hosts(starts_hosts, tmp_path):
     from gpuops.sandbox import host
 
     dirs: list[Path] = []

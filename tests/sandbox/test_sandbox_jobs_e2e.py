@@ -8,7 +8,8 @@ import time
 
 import pytest
 
-from test_runs_e2e import cleanup_runs, put, run_id_of  # noqa: F401
+from support.runs import put, run_id_of
+
 
 pytestmark = pytest.mark.usefixtures("cleanup_runs")
 

@@ -6,7 +6,7 @@ import json
 import socket
 
 
-def test_port_kept_across_restarts_and_moved_only_when_taken(gpuops, tmp_path, monkeypatch):
+def test_port_kept_across_restarts_and_moved_only_when_taken(starts_hosts, gpuops, tmp_path, monkeypatch):
     monkeypatch.setenv("GPUOPS_STATE_DIR", str(tmp_path / "own-state"))
     try:
         r = gpuops("sandbox", "up", "--json")

@@ -17,9 +17,11 @@ from pathlib import Path
 import pytest
 import yaml
 
-from indexes import TlsIndex, make_wheel
-from test_cloud_e2e import TYPE, cloud, cloud_emu  # noqa: F401  (fixtures)
-from test_setup_e2e import LOCAL_INDEX, SlowIndex, fresh_env, home, remote_project, set_profile
+from support.indexes import TlsIndex, make_wheel
+from support.cloud import TYPE
+from support.envs import LOCAL_INDEX, SlowIndex, fresh_env, home, set_profile
+from support.runs import remote_project
+
 
 TRAIN_IMAGE = """\
 import os, sys

@@ -9,34 +9,10 @@ from pathlib import Path
 
 import yaml
 
-from indexes import make_wheel
-from proxy import Proxy
-
-LOCAL_INDEX = "file:///opt/pypi/simple"  # this machine kind's local package index (pip config: extra-index-url)
-
-
-def home(sandbox) -> Path:
-    return Path(sandbox["dir"]) / "home"
-
-
-def remote_project(sandbox) -> Path:
-    return home(sandbox) / Path.cwd().name
-
-
-def set_profile(sandbox, **changes) -> dict:
-    data = yaml.safe_load(sandbox["profile"].read_text())
-    for k, v in changes.items():
-        if isinstance(v, dict) and isinstance(data.get(k), dict):
-            data[k].update(v)
-        else:
-            data[k] = v
-    sandbox["profile"].write_text(yaml.safe_dump(data))
-    return data
-
-
-def fresh_env(sandbox, name: str) -> str:
-    shutil.rmtree(home(sandbox) / name, ignore_errors=True)
-    return f"~/{name}/bin/python"
+from support.indexes import make_wheel
+from support.proxy import Proxy
+from support.runs import remote_project
+from support.envs import LOCAL_INDEX, SlowIndex, fresh_env, home, set_profile
 
 
 def test_setup_from_nothing_to_verify_then_nothing_to_do(sandbox, gpuops):
@@ -125,45 +101,6 @@ def test_a_base_python_the_host_lacks_is_refused_and_does_not_hide_the_project(s
     set_profile(sandbox, setup={"index_url": LOCAL_INDEX, "base_python": "python3.99"})
     r = gpuops("setup", "sandbox", "--dry-run", "--json")
     assert [s["id"] for s in json.loads(r.out)["plan"]["steps"]] == ["deps"], r.all
-
-
-class SlowIndex:
-    """A PEP 503 index on 127.0.0.1 whose wheel downloads take `delay` seconds: a long install step."""
-
-    def __init__(self, folder: Path, delay: float):
-        import http.server
-        import socketserver
-
-        self.folder, self.delay = folder, delay
-        index = self
-
-        class Handler(http.server.SimpleHTTPRequestHandler):
-            def __init__(self, *a, **kw):
-                super().__init__(*a, directory=str(index.folder), **kw)
-
-            def do_GET(self):
-                if self.path.endswith(".whl"):
-                    time.sleep(index.delay)
-                super().do_GET()
-
-            def log_message(self, *a):
-                pass
-
-        self.server = socketserver.ThreadingTCPServer(("127.0.0.1", 0), Handler)
-        self.server.daemon_threads = True
-        self.url = f"http://127.0.0.1:{self.server.server_address[1]}/simple/"
-        threading.Thread(target=self.server.serve_forever, daemon=True).start()
-
-    def add(self, whl: Path, project: str) -> None:
-        d = self.folder / "simple" / project
-        d.mkdir(parents=True, exist_ok=True)
-        (self.folder / "files").mkdir(exist_ok=True)
-        shutil.copy(whl, self.folder / "files" / whl.name)
-        (d / "index.html").write_text(f'<html><body><a href="../../files/{whl.name}">{whl.name}</a></body></html>\n')
-
-    def close(self) -> None:
-        self.server.shutdown()
-        self.server.server_close()
 
 
 def test_dropped_connection_during_a_long_step_is_reattached(sandbox, gpuops, tmp_path):

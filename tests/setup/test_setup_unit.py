@@ -7,19 +7,14 @@ from pathlib import Path
 
 import pytest
 
-from gpuops import knowledge as kb
 from gpuops.jobs import plan as core
 from gpuops.setup import plan as sp
 from gpuops.errors import ProfileError
-from gpuops.profiles.model import Profile
+from support.setup_facts import KNOW, b64, facts, profile
+from support import DATA as TEST_DATA
 
-DATA = Path(__file__).parent / "data" / "snapshot"
-KNOW = kb.knowledge(Path("/nonexistent"))
 
-def b64(text: str) -> str:
-    import base64
-
-    return base64.b64encode(text.encode()).decode()
+DATA = TEST_DATA / "snapshot"
 
 
 UV_PROJECT = """[project]
@@ -59,30 +54,6 @@ home_disk=/dev/vda1 10485760
 @disk /tmp /dev/vda1 10485760
 @disk /lambda /dev/nvme0n1 400000000
 """
-
-
-def facts(files: dict[str, str], *, base_torch: str | None = "2.9.0+cu128", base_pip: bool = True,
-          uv: str = "/home/ubuntu/.local/bin/uv", env: str | None = None, free_kb: int = 500_000_000):
-    """Recorded facts of a Lambda Stack host with these project files ({name: text}) on it."""
-    import hashlib
-
-    lines = [f"home=/home/ubuntu", "user=ubuntu", f"uv={uv}", "python3=/usr/bin/python3", "pip_user_ok=1"]
-    for name, text in files.items():
-        lines.append(f"@file {name} {hashlib.sha256(text.encode()).hexdigest()}")
-        if name != "uv.lock":
-            lines.append(f"@text {name} {b64(text)}")
-    lines += ["base_python_version=3.10.12", "base_prefix=/usr", f"base_pip={int(base_pip)}", "arch=x86_64"]
-    if base_torch:
-        lines += [f"base_torch={base_torch}", "base_torch_path=/usr/lib/python3/dist-packages"]
-    lines += [env or "env_python=0", "running=0", "@gpu 0, 570.148.08, 9.0", "cuda_driver=12.8",
-              f"home_disk=/dev/vda1 {free_kb}"]
-    return sp.parse_facts("\n".join(lines) + "\n")
-
-
-def profile(**kw) -> Profile:
-    base = {"host": "h", "python": "~/venv/bin/python", "expect": {"packages": {"torch": "2.9.0", "flash-attn": "*"}}}
-    base.update(kw)
-    return Profile(**base)
 
 
 def test_fresh_lambda_plan_orders_steps_with_reasons_index_and_cache():

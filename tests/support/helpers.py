@@ -1,9 +1,11 @@
 """Build probe documents like remote/probe.py prints, from recorded tool outputs, for pure tests."""
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
-DATA = Path(__file__).parent / "data"
+
+DATA = Path(__file__).resolve().parents[1] / "data"
 
 
 def smi(name: str) -> str:
@@ -68,6 +70,20 @@ def record_another_host_key(port: int, kind: str = "ed25519") -> tuple[Path, lis
     pub = other.with_suffix(".pub").read_text().split()
     kh.write_text(f"[127.0.0.1]:{port} {pub[0]} {pub[1]}\n")
     return kh, pub
+
+
+def record_and_replace_keys(config_dir: str, n: int, rounds: int) -> None:
+    """A process recording and replacing host keys in gpuops' known_hosts (the lock test runs several at once;
+    here, not in the test file, so a spawned process can import it)."""
+    os.environ["GPUOPS_CONFIG_DIR"] = config_dir
+    import paramiko
+
+    from gpuops.remote import hostkeys
+
+    key = paramiko.Ed25519Key.from_private_key_file(os.environ["GPUOPS_TEST_KEY"])
+    for i in range(rounds):
+        hostkeys.record(f"10.{n}.0.{i}", 22, key)
+        hostkeys.replace(f"10.{n}.0.{i}", 22, key)  # forgets and records again: still one entry for it
 
 
 # -- Ctrl-C in tests ---------------------------------------------------------------------------------------------------

@@ -13,7 +13,8 @@ import subprocess
 import termios
 import time
 
-from helpers import default_sigint
+from support.helpers import default_sigint
+
 
 _CSI = re.compile(r"\x1b\[([?0-9;]*)([A-Za-z])")
 

@@ -6,7 +6,7 @@ import os
 import subprocess
 from pathlib import Path
 
-from proxy import Proxy
+from support.proxy import Proxy
 
 
 def write(path: Path, data: bytes | str = b"x") -> Path:

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from test_snapshot_unit import wandb_artifact_and_config, wandb_records
+from support.wandb_offline import wandb_artifact_and_config, wandb_records
 
 
 def _install(site: Path, name: str, version: str) -> None:

@@ -3,15 +3,17 @@ the CLI on saved snapshots, and W&B logging with the real wandb library in offli
 from __future__ import annotations
 
 import json
-import struct
 from pathlib import Path
 
 import pytest
 
 from gpuops.transfer import snapshot as core
 from gpuops.errors import RemoteError, UsageError
+from support.wandb_offline import wandb_artifact_and_config
+from support import DATA as TEST_DATA
 
-DATA = Path(__file__).parent / "data" / "snapshot"
+
+DATA = TEST_DATA / "snapshot"
 WHEN = "2026-01-15T10:00:00Z"
 
 
@@ -279,60 +281,6 @@ def test_cli_matrix_from_saved(gpuops, saved):
     assert json.loads(r.out)["rows"][0]["component"] == "OS"
 
 
-# -- W&B, real library, offline --------------------------------------------------------------------------------
-def wandb_records(run_dir: Path):
-    """Records of an offline run's .wandb file (W&B's LevelDB-style log of protobuf Records)."""
-    from wandb.proto import wandb_internal_pb2 as pb
-
-    (path,) = run_dir.glob("run-*.wandb")
-    data = path.read_bytes()
-    assert data[:4] == b":W&B"
-    pos, block, buf = 7, 32768, b""
-    while pos + 7 <= len(data):
-        left = block - pos % block
-        if left < 7:
-            pos += left
-            continue
-        _crc, length, kind = struct.unpack("<IHB", data[pos:pos + 7])
-        if kind == 0 and length == 0:
-            pos += left
-            continue
-        chunk = data[pos + 7:pos + 7 + length]
-        pos += 7 + length
-        if kind == 1:
-            whole = chunk
-        elif kind == 2:
-            buf = chunk
-            continue
-        elif kind == 3:
-            buf += chunk
-            continue
-        else:
-            whole, buf = buf + chunk, b""
-        rec = pb.Record()
-        rec.ParseFromString(whole)
-        yield rec.WhichOneof("record_type"), rec
-
-
-def wandb_artifact_and_config(run_dir: Path) -> tuple:
-    import time
-
-    deadline = time.monotonic() + 10
-    records = list(wandb_records(run_dir))
-    while not any(kind == "exit" for kind, _ in records) and time.monotonic() < deadline:
-        time.sleep(0.2)  # the run file is complete once its exit record is there
-        records = list(wandb_records(run_dir))
-    arts, config = [], {}
-    for kind, rec in records:
-        if kind == "artifact":
-            arts.append(rec.artifact)
-        elif kind == "run":
-            config.update({i.key: json.loads(i.value_json) for i in rec.run.config.update})
-        elif kind == "config":
-            config.update({i.key: json.loads(i.value_json) for i in rec.config.update})
-    return arts, config
-
-
 def test_log_to_wandb_offline(tmp_path, monkeypatch):
     monkeypatch.setenv("WANDB_DIR", str(tmp_path / "wandb-dir"))
     (tmp_path / "wandb-dir").mkdir()
@@ -372,10 +320,8 @@ def test_log_to_wandb_online_without_key_is_usage_error(tmp_path, monkeypatch):
 
 def test_r610_kmd_header_gives_the_cuda_driver_version():
     """The snapshot reads nvidia-smi with verify's parsers, so the R610+ 'CUDA UMD Version' header is understood."""
-    from pathlib import Path
-
-    base = json.loads((Path(__file__).parent / "data" / "snapshot" / "probe_h100_torch29_cu128.json").read_text())
-    table = (Path(__file__).parent / "data" / "nvidia-smi" / "b200_x2_kmd_header.txt").read_text()
+    base = json.loads((DATA / "probe_h100_torch29_cu128.json").read_text())
+    table = (TEST_DATA / "nvidia-smi" / "b200_x2_kmd_header.txt").read_text()
     base["nvidia_smi"] = {"ok": True, "value": {"found": True, "rc": 0, "stdout": table, "stderr": ""}}
     snap = core.build(base)
     assert snap["cuda_driver_version"] == "13.3"

@@ -11,7 +11,7 @@ import threading
 import time
 from pathlib import Path
 
-from proxy import Proxy
+from support.proxy import Proxy
 
 
 def write(path: Path, text: str = "x") -> Path:

@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from test_runs_e2e import (cleanup_runs, put, remote_project, run_dir, run_id_of, run_texts,  # noqa: F401
-                           wait_ended, wait_for)
+from support import wait_for
+from support.runs import put, remote_project, run_dir, run_id_of, run_texts, wait_ended
 
 
 def write(path: Path, text: str = "x") -> Path:
@@ -291,7 +291,7 @@ def test_train_says_before_it_syncs_that_a_file_the_script_names_is_left_out(san
     assert wait_ended(sandbox, run_id_of(r)) == 0
 
 
-from test_cloud_e2e import TYPE, cloud, cloud_emu  # noqa: E402,F401  (fixtures)
+from support.cloud import TYPE
 
 
 def test_run_says_what_sync_leaves_out_and_asks_before_a_large_upload_before_anything_bills(cloud, gpuops,
@@ -340,7 +340,8 @@ def test_sandbox_up_image_lambda_stack_gives_the_host_lambda_stacks_python(sandb
         host.up()  # the session's sandbox as the other tests know it
 
 
-def test_sandbox_up_cloud_image_lambda_stack_sets_what_instances_boot_with(gpuops, monkeypatch, tmp_path):
+def test_sandbox_up_cloud_image_lambda_stack_sets_what_instances_boot_with(starts_hosts, gpuops, monkeypatch,
+                                                                           tmp_path):
     import urllib.request
 
     monkeypatch.setenv("GPUOPS_STATE_DIR", str(tmp_path / "state"))

@@ -50,7 +50,7 @@ def test_plain_names_stay_plain(name):
 
 
 def test_a_process_of_a_run_that_is_not_running_holds_the_gpu_as_any_other():
-    from test_gate_unit import ADA0, ada
+    from support.gate_facts import ADA0, ada
 
     apps = f"5002, 48900, {ADA0}, python3\n"
     procs = {"5002": {"pgid": 5002, "sid": 5002, "environ": True, "run_id": "train-20260101-000000"}}
@@ -165,7 +165,7 @@ from gpuops.verify.results import PASS, WARN  # noqa: E402
 
 
 def _allreduce(world: int, busbw: float, mib: int = 256, name: str = "NVIDIA H100 80GB HBM3"):
-    from test_bench import dev, facts, results
+    from support.bench_facts import dev, facts, results
 
     b = {"pid": 1, "devices": [dev(671, 2.95, i=i, name=name) for i in range(world)],
          "allreduce": {"world": world, "bytes": mib * 2**20, "busbw_gbps": busbw, "backend": "nccl"}}

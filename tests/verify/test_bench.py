@@ -6,34 +6,7 @@ from pathlib import Path
 
 from gpuops.verify.bench import judge, likely_causes, sample_by_gpu
 from gpuops.verify.checks import INFO, PASS, WARN
-from gpuops.verify.facts import Facts, Gpu
-
-FIELDS = ["index", "pci.bus_id", "clocks_event_reasons.active", "clocks_event_reasons.hw_slowdown",
-          "clocks_event_reasons.hw_thermal_slowdown", "clocks_event_reasons.sw_thermal_slowdown",
-          "clocks_event_reasons.hw_power_brake_slowdown", "clocks_event_reasons.sw_power_cap", "temperature.gpu",
-          "power.draw", "power.limit", "clocks.sm", "clocks.max.sm", "utilization.gpu"]
-BUS = "00000000:18:00.0"
-
-
-def sample(thermal=False, limit="700.00", temp=62, apps="", mask=None):
-    hw_t = "Active" if thermal else "Not Active"
-    active = mask or ("0x0000000000000040" if thermal else "0x0000000000000000")
-    line = f"0, {BUS}, {active}, Not Active, {hw_t}, Not Active, Not Active, Not Active, {temp}, 650.10, {limit}, " \
-           f"{1230 if thermal else 1980}, 1980, 100"
-    return {"t": 0.6, "fields": FIELDS, "gpus": line + "\n", "apps": apps}
-
-
-def facts(name="NVIDIA H100 80GB HBM3", n=1):
-    return Facts(gpus=[Gpu(index=i, name=name, bus_id=BUS) for i in range(n)])
-
-
-def dev(tf, tb, name="NVIDIA H100 80GB HBM3", i=0, **kw):
-    return {"index": i, "name": name, "bf16_tflops": tf, "copy_tbps": tb, "matmul_seconds": 1.0, "copy_seconds": 0.5,
-            "sample": kw.pop("sample", sample()), **kw}
-
-
-def results(bench, f=None, th=None):
-    return {r.id: r for r in judge(bench, f or facts(), th or {})}
+from support.bench_facts import BUS, FIELDS, dev, facts, results, sample
 
 
 def capped(**kw):
@@ -187,7 +160,7 @@ def test_probe_bench_fact_failures_reach_the_judgement():
     """A crashed or timed-out bench (the probe's fact shapes) is a WARN with its reason, never a lost report."""
     from gpuops.verify.facts import from_probe
 
-    from helpers import fact, probe_doc
+    from support.helpers import fact, probe_doc
 
     doc = probe_doc(query="0, NVIDIA H100 80GB HBM3, GPU-1, 81559, 0, 0, 37, 73.22, 700.00, 9.0, 580.159.04, "
                           "00000000:00:06.0\n")

@@ -6,7 +6,8 @@ from gpuops.verify.checks import FAIL, INFO, PASS, WARN, evaluate, spec_matches,
 from gpuops.verify.facts import from_probe
 from gpuops.profiles.model import Profile
 
-from helpers import healthy_cuda, probe_doc, smi
+from support.helpers import healthy_cuda, probe_doc, smi
+
 
 KN = knowledge.knowledge()
 PRESETS = knowledge.presets()

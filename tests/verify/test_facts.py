@@ -2,7 +2,8 @@
 from gpuops import knowledge
 from gpuops.verify.facts import classify_smi_failure, from_probe, parse_smi_header, parse_smi_query
 
-from helpers import probe_doc, smi
+from support.helpers import probe_doc, smi
+
 
 FAILURES = knowledge.knowledge()["nvidia_smi_failures"]
 

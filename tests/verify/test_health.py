@@ -14,14 +14,18 @@ from gpuops.verify.facts import SMI_QUERY_FIELDS, from_probe, parse_health, pars
 from gpuops.profiles.model import Profile
 from gpuops.remote import probe
 
-from helpers import fact, healthy_cuda, probe_doc, smi
+from support.helpers import fact, healthy_cuda, probe_doc, smi
+from support import ROOT
+
 
 KN = knowledge.knowledge()
 PRESETS = knowledge.presets()
 PLAYBOOK = knowledge.load_playbook("verify")
 HEALTH_IDS = ("gpu.ecc", "gpu.row_remap", "gpu.retired_pages", "gpu.recovery", "gpu.clocks", "gpu.pcie", "gpu.mig",
               "gpu.persistence", "gpu.power", "gpu.xid", "gpu.health_fields")
-SRC = Path(__file__).resolve().parent.parent / "src" / "gpuops"
+
+
+SRC = ROOT / "src" / "gpuops"
 
 
 # -- the real captures --------------------------------------------------------------------------------------------

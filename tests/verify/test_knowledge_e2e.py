@@ -4,16 +4,13 @@ the emulated GPUs, and each former false alarm staying quiet."""
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 import time
-from pathlib import Path
-
-import yaml
 
 from gpuops.sandbox import host
-from test_runs_e2e import FOREVER, cleanup_runs, put, run_id_of  # noqa: F401
-from test_verify_e2e import profile_from_sandbox
+from support.runs import FOREVER, put, run_id_of
+from support.envs import profile_from_sandbox
+from support.envs import crafted_python
+
 
 FAKE_TORCH = '''
 __version__ = "2.6.0+cu124"
@@ -50,20 +47,6 @@ class cuda:
 def randn(*a, **k):
     raise RuntimeError("CUDA error: no kernel image is available for execution on the device")
 '''
-
-
-def crafted_python(sandbox, name: str, packages: dict[str, str], modules: dict[str, str] | None = None) -> str:
-    """A venv on the sandbox host (no pip) whose installed packages are dist-info metadata only."""
-    venv = Path(sandbox["dir"]) / "home" / name
-    subprocess.run([sys.executable, "-m", "venv", "--without-pip", "--clear", str(venv)], check=True)
-    site = next((venv / "lib").glob("python3*/site-packages"))
-    for pkg, version in packages.items():
-        d = site / f"{pkg.replace('-', '_')}-{version}.dist-info"
-        d.mkdir()
-        (d / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {pkg}\nVersion: {version}\n")
-    for mod, text in (modules or {}).items():
-        (site / f"{mod}.py").write_text(text)
-    return str(venv / "bin" / "python")
 
 
 def verify_json(gpuops, profile: str = "sandbox", code: int | None = None) -> dict:

@@ -10,7 +10,8 @@ from gpuops.verify.checks import FAIL, PASS, WARN, evaluate
 from gpuops.verify.facts import from_probe
 from gpuops.profiles.model import Profile
 
-from helpers import healthy_cuda, probe_doc, smi
+from support.helpers import healthy_cuda, probe_doc, smi
+
 
 KN = {**knowledge.knowledge(), "rules": knowledge.load_playbook("rules")}
 PRESETS = knowledge.presets()

@@ -9,15 +9,9 @@ from pathlib import Path
 import yaml
 
 from gpuops.sandbox import host
-from helpers import default_sigint
-
-
-def profile_from_sandbox(sandbox, name: str, **over) -> Path:
-    data = yaml.safe_load(sandbox["profile"].read_text())
-    data.update(over)
-    path = Path(os.environ["GPUOPS_CONFIG_DIR"]) / "profiles" / f"{name}.yaml"
-    path.write_text(yaml.safe_dump(data))
-    return path
+from support.helpers import default_sigint
+from support.envs import profile_from_sandbox
+from support import ROOT
 
 
 def test_healthy_sandbox_passes_in_one_remote_execution(sandbox, gpuops, isolated):
@@ -59,7 +53,7 @@ def test_each_nvidia_smi_failure_is_named(sandbox, gpuops):
 def test_hung_nvidia_smi_is_reported_within_its_time_limit(sandbox, gpuops, isolated):
     host.up(fail="hang")
     (isolated / "playbooks").mkdir()
-    pb = yaml.safe_load((Path(__file__).parent.parent / "playbooks" / "verify.yaml").read_text())
+    pb = yaml.safe_load((ROOT / "playbooks" / "verify.yaml").read_text())
     pb["timeouts"]["nvidia_smi"] = 1
     (isolated / "playbooks" / "verify.yaml").write_text(yaml.safe_dump(pb))
     t = time.monotonic()
@@ -85,7 +79,7 @@ def test_wrong_gpu_model_fails(sandbox, gpuops):
 
 def test_user_checks_run_in_the_same_round_trip(sandbox, gpuops, isolated):
     (isolated / "playbooks").mkdir()
-    pb = yaml.safe_load((Path(__file__).parent.parent / "playbooks" / "verify.yaml").read_text())
+    pb = yaml.safe_load((ROOT / "playbooks" / "verify.yaml").read_text())
     pb["user_checks"] = [{"name": "home is isolated", "command": "pwd; echo $HOME", "expect_contains": "sandbox/home"},
                          {"name": "dataset present", "command": "test -d data", "remediation": "gpuops sync first"}]
     (isolated / "playbooks" / "verify.yaml").write_text(yaml.safe_dump(pb))
@@ -128,7 +122,7 @@ def test_unreachable_port_fails_fast(sandbox, gpuops):
 
 
 def test_changed_host_key_is_refused_then_reset(sandbox, gpuops):
-    from helpers import record_another_host_key
+    from support.helpers import record_another_host_key
 
     kh, pub = record_another_host_key(sandbox["port"])
     r = gpuops("verify", "sandbox")
@@ -170,7 +164,7 @@ def test_trust_reset_with_the_host_unreachable_keeps_the_recorded_key(sandbox, g
 
 
 def test_known_host_offering_another_key_type_is_a_changed_key(sandbox, gpuops):
-    from helpers import record_another_host_key
+    from support.helpers import record_another_host_key
 
     kh, pub = record_another_host_key(sandbox["port"], "ecdsa")
     before = kh.read_bytes()
