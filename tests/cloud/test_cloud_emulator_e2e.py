@@ -23,8 +23,6 @@ from support import DATA
 SPEC_FILE = DATA / "lambda" / "lambda-cloud-openapi-1.8.3.json"
 KEY = "secret_test-emulator_0123456789abcdef.fedcba9876543210"
 TYPE = "gpu_1x_h100_pcie"
-# one worker runs this file in order under xdist (--dist loadgroup): its last test reads what the others checked
-pytestmark = pytest.mark.xdist_group("lambda-emulator-conformance")
 
 
 # -- conformance: each response against the spec ---------------------------------------------------------------------
@@ -424,10 +422,31 @@ def test_filesystems_attach_share_measure_and_refuse_deletion_while_mounted(api,
     assert not folder.exists() and api("GET", "/file-systems")[1]["data"] == []
 
 
-def test_every_declared_status_of_the_used_endpoints_was_checked(spec, server):
-    """Runs last in this file, on the worker that ran the others (the file is one xdist group): the conformance
-    checks above covered success and error answers of each endpoint."""
-    seen = set(spec.checked)
+def test_every_declared_status_of_the_used_endpoints_answers_as_the_spec_says(api, emu, client_key, spec):
+    """Each answer gpuops reads (endpoint and status, success and error) is produced here and validated against the
+    spec: on its own, so it holds in any order and on any xdist worker (the tests above check behaviour)."""
+    start = len(spec.checked)
+    _add_key(api, client_key)
+    api("GET", "/instances")
+    api("GET", "/instances", auth=None)
+    api("GET", "/instances/nope")
+    api("GET", "/instance-types")
+    assert _launch(api, region="mars-1")[0] == 400
+    assert api("POST", "/instance-operations/launch", {"region_name": "us-east-1", "instance_type_name": TYPE,
+                                                       "ssh_key_names": ["missing"]})[0] == 404
+    fs = api("POST", "/filesystems", {"name": "spec-fs", "region": "us-east-1"})[1]["data"]
+    status, doc = _launch(api, file_system_names=["spec-fs"])
+    assert status == 200, doc
+    (iid,) = doc["data"]["instance_ids"]
+    assert api("POST", f"/instances/{iid}", {"name": "renamed"})[0] == 200
+    _wait(api, iid, "active")
+    assert api("POST", "/instance-operations/restart", {"instance_ids": [iid]})[0] == 200
+    assert api("DELETE", f"/filesystems/{fs['id']}")[0] == 400  # in use
+    api("POST", "/instance-operations/terminate", {"instance_ids": ["nope"]})
+    assert api("POST", "/instance-operations/terminate", {"instance_ids": [iid]})[0] == 200
+    api("DELETE", "/filesystems/nope")
+    api("GET", "/file-systems")
+    seen = set(spec.checked[start:])
     for need in (("GET", "/api/v1/instances", 200), ("GET", "/api/v1/instances", 401),
                  ("GET", "/api/v1/instances/{id}", 404), ("POST", "/api/v1/instance-operations/launch", 400),
                  ("POST", "/api/v1/instance-operations/launch", 404), ("POST", "/api/v1/instance-operations/launch", 200),
