@@ -197,9 +197,13 @@ def test_sigterm_during_down_and_reap_ends_cleanly(cloud, gpuops):
     assert _up(gpuops, cloud, "d2", "--no-verify", "--ttl", "1s").code == 0
     time.sleep(1.2)
     cloud.fault("slow-answer", times=None, path="/instance-operations/terminate", seconds=5)
+    # evidence, not time: down and reap note the termination in the ledger inside their SIGTERM handling, right
+    # before the terminate request the emulator now holds for 5 s; a signal sent after the note meets the handler
+    noted = {"down": lambda: any(r.profile == "d1" and r.note == "gpuops down" for r in Ledger().records()),
+             "reap": lambda: any(r.note == "reaped" for r in Ledger().records())}
     for args in (("down", "d1", "--yes"), ("reap", "--yes")):
         p = _spawn(cloud, *args)
-        time.sleep(1.5)  # its terminate request is on its way
+        _wait(noted[args[0]], p, timeout=30, what=f"`{args[0]}` noting its termination in the ledger")
         p.send_signal(signal.SIGTERM)
         out, err = p.communicate(timeout=60)
         assert p.returncode == 130, (args, p.returncode, err)
