@@ -1,7 +1,8 @@
 """A real Python with CPU torch and Ray for the fleet tests, built once per machine and kept between runs.
 
-Where: $GPUOPS_TEST_CACHE (default ~/.cache/gpuops-tests, read before the tests isolate HOME). `.ci/run` builds it
-ahead of the tests (`python tests/distenv.py`), so a CI run on a machine that ran before installs nothing. pip takes
+Where: $GPUOPS_TEST_CACHE (default ~/.cache/gpuops-tests, read before the tests isolate HOME). The first test that
+needs it builds it (`python tests/support/distenv.py` builds it ahead); xdist workers asking at once wait on one flock
+while one of them builds, so a machine that ran the suite before installs nothing. pip takes
 torch 2.13.0 from the CPU wheel this machine kind keeps on disk (its find-links), Ray from PyPI.
 """
 from __future__ import annotations
