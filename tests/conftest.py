@@ -73,7 +73,7 @@ def starts_hosts(sshd, tmp_path):
 
 @pytest.fixture(scope="session")
 def dist_python():
-    """A Python with CPU torch and Ray (tests/distenv.py: built once per machine, cached)."""
+    """A Python with CPU torch and Ray (tests/support/distenv.py: built once per machine, cached)."""
     return str(distenv.python())
 
 

@@ -1,5 +1,5 @@
 """The pure parts of #21's secrets fixes: what a key may hold, how an answer that is not Lambda's is read, what is
-scrubbed. The same paths end to end: tests/test_secrets_e2e.py."""
+scrubbed. The same paths end to end: tests/cloud/test_secrets_e2e.py."""
 from __future__ import annotations
 
 import pytest

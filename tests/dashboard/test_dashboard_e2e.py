@@ -7,7 +7,7 @@ must not do: a request beyond the dashboard itself, a JavaScript error. The toke
 HttpOnly SameSite=Strict cookie. One stream per run however many tabs.
 
 Screenshots: every test takes its pictures into its own tmp folder (so the suite never rewrites the repository);
-`GPUOPS_DOC_SCREENSHOTS=1 uv run pytest tests/test_dashboard_e2e.py` writes them to docs/img/ for docs/dashboard.md."""
+`GPUOPS_DOC_SCREENSHOTS=1 uv run pytest tests/dashboard/test_dashboard_e2e.py` writes them to docs/img/ for docs/dashboard.md."""
 from __future__ import annotations
 
 import os

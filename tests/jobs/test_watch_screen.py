@@ -82,7 +82,7 @@ def test_short_names_and_memory():
     assert mem_gb(50073, 81559) == "48.9/80 GB"
 
 
-# -- end to end: `gpuops watch` at a real pty, its screen replayed (tests/term.py) ------------------------------------
+# -- end to end: `gpuops watch` at a real pty, its screen replayed (tests/support/term.py) ------------------------------------
 MANY = """\
 import time
 for i in range(120):

@@ -49,7 +49,7 @@ def test_launch_gate_refusal_terminates_the_instance(cloud, gpuops):
 
 
 def test_a_fetch_name_never_created_is_said_and_nothing_is_kept_for_it(cloud, gpuops):
-    write_script()  # a fetch that fails keeps the instance: tests/test_money_unbilled_e2e.py
+    write_script()  # a fetch that fails keeps the instance: tests/cloud/test_money_unbilled_e2e.py
     r = run_json(gpuops, cloud, "--script", "train.py", "--fetch", "no-such-folder")
     assert r.code == 1, r.all
     doc = json.loads(r.out)

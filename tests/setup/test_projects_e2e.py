@@ -2,7 +2,7 @@
 `-r` include and a private index, a tool-only pyproject next to requirements, a pyproject without a lock in a src/
 layout, a uv project with its lock and extras run by a `.sh` job through `uv run`), an instance image whose system
 python3 already has a CUDA torch (the emulator's lambda-stack image: Lambda Stack), and a host with its own pip
-configuration (an extra index over HTTPS signed by a company CA, tests/indexes.py)."""
+configuration (an extra index over HTTPS signed by a company CA, tests/support/indexes.py)."""
 from __future__ import annotations
 
 import json

@@ -1,5 +1,5 @@
 """Issue #28 end to end through the sandbox: what sync sends, secrets and settings, processes. The pure parts:
-tests/test_syncsec_unit.py."""
+tests/transfer/test_syncsec_unit.py."""
 from __future__ import annotations
 
 import json

@@ -1,5 +1,5 @@
 """Issue #28 (what sync sends, secrets and settings, processes and knowledge): the pure parts. End to end:
-tests/test_syncsec_e2e.py."""
+tests/transfer/test_syncsec_e2e.py."""
 from __future__ import annotations
 
 from pathlib import Path
