@@ -22,11 +22,10 @@ from dataclasses import dataclass, field
 from typing import Callable, Iterator, Optional
 
 from ..errors import ConnectError, RemoteError
-from ..profiles.model import shell_path
+from ..remote.shell import shell_path
 from .plan import GPU_QUERY, RUNNING, RunInfo, cost, fmt_duration, parse_state_line
 
 HEARTBEAT_TICKS = 10  # heartbeat every 10 ticks (5 s at the default tick)
-SPARK = "▁▂▃▄▅▆▇█"
 DASH_LINES_MAX = 500  # the dashboard keeps at most this many log lines (--lines replays more, to stdout only)
 
 
@@ -734,13 +733,6 @@ def signal_lines(ev: dict, stamp: str) -> list[str]:
     if p and ev.get("new_step", True) and (p.get("step") is None or p["step"] % 10 == 0 or (p.get("total") and p["step"] >= p["total"])):
         lines.append(f"{stamp} progress {progress_text(p)}")
     return lines
-
-
-def sparkline(values) -> str:
-    vals = list(values)
-    if not vals:
-        return ""
-    return "".join(SPARK[min(len(SPARK) - 1, max(0, int((v or 0) / 100.0 * (len(SPARK) - 1) + 0.5)))] for v in vals)
 
 
 def gpu_text(g: dict) -> str:
