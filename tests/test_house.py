@@ -25,7 +25,7 @@ MAX_FUNCTION_LINES = 100
 # import the pure parts (or, where one command does another's work, the entry point) of the ones before it.
 FLOORS: list[tuple[str, tuple[str, ...]]] = [
     ("ground", ("gpuops", "gpuops.errors", "gpuops.console", "gpuops.paths", "gpuops.interrupts", "gpuops.notify",
-                "gpuops.jsonvocab", "gpuops.knowledge")),
+                "gpuops.jsonvocab", "gpuops.knowledge", "gpuops.fleet")),
     ("remote", ("gpuops.remote",)),
     ("profiles", ("gpuops.profiles",)),
     ("verify", ("gpuops.verify",)),
@@ -36,7 +36,7 @@ FLOORS: list[tuple[str, tuple[str, ...]]] = [
     ("cloud", ("gpuops.cloud",)),
     # what composes capabilities: `gpuops run`, the dashboard, and profiles new/pin (one connection, a probe, the
     # GPU table, the ledger's names, the price list: verify's, cloud's and remote's parts put together)
-    ("composers", ("gpuops.pipeline", "gpuops.fleet", "gpuops.dashboard", "gpuops.profiles.write")),
+    ("composers", ("gpuops.pipeline", "gpuops.dashboard", "gpuops.profiles.write")),
     ("cli", ("gpuops.cli", "gpuops.__main__")),
 ]
 

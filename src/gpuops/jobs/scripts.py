@@ -18,8 +18,8 @@ import shlex
 from typing import Callable, Iterable, Optional
 
 from ..errors import RemoteError, UsageError
-from ..profiles.model import shell_command, shell_path
 from ..remote.shell import heredoc as _heredoc
+from ..remote.shell import shell_command, shell_path
 from .plan import Preflight, RunInfo, parse_preflight, parse_state_line
 
 RUNS_SUBDIR = ".gpuops/runs"

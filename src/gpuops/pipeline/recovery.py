@@ -438,8 +438,8 @@ class RecoveryStages:
 
     def _push_one(self, prof, local: Path, path: str, label: str):
         """rsync `local` to `path` under the host's project folder; (the remote path, rsync's result)."""
-        from ..profiles.model import shell_path
-        from ..remote import rsync as rs
+        from ..remote.shell import shell_path
+        from ..transfer import rsync as rs
         from ..remote.connection import connect, ssh_command
         from ..transfer import plan as tr
         from ..transfer.progress import ProgressView

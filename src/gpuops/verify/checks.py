@@ -6,8 +6,8 @@ from typing import Iterable
 
 from . import rules as _rules
 from .facts import Facts
-from .results import (AREAS, FAIL, INFO, PASS, TORCH_INDEX, WARN, CheckResult, _cuda_tag, _local_tag,  # noqa: F401
-                      _major_minor, _parse_version, spec_matches)
+from .results import (AREAS, FAIL, INFO, PASS, TORCH_INDEX, WARN, CheckResult, cuda_tag, local_tag,  # noqa: F401
+                      major_minor, _parse_version, spec_matches)
 
 def _gib(n: int | None) -> str:
     return f"{n / 2**30:.1f} GiB" if n is not None else "unknown"
@@ -311,7 +311,7 @@ def check_driver(c: Context) -> Iterable[CheckResult]:
 
 
 def _driver_row(c: Context, cuda: str | None) -> dict | None:
-    mm = _major_minor(cuda)
+    mm = major_minor(cuda)
     for row in c.k.get("cuda_drivers", []):
         if str(row["cuda"]) == mm:
             return row
@@ -342,7 +342,7 @@ def _wheel_fix(c: Context) -> str:
     torch = (c.installed("torch") or "").split("+", 1)[0]
     pin = f"torch=={torch}" if torch else "torch"
     return (f"install torch built for CUDA {best}, the newest with wheels this driver runs: {c.pip_install} "
-            f"--force-reinstall {pin} --index-url {c.k.get('torch_index', TORCH_INDEX).format(tag=_cuda_tag(best))} "
+            f"--force-reinstall {pin} --index-url {c.k.get('torch_index', TORCH_INDEX).format(tag=cuda_tag(best))} "
             "(torch releases differ in the CUDA builds they ship: drop the pin if this one has none)")
 
 
@@ -428,7 +428,7 @@ def _install_fix(c: Context, name: str, pin: str) -> str | None:
 def _index_hint(c: Context, name: str, spec: str) -> str:
     if name not in ("torch", "torchvision", "torchaudio"):
         return ""
-    tag = _local_tag(spec) or _cuda_tag(c.e.cuda) or _cuda_tag(c.f.cuda_driver)
+    tag = local_tag(spec) or cuda_tag(c.e.cuda) or cuda_tag(c.f.cuda_driver)
     return f" --index-url {c.k.get('torch_index', TORCH_INDEX).format(tag=tag)}" if tag else ""
 
 
@@ -437,9 +437,9 @@ def check_torch_cuda_build(c: Context) -> Iterable[CheckResult]:
     if not torch or not c.gpu_host:
         return
     rt = c.f.cuda_runtime or {}
-    cpu_only = _local_tag(torch) == "cpu" or (rt.get("imported") and rt.get("cuda") is None)
+    cpu_only = local_tag(torch) == "cpu" or (rt.get("imported") and rt.get("cuda") is None)
     if cpu_only:
-        tag = _cuda_tag(c.e.cuda) or _cuda_tag(c.f.cuda_driver) or "cu128"
+        tag = cuda_tag(c.e.cuda) or cuda_tag(c.f.cuda_driver) or "cu128"
         base = torch.split("+", 1)[0]
         index = c.k.get("torch_index", TORCH_INDEX).format(tag=tag)
         rules = c.k.get("rules") or {}
@@ -455,14 +455,14 @@ def check_torch_cuda_build(c: Context) -> Iterable[CheckResult]:
                                       "(and torchvision/torchaudio from the same index)")
     else:
         yield CheckResult("packages.torch_cuda_build", "torch CUDA build", PASS,
-                          f"torch {torch} (CUDA {rt.get('cuda') or _local_tag(torch) or '?'})")
+                          f"torch {torch} (CUDA {rt.get('cuda') or local_tag(torch) or '?'})")
 
 
 def check_torch_companions(c: Context) -> Iterable[CheckResult]:
     torch = c.installed("torch")
     if not torch:
         return
-    tmm = _major_minor(torch)
+    tmm = major_minor(torch)
     row = next((r for r in c.k.get("torch_companions", []) if str(r["torch"]) == tmm), None)
     for comp in ("torchvision", "torchaudio"):
         have = c.installed(comp)
@@ -470,15 +470,15 @@ def check_torch_companions(c: Context) -> Iterable[CheckResult]:
             continue
         cid = f"packages.{comp}_match"
         problems = []
-        if row and _major_minor(have) != str(row[comp]):
-            owner = next((str(r["torch"]) for r in c.k.get("torch_companions", []) if str(r[comp]) == _major_minor(have)), None)
+        if row and major_minor(have) != str(row[comp]):
+            owner = next((str(r["torch"]) for r in c.k.get("torch_companions", []) if str(r[comp]) == major_minor(have)), None)
             problems.append(f"{comp} {have} belongs to torch {owner or '?'}, torch {torch} needs {comp} {row[comp]}.x")
-        lt, lc = _local_tag(torch), _local_tag(have)
+        lt, lc = local_tag(torch), local_tag(have)
         if lt and lc and lt != lc:
             problems.append(f"built for {lc}, torch for {lt}")
         if problems:
             want = f"{row[comp]}.*" if row else "the release matching torch"
-            tag = lt or _cuda_tag(c.e.cuda)
+            tag = lt or cuda_tag(c.e.cuda)
             index = f" --index-url {c.k.get('torch_index').format(tag=tag)}" if tag and c.k.get("torch_index") else ""
             yield CheckResult(cid, f"{comp} matches torch", FAIL, have, f"{comp} {want} for torch {tmm}",
                               remediation=f"{c.pip_install} '{comp}=={want}'{index}", detail="; ".join(problems))
@@ -544,7 +544,7 @@ def check_cuda_runtime(c: Context) -> Iterable[CheckResult]:
                               "torch not installed: CUDA not tested", "torch with CUDA" if c.gpu_host else None,
                               remediation="install torch (see packages.torch)" if expected else
                               (f"{c.pip_install} torch --index-url "
-                               f"{c.k.get('torch_index', '').format(tag=_cuda_tag(c.e.cuda or c.f.cuda_driver) or 'cu128')}"
+                               f"{c.k.get('torch_index', '').format(tag=cuda_tag(c.e.cuda or c.f.cuda_driver) or 'cu128')}"
                                if c.gpu_host else None))
         else:
             yield CheckResult("cuda.runtime", "CUDA tensor test", FAIL, "import torch failed", detail=err[:300],
@@ -589,7 +589,7 @@ def check_cuda_runtime(c: Context) -> Iterable[CheckResult]:
         yield CheckResult("cuda.version", "torch CUDA runtime", PASS if ok else FAIL, rt["cuda"], c.e.cuda,
                           remediation=None if ok else f"{c.pip_install} --force-reinstall "
                                                       f"torch=={(c.installed('torch') or rt.get('version') or '').split('+', 1)[0]} "
-                                                      f"--index-url {c.k.get('torch_index', TORCH_INDEX).format(tag=_cuda_tag(c.e.cuda))}"
+                                                      f"--index-url {c.k.get('torch_index', TORCH_INDEX).format(tag=cuda_tag(c.e.cuda))}"
                                                       "   (and torchvision/torchaudio from the same index)")
     caps = [d.get("capability") for d in devs if d.get("capability")]
     floor = _parse_version(str(c.k.get("bf16_min_compute_capability", "8.0")))
@@ -604,8 +604,8 @@ def check_driver_compat(c: Context) -> Iterable[CheckResult]:
     """torch's CUDA runtime vs the installed driver, from the knowledge table."""
     rt_cuda = (c.f.cuda_runtime or {}).get("cuda") or None
     torch = c.installed("torch")
-    if not rt_cuda and torch and _local_tag(torch) and _local_tag(torch).startswith("cu"):
-        t = _local_tag(torch)[2:]
+    if not rt_cuda and torch and local_tag(torch) and local_tag(torch).startswith("cu"):
+        t = local_tag(torch)[2:]
         rt_cuda = f"{t[:-1]}.{t[-1]}"
     if not rt_cuda or not c.f.driver:
         return

@@ -393,7 +393,7 @@ class Emulator:
         from ...sandbox import host
 
         with self.lock:
-            listener = host._pid(Path(self._get(instance_id)["_dir"]))
+            listener = host.sshd_pid(Path(self._get(instance_id)["_dir"]))
         cut = self.drop_connections(instance_id)
         if listener:
             try:
@@ -410,7 +410,7 @@ class Emulator:
 
         with self.lock:
             inst = self._get(instance_id)
-            listener = host._pid(Path(inst["_dir"])) if inst.get("_dir") else None
+            listener = host.sshd_pid(Path(inst["_dir"])) if inst.get("_dir") else None
         cut = 0
         for stat in Path("/proc").glob("[0-9]*/stat"):
             try:
@@ -697,7 +697,7 @@ class Emulator:
         for inst in insts:
             self._advance(inst)
             if inst["status"] in ("active", "unhealthy"):
-                for pid in host._session_processes(Path(inst["_dir"])):  # a reboot ends every job
+                for pid in host.session_processes(Path(inst["_dir"])):  # a reboot ends every job
                     try:
                         os.kill(pid, signal.SIGKILL)
                     except OSError:
