@@ -234,7 +234,7 @@ def _new_run(out, project: Path, *, types: list, gpu: Optional[str], max_price: 
     """A new run's record, every option checked (and a --from template read) before anything is launched; what the
     sync will send said (and a large upload asked with `confirm`) before the record is written."""
     from ..cloud import decisions as d
-    from ..cloud.instances import template_for
+    from ..cloud.managed import template_for
     from ..errors import UsageError
     from ..jobs.launchers import LAUNCHERS
     from ..jobs.plan import parse_env_args, script_path
@@ -265,7 +265,7 @@ def _new_run(out, project: Path, *, types: list, gpu: Optional[str], max_price: 
         from ..transfer.dataplan import parse
 
         parse(data, project)  # checked before anything is launched
-    from ..cloud.instances import require_key
+    from ..cloud.keys import require_key
 
     require_key((key or Path("~/.ssh/id_ed25519")).expanduser(), given=key is not None)
     from ..pipeline.money import run_ttl

@@ -374,7 +374,7 @@ class RecoveryStages:
     def _terminate_for_recovery(self, ids: str) -> bool:
         """Terminate the instance being replaced (confirmed, its records closed). False: refused (said loudly: it
         still bills; the run stops here and `--resume` tries again)."""
-        from ..cloud.instances import down
+        from ..cloud.down import down
 
         rec, r = self.rec, self.rec.recovering
         ctx = self.ctx_factory()

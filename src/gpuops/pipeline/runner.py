@@ -286,7 +286,7 @@ class Runner(RecoveryStages):
         """What the API says of the run's instances: InstanceLost for the first one not running (ended, ending,
         preempted, unhealthy), or None (all active or booting, or the API could not be asked: said)."""
         from ..cloud.api import LambdaError
-        from ..cloud.instances import managed_profile
+        from ..cloud.managed import managed_profile
 
         prof = managed_profile(self.rec.profile)
         if prof is None:
@@ -503,7 +503,7 @@ class Runner(RecoveryStages):
                       create_fs=None if rec.attempts else self.create_fs)
 
     def stage_up(self) -> None:
-        from ..cloud.instances import up
+        from ..cloud.up import up
 
         rec = self.rec
         existing = self._managed_profile()
@@ -532,7 +532,7 @@ class Runner(RecoveryStages):
         try:
             with ctx.client:
                 if again:  # resumed after `up` launched but before it wrote the profile: those instances are ours
-                    from ..cloud.instances import reclaim_unwritten
+                    from ..cloud.launch import reclaim_unwritten
 
                     self._reclaimed(ctx, reclaim_unwritten(ctx, rec.profile))
                 res = up(spec, ctx)
@@ -1080,7 +1080,7 @@ class Runner(RecoveryStages):
         return str(final.relative_to(self.project))
 
     def stage_down(self) -> None:
-        from ..cloud.instances import down
+        from ..cloud.down import down
 
         rec = self.rec
         self._begin("down")
@@ -1089,7 +1089,7 @@ class Runner(RecoveryStages):
             with ctx.client:
                 res = down(rec.profile, ctx, project_dir=self.project)
         except GpuopsError as exc:  # e.g. the terminate request refused (5xx) after its retries: still billing
-            from ..cloud.instances import managed_profile
+            from ..cloud.managed import managed_profile
 
             prof = managed_profile(rec.profile)
             ids = prof.cloud.instance_ids if prof is not None else []
