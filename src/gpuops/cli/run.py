@@ -154,6 +154,7 @@ def run(
 
     from ..pipeline import runner as run_ops
     from ..pipeline import stages as pl
+    from ..pipeline.summary import render_summary
     from ..cloud.instances import make_context
     from ..interrupts import as_interrupt
 
@@ -181,7 +182,7 @@ def run(
                             confirm=_confirmer(yes), create_fs=fs_question(yes), env=None if resume else env)
     with lock, as_interrupt():
         code = runner.run()
-        doc = run_ops.render_summary(out, runner.rec, runner.fetched, time.time())
+        doc = render_summary(out, runner.rec, runner.fetched, time.time())
     if notify:
         _notify(out, runner.rec, doc, project)
     raise typer.Exit(code)
@@ -241,6 +242,7 @@ def _new_run(out, project: Path, *, types: list, gpu: Optional[str], max_price: 
     from ..pipeline import prelaunch
     from ..pipeline import runner as run_ops
     from ..pipeline import stages as pl
+    from ..pipeline.bringup import run_template
 
     if not script:
         raise UsageError("--script is needed, with --type or --gpu (or --resume)")
@@ -272,7 +274,7 @@ def _new_run(out, project: Path, *, types: list, gpu: Optional[str], max_price: 
     from ..profiles.model import environment
 
     ttl_s, ttl_said = run_ttl(ttl, environment(project))
-    template, note = run_ops.run_template(template_for(from_, project), from_)
+    template, note = run_template(template_for(from_, project), from_)
     if note:
         out.info(note)
     prelaunch.check(project, script, out, template)  # a job that cannot run is refused before anything bills
