@@ -553,7 +553,7 @@ def job_cvd(facts, env: Optional[dict[str, Optional[str]]]) -> Optional[str]:
 
 def _given(facts, env: Optional[dict[str, Optional[str]]]) -> tuple[Optional[str], Optional[set[int]]]:
     """The job's CUDA_VISIBLE_DEVICES and the host's GPUs it names (None: not set, every GPU)."""
-    from ..verify.checks import visible_gpus
+    from ..verify.checks_gpu import visible_gpus
 
     cvd = job_cvd(facts, env)
     given = visible_gpus(cvd, facts.gpus)

@@ -30,7 +30,7 @@ DASH_LINES_MAX = 500  # the dashboard keeps at most this many log lines (--lines
 
 
 # -- the remote stream ---------------------------------------------------------------------------------
-# The health fields a running job's stream samples: what verify's FAIL rules read (verify/checks.health_failures).
+# The health fields a running job's stream samples: what verify's FAIL rules read (verify/checks_health.health_failures).
 # An older driver refuses a field it does not know (the whole query fails): the next set, without it, is tried.
 HEALTH_FIELD_SETS = (
     "index,ecc.errors.uncorrected.volatile.total,remapped_rows.pending,remapped_rows.failure,retired_pages.pending,"
@@ -471,7 +471,7 @@ FATAL_SMI_FAILURES = ("gpu-lost",)  # nvidia-smi failures (knowledge.yaml ids) t
 
 class HealthWatch:
     """The stream's health lines (HG: the health fields, HX: the kernel log's Xid lines) and nvidia-smi's own failure
-    on the GPU line, judged by verify's rules (verify.checks.health_failures; playbooks/xid.yaml, knowledge.yaml):
+    on the GPU line, judged by verify's rules (verify.checks_health.health_failures; playbooks/xid.yaml, knowledge.yaml):
     apply(ev) returns the facts that end a GPU's usefulness not returned before, a line each. Judged since boot, as
     verify judges: a host that passed verify had none."""
 
@@ -483,7 +483,7 @@ class HealthWatch:
         self.said: set = set()
 
     def apply(self, ev: dict) -> list[str]:
-        from ..verify.checks import health_failures
+        from ..verify.checks_health import health_failures
         from ..verify.facts import classify_smi_failure, parse_health, parse_xids
 
         t = ev.get("type")
