@@ -238,7 +238,8 @@ def _new_run(out, project: Path, *, types: list, gpu: Optional[str], max_price: 
     from ..cloud.managed import template_for
     from ..errors import UsageError
     from ..jobs.launchers import LAUNCHERS
-    from ..jobs.plan import parse_env_args, script_path
+    from ..jobs.envplan import parse_env_args
+    from ..jobs.plan import script_path
     from ..pipeline import prelaunch
     from ..pipeline import runner as run_ops
     from ..pipeline import stages as pl

@@ -20,7 +20,8 @@ from typing import Callable, Iterable, Optional
 from ..errors import RemoteError, UsageError
 from ..remote.shell import heredoc as _heredoc
 from ..remote.shell import shell_command, shell_path
-from .plan import Preflight, RunInfo, parse_preflight, parse_state_line
+from .gate import Preflight, parse_preflight
+from .plan import RunInfo, parse_state_line
 
 RUNS_SUBDIR = ".gpuops/runs"
 ACTIVE_DIR = '"$HOME"/.gpuops/active'
