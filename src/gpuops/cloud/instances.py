@@ -121,6 +121,7 @@ def _iso(ts: Optional[float]) -> Optional[str]:
     return datetime.fromtimestamp(ts, timezone.utc).isoformat(timespec="seconds") if ts is not None else None
 
 
+# -- whose a record is, and terminating --------------------------------------------------------------------------
 def owner_alive(rec: Record) -> bool:
     """Is the gpuops process that wrote this launch record still running (on this machine)? A record of another
     machine, or of a process that is gone, is not: its launch was cut off."""

@@ -138,7 +138,6 @@ def _profile_of_instance(instance_id: str):
     return None
 
 
-# -- ls and reap --------------------------------------------------------------------------------------------------
 def local_cloud_profiles() -> dict[str, dict]:
     """Managed profiles in the user config folder: name -> cloud block."""
     import yaml

@@ -5,7 +5,6 @@ from __future__ import annotations
 from .facts import Facts
 
 
-# -- the checks ----------------------------------------------------------------------------
 class Context:
     def __init__(self, facts: Facts, profile, playbook: dict, knowledge: dict, presets: dict, preset_env: dict):
         self.f = facts
