@@ -240,7 +240,10 @@ def parse_stderr_line(line: str) -> Optional[dict]:
         parts = line.split()
         return {"type": "checkpoints", "sig": tuple(parts[1:3])} if len(parts) >= 3 else None
     if line.startswith("H "):
-        return {"type": "heartbeat"}
+        try:
+            return {"type": "heartbeat", "at": float(line[2:].strip())}
+        except ValueError:
+            return {"type": "heartbeat"}
     if line.strip() == "END":
         return {"type": "end"}
     return None
@@ -335,7 +338,7 @@ class StreamModel:
         events = []
         for raw in self.tags.feed(data):
             ev = parse_stderr_line(raw.decode("utf-8", "replace"))
-            if ev is None or ev["type"] == "heartbeat":
+            if ev is None:
                 continue
             if ev["type"] == "state":
                 self.fs.info = ev["info"]
@@ -459,6 +462,8 @@ def follow_to_end(connect: Callable[[], object], run_id: str, run_dir: str, fs: 
     try:
         for ev in follow(connect, run_id, run_dir, fs, interval=interval, samples=samples, extras=extras,
                          give_up_after=give_up_after):
+            if ev["type"] == "sample" and fs.info is not None and fs.info.exists and not fs.info.alive:
+                continue  # the run has ended: a GPU sample now is another job's
             dash.apply(ev)
             on_event(ev)
     except KeyboardInterrupt:
