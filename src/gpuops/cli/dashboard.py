@@ -1,8 +1,6 @@
 """`gpuops dashboard`: parse, start the dashboard (gpuops.dashboard), print its URL. Nothing heavy at import."""
 from __future__ import annotations
 
-from typing import Optional
-
 import typer
 
 from .app import app, output
@@ -38,33 +36,47 @@ def dashboard(
     hub = Hub(Path.cwd()).start()
     hub.settle()
 
+    opened: list[Path] = []
+
     def ready() -> None:
         out.info("gpuops dashboard: open this URL (it carries the access token; Ctrl-C stops the dashboard)")
         out.print(url)
         out.stdout.flush()
         if not no_browser:
-            _open(url, out)
+            opened.append(_open(url, bound, out))
 
     try:
         serve(hub, sock, token, host, bound, ready)
     except KeyboardInterrupt:
         pass
+    finally:
+        for page in opened:
+            page.unlink(missing_ok=True)
     raise typer.Exit(int(ExitCode.INTERRUPTED))
 
 
-def _open(url: str, out) -> Optional[bool]:
+OPEN_FILE_S = 60.0  # the redirect file (it holds the token) is removed this long after the browser was started
+
+
+def _open(url: str, port: int, out):
     """Open the browser on a private local file that redirects to the URL (as Jupyter does), so the token is never on
-    the browser's command line; the URL printed above works as well."""
+    the browser's command line; the URL printed above works as well. The file is this dashboard's own (its port and
+    process in the name) and is removed once the browser had time to read it, and at the latest when it stops."""
     import html
+    import os
+    import threading
     import webbrowser
 
     from ..paths import state_dir, write_private
 
-    page = state_dir() / "dashboard" / "open.html"
+    page = state_dir() / "dashboard" / f"open-{port}-{os.getpid()}.html"
     write_private(page, f'<!doctype html><meta http-equiv="refresh" content="0;url={html.escape(url)}">'
                         f'<a href="{html.escape(url)}">open the gpuops dashboard</a>\n')
+    timer = threading.Timer(OPEN_FILE_S, lambda: page.unlink(missing_ok=True))
+    timer.daemon = True
+    timer.start()
     try:
-        return webbrowser.open(page.as_uri())
+        webbrowser.open(page.as_uri())
     except Exception as exc:  # no browser here: the printed URL is enough
         out.warn(f"could not open a browser ({exc}); open the URL above")
-        return None
+    return page

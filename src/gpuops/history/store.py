@@ -327,6 +327,19 @@ class Reader:
                                           {"util": [u0, u1], "mem": [m0, m1], "power": [p0, p1], "temp": [c0, c1]}]
                                          for b, h, g, name, total, u0, u1, m0, m1, p0, p1, c0, c1 in rows]}
 
+    def seen(self) -> dict[str, float]:
+        """run id -> the last time a writer committed for it (a follower heard from the run)."""
+        return {r: t for r, t in self._q("SELECT run_id, writer_seen FROM runs") if t is not None}
+
+    def has(self, run_id: str) -> bool:
+        return bool(self._q("SELECT 1 FROM spans WHERE run_id = ? LIMIT 1", (run_id,)) or
+                    self._q("SELECT 1 FROM gpu WHERE run_id = ? LIMIT 1", (run_id,)))
+
+    def gpu_names(self, run_id: str) -> list[str]:
+        """The name of each GPU the run's samples saw (one per host and index)."""
+        return [n for _h, _g, n in self._q("SELECT host, gpu, MAX(name) FROM gpu WHERE run_id = ? GROUP BY host, gpu",
+                                           (run_id,)) if n]
+
     def first_seen(self, ids: Iterable[str]) -> dict[str, float]:
         ids = [i for i in ids if i]
         if not ids:
