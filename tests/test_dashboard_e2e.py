@@ -79,7 +79,8 @@ def stop(proc) -> None:
         proc.wait()
 
 
-def get(url: str, headers: dict | None = None) -> tuple[int, str]:
+def get(url: str, headers: dict | None = None, full: bool = False):
+    """(status, the body's start) of a GET that follows no redirect; full: (status, body, headers)."""
     class NoRedirect(urllib.request.HTTPRedirectHandler):
         def redirect_request(self, *a, **k):
             return None
@@ -87,9 +88,10 @@ def get(url: str, headers: dict | None = None) -> tuple[int, str]:
     opener = urllib.request.build_opener(NoRedirect)
     try:
         with opener.open(urllib.request.Request(url, headers=headers or {}), timeout=10) as r:
-            return r.status, r.read(2000).decode()
+            got = r.status, r.read(2000).decode(), r.headers
     except urllib.error.HTTPError as e:
-        return e.code, e.read(2000).decode()
+        got = e.code, e.read(2000).decode(), e.headers
+    return got if full else got[:2]
 
 
 def streams_on_host(run_id: str) -> int:
@@ -150,8 +152,9 @@ def test_dashboard_in_chromium_instances_runs_and_a_live_run(cloud, gpuops, isol
         t0 = time.monotonic()
         page.goto(url)
         assert page.url == base + "/", page.url  # the token traded for a cookie, out of the address bar
-        cookie = next(c for c in ctx.cookies() if c["name"] == "gpuops_dashboard")
-        assert cookie["httpOnly"] and cookie["sameSite"] == "Strict" and cookie["value"] == token
+        port = base.rsplit(":", 1)[1]
+        cookie = next(c for c in ctx.cookies() if c["name"] == f"gpuops_dashboard_{port}")  # named for its port
+        assert cookie["httpOnly"] and cookie["sameSite"] == "Strict" and cookie["value"] != token  # not the token
         # the instances: both, with type, region, price, cost, TTL, filesystems; the spare one billing unwatched
         page.get_by_role("table", name="instances").wait_for(timeout=20000)
         spare = page.locator("table[aria-label=instances] tr", has_text="spare")
@@ -423,9 +426,11 @@ def test_browser_opened_on_a_private_redirect_file_and_ctrl_c_exits_130(isolated
         assert arg.startswith("file://") and token not in arg
         page = Path(arg[len("file://"):])
         assert stat.S_IMODE(page.stat().st_mode) == 0o600 and url in page.read_text()
-        assert get(url)[0] == 303  # the URL answers: the token traded for a cookie
+        code, _, headers = get(url, full=True)
+        assert code == 303  # the URL answers: the token traded for a cookie
+        cookie = headers["set-cookie"].split(";")[0]
         events = urllib.request.urlopen(urllib.request.Request(  # a page's event stream, open while it stops
-            url.split("/?")[0] + "/events/overview", headers={"Cookie": f"gpuops_dashboard={token}"}), timeout=10)
+            url.split("/?")[0] + "/events/overview", headers={"Cookie": cookie}), timeout=10)
         assert events.readline().startswith(b"data: ")
     finally:
         proc.send_signal(signal.SIGINT)
