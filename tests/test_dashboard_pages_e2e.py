@@ -174,3 +174,213 @@ def test_a_finished_run_after_a_restart_shows_its_whole_history_by_step_and_what
     assert page.locator("#full-log").get_attribute("href") == "/run/t-done/log"
     page.screenshot(path=str(shot_dir(tmp_path) / "dashboard-run-ended.png"), full_page=True)
     p.clean()
+
+
+class Feeder:
+    """A run followed by the dashboard's own Hub, its events coming from a thread instead of a host's stream: through
+    the real watch model (jobs.watch.Dashboard) into the hub's feed, as its follower records them (the stream itself
+    is tested through the sandbox in test_dashboard_e2e.py)."""
+
+    def __init__(self, served: Served, rid: str, started: float):
+        from gpuops.dashboard import feed as fd
+        from gpuops.dashboard.hub import _Follower
+        from gpuops.jobs import watch as w
+        from gpuops.jobs.plan import RunInfo
+
+        self.hub, self.rid = served.hub, rid
+        self.feed = fd.RunFeed(rid, profile="box", redact=served.hub.feed.__globals__["redact"])
+        with self.hub.lock:
+            self.hub.followers[rid] = _Follower(self.feed)
+        self.dash = w.Dashboard({"run_id": rid, "started_ts": started}, price_per_hour=2.49)
+        self.info = RunInfo(run_id=rid, exists=True, alive=True, started=started)
+        self.send({"type": "state", "info": self.info})
+        self.step = 0
+
+    def send(self, ev: dict) -> None:
+        self.dash.apply(ev)
+        self.hub._record(self.feed, ev, self.dash)
+
+    def sample(self, util=(95.0, 0.0), mem=(48950.0, 48960.0)) -> None:
+        for i, (u, m) in enumerate(zip(util, mem)):
+            self.send({"type": "sample", "host": 0, "gpu": {"index": i, "name": "NVIDIA H100 80GB HBM3", "util": u,
+                                                            "mem_used": m, "mem_total": 81559.0, "temp": 61.0,
+                                                            "power": 600.0}})
+
+    def line(self, text: str) -> None:
+        self.send({"type": "log", "line": text, "offset": None})
+
+
+def test_a_live_run_page_says_numbers_plainly_keeps_quiet_and_says_when_it_falls_behind(served, browser, isolated):
+    write_run(isolated, "t-live", state="", steps=0, minutes=0.0, pipeline=False, started=time.time() - 60)
+    s = served()
+    f = Feeder(s, "t-live", time.time() - 60)
+    for n in range(1, 6):
+        f.sample()
+        f.line(f"step {n}/100 | loss 0.0006 | 15300 tokens/s")
+    p = Page(browser, s)
+    page = p.page
+    page.goto(f"{s.base}/run/t-live")
+    prog = page.locator("#run-progress")
+    expect(prog).to_contain_text("step 5/100")
+    text = prog.inner_text()
+    assert "loss 0.0006" in text and "15,300 tokens/s" in text and "e+" not in text and "0.0006000" not in text
+    expect(page.locator("#latest-rate")).to_have_text("15,300 tokens/s")
+    # one live region that speaks (the run's state) and the connection line; neither changes while values do
+    regions = page.locator("[aria-live], [role=status], [role=alert], [role=log], output")
+    assert regions.count() <= 2, [regions.nth(i).evaluate("e => e.outerHTML") for i in range(regions.count())]
+    page.evaluate("""() => { window.__said = 0; const o = new MutationObserver((m) => { window.__said += m.length; });
+        for (const r of document.querySelectorAll('[aria-live], [role=status]'))
+          o.observe(r, { childList: true, characterData: true, subtree: true }); }""")
+    for n in range(6, 16):
+        f.sample(util=(90.0 + n % 5, 0.0))
+        f.line(f"step {n}/100 | loss 0.0006 | 15300 tokens/s")
+        time.sleep(0.3)
+    expect(prog).to_contain_text("step 15/100")
+    assert page.evaluate("window.__said") == 0
+    # percent charts stay 0-100 though memory reads 60.0 to 60.1 %; utilisation per GPU and the mean
+    page.wait_for_function("() => G.charts.mem.data[0].length > 0")
+    for key in ("util", "mem"):
+        assert page.evaluate(f"() => [G.charts.{key}.scales.y.min, G.charts.{key}.scales.y.max]") == [0, 100]
+    assert "mean of 2 GPUs" in page.locator("#latest-util").inner_text()
+    # no axis label is cut at a chart's edge (the last time label, a date)
+    for key in ("util", "mem", "power", "temp", "loss", "rate"):
+        assert page.evaluate(LABELS_INSIDE, key), key
+    # a NaN: the loss header says so, not the last finite value
+    f.line("step 16/100 | loss nan | 15300 tokens/s")
+    expect(page.locator("#latest-loss")).to_have_text("NaN")
+    # the stream's heartbeat arrives 30 s late (a log faster than it is read): the page says how far behind, not "live"
+    now = time.time()
+    f.send({"type": "heartbeat", "at": now})
+    f.send({"type": "heartbeat", "at": now - 30})
+    expect(page.locator("#link")).to_contain_text(re.compile(r"behind by 3\d s"))
+    f.send({"type": "heartbeat", "at": time.time()})
+    f.sample()
+    expect(page.locator("#link")).to_have_text("live")
+    p.clean()
+
+
+LABELS_INSIDE = """(key) => {
+  const u = G.charts[key]; const ctx = u.ctx; const width = ctx.canvas.width;
+  for (const ax of [u.axes[0]]) {
+    ctx.save(); ctx.font = Array.isArray(ax.font) ? ax.font[0] : ax.font;
+    const vals = ax._values || [], splits = ax._splits || [];
+    for (let i = 0; i < splits.length; i++) {
+      if (vals[i] === null || vals[i] === undefined) continue;
+      const x = u.valToPos(splits[i], 'x', true);
+      const w = Math.max(...String(vals[i]).split('\\n').map((l) => ctx.measureText(l).width));
+      if (x - w / 2 < 0 || x + w / 2 > width) { ctx.restore(); return false; }
+    }
+    ctx.restore();
+  }
+  return true; }"""
+
+
+def test_two_runs_side_by_side_by_step_with_smoothing_log_scale_zoom_and_hover(served, browser, isolated, tmp_path):
+    write_run(isolated, "t-a", state="succeeded", exit_code=0, steps=3000, loss=lambda s: 3.0 / math.sqrt(s))
+    write_run(isolated, "t-b", state="succeeded", exit_code=0, steps=2000, started=T0 + 3600,
+              loss=lambda s: 2.0 / math.sqrt(s) + 0.05 * ((s * 7919) % 13) / 13)
+    write_run(isolated, "t-c", state="succeeded", exit_code=0, steps=10, started=T0 + 7200, pipeline=False)
+    s = served()
+    p = Page(browser, s)
+    page = p.page
+    runs = page.get_by_role("table", name="runs")
+    expect(runs.locator("tbody tr")).to_have_count(3)
+    compare = page.locator("#compare")
+    expect(compare).to_be_disabled()
+    runs.get_by_label("compare t-a").check()
+    runs.get_by_label("compare t-b").check()
+    expect(compare).to_have_text("compare 2 runs")
+    compare.click()
+    page.wait_for_url(re.compile(r"/compare\?run=t-a&run=t-b$"))
+    page.wait_for_function("() => G.charts && G.charts.compare && G.charts.compare.data[0].length > 100")
+    data = chart_data(page, "compare")
+    assert len(data) == 3 and data[0][0] == 1 and data[0][-1] == 3000  # both runs on one step axis
+    b_steps = [x for x, v in zip(data[0], data[2]) if v is not None]
+    assert b_steps[-1] == 2000
+    raw = page.evaluate("() => Array.from(G.charts.compare.data[2]).filter((v) => v !== null && v !== undefined)")
+    page.locator("#smoothing").fill("0")  # no smoothing: the raw values
+    page.wait_for_function("(old) => JSON.stringify(Array.from(G.charts.compare.data[2]).filter((v) => v != null).slice(0, 50))"
+                           " !== JSON.stringify(old.slice(0, 50))", arg=raw)
+    # log scale
+    page.locator("#log-scale").check()
+    page.wait_for_function("() => G.charts.compare.scales.y.distr === 3")
+    # drag to zoom: the chart zooms to the dragged steps, the step range says them
+    over = page.locator("#chart-compare .u-over")
+    box = over.bounding_box()
+    page.mouse.move(box["x"] + box["width"] * 0.2, box["y"] + box["height"] / 2)
+    page.mouse.down()
+    page.mouse.move(box["x"] + box["width"] * 0.4, box["y"] + box["height"] / 2, steps=5)
+    page.mouse.up()
+    lo, hi = page.evaluate("() => [G.charts.compare.scales.x.min, G.charts.compare.scales.x.max]")
+    assert 400 < lo < 800 and 1000 < hi < 1400, (lo, hi)
+    expect(page.locator("#step-from")).to_have_value(str(math.floor(lo)))
+    # values on hover: each run's value at the step under the pointer, with the time it was logged
+    page.mouse.move(box["x"] + box["width"] * 0.3, box["y"] + box["height"] / 2)
+    legend = page.locator("#chart-compare .u-legend")
+    expect(legend).to_contain_text(re.compile(r"step \d"))
+    expect(legend.locator(".u-series").nth(1)).to_contain_text(re.compile(r"\d\.\d+ · \d\d:\d\d:\d\d"))
+    page.screenshot(path=str(shot_dir(tmp_path) / "dashboard-compare.png"))
+    # a step range typed in
+    page.locator("#step-from").fill("100")
+    page.locator("#step-to").fill("200")
+    page.locator("#step-apply").click()
+    page.wait_for_function("() => Math.round(G.charts.compare.scales.x.min) === 100 && Math.round(G.charts.compare.scales.x.max) === 200")
+    p.clean()
+
+
+def test_the_overview_sorts_filters_says_how_runs_ended_and_updates_in_place(served, browser, isolated, tmp_path):
+    now = time.time()
+    write_run(isolated, "t-oom", ending={"cause": "cuda-oom", "title": "CUDA out of memory on GPU 0"}, steps=10,
+              started=now - 7200)
+    write_run(isolated, "t-ok", state="succeeded", exit_code=0, steps=10, started=now - 3600, minutes=90)
+    write_run(isolated, "t-old", state="", steps=10, started=now - 5 * 86400, pipeline=False)  # no recorded end
+    d = isolated / "runs" / "t-bad"
+    d.mkdir(parents=True)
+    (d / "meta.json").write_text(json.dumps({"run_id": "t-bad", "profile": ["x"], "started_ts": "yesterday",
+                                             "nodes": "two", "host": 7, "script": None}))
+    (d / "state.json").write_text(json.dumps({"state": 3, "started": "noon", "ended": [], "exit_code": "one"}))
+    s = served()
+    p = Page(browser, s, width=800, height=700)
+    page = p.page
+    runs = page.get_by_role("table", name="runs")
+    expect(runs.locator("tbody tr")).to_have_count(4)
+    assert page.request.get(f"{s.base}/api/overview").status == 200  # a bad record: its row, never a 500
+    oom = runs.locator("tr", has_text="t-oom")
+    expect(oom).to_contain_text("CUDA out of memory on GPU 0")
+    cells = oom.locator("td")
+    assert cells.nth(5).inner_text() == "1"  # the exit code
+    ok = runs.locator("tr", has_text="t-ok")
+    assert ok.locator("td").nth(5).inner_text() == "0" and "$3.74" in ok.inner_text()  # 1.5 h at $2.49
+    old = runs.locator("tr", has_text="t-old").inner_text()
+    assert "unknown" in old and "$298" not in old and "5d" not in old  # not 5 days of cost: nothing follows it
+    # sorted by cost, then filtered
+    runs.get_by_role("button", name="cost").click()
+    expect(runs.locator("th[data-key=cost]")).to_have_attribute("aria-sort", "descending")
+    first = runs.locator("tbody tr").first.inner_text()
+    assert "t-ok" in first, first
+    page.locator("#run-filter").fill("oom")
+    expect(runs.locator("tbody tr")).to_have_count(1)
+    page.locator("#run-filter").fill("")
+    page.locator("#run-state-filter").select_option("failed")
+    expect(runs.locator("tbody tr")).to_have_count(1)
+    page.locator("#run-state-filter").select_option("all")
+    expect(runs.locator("tbody tr")).to_have_count(4)
+    # in place: keyboard focus, a text selection and a scrolled table survive an update of the overview
+    link = runs.get_by_role("link", name="t-ok")
+    link.focus()
+    scroller = page.locator("#runs-scroll")
+    scroller.evaluate("(e) => { e.scrollLeft = 200; }")
+    assert scroller.evaluate("(e) => e.scrollLeft") > 50  # 800 px: the table is wider than the window
+    page.evaluate("""() => { const td = [...document.querySelectorAll('table[aria-label=runs] td')].find((t) => t.textContent === 'CUDA out of memory on GPU 0');
+        const r = document.createRange(); r.selectNodeContents(td); getSelection().removeAllRanges(); getSelection().addRange(r); }""")
+    before = scroller.evaluate("(e) => e.scrollLeft")
+    (isolated / "runs" / "t-ok" / "state.json").write_text(json.dumps({  # the record changes: the page updates
+        "run_id": "t-ok", "state": "succeeded", "exit_code": 0, "started": now - 3600, "ended": now - 3600 + 7200}))
+    expect(ok).to_contain_text("$4.98")
+    assert page.evaluate("document.activeElement.textContent") == "t-ok"
+    assert page.evaluate("getSelection().toString()") == "CUDA out of memory on GPU 0"
+    assert scroller.evaluate("(e) => e.scrollLeft") == before
+    bad = runs.locator("tr", has_text="t-bad").inner_text()
+    assert "unknown" in bad or "unreadable" in bad
+    page.screenshot(path=str(shot_dir(tmp_path) / "dashboard-overview-runs.png"), full_page=True)
+    p.clean()

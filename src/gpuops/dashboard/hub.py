@@ -223,7 +223,7 @@ class Hub:
         for m in metas:
             st, _ = self._records(m["run_id"])
             states[m["run_id"]] = st
-            e = views.ending_of(st, m, pipes.get(m["run_id"]))
+            e = views.ending_of(st, m, pipes.get(m["run_id"]))  # issue 35's `ending`, where a record has one
             if e:
                 endings[m["run_id"]] = e
         if self.follow_runs:
@@ -242,7 +242,7 @@ class Hub:
             seen = self.db.seen()
         except Exception:
             seen = {}
-        prices = {m.get("profile"): self._price(m.get("profile")) for m in metas}
+        prices = {views.text(m.get("profile")): self._price(views.text(m.get("profile"))) for m in metas}
         return {"runs": views.run_rows(metas, states, now, prices, live, seen=seen, endings=endings),
                 "pipelines": views.pipeline_rows(ps.load_all(self.project), now)}
 

@@ -141,6 +141,7 @@ def _run_rows(m: dict, st: dict, now: float, prices: dict, lv: dict, seen: Optio
     elapsed = max(0.0, end - started) if started is not None and end is not None else None
     nodes = [n for n in m.get("nodes") or [] if isinstance(n, dict)] if isinstance(m.get("nodes"), list) else []
     price = num(prices.get(text(m.get("profile")) or ""))
+    price = price if price is not None else num(m.get("price_per_hour"))  # the profile gone: the price at launch
     cost = round(elapsed / 3600.0 * price * max(1, len(nodes)), 2) if elapsed is not None and price is not None else None
     code = st.get("exit_code") if isinstance(st.get("exit_code"), int) else None
     base = {"run_id": rid, "profile": text(m.get("profile")), "script": text(m.get("script")), "state": state,
@@ -171,6 +172,14 @@ def pipeline_rows(records: list, now: float) -> list[dict]:
     return out
 
 
+def _pipeline_end(rec, now: float, ps) -> float:
+    """Now while the pipeline runs; once it is over, when its last stage ended (its elapsed time stops growing)."""
+    if rec.outcome == ps.RUNNING:
+        return now
+    ends = [num(s.ended) for s in rec.stages.values() if num(s.ended) is not None]
+    return max(ends) if ends else rec.created
+
+
 def _pipeline_row(rec, now: float, ps) -> dict:
     current = next((name for name in ps.STAGES + ("recover",)
                     if (s := rec.stages.get(name)) is not None and s.started is not None and s.ended is None), None)
@@ -178,7 +187,7 @@ def _pipeline_row(rec, now: float, ps) -> dict:
     ck = as_dict(rec.checkpoint)
     return {"id": rec.id, "profile": rec.profile, "run_id": rec.run_id, "outcome": rec.outcome,
             "stage": stage, "stage_label": ps.LABELS.get(stage or "", stage), "nodes": rec.nodes,
-            "elapsed_s": max(0.0, now - rec.created) if num(rec.created) else None,
+            "elapsed_s": max(0.0, _pipeline_end(rec, now, ps) - rec.created) if num(rec.created) else None,
             "cost": round(ps.spend(rec, now), 2),
             "checkpoint": (ck.get("local") or ck.get("name")) if ck else None,
             "checkpoint_step": ck.get("step") if ck else None,

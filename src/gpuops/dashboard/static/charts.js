@@ -19,9 +19,15 @@
   };
 
   const axisFont = "11px system-ui, sans-serif";
+  // ticks a person reads: whole steps; seconds, minutes and hours (never the same second twice on an axis)
+  const STEP_INCRS = [1, 2, 5, 10, 20, 25, 50, 100, 200, 250, 500, 1e3, 2e3, 2.5e3, 5e3, 1e4, 2e4, 2.5e4, 5e4, 1e5, 2e5,
+    2.5e5, 5e5, 1e6, 2e6, 5e6, 1e7, 1e8, 1e9];
+  const TIME_INCRS = [1, 2, 5, 10, 15, 30, 60, 120, 300, 600, 900, 1800, 3600, 7200, 10800, 21600, 43200, 86400,
+    172800, 604800];
   const tickTime = (span) => (v) => {
     const d = new Date(v * 1000), p = (n) => String(n).padStart(2, "0");
-    return span < 600 ? `${p(d.getHours())}:${p(d.getMinutes())}:${p(d.getSeconds())}` : `${p(d.getHours())}:${p(d.getMinutes())}`;
+    const hm = `${p(d.getHours())}:${p(d.getMinutes())}`;
+    return span > 2 * 86400 ? `${p(d.getMonth() + 1)}-${p(d.getDate())} ${hm}` : span < 600 ? `${hm}:${p(d.getSeconds())}` : hm;
   };
 
   // o: {title, x: "step"|"time", labels, unit, yLabel, percent, log, width, height, times(idx) -> t (step charts),
@@ -48,17 +54,18 @@
     const y = o.percent ? { range: [0, 100] } : o.log ? { distr: 3 } : {};
     const self = { zoomed: () => zoom };
     const u = new uPlot({
-      width: o.width, height: o.height || 190, padding: [8, 20, 0, 0],
+      width: o.width, height: o.height || 190, padding: [8, 36, 0, 0],  // room for the last tick's label
       legend: { show: true, live: true },
       cursor: { drag: { x: true, y: false, setScale: true } },
       scales: { x: { time: false }, y },
       series,
       axes: [
         { font: axisFont, label: o.x === "step" ? "step" : "local time", labelSize: 16, labelFont: axisFont, size: 30,
+          incrs: o.x === "step" ? STEP_INCRS : TIME_INCRS, space: o.x === "step" ? 50 : 70,
           values: o.x === "time" ? (u, splits) => { const sp = u.scales.x.max - u.scales.x.min; return splits.map(tickTime(sp)); }
             : (u, splits) => splits.map((v) => G.num(v, 6)) },
         { font: axisFont, label: o.yLabel || o.unit || "", labelSize: 16, labelFont: axisFont, size: 52,
-          values: (u, splits) => splits.map((v) => G.num(v, 3) + (o.percent ? "" : "")) },
+          values: (u, splits) => splits.map((v) => G.num(v, 3)) },
       ],
       hooks: {
         setScale: [(u, key) => {

@@ -59,7 +59,7 @@
         ["started", G.when(info.started)],
         ["$/hour", info.price_per_hour === null ? "-" : G.money(info.price_per_hour) + (info.hosts && info.hosts.length > 1
           ? ` per host, ${G.money(info.price_total)} for ${info.hosts.length}` : "")],
-        ["exit code", info.exit_code === null || info.exit_code === undefined ? "-" : String(info.exit_code)],
+        ["exit code", String(info.exit_code ?? (st.state !== "running" ? st.exitCode ?? "-" : "-"))],
         ["cause", info.ending ? info.ending.title : "-"],
       ];
       if (info.pipeline) rows.push(["pipeline", info.pipeline]);
@@ -267,7 +267,8 @@
       errEl.textContent = s.gpu_error ? "nvidia-smi: " + s.gpu_error : "";
       showProgress(s.progress);
       for (const m of s.marks) addMark(m);
-      addLogs(s.log);
+      addLogs(s.log.length || s.link !== "ended" ? s.log
+        : [["(no copy of the log here: the full log link reads it from the host while it exists)", "note"]]);
       showGrid(s.grid);
       showLink(s.link);
       redraw();
@@ -294,7 +295,7 @@
         else if (e.k === "rate") { upsert(st.rate, [e.p[1], e.p[2], e.p[0]]); st.unit = e.unit; }
         else if (e.k === "mark") addMark(e);
         else if (e.k === "progress") showProgress(e.progress);
-        else if (e.k === "state") { st.state = e.state; st.exitCode = e.exit_code; ended = ended || e.state !== "running"; showState(); }
+        else if (e.k === "state") { st.state = e.state; st.exitCode = e.exit_code; ended = ended || e.state !== "running"; showState(); showInfo(st.info); }
         else if (e.k === "detail") G.setText(detailEl, e.text);
         else if (e.k === "link") showLink(e.text);
         else if (e.k === "gpu_error") errEl.textContent = "nvidia-smi: " + e.text;
