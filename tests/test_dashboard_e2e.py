@@ -433,6 +433,8 @@ def test_browser_opened_on_a_private_redirect_file_and_ctrl_c_exits_130(isolated
         assert arg.startswith("file://") and token not in arg
         page = Path(arg[len("file://"):])
         assert stat.S_IMODE(page.stat().st_mode) == 0o600 and url in page.read_text()
+        port = url.split("/?")[0].rsplit(":", 1)[1]
+        assert f"-{port}-" in page.name and page.name != "open.html"  # this dashboard's own file
         code, _, headers = get(url, full=True)
         assert code == 303  # the URL answers: the token traded for a cookie
         cookie = headers["set-cookie"].split(";")[0]
@@ -449,3 +451,4 @@ def test_browser_opened_on_a_private_redirect_file_and_ctrl_c_exits_130(isolated
     err = proc.stderr.read()
     assert proc.returncode == 130, err
     assert "Traceback" not in err
+    assert not page.exists()  # the file holding the token is gone with the dashboard

@@ -73,7 +73,7 @@ def write_run(project: Path, rid: str, *, state: str = "failed", exit_code=1, st
 class Served:
     """A real Hub over the project, the real app and token gate, uvicorn on its own free port."""
 
-    def __init__(self, project: Path, follow: bool = False):
+    def __init__(self, project: Path, follow: bool = False, port: int = 0):
         import uvicorn
 
         from gpuops.dashboard.app import allowed_hosts, bind, build_app, new_token
@@ -81,7 +81,7 @@ class Served:
 
         self.hub = Hub(project, follow=follow, api_every=3600)
         self.hub.start()
-        sock = bind("127.0.0.1", 0)
+        sock = bind("127.0.0.1", port)
         self.port, self.token = sock.getsockname()[1], new_token()
         self.base = f"http://127.0.0.1:{self.port}"
         self.url = f"{self.base}/?token={self.token}"
@@ -101,8 +101,8 @@ class Served:
 def served(isolated):
     made = []
 
-    def make(project: Path = isolated, follow: bool = False) -> Served:
-        s = Served(project, follow)
+    def make(project: Path = isolated, follow: bool = False, port: int = 0) -> Served:
+        s = Served(project, follow, port)
         made.append(s)
         return s
 
@@ -384,3 +384,46 @@ def test_the_overview_sorts_filters_says_how_runs_ended_and_updates_in_place(ser
     assert "unknown" in bad or "unreadable" in bad
     page.screenshot(path=str(shot_dir(tmp_path) / "dashboard-overview-runs.png"), full_page=True)
     p.clean()
+
+
+def test_two_dashboards_at_once_a_foreign_cookie_and_a_restart_that_signs_the_page_out(served, browser, isolated,
+                                                                                      tmp_path):
+    """Two projects' dashboards open in one browser: each keeps its own session (the cookie is named for its port);
+    other localhost cookies of any shape (JSON, a space, non-ASCII) hide nothing; a dashboard restarted while a tab is
+    open: the tab says it is signed out and how to sign in again, instead of retrying forever."""
+    other = tmp_path / "other-project"
+    (other / "runs").mkdir(parents=True)
+    write_run(isolated, "t-one", state="succeeded", exit_code=0, steps=20)
+    write_run(other, "t-two", state="succeeded", exit_code=0, steps=20)
+    a, b = served(isolated), served(other)
+    ctx = browser.new_context(viewport={"width": 1100, "height": 700})
+    ctx.add_cookies([{"name": "prefs", "value": '{"theme": "dark", "cols": [1, 2]}', "url": "http://127.0.0.1/"},
+                     {"name": "greeting", "value": "hello world", "url": "http://127.0.0.1/"},
+                     {"name": "who", "value": "J\u00fcrgen", "url": "http://127.0.0.1/"}])
+    errors, requests = [], []
+    pa, pb = ctx.new_page(), ctx.new_page()
+    for pg in (pa, pb):
+        watch_page(pg, errors, requests)
+    pa.goto(a.url)
+    expect(pa.get_by_role("table", name="runs")).to_contain_text("t-one")
+    pb.goto(b.url)
+    expect(pb.get_by_role("table", name="runs")).to_contain_text("t-two")
+    names = {c["name"] for c in ctx.cookies()}
+    assert {f"gpuops_dashboard_{a.port}", f"gpuops_dashboard_{b.port}"} <= names
+    for pg, s, rid in ((pa, a, "t-one"), (pb, b, "t-two")):  # both still signed in after the other's sign-in
+        pg.reload()
+        expect(pg.get_by_role("table", name="runs")).to_contain_text(rid)
+        assert pg.request.get(f"{s.base}/api/overview").status == 200
+    assert all(c["value"] not in (a.token, b.token) for c in ctx.cookies())
+    # the first dashboard restarts on its port: its open tab is told, once, what to do
+    port = a.port
+    a.close()
+    a2 = served(isolated, port=port)
+    expect(pa.locator("#link")).to_contain_text("signed out", timeout=30000)
+    assert "open the URL" in pa.locator("#link").inner_text()
+    pa.goto(a2.url)  # the new URL signs it in again
+    expect(pa.get_by_role("table", name="runs")).to_contain_text("t-one")
+    # the only console lines: the browser's own notes of the refused connection and the 401s the page then read
+    assert not [e for e in errors if not ("401 (Unauthorized)" in e or "ERR_CONNECTION_REFUSED" in e)], errors
+    assert all(u.startswith("http://127.0.0.1:") or u.startswith("data:") for u in requests), requests
+    ctx.close()

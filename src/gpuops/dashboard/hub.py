@@ -183,7 +183,7 @@ class Hub:
     # -- the project's runs --------------------------------------------------------------------------------------------
     def _profile(self, name: Optional[str]) -> dict:
         """What the run page and the costs need of a profile: price per hour, instance type ({} when unknown)."""
-        if not name:
+        if not isinstance(name, str) or not name:
             return {}
         if name not in self._prices:
             from ..profiles.model import resolve
