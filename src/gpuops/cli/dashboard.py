@@ -14,11 +14,13 @@ def dashboard(
                                                           "only) unless you know who else can reach it."),
 ) -> None:
     """A local web page of what you pay for and what it is doing: the account's instances (uptime, $/hour, cost so
-    far, TTL, filesystems; "billing, unwatched" when no run follows one), this project's runs and pipelines, and each
-    run's live page (per-GPU utilisation, memory, power and temperature, loss and throughput from its log, training
-    signals on the timeline, the log's tail). Fed by the same stream `gpuops watch` reads: one per run however many
-    tabs are open. The URL carries a random token (traded for a cookie); requests without it get 401. Read-only.
-    Ctrl-C stops it (exit 130)."""
+    far, TTL, filesystems; "billing, unwatched" when no run follows one), this project's runs (state, exit code and
+    cause, cost; sortable, filterable) and pipelines, each run's page (what it is: GPUs, instance type, host, script,
+    start, $/h; loss and throughput by step over its whole history, per-GPU utilisation, memory, power and
+    temperature, training signals, the log) and two or more runs compared on one chart. Fed by the same stream
+    `gpuops watch` reads (one per run however many tabs are open); every run's metrics are kept in
+    ./runs/metrics.sqlite, so a finished run's page shows its whole history after a restart. The URL carries a
+    random token (traded for a cookie); requests without it get 401. Read-only. Ctrl-C stops it (exit 130)."""
     from pathlib import Path
 
     from ..dashboard.app import bind, new_token, serve
