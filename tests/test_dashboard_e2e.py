@@ -452,3 +452,48 @@ def test_browser_opened_on_a_private_redirect_file_and_ctrl_c_exits_130(isolated
     assert proc.returncode == 130, err
     assert "Traceback" not in err
     assert not page.exists()  # the file holding the token is gone with the dashboard
+
+
+def test_an_instance_launched_elsewhere_and_an_api_that_fails(cloud, isolated, browser, tmp_path):
+    """An instance launched outside gpuops (the Lambda console): the overview shows the name the API gives it, and
+    its uptime and cost from when this project's dashboard first saw it (marked as lower bounds) on exactly the
+    "billing, unwatched" row; when the API then fails, the last list stays with its age."""
+    import json as _json
+
+    cloud.capacity(TYPE, ["us-east-1"])
+
+    def api(method: str, path: str, body: dict) -> dict:
+        req = urllib.request.Request(cloud.url + path, data=_json.dumps(body).encode(), method=method,
+                                     headers={"Authorization": f"Bearer {API_KEY}", "Content-Type": "application/json"})
+        with urllib.request.urlopen(req, timeout=10) as r:
+            return _json.loads(r.read())
+
+    api("POST", "/ssh-keys", {"name": "console-key", "public_key": Path(str(cloud.key) + ".pub").read_text().strip()})
+    api("POST", "/instance-operations/launch", {"region_name": "us-east-1", "instance_type_name": TYPE,
+                                                "ssh_key_names": ["console-key"], "name": "notebook-box"})
+    proc, url = start_dashboard(isolated)
+    try:
+        errors, requests = [], []
+        ctx = browser.new_context(viewport={"width": 1100, "height": 700})
+        page = ctx.new_page()
+        watch_page(page, errors, requests)
+        page.goto(url)
+        row = page.locator("table[aria-label=instances] tr", has_text="notebook-box")
+        row.get_by_text("billing, unwatched").wait_for(timeout=20000)
+        cells = row.locator("td")
+        expect(cells.nth(4)).to_have_text(re.compile(r"^≥ \d+s$"))  # uptime: at least since first seen
+        expect(cells.nth(6)).to_have_text(re.compile(r"^≥ \$\d+\.\d\d$"))  # cost so far: at least
+        expect(page.locator("#instances-note")).to_contain_text("first saw it")
+        cloud.fault("5xx", times=None, path="/instances")  # the API fails from now on
+        expect(page.locator("#instances-note")).to_contain_text(re.compile(r"the list below is from \d+s ago"),
+                                                                timeout=30000)
+        expect(row).to_contain_text("notebook-box")  # the last list stays
+        page.screenshot(path=str(tmp_path / "instances-api-failing.png"), full_page=True)
+        assert not errors, errors
+        assert API_KEY not in page.content()
+        base = url.split("/?")[0]
+        assert all(u.startswith(base + "/") or u.startswith("data:") for u in requests), requests
+        ctx.close()
+    finally:
+        cloud.clear_faults()
+        stop(proc)

@@ -188,6 +188,40 @@ def log_chunks(hub: Hub, run_id: str):
             pending = pending[cut:]
 
 
+async def overview_stream(hub: Hub, request):
+    """The overview's events: the whole document when it changed (the page updates its rows in place)."""
+    last = None
+    while not (hub.closing.is_set() or await request.is_disconnected()):
+        doc = await asyncio.to_thread(hub.overview)
+        text = json.dumps({k: v for k, v in doc.items() if k != "now"}, sort_keys=True, default=str)
+        if text != last:
+            last = text
+            yield _sse(doc)
+        else:
+            yield ": alive\n\n"
+        await asyncio.sleep(OVERVIEW_EVERY_S)
+
+
+async def run_stream(hub: Hub, feed, request, seq: int):
+    """A run's events from the viewer's cursor `seq`: the journal's new entries, or a `reset` when it fell behind."""
+    idle = 0.0
+    while not (hub.closing.is_set() or await request.is_disconnected()):
+        with hub.lock:
+            got = feed.since(seq)
+            snap = feed.snapshot() if got is None else None
+            seq = feed.seq
+        if snap is not None:
+            yield _sse(snap, "reset")
+        elif got:
+            yield _sse({"entries": got})
+            idle = 0.0
+        elif idle >= 10.0:
+            yield ": alive\n\n"
+            idle = 0.0
+        await asyncio.sleep(RUN_POLL_S)
+        idle += RUN_POLL_S
+
+
 def build_app(hub: Hub, token: str, hosts: Optional[set[str]], port: int = 0):
     from starlette.applications import Starlette
     from starlette.responses import Response, StreamingResponse
@@ -248,18 +282,7 @@ def build_app(hub: Hub, token: str, hosts: Optional[set[str]], port: int = 0):
                                  headers={"content-disposition": f'inline; filename="{rid}.log"'})
 
     async def overview_events(request):
-        async def stream():
-            last = None
-            while not (hub.closing.is_set() or await request.is_disconnected()):
-                doc = await asyncio.to_thread(hub.overview)
-                text = json.dumps({k: v for k, v in doc.items() if k != "now"}, sort_keys=True, default=str)
-                if text != last:
-                    last = text
-                    yield _sse(doc)
-                else:
-                    yield ": alive\n\n"
-                await asyncio.sleep(OVERVIEW_EVERY_S)
-        return StreamingResponse(stream(), media_type="text/event-stream")
+        return StreamingResponse(overview_stream(hub, request), media_type="text/event-stream")
 
     async def run_events(request):
         feed = await asyncio.to_thread(hub.feed, request.path_params["run_id"])
@@ -269,26 +292,7 @@ def build_app(hub: Hub, token: str, hosts: Optional[set[str]], port: int = 0):
             seq = int(request.query_params.get("seq", "0"))
         except ValueError:
             seq = 0
-
-        async def stream():
-            nonlocal seq
-            idle = 0.0
-            while not (hub.closing.is_set() or await request.is_disconnected()):
-                with hub.lock:
-                    got = feed.since(seq)
-                    snap = feed.snapshot() if got is None else None
-                    seq = feed.seq
-                if snap is not None:
-                    yield _sse(snap, "reset")
-                elif got:
-                    yield _sse({"entries": got})
-                    idle = 0.0
-                elif idle >= 10.0:
-                    yield ": alive\n\n"
-                    idle = 0.0
-                await asyncio.sleep(RUN_POLL_S)
-                idle += RUN_POLL_S
-        return StreamingResponse(stream(), media_type="text/event-stream")
+        return StreamingResponse(run_stream(hub, feed, request, seq), media_type="text/event-stream")
 
     def no_icon(request):
         return Response(status_code=204)
