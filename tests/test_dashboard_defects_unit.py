@@ -189,3 +189,25 @@ def test_ending_of_reads_issue_35s_record_field_by_field():
                                                            "evidence": ["line", 3], "fix": 7}})
     assert e == {"cause": "oom", "title": "CUDA out of memory", "evidence": ["line"], "fix": None, "source": None}
     assert views.ending_of({}, None, {"x": 1}) is None
+
+
+def test_an_ended_run_is_shown_from_its_record_and_its_fetched_log_never_followed(isolated):
+    from gpuops.dashboard.hub import Hub
+
+    d = isolated / "runs" / "t-f"
+    d.mkdir(parents=True)
+    (d / "meta.json").write_text(json.dumps({"run_id": "t-f", "profile": "gone", "script": "t.py",
+                                             "started_ts": time.time() - 600, "remote_run_dir": "~/p/r"}))
+    (d / "state.json").write_text(json.dumps({"run_id": "t-f", "state": "failed", "exit_code": 1,
+                                              "started": time.time() - 600, "ended": time.time() - 60}))
+    (d / "log").write_text("".join(f"step {i}/50 | loss {1.0 / i:.4f}\n" for i in range(1, 51)) + "Killed\n")
+    hub = Hub(isolated, follow=True)
+    feed = hub.feed("t-f")
+    assert (feed.state, feed.exit_code, feed.link, feed.ended) == ("failed", 1, "ended", True)
+    assert hub.streams_started == 0  # nothing asked of a host: the record says it ended
+    deadline = time.monotonic() + 10
+    while len((doc := hub.run_doc("t-f"))["loss"]) < 50:
+        assert time.monotonic() < deadline, doc["loss"]
+        time.sleep(0.05)
+    assert [p[0] for p in doc["loss"]] == list(range(1, 51)) and doc["log"][-1][0] == "Killed"
+    assert doc["info"]["exit_code"] == 1 and doc["state"] == "failed" and doc["info"]["started"] is not None

@@ -315,14 +315,17 @@ class Hub:
             if rid in self.followers:
                 return self.followers[rid]
             self._keep(rid, f)
-        if log.is_file():
-            from ..jobs.history import fill_from_file
-
-            try:
-                fill_from_file(self.project, rid, log)
-            except Exception:  # the page still shows what the database has
-                pass
+        if log.is_file():  # read in the background: a page asks for its history again a few seconds after loading
+            threading.Thread(target=self._fill, args=(rid, log), name=f"gpuops-dashboard-fill-{rid}", daemon=True).start()
         return f
+
+    def _fill(self, rid: str, log: Path) -> None:
+        from ..jobs.history import fill_from_file
+
+        try:
+            fill_from_file(self.project, rid, log)
+        except Exception:  # the page still shows what the database has
+            pass
 
     def _ensure(self, meta: dict, restart: bool = False) -> _Follower:
         rid = meta["run_id"]
