@@ -56,7 +56,7 @@ def rss_mb(pid: int) -> float:
 def flood_phase(gp, project: Path, page, base: str) -> str:
     """A job printing as fast as it can for 15 s, its page open: the lag of the newest line shown, and what the
     page said meanwhile."""
-    r = subprocess.run(gp + ["train", "-p", "sandbox", "--script", "flood.py", "--no-snapshot", "--", "15"],
+    r = subprocess.run(gp + ["train", "-p", "sandbox", "--script", "flood.py", "--no-snapshot", "--force", "--", "15"],
                        cwd=project, capture_output=True, text=True)
     assert r.returncode == 0, r.stderr
     rid = r.stdout.strip().splitlines()[-1]
@@ -165,15 +165,14 @@ def main() -> None:
                           if line.startswith("tail --pid=") and f"/{rid}/log" in line)
             for p in tabs[1:]:
                 p.close()
-            flood = flood_phase(gp, project, page, base)
+            lat = lat[2:]  # the replayed backlog is not an update
+            print(f"update latency (job prints -> shown in the page), {len(lat)} lines: median "
+                  f"{statistics.median(lat):.2f} s, 95th {sorted(lat)[int(len(lat) * 0.95)]:.2f} s, worst {max(lat):.2f} s")
+            print(f"dashboard RSS: {rss0:.1f} MB at start; over {seconds:.0f} s with 3 tabs: "
+                  + " ".join(f"{x:.0f}" for x in rss) + f" MB (max {max(rss):.1f} MB)")
+            print(f"watch streams on the host for the run while 3 tabs showed it: {streams}", flush=True)
+            print(flood_phase(gp, project, page, base))
             b.close()
-        lat = lat[2:]  # the replayed backlog is not an update
-        print(f"update latency (job prints -> shown in the page), {len(lat)} lines: median {statistics.median(lat):.2f} s, "
-              f"95th {sorted(lat)[int(len(lat) * 0.95)]:.2f} s, worst {max(lat):.2f} s")
-        print(f"dashboard RSS: {rss0:.1f} MB at start; over {seconds:.0f} s with 3 tabs: "
-              + " ".join(f"{x:.0f}" for x in rss) + f" MB (max {max(rss):.1f} MB)")
-        print(f"watch streams on the host for the run while 3 tabs showed it: {streams}")
-        print(flood)
         db = project / "runs" / "metrics.sqlite"
         import sqlite3
 

@@ -107,6 +107,7 @@ def test_a_stream_falling_behind_says_so_instead_of_live():
 
     model = w.StreamModel(w.FollowState(offset=0))
     assert model.tag_bytes(b"H 1700000000\n") == [{"type": "heartbeat", "at": 1700000000.0}]
+    assert model.tag_bytes(b"H 1700000005 9000000\n") == [{"type": "heartbeat", "at": 1700000005.0, "size": 9000000}]
     feed = fd.RunFeed("r")
     feed.record({"type": "sample", "gpu": {"index": 0, "util": 90.0}}, 1000.0)
     assert feed.link == "live"
@@ -116,6 +117,13 @@ def test_a_stream_falling_behind_says_so_instead_of_live():
     feed.record({"type": "sample", "gpu": {"index": 0, "util": 90.0}}, 1031.0)
     assert feed.link.startswith("behind")  # a sample does not make it live while the log is late
     feed.record({"type": "heartbeat", "at": 935.0}, 1035.6)
+    assert feed.link == "live"
+    # a log written faster than it is read: its size runs ahead of what was read, though the heartbeat is on time
+    feed.record({"type": "log", "line": "step 1", "offset": 1_000}, 1036.0)
+    feed.record({"type": "heartbeat", "at": 940.0, "size": 9_001_000}, 1040.6)
+    assert feed.link.startswith("behind: 9.0 MB of the log not read yet")
+    feed.record({"type": "log", "line": "step 2", "offset": 9_000_000}, 1050.0)
+    feed.record({"type": "heartbeat", "at": 950.0, "size": 9_001_000}, 1050.6)
     assert feed.link == "live"
 
 

@@ -17,6 +17,7 @@ import hmac
 import json
 import secrets
 import socket
+import time
 from pathlib import Path
 from typing import Optional
 from urllib.parse import parse_qs, urlencode
@@ -32,7 +33,7 @@ CSP = ("default-src 'none'; script-src 'self'; style-src 'self' 'unsafe-inline';
 HEADERS = [(b"content-security-policy", CSP.encode()), (b"x-content-type-options", b"nosniff"),
            (b"referrer-policy", b"no-referrer"), (b"cache-control", b"no-store"), (b"x-frame-options", b"DENY")]
 OVERVIEW_EVERY_S = 1.0
-RUN_POLL_S = 0.25
+RUN_POLL_S = 0.1  # how often a run page's event stream looks for new entries (a line reaches the page within this)
 
 
 def new_token() -> str:
@@ -213,7 +214,7 @@ async def run_stream(hub: Hub, feed, request, seq: int):
         if snap is not None:
             yield _sse(snap, "reset")
         elif got:
-            yield _sse({"entries": got})
+            yield _sse({"entries": got, "at": time.time()})  # the page compares: how far behind it is itself
             idle = 0.0
         elif idle >= 10.0:
             yield ": alive\n\n"

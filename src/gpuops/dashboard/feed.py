@@ -22,6 +22,7 @@ PER_HOST_MAX = 8  # more hosts than this: the fleet's min, mean and max across h
 METRICS = ("util", "mem", "power", "temp")
 LINE_MAX = 2000  # characters of a log line a page shows (cut after secrets are scrubbed, never before)
 LAG_S = 4.0  # the stream's heartbeat this late: the page says how far behind it is, not "live"
+LAG_BYTES = 512 * 1024  # or this much of the log written and not yet read (a log faster than it is read)
 _CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")
 ENDED = ("succeeded", "failed", "stopped", "lost")
 
@@ -190,6 +191,7 @@ class RunFeed:
         self._grid_at = float("-inf")
         self._skew: Optional[float] = None  # the smallest (our clock - the host's heartbeat) seen: clock offset
         self._x = 0
+        self._offset: Optional[int] = None  # the log's bytes delivered so far (its last line's end)
         if recorded and recorded.get("state") in ENDED:  # the record says it ended: nothing live to wait for
             self.state, self.exit_code, self.ended, self.link = recorded["state"], recorded.get("exit_code"), True, "ended"
 
@@ -204,12 +206,15 @@ class RunFeed:
             self.link = text
             self._emit({"k": "link", "text": text})
 
-    def _heartbeat(self, at: float, now: float) -> None:
+    def _heartbeat(self, at: float, now: float, size: Optional[int]) -> None:
         skew = now - at
         self._skew = skew if self._skew is None else min(self._skew, skew)
         lag = skew - self._skew
-        if lag > LAG_S:
-            self._set_link(f"behind by {lag:.0f} s (the log comes faster than it is read)")
+        unread = size - self._offset if size is not None and self._offset is not None else 0
+        if unread > LAG_BYTES:
+            self._set_link(f"behind: {unread / 1e6:.1f} MB of the log not read yet (it comes faster than it is read)")
+        elif lag > LAG_S:
+            self._set_link(f"behind by {lag:.0f} s (the host's stream arrives late)")
         elif self.link.startswith("behind"):
             self._set_link("live")
 
@@ -230,11 +235,13 @@ class RunFeed:
             self._pending = now
             self.gpu_error = None
         elif t == "heartbeat" and isinstance(ev.get("at"), (int, float)):
-            self._heartbeat(float(ev["at"]), now)
+            self._heartbeat(float(ev["at"]), now, ev.get("size") if isinstance(ev.get("size"), int) else None)
         elif t == "gpu_error":
             self.gpu_error = safe_line(ev.get("message") or "", self.redact)
             self._emit({"k": "gpu_error", "text": self.gpu_error})
         elif t == "log":
+            if isinstance(ev.get("offset"), int):
+                self._offset = ev["offset"]
             text = safe_line(ev.get("line") or "", self.redact)
             kind = classify(text)
             self.log.append([text, kind])

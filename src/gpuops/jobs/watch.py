@@ -118,7 +118,7 @@ while :; do
     exit 0
   fi
   if [ $((n % {every})) = 0 ]; then {each}{procs}; fi
-  if [ $((n % {HEARTBEAT_TICKS})) = 0 ]; then {beat}echo "H $(date +%s)" >&2; fi
+  if [ $((n % {HEARTBEAT_TICKS})) = 0 ]; then {beat}echo "H $(date +%s) $(wc -c < "$D/log" 2>/dev/null || echo 0)" >&2; fi
   n=$((n+1))
   sleep {tick}
 done
@@ -240,9 +240,11 @@ def parse_stderr_line(line: str) -> Optional[dict]:
         parts = line.split()
         return {"type": "checkpoints", "sig": tuple(parts[1:3])} if len(parts) >= 3 else None
     if line.startswith("H "):
+        parts = line.split()  # H <the host's clock> [<the log's size>]: how far behind a follower reads
         try:
-            return {"type": "heartbeat", "at": float(line[2:].strip())}
-        except ValueError:
+            return {"type": "heartbeat", "at": float(parts[1]),
+                    **({"size": int(parts[2])} if len(parts) > 2 and parts[2].isdigit() else {})}
+        except (ValueError, IndexError):
             return {"type": "heartbeat"}
     if line.strip() == "END":
         return {"type": "end"}

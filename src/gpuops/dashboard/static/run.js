@@ -9,7 +9,8 @@
 
   G.runPage = function (runId) {
     const st = { loss: [], rate: [], unit: "", rows: [], series: [], mode: "gpu", memTotal: [], marks: [], seq: 0,
-      progress: null, info: {}, state: "", exitCode: null, figs: {}, smooth: 0.6, log: false, es: null, pending: false };
+      progress: null, info: {}, state: "", exitCode: null, figs: {}, smooth: 0.6, log: false, es: null, pending: false,
+      link: "", pageLag: 0 };
     const enc = encodeURIComponent(runId);
     const stateEl = $("p", { cls: "state", role: "status", "aria-live": "polite", id: "run-state" });
     const detailEl = $("p", { cls: "detail", id: "run-detail" });
@@ -254,8 +255,20 @@
           text: G.fixed(g.util) }))))));
     }
     function showLink(text) {
-      if (text === "ended") G.setLink("run ended: shown from its record and the project's database", false);
+      st.link = text;
+      if (st.pageLag > 3) G.setLink(`behind by ${Math.round(st.pageLag)} s (this page cannot draw as fast as the log comes)`, true);
+      else if (text === "ended") G.setLink("run ended: shown from its record and the project's database", false);
       else G.setLink(text, text !== "live");
+    }
+    function resetLive(s) {  // the feed's snapshot after this page fell behind its journal: no full reload
+      if (JSON.stringify(s.series) !== JSON.stringify(st.series)) { load(); return; }
+      st.seq = s.seq; st.state = s.state; st.exitCode = s.exit_code;
+      for (const p of s.loss) upsert(st.loss, [p[1], p[2], p[0]]);
+      for (const p of s.rate) upsert(st.rate, [p[1], p[2], p[0]]);
+      if (s.rows.length) st.rows = st.rows.filter((r) => r[0] < s.rows[0][0]).concat(s.rows);
+      logEl.replaceChildren(); addLogs(s.log);
+      showState(); G.setText(detailEl, s.detail || ""); showProgress(s.progress); showGrid(s.grid); showLink(s.link);
+      redraw();
     }
     function reset(s) {
       st.series = s.series; st.mode = s.mode; st.memTotal = s.mem_total || []; st.rows = s.rows;
@@ -316,7 +329,13 @@
     }
     load().then((ok) => {
       if (!ok) return;
-      st.es = G.stream(`/events/run/${enc}?seq=${st.seq}`, { message: (d) => apply(d.entries), events: { reset: () => load() } });
+      st.es = G.stream(`/events/run/${enc}?seq=${st.seq}`, { message: (d) => {
+        const lag = d.at ? Date.now() / 1000 - d.at : 0;
+        const was = st.pageLag > 3;
+        st.pageLag = lag;
+        apply(d.entries);
+        if (was !== lag > 3) showLink(st.link || "live");
+      }, events: { reset: resetLive } });
       setTimeout(history, 3000);  // the log's stretches read back meanwhile (a run followed late)
       setInterval(history, 60000);  // and what another follower (`gpuops run`) kept
     });
