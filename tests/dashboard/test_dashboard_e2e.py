@@ -24,17 +24,8 @@ from playwright.sync_api import expect
 
 from support import ROOT
 from support.cloud import API_KEY, TYPE, cloud_up
+from support.browser import CHROMIUM, IMG, shot_dir, start_dashboard, stop, watch_page  # noqa: F401
 from support.helpers import default_sigint
-
-IMG = ROOT / "docs" / "img"
-
-
-def shot_dir(tmp_path: Path) -> Path:
-    """Where screenshots go: docs/img/ only when GPUOPS_DOC_SCREENSHOTS=1 asks for the docs' pictures, else tmp."""
-    return IMG if os.environ.get("GPUOPS_DOC_SCREENSHOTS") == "1" else tmp_path
-CHROMIUM = "/usr/bin/chromium"
-ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update",
-        "--disable-quic", "--no-first-run", "--disable-sync"]
 
 TRAINER = """\
 import sys, time
@@ -46,37 +37,6 @@ for i in range(1, 81):
     time.sleep(0.35)
 print("done", flush=True)
 """
-
-
-@pytest.fixture
-def browser():
-    from playwright.sync_api import expect, sync_playwright
-
-    expect.set_options(timeout=20000)
-
-    assert os.path.exists(CHROMIUM), "chromium is not installed: scripts/install-system-deps.sh installs it"
-    with sync_playwright() as pw:
-        b = pw.chromium.launch(executable_path=CHROMIUM, args=ARGS)
-        yield b
-        b.close()
-
-
-def start_dashboard(project: Path):
-    """`gpuops dashboard --no-browser` as a process of its own: (process, URL)."""
-    proc = subprocess.Popen([sys.executable, "-m", "gpuops", "dashboard", "--no-browser"], cwd=project,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env={**os.environ})
-    line = proc.stdout.readline().strip()
-    assert line.startswith("http://127.0.0.1:"), (line, proc.stderr.read() if proc.poll() is not None else "")
-    return proc, line
-
-
-def stop(proc) -> None:
-    proc.terminate()
-    try:
-        proc.wait(timeout=10)
-    except subprocess.TimeoutExpired:
-        proc.kill()
-        proc.wait()
 
 
 def get(url: str, headers: dict | None = None, full: bool = False):
@@ -105,12 +65,6 @@ CHARTS_FIT = """() => [...document.querySelectorAll('figure.chart')].length === 
   [...document.querySelectorAll('figure.chart')].every((f) => {
     const u = f.querySelector('.uplot'); const room = f.clientWidth - 12;
     return u && u.offsetWidth <= room + 2 && u.offsetWidth >= room - 40; })"""
-
-
-def watch_page(page, errors: list, requests: list) -> None:
-    page.on("pageerror", lambda exc: errors.append(f"pageerror: {exc}"))
-    page.on("console", lambda msg: errors.append(f"console {msg.type}: {msg.text}") if msg.type == "error" else None)
-    page.on("request", lambda req: requests.append(req.url))
 
 
 def test_dashboard_in_chromium_instances_runs_and_a_live_run(cloud, gpuops, isolated, browser, tmp_path):

@@ -11,8 +11,8 @@ import time
 import pytest
 from playwright.sync_api import expect
 
-from test_dashboard_e2e import browser, start_dashboard, stop, watch_page  # noqa: F401
-from test_runs_e2e import cleanup_runs, put, run_dir, run_id_of, wait_ended  # noqa: F401
+from support.browser import start_dashboard, stop, watch_page
+from support.runs import put, run_dir, run_id_of, wait_ended
 
 pytestmark = pytest.mark.usefixtures("cleanup_runs")
 

@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 from playwright.sync_api import expect
 
-from test_dashboard_e2e import browser, shot_dir, watch_page  # noqa: F401  (the Chromium fixture)
+from support.browser import shot_dir, watch_page
 
 T0 = 1_760_000_000.0  # when the fabricated runs started (a fixed past time: pages must not say 1970)
 
