@@ -317,6 +317,19 @@ class FleetHub:
         with self.lock:
             return {**f.snapshot(), "info": {"run_id": run_id, "gpus": ["512 × NVIDIA H100 80GB HBM3"], "hosts": []}}
 
+    def series(self, run_id, metric, lo, hi, limit=2000):
+        """The fleet run has no metrics database: its loss and throughput are what the feed holds."""
+        with self.lock:
+            pts = list(self.feed_.loss if metric == "loss" else self.feed_.rate) if metric in ("loss", "rate") else []
+        return {"run_id": run_id, "metric": metric, "unit": "", "points": pts, "total": len(pts), "thinned": False}
+
+    def gpu_range(self, run_id, lo, hi):
+        from gpuops.dashboard import feed
+
+        with self.lock:
+            lay = self.feed_.lay
+        return {"series": lay["series"], "rows": feed.history_rows([], lay)}
+
 
 def test_a_64_host_fleet_page_is_readable_in_chromium(browser, tmp_path):
     """The run page of a 64-host fleet: three lines per chart (min, mean, max across hosts) and a grid of every host's
