@@ -173,6 +173,21 @@ def cloud(cloud_emu, monkeypatch, tmp_path, isolated):
     cloud_emu.reset()
 
 
+@pytest.fixture
+def browser():
+    from playwright.sync_api import expect, sync_playwright
+
+    expect.set_options(timeout=20000)
+
+    from support.browser import ARGS, CHROMIUM
+
+    assert os.path.exists(CHROMIUM), "chromium is not installed: scripts/install-system-deps.sh installs it"
+    with sync_playwright() as pw:
+        b = pw.chromium.launch(executable_path=CHROMIUM, args=ARGS)
+        yield b
+        b.close()
+
+
 # -- tiers ---------------------------------------------------------------------------------------------------------
 # A test is e2e when it uses, directly or through another fixture, one of these: sshd (every sandbox host and
 # emulated instance: `sandbox`, `cloud`, `starts_hosts` and the like depend on it), the CPU torch venv or a browser.

@@ -247,7 +247,8 @@ def test_dashboard_model_and_render():
                                                                "ended= size=0 stop=-")})
     dash.apply({"type": "log", "line": "Traceback (most recent call last):"})
     assert dash.state == "running" and dash.elapsed() == 900 and dash.cost() == 0.9 and dash.errors == 1
-    assert w.sparkline(dash.gpus[(0, 0)].util) == "▁▅█"
+    from gpuops.jobs.screen import sparkline
+    assert sparkline(dash.gpus[(0, 0)].util) == "▁▅█"
     assert "r-1: running, elapsed 15m00s, cost $0.90" == dash.state_text()
     dash.apply({"type": "reconnecting", "attempt": 2, "delay": 2.0, "error": "lost"})
     assert dash.link.startswith("reconnecting")
@@ -366,7 +367,8 @@ def test_invalid_utf8_counts_raw_bytes_in_the_stream_and_in_the_rest_fetched_aft
     assert [(e["line"], e["offset"]) for e in ev] == [("ok", 3), ("bad \ufffd\ufffd\ufffd end", 15)]
     assert fs.offset == 15 == len(b"ok\nbad \xff\xfe\xc3 end\n")
     ev = m.tag_bytes(b"H 1700000000\nRUN id=r exists=1 pid=1 alive=0 rc=0 started=1 ended=2 size=33 stop=-\nEND\n")
-    assert [e["type"] for e in ev] == ["state", "end"] and m.ended and fs.info.log_size == 33
+    assert [e["type"] for e in ev] == ["heartbeat", "state", "end"] and m.ended and fs.info.log_size == 33
+    assert ev[0]["at"] == 1700000000.0  # the host's clock: how far behind a follower reads (the dashboard says it)
     # after END the bytes from fs.offset are fetched again: the incomplete line the stream held is replaced
     m.restart_log()
     rest = m.rest_of_log(b"part\xff\n\xfflast \xe2\x82 no newline")

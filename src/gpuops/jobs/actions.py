@@ -13,6 +13,8 @@ from datetime import datetime
 from pathlib import Path
 from typing import Callable, Iterable, Optional
 
+from . import envplan
+from . import gate as launch_gate
 from . import plan as core
 from ..errors import RemoteError, UsageError
 
@@ -40,18 +42,18 @@ class _Gate:
     """What the launch gate reads locally, once per run: the modules the job needs (job_imports, from the project's
     files) and the module -> distribution table (playbooks/modules.yaml)."""
 
-    def __init__(self, project: Path, script_rel: str, plan: core.EnvPlan):
+    def __init__(self, project: Path, script_rel: str, plan: envplan.EnvPlan):
         from . import script_imports as ji
         from .. import knowledge as kb
 
-        self.project, self.script, self.env = project, script_rel, core.job_env(plan)
+        self.project, self.script, self.env = project, script_rel, envplan.job_env(plan)
         self.table = kb.load_playbook("modules", project).get("modules") or []
         self.needs = ji.job_needs(project, script_rel, ji.namespaces(self.table))
 
     def preflight(self, remote, node, remote_dir: str, packages: list[str], *, force: bool, sync: bool,
                   launcher: str = "none"):
-        """One remote execution (remote/launch.preflight), then the verdict: the stack (runs.gate_results), the GPUs
-        the job will see held by other processes (runs.gpu_holders), the modules its python cannot find. Sets
+        """One remote execution (remote/launch.preflight), then the verdict: the stack (gate.gate_results), the GPUs
+        the job will see held by other processes (gate.gpu_holders), the modules its python cannot find. Sets
         pf.job_gpus, the GPUs the job is given."""
         from . import script_imports as ji
         from .. import knowledge as kb
@@ -59,17 +61,17 @@ class _Gate:
 
         script_rel = self.script
         pf, found = rl.preflight(remote, remote_dir, script_rel, node.python, packages,
-                                 core.gate_params(node, remote_dir, env=self.env, modules=ji.probe_groups(self.needs)))
-        pf.job_gpus = core.job_gpu_count(pf.facts, self.env, len(pf.gpus))
-        extra = core.gpu_holders(pf.facts, pf.active_pids, self.env, active_ids=pf.active)
-        gone = ji.missing(self.needs, core.found_modules(pf.facts))
+                                 launch_gate.gate_params(node, remote_dir, env=self.env, modules=ji.probe_groups(self.needs)))
+        pf.job_gpus = launch_gate.job_gpu_count(pf.facts, self.env, len(pf.gpus))
+        extra = launch_gate.gpu_holders(pf.facts, pf.active_pids, self.env, active_ids=pf.active)
+        gone = ji.missing(self.needs, launch_gate.found_modules(pf.facts))
         if gone:
             extra += ji.problems(gone, python=node.python, declared_names=ji.declared(self.project), table=self.table,
                                  project_table=ji.has_project_table(self.project),
                                  extras=ji.extras_only(self.project), wanted_extras=node.setup.extras)
-        verdict = core.judge_preflight(pf, script_found=found, script=script_rel, remote_dir=remote_dir,
+        verdict = launch_gate.judge_preflight(pf, script_found=found, script=script_rel, remote_dir=remote_dir,
                                        min_disk_gb=node.expect.min_disk_gb, force=force, synced=sync,
-                                       stack=core.gate_results(pf.facts, node, kb.knowledge(self.project), self.env),
+                                       stack=launch_gate.gate_results(pf.facts, node, kb.knowledge(self.project), self.env),
                                        launcher=launcher, python=node.python, extra=extra)
         return pf, verdict
 
@@ -93,14 +95,14 @@ def _prepare_run(prof, out, project: Path, *, script: str, name: Optional[str], 
         from ..transfer.sync import warn_script_exclusions
 
         warn_script_exclusions(out, project, script_rel, prof.sync.exclude)
-    cli_env = core.parse_env_args(env)
-    presets_doc = core.load_presets(project)
+    cli_env = envplan.parse_env_args(env)
+    presets_doc = envplan.load_presets(project)
     started = clock()
     reg = core.registry_dir(project)  # every folder of runs/ (a job's, or a pipeline run's checkpoints)
     taken = [d.name for d in reg.iterdir()] if reg.is_dir() else []
     rid = core.run_id(name, script_rel, clock=lambda: started, taken=taken)
     dotenv = profiles.read_dotenv(project / ".env")
-    plan = core.plan_env(preset=prof.env_preset, presets_doc=presets_doc, profile_env=prof.env, cli_env=cli_env,
+    plan = envplan.plan_env(preset=prof.env_preset, presets_doc=presets_doc, profile_env=prof.env, cli_env=cli_env,
                          secret_names=prof.secrets, local_env=profiles.environment(project), run_id=rid,
                          profile_name=prof.name, seed=seed, dotenv_names=list(dotenv))
     for w in plan.warnings + dotenv_warnings(project / ".env", plan.secret_origin):
@@ -156,13 +158,13 @@ def train(prof, out, project: Path, *, script: str, name: Optional[str] = None, 
             sync_project(prof, remote, out, project)
         out.step("preflight: GPUs and their other processes, free disk, other runs, the stack (torch, CUDA, "
                  "flash-attn), the script and what it imports")
-        pf, verdict = gate.preflight(remote, prof, remote_dir, core.conflict_packages(presets_doc), force=force,
+        pf, verdict = gate.preflight(remote, prof, remote_dir, envplan.conflict_packages(presets_doc), force=force,
                                      sync=sync)
         for w in verdict.warnings:
             out.warn(w)
         if verdict.error:
             raise verdict.error
-        for w in core.conflict_warnings(plan.exported, presets_doc, pf.packages):
+        for w in envplan.conflict_warnings(plan.exported, presets_doc, pf.packages):
             out.warn(w)
         out.info(f"environment for {rid}:")
         for line in plan.lines():
@@ -264,7 +266,7 @@ class _FleetLaunch:
 
                 sync_project(node, remote, quiet, self.project)
             need = [launchers.NEEDS[self.launcher]] if self.launcher in launchers.NEEDS else []
-            pf, verdict = gate.preflight(remote, node, remote_dir, core.conflict_packages(self.presets_doc) + need,
+            pf, verdict = gate.preflight(remote, node, remote_dir, envplan.conflict_packages(self.presets_doc) + need,
                                          force=self.force, sync=sync, launcher=self.launcher)
             if verdict.error:
                 raise verdict.error
@@ -425,18 +427,28 @@ def follow(prof, out, project: Path, meta: dict, dash, *, lines: int, samples: b
 
     rid, run_dir = meta["run_id"], meta["remote_run_dir"]
     remote = connect(prof, out)
+    rec = None
     try:
         info, start = w.start_position(remote, rid, run_dir, lines)
         fs = w.FollowState(offset=start, info=info)
         first = [remote]
+        rec = _recorder(project, meta, info, start, remote, out)
 
         def reconnect():
             return first.pop() if first else connect(prof, out)
 
+        def recorded(ev: dict) -> None:
+            if ev.get("type") == "log" and (ev.get("offset") or 0) <= info.log_size:
+                ev["replay"] = True  # written before following began: read back now, its time unknown
+            rec.event(ev)
+            on_event(ev)
+
         ended = w.follow_to_end(reconnect, rid, run_dir, fs, dash, interval=interval, samples=samples,
-                                on_event=on_event, extras=extras,
+                                on_event=recorded, extras=extras,
                                 give_up_after=w.GIVE_UP_S if give_up_after is None else give_up_after)
     finally:
+        if rec is not None:
+            rec.close(wait=10.0)
         remote.close()
     if not ended:
         return {"interrupted": True, "info": None, "code": 130}
@@ -444,6 +456,17 @@ def follow(prof, out, project: Path, meta: dict, dash, *, lines: int, samples: b
         core.save_local_state(rid, fs.info, project)
     _remember(prof, project)
     return {"interrupted": False, "info": fs.info, "code": 1 if fs.info is None else core.exit_for_state(fs.info)}
+
+
+def _recorder(project: Path, meta: dict, info, start: int, remote, out):
+    """The run's history (jobs.history) kept while it is followed, the log before `start` read back in the
+    background on the same connection where no follower saw it."""
+    from . import history
+    from .scripts import stream_from
+
+    rec = history.Recorder(project, meta["run_id"], live_from=info.log_size, warn=out.warn)
+    rec.fill(lambda lo, hi: stream_from(remote, meta["remote_run_dir"], lo, hi), start, background=True)
+    return rec
 
 
 class FleetSampler:
