@@ -5,6 +5,7 @@ The sandbox is required: if sshd or rsync is missing, tests that need it FAIL (n
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 from dataclasses import dataclass
 from pathlib import Path
@@ -69,6 +70,17 @@ def starts_hosts(sshd, tmp_path):
     for pid_file in tmp_path.rglob("sshd.pid"):
         if (pid_file.parent / "sshd_config").is_file():
             host.stop(pid_file.parent)
+
+
+@pytest.fixture
+def short_tmp():
+    """A folder with a short path (/tmp/gx-XXXX), removed after the test: for Unix sockets (ssh's ControlPath, an
+    agent's socket), whose paths must stay within 104 bytes; under xdist, tmp_path (.../popen-gwN/<test>N/) may not."""
+    import tempfile
+
+    d = Path(tempfile.mkdtemp(prefix="gx-", dir="/tmp"))
+    yield d
+    shutil.rmtree(d, ignore_errors=True)
 
 
 @pytest.fixture(scope="session")
