@@ -27,7 +27,9 @@ def train(
     env: List[str] = typer.Option([], "--env", "-e", help="NAME=VALUE for the job (repeatable; wins over the "
                                                           "preset and the profile). NAME= unsets NAME. A NAME holding "
                                                           "TOKEN, KEY, SECRET, PASSWORD or CREDENTIAL is a secret: "
-                                                          "never printed nor recorded."),
+                                                          "never printed nor recorded. Put secrets in .env instead: "
+                                                          "a value here is seen by ps and kept in your shell's "
+                                                          "history."),
     no_sync: bool = typer.Option(False, "--no-sync", help="Do not sync the project first."),
     force: bool = typer.Option(False, "--force", help="Launch even if preflight finds another gpuops run, no "
                                                       "GPU, too little disk, a broken stack (CPU-only torch, CUDA "

@@ -92,7 +92,8 @@ def run(
     env: List[str] = typer.Option([], "--env", "-e", metavar="NAME=VALUE",
                                   help="For the job, as `gpuops train --env` takes it (repeatable; wins over the "
                                        "preset and the profile; NAME= unsets NAME). Kept in a 0600 file beside the "
-                                       "run's record, never in the record itself.", show_default=False),
+                                       "run's record, never in the record itself. Put secrets in .env instead: a value "
+                                       "here is seen by ps and kept in your shell's history.", show_default=False),
     seed: Optional[int] = typer.Option(None, "--seed", help="Export GPUOPS_SEED and PYTHONHASHSEED (gpuops train "
                                                             "--seed); recorded.", show_default=False),
     force: bool = typer.Option(False, "--force", help="Launch past what the launch gate refuses (gpuops train "

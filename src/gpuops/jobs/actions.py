@@ -105,6 +105,8 @@ def _prepare_run(prof, out, project: Path, *, script: str, name: Optional[str], 
                          profile_name=prof.name, seed=seed, dotenv_names=list(dotenv))
     for w in plan.warnings + dotenv_warnings(project / ".env", plan.secret_origin):
         out.warn(w)
+    for w in profiles.dotenv_problems(project / ".env"):  # a line the job would not get: said
+        out.warn_once(w)
     return script_rel, presets_doc, started, rid, plan
 
 
