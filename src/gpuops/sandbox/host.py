@@ -326,10 +326,13 @@ export HOME PATH GPUOPS_SANDBOX_DIR
 {SESSION_MARK}={shlex.quote(_session_mark(d))}; export {SESSION_MARK}
 unset VIRTUAL_ENV PYTHONPATH PYTHONHOME
 cd "$HOME" || exit 1
-if [ -z "$SSH_ORIGINAL_COMMAND" ]; then exec /bin/sh -l; fi
+# a login shell's /etc/profile sets PATH anew; an interactive sh reads $ENV after it: the tools come back first
+if [ -z "$SSH_ORIGINAL_COMMAND" ]; then ENV={shlex.quote(str(d / 'bin' / 'shrc'))}; export ENV; exec /bin/sh -l; fi
 if [ "$SSH_ORIGINAL_COMMAND" = "internal-sftp" ]; then exec /usr/lib/openssh/sftp-server; fi
 exec /bin/sh -c "$SSH_ORIGINAL_COMMAND"
 """
+    write_atomic(d / "bin" / "shrc", f"# gpuops sandbox: the interactive shell's PATH, as its sessions have it\n"
+                                     f"PATH={shlex.quote(path)}; export PATH\n")
     write_atomic(d / "bin" / "session", session)
     os.chmod(d / "bin" / "session", 0o755)
 
