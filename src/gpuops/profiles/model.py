@@ -611,14 +611,21 @@ def resolve(name: str | None = None, project_dir: Path | None = None) -> Profile
         if name and name not in found:
             name = None
     if not name:
-        mine = available(project_dir, examples=False)
+        # a terminated instance's profile (kept for its history) is never "the only one": four finished runs left
+        # four such profiles beside the one a user means (issue #36)
+        everything = available(project_dir, examples=False)
+        ended = [n for n, f in everything.items() if terminated(f)]
+        mine = {n: f for n, f in everything.items() if n not in ended}
         if len(mine) == 1:
             name = next(iter(mine))
         else:
             listing = ", ".join(mine) if mine else "none"
-            examples = ", ".join(n for n in found if n not in mine)
+            examples = ", ".join(n for n in found if n not in everything)
+            gone = (f"; not counted: {len(ended)} of terminated instances ({', '.join(ended[:6])}"
+                    f"{', ...' if len(ended) > 6 else ''}; `gpuops profiles prune` removes them)") if ended else ""
             raise ProfileError(
-                f"which profile? found {len(mine)}: {listing}" + (f" (examples: {examples})" if examples else ""),
+                f"which profile? found {len(mine)}: {listing}" + (f" (examples: {examples})" if examples else "")
+                + gone,
                 hint="name one (gpuops verify NAME, or -p NAME), or set GPUOPS_PROFILE; "
                      "`gpuops sandbox up` writes a local one named 'sandbox'",
             )
