@@ -122,8 +122,8 @@ def setup(prof, out, project: Path, *, dry_run: bool = False, verify: bool = Tru
                                    hint=plan.blocked_hint)
             if plan.cannot:
                 raise ChecksFailed(f"setup cannot start on {prof.name}: {plan.cannot}; nothing was installed",
-                                   hint="set setup.base_python to an interpreter the host has (`ls /usr/bin/python3*` "
-                                        "on it), or install one there")
+                                   hint=plan.cannot_hint or "set setup.base_python to an interpreter the host has "
+                                                            "(`ls /usr/bin/python3*` on it), or install one there")
             if plan.refusal:
                 raise ChecksFailed(f"setup would not fit on {prof.name}: {plan.refusal}; nothing was installed",
                                    hint="free space on the host, or point setup.cache_dir at a bigger disk; "
