@@ -354,6 +354,16 @@ def launched_expect(itype, template_expect: Optional[dict] = None, project_dir=N
     return expect
 
 
+def launched_preset(itype, project_dir=None) -> Optional[str]:
+    """The env preset of the type's GPU (gpus.yaml `preset`), the one `sandbox up --gpu` gives its profile for the same
+    GPU: what a profile `up` or `run` writes names (issue #36: a rehearsal ran with another environment). None when
+    the table knows no preset for it."""
+    from ..verify import gpus
+
+    hit = gpus.for_lambda_type(itype.gpu_description, itype.name, itype.gpus, project_dir)
+    return hit[0].preset if hit is not None else None
+
+
 def readiness_deadline(gpus: int) -> float:
     return EIGHT_GPU_READY_S if gpus >= 8 else ONE_GPU_READY_S
 
