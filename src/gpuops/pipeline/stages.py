@@ -405,6 +405,8 @@ class RunLock:
         import os
 
         if self.fd is not None:
+            if not self.path.with_suffix(".json").exists():  # the record was removed (nothing was launched):
+                self.path.unlink(missing_ok=True)           # its lock goes too, while still held (issue #36)
             os.close(self.fd)  # the lock goes with the descriptor
             self.fd = None
 

@@ -1,0 +1,20 @@
+"""Issue #36: a `gpuops run` refused before any launch request (no capacity anywhere, the user's no) leaves nothing
+behind, not even runs/pipelines/<id>.lock, and never prints a `--resume` line for the record it removes a moment
+later. Through the Lambda emulator."""
+from __future__ import annotations
+
+from pathlib import Path
+
+from test_cloud_e2e import TYPE, cloud, cloud_emu  # noqa: F401  (fixtures)
+
+
+def test_a_run_refused_before_launching_leaves_no_lock_and_no_resume_line(cloud, gpuops):
+    cloud.capacity(TYPE, [])  # nothing to launch anywhere
+    (Path.cwd() / "train.py").write_text("print('hi')\n")
+    r = gpuops("run", "--type", TYPE, "--key", str(cloud.key), "--script", "train.py", "--yes")
+    assert r.code == 1, r.all
+    assert "no capacity" in r.err and "nothing was launched" in r.err, r.err
+    assert "--resume" not in r.err, r.err
+    d = Path.cwd() / "runs" / "pipelines"
+    assert not d.is_dir() or not list(d.iterdir()), list(d.iterdir())
+    assert cloud.launch_requests() == 0
