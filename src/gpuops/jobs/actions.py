@@ -30,10 +30,25 @@ def resolve(run: Optional[str], prof, project: Path) -> dict:
     try:
         return core.resolve_run(run, prof.name, project)
     except UsageError:
+        if run:  # launched through another profile that names this very host: the same run (issue #36)
+            same = [m for m in core.local_runs(None, project) if m["run_id"] == run and same_host(m, prof)]
+            if same:
+                return same[0]
         if not run or any(m["run_id"] == run for m in core.local_runs(None, project)):
             raise
         return {"run_id": run, "profile": prof.name, "remote_run_dir": run_dir_of(prof.remote_dir_for(project), run),
                 "price_per_hour": prof.price_per_hour}
+
+
+def same_host(meta: dict, prof) -> bool:
+    """Does the profile reach the host a run's meta says it was launched on (address, port and user; rank 0's for a
+    fleet)?"""
+    try:
+        port = int(meta.get("port") or 22)
+    except (TypeError, ValueError):
+        return False
+    return (meta.get("host") == prof.host and port == prof.port
+            and (meta.get("user") in (None, prof.user)))
 
 
 class _Gate:
