@@ -295,7 +295,7 @@ class _FleetLaunch:
             for w in (r.value[1] if r.value else []):
                 self.out.warn(f"host #{r.rank}: {w}")
         if bad:
-            raise _fleet_error("not launching", bad)
+            raise _fleet_error("not launching", bad, last=True)
         return [r.value[0].job_gpus for r in prepared]  # the GPUs each node's job is given (CUDA_VISIBLE_DEVICES)
 
     def layout(self, counts: list[int], nproc: str) -> int:
@@ -391,14 +391,20 @@ class _FleetLaunch:
                 self.out.warn(f"host #{node.rank}: stop failed: {getattr(exc, 'message', exc)}")
 
 
-def _fleet_error(what: str, bad: list):
+def _fleet_error(what: str, bad: list, *, last: bool = False):
+    """One error for the hosts that failed: `what: host #0 (...): ...; host #1 ...`, or with `last` the hosts first
+    and `; what` once at the end (each host's own "; not launching" said once for all: issue #36's "not launched:
+    not launching: host #0 ...; not launching")."""
     from .. import fleet
     from ..errors import GpuopsError
 
     code = fleet.worst_code(r.code for r in bad)
-    detail = "; ".join(f"host #{r.rank} ({r.host}): {r.message}" for r in bad)
+    ending = f"; {what}"
+    detail = "; ".join(f"host #{r.rank} ({r.host}): {r.message.removesuffix(ending) if last else r.message}"
+                       for r in bad)
     hints = [getattr(r.error, "hint", None) for r in bad]
-    return GpuopsError(f"{what}: {detail}", hint=next((h for h in hints if h), None), code=code)
+    return GpuopsError(f"{detail}{ending}" if last else f"{what}: {detail}", hint=next((h for h in hints if h), None),
+                       code=code)
 
 
 def _snapshot(remote, prof, out, project: Path, rid: str, run_dir: str, seed: Optional[int]) -> None:
