@@ -439,9 +439,9 @@ def watch_once(prof, out, project: Path, meta: dict, dash, lines: int) -> dict:
     return {"events": events, "code": 0 if dash.state in (core.RUNNING, core.SUCCEEDED) else 1, "error": None}
 
 
-def follow(prof, out, project: Path, meta: dict, dash, *, lines: int, samples: bool, interval: float,
+def follow(prof, out, project: Path, meta: dict, dash, *, lines: Optional[int], samples: bool, interval: float,
            on_event: Callable[[dict], None], extras=None, give_up_after: Optional[float] = None) -> dict:
-    """watch / logs -f: replay the last N log lines, then follow the run to its end, reconnecting when the connection
+    """watch / logs -f: replay the last N log lines (None: every line from the first), then follow the run to its end, reconnecting when the connection
     drops (for give_up_after seconds at most). extras: what the stream samples beyond the GPU line (watch.Extras).
     Returns {"interrupted" (Ctrl-C: the job keeps running), "info" (the final state or None), "code"}."""
     from . import watch as w
