@@ -60,7 +60,10 @@ def up_and_ls(tmp: Path, env: dict) -> None:
     proj = tmp / "proj"
     proj.mkdir()
     os.chdir(proj)
-    from gpuops.cloud.instances import UpSpec, down, listing, make_context, up
+    from gpuops.cloud.instances import UpSpec, make_context
+    from gpuops.cloud.down import down
+    from gpuops.cloud.reap import listing
+    from gpuops.cloud.up import up
     from gpuops.console import Output
     import io
 

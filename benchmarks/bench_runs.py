@@ -44,7 +44,7 @@ def preflight_figures(remote_proj: Path, project: Path) -> None:
     """The one preflight execution of `train`, timed on one connection: as before the launch gate, with it, and with
     it on a real CPU torch (the cached test venv of tests/distenv.py, when it exists: importing torch dominates)."""
     from gpuops.profiles import model as profiles
-    from gpuops.jobs import plan as core
+    from gpuops.jobs import gate as core
     from gpuops.jobs import scripts as rl
     from gpuops.remote.connection import connect
 

@@ -323,10 +323,10 @@ def test_instance_presents_user_data_host_key_and_accepts_only_the_registered_ke
     from gpuops.sandbox import host
 
     d = Path(emu.instances()[0]["_dir"])
-    assert host._session_processes(d)
+    assert host.session_processes(d)
     (emu.home(iid) / "checkpoint.pt").write_text("weights")
     api("POST", "/instance-operations/terminate", {"instance_ids": [iid]})
-    assert not host._session_processes(d)
+    assert not host.session_processes(d)
     assert not (emu.home(iid) / "checkpoint.pt").exists()  # termination wipes the disk
     assert _ssh(inst, emu.user, client_key, known, "true").returncode == 255
 

@@ -255,7 +255,7 @@ def test_fingerprint_and_key_name_match_ssh_keygen(tmp_path):
 
 
 def test_cloud_config_hands_our_host_key_to_cloud_init():
-    from gpuops.cloud.instances import make_host_key
+    from gpuops.cloud.keys import make_host_key
 
     priv, pub = make_host_key()
     text = d.cloud_config(priv, pub)

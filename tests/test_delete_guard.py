@@ -124,7 +124,7 @@ def test_rsync_remote_path_escapes_what_the_remote_shell_would_expand(path, want
     ("~/../hom[e]", True), ("~/proj", False), ("~", False), ("/data/run-1", False), ("proj", False),
 ])
 def test_remote_dir_spelling(path, bad):
-    from gpuops.transfer.plan import remote_dir_spelling_problem
+    from gpuops.remote.shell import remote_dir_spelling_problem
 
     assert bool(remote_dir_spelling_problem(path)) is bad
 

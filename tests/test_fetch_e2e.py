@@ -189,7 +189,7 @@ def test_interrupted_fetch_leaves_no_file_under_its_final_name(sandbox, gpuops, 
     from gpuops.profiles import model as profiles
     from gpuops.remote.connection import connect
 
-    monkeypatch.setattr("gpuops.remote.rsync.ATTEMPTS", 1)
+    monkeypatch.setattr("gpuops.transfer.rsync.ATTEMPTS", 1)
     write(remote_project(sandbox) / "checkpoints/global_step_1/model.pt", os.urandom(2_000_000))
     proxy = Proxy(sandbox["port"], cut_after=700_000)
     try:
@@ -281,12 +281,12 @@ def test_single_file_fetch_resumes_and_appears_only_when_verified(sandbox, gpuop
         name = _cut_profile(sandbox, proxy.port)
         with connect(profiles.resolve(name), announce=lambda s: None):
             pass
-        monkeypatch.setattr("gpuops.remote.rsync.ATTEMPTS", 1)
+        monkeypatch.setattr("gpuops.transfer.rsync.ATTEMPTS", 1)
         r = gpuops("fetch", "final", "-p", name)
         assert r.code == 3, r.all
         assert not final.exists()  # never under its final name before it is complete and verified
         assert (final.parent / ".gpuops-partial").is_dir()
-        monkeypatch.setattr("gpuops.remote.rsync.ATTEMPTS", 6)
+        monkeypatch.setattr("gpuops.transfer.rsync.ATTEMPTS", 6)
         r = gpuops("fetch", "final", "-p", name, "--json")
         assert r.code == 0, r.all
         doc = json.loads(r.out)

@@ -8,6 +8,7 @@ import subprocess
 import pytest
 
 from gpuops import fleet
+from gpuops.verify import fleet as fleet_checks
 from gpuops.jobs import launchers
 from gpuops.errors import ConnectError, ProfileError, UsageError
 from gpuops.profiles.model import Profile, load_profile
@@ -249,7 +250,7 @@ def _report(gpu="NVIDIA H100 80GB HBM3", n=8, driver="570.148.08", torch="2.9.0+
 
 
 def test_fleet_compare_names_the_differences_per_host():
-    res = {r.id: r for r in fleet.compare([_report(), _report(driver="550.54.15"), _report(torch="2.8.0+cu126")])}
+    res = {r.id: r for r in fleet_checks.compare([_report(), _report(driver="550.54.15"), _report(torch="2.8.0+cu126")])}
     assert res["fleet.gpu_model"].status == "pass"
     assert res["fleet.driver"].status == "warn"
     assert res["fleet.driver"].measured == "570.148.08 on #0, #2; 550.54.15 on #1"
@@ -258,14 +259,14 @@ def test_fleet_compare_names_the_differences_per_host():
 
 
 def test_fleet_compare_skips_unreachable_hosts():
-    res = {r.id: r for r in fleet.compare([_report(), None, _report()])}
+    res = {r.id: r for r in fleet_checks.compare([_report(), None, _report()])}
     assert all(r.status == "pass" for r in res.values())
 
 
 def test_reach_refused_counts_as_reachable_timeout_fails():
     ok = {"ok": True, "value": {"result": "refused", "ms": 0.2}}
     bad = {"ok": True, "value": {"result": "timeout", "ms": 5000}}
-    res = fleet.reach_results([_report(), _report(reach=ok), _report(reach=bad)], "10.0.0.1", 29500)
+    res = fleet_checks.reach_results([_report(), _report(reach=ok), _report(reach=bad)], "10.0.0.1", 29500)
     assert [r.status for r in res] == ["pass", "fail"]
     assert "open TCP 29500" in res[1].remediation
 

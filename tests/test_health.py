@@ -180,7 +180,7 @@ def test_fail_fix_names_the_instance_to_replace_when_the_profile_knows_it():
     """A cloud profile that records its instance id (cloud commands) gets it in the fix line."""
     from types import SimpleNamespace
 
-    from gpuops.verify.checks import _reset_fix
+    from gpuops.verify.checks_health import _reset_fix
 
     c = SimpleNamespace(p=SimpleNamespace(instance_id="0920582c7ff041399e34823a0be62549"))
     assert _reset_fix(c, [1, 3]) == ("reset the GPU if you own the host (`sudo nvidia-smi -r -i 1,3` with no process on "
@@ -372,7 +372,7 @@ def test_the_xid_fix_resets_the_gpu_that_failed_not_gpu_0(code, gpu, line):
     r = run(health_doc("h100_sxm5", n=4, kernel={"readable": True, "source": "dmesg", "lines": lines}))["gpu.xid"]
     assert r.status == FAIL and f"on GPU {gpu}" in r.detail, r
     assert f"nvidia-smi -r -i {gpu}`" in r.remediation and "-i 0" not in r.remediation, r.remediation
-    from gpuops.verify.checks import health_failures
+    from gpuops.verify.checks_health import health_failures
     from gpuops.verify.facts import parse_xids
 
     # the same judgement while a run is watched (no bus ids known there: the GPU is not guessed as 0)

@@ -107,7 +107,7 @@ def test_record_round_trips_and_find(tmp_path):
 def test_fleet_verify_lines_name_failing_hosts_and_differences():
     import json
 
-    from gpuops.pipeline.runner import fleet_verify_lines
+    from gpuops.pipeline.hoststages import fleet_verify_lines
 
     doc = {"hosts": [{"rank": 0, "host": "10.0.0.1", "code": 1, "error": None, "report": {"checks": [
                          {"status": "pass", "title": "GPU visible", "measured": "1"},

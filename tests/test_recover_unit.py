@@ -173,7 +173,7 @@ def test_an_api_outage_is_said_once_and_its_end_once(monkeypatch, tmp_path):
     import io
     from types import SimpleNamespace
 
-    from gpuops.cloud import instances
+    from gpuops.cloud import managed as instances
     from gpuops.console import Output
     from gpuops.errors import GpuopsError
     from gpuops.pipeline import runner as rn

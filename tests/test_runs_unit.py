@@ -247,7 +247,8 @@ def test_dashboard_model_and_render():
                                                                "ended= size=0 stop=-")})
     dash.apply({"type": "log", "line": "Traceback (most recent call last):"})
     assert dash.state == "running" and dash.elapsed() == 900 and dash.cost() == 0.9 and dash.errors == 1
-    assert w.sparkline(dash.gpus[(0, 0)].util) == "▁▅█"
+    from gpuops.jobs.screen import sparkline
+    assert sparkline(dash.gpus[(0, 0)].util) == "▁▅█"
     assert "r-1: running, elapsed 15m00s, cost $0.90" == dash.state_text()
     dash.apply({"type": "reconnecting", "attempt": 2, "delay": 2.0, "error": "lost"})
     assert dash.link.startswith("reconnecting")

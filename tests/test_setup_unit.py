@@ -416,7 +416,7 @@ def test_the_hosts_pip_configuration_is_read_as_pip_reads_it(tmp_path):
 
 
 def test_run_template_takes_a_system_python_as_the_base_of_its_environment():
-    from gpuops.pipeline import runner as run_ops
+    from gpuops.pipeline import bringup as run_ops
     from gpuops.errors import UsageError
 
     t, note = run_ops.run_template({"python": "python3", "setup": {"extras": ["train"]}}, "h100")

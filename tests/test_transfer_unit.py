@@ -240,7 +240,7 @@ def _as_remote(rsync_path: str, cwd: Path, path: str | None = None):
 
 
 def test_sync_guard_makes_the_folder_then_becomes_rsync_with_rsyncs_own_arguments(tmp_path):
-    from gpuops.profiles.model import shell_path
+    from gpuops.remote.shell import shell_path
 
     odd = "proj $(touch pwned) 'x'"
     r = _as_remote(tr.sync_guard(shell_path(odd + "/deep"), need=1), tmp_path)

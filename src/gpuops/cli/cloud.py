@@ -121,7 +121,7 @@ def keys(
 ) -> None:
     """The account's SSH keys (name, type, fingerprint); `gpuops up` registers the profile's key itself when missing."""
     from ..cloud import decisions as d
-    from ..cloud.instances import ensure_ssh_key, public_key_of
+    from ..cloud.keys import ensure_ssh_key, public_key_of
     from ..errors import UsageError
 
     out = output(json_)
@@ -201,7 +201,10 @@ def up(
     terminal). NAME is reserved in the ledger before the launch: a second `up NAME` meanwhile is
     refused (exit 2). Ctrl-C, SIGTERM and SIGHUP terminate what was launched."""
     from ..cloud import decisions as d
-    from ..cloud.instances import UpSpec, require_key, template_for, up as do_up
+    from ..cloud.instances import UpSpec
+    from ..cloud.keys import require_key
+    from ..cloud.managed import template_for
+    from ..cloud.up import up as do_up
     from ..errors import UsageError
     from ..interrupts import as_interrupt
 
@@ -252,7 +255,7 @@ def ls(json_: bool = JsonOpt) -> None:
     persistent filesystems (they bill per GiB used per month while they exist): size, who mounts them, cost per
     month where a price is known (gpuops fs ls)."""
     from ..cloud import decisions as d
-    from ..cloud.instances import listing
+    from ..cloud.reap import listing
 
     out = output(json_)
     ctx = _context(out)
@@ -309,7 +312,7 @@ def down(
     """Terminate the instance behind profile NAME (every instance of a fleet, and any other open launch of that
     name), confirm it by reading it back, forget its host key, mark the profile gone. Without a profile: the open
     launches and gpuops instances of that name, or one instance by its id."""
-    from ..cloud.instances import down as do_down, down_target
+    from ..cloud.down import down as do_down, down_target
     from ..errors import GpuopsError
     from ..interrupts import as_interrupt
 
@@ -351,7 +354,7 @@ def reap(
     """Terminate gpuops-managed instances past their TTL or idle limit (idle confirmed by one sample on the host),
     judged by the ledger and the instances' gpuops tags: one without a profile, or launched from another machine
     (its TTL tag), too. Safe from cron: `gpuops reap --yes`."""
-    from ..cloud.instances import reap as do_reap
+    from ..cloud.reap import reap as do_reap
     from ..interrupts import as_interrupt
 
     out = output(json_)

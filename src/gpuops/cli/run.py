@@ -12,108 +12,135 @@ from .cloud import GpuOpt, MaxPriceOpt, TypeOpt, WaitForCapacityOpt
 from .fs import fs_question
 
 
+# the options of `gpuops run` whose help takes more than a line (the signature stays readable)
+SCRIPT_OPT = typer.Option(None, "--script", "-s", help="Training script, relative to the project. "
+                          "Refused before anything is launched when the launched image cannot run "
+                          "it: requires-python its python misses, a poetry/pdm/conda project setup "
+                          "cannot install, conda activate, Windows line endings, relative imports "
+                          "(docs/run.md).")
+REGION_OPT = typer.Option([], "--region", "-r", help="Region to try, in order (repeatable; default: "
+                                                     "every region with capacity).")
+FETCH_OPT = typer.Option(None, "--fetch", metavar="NAME[,NAME...]",
+                         help="What to pull back, verified, before terminating: names of the "
+                              "profile's fetch: map, or folders under the project (checkpoints,"
+                              "outputs). Each lands in runs/<run id>/<name>, the run's own folder; "
+                              "sync never uploads them. The job's log is always kept in "
+                              "runs/<job id>/log. With --resume: added to what the run fetches.")
+TTL_OPT = typer.Option(None, "--ttl", metavar="DURATION", help="Time to live of the instance "
+                       "(`gpuops reap` ends it after; a tag on the instance), e.g. 8h (above 0, at "
+                       "most 365d). Default: GPUOPS_RUN_TTL (the environment or ./.env), else 24h: "
+                       "every run's instance has one, kept ones too.", show_default=False)
+MAX_COST_OPT = typer.Option(None, "--max-cost", metavar="DOLLARS", min=0.01,
+                            help="A budget, checked from the launch on: reached while booting or "
+                                 "before the job starts, the run ends there; while training, the "
+                                 "job is stopped and what exists fetched. Then terminated.",
+                            show_default=False)
+KEY_OPT = typer.Option(None, "--key", help="Private SSH key (default: ~/.ssh/id_ed25519).",
+                       show_default=False)
+NAME_OPT = typer.Option(None, "--name", help="Run name: letters, digits, '-', '_', '.' (default: the "
+                                             "script's stem).")
+NODES_OPT = typer.Option(1, "--nodes", min=1, max=64, help="Instances, all in one region: N > 1 launches a "
+                                                            "fleet (gpuops up --nodes) and runs the job on every "
+                                                            "node, fetching from node 0.")
+LAUNCHER_OPT = typer.Option("auto", "--launcher", metavar="auto|none|torchrun|ray",
+                            help="How the job starts across the nodes (gpuops train --launcher). auto: torchrun "
+                                 "with --nodes above 1, the script itself on one node.")
+NPROC_OPT = typer.Option("auto", "--nproc-per-node", metavar="auto|N",
+                         help="torchrun processes per node (auto: the GPUs the preflight saw).")
+RECOVER_OPT = typer.Option(None, "--recover", metavar="N", min=0, max=100,
+                           help="Replace the instance up to N times (default 0: never) when it is "
+                                "terminated or preempted, stays unreachable (--unreachable), or a GPU "
+                                "fails (a hardware Xid, uncorrectable ECC errors): fetch what it "
+                                "still has, terminate it, launch a new one, setup, verify, sync, push "
+                                "the newest checkpoint fetched and verified, and start the job again "
+                                "with its path in GPUOPS_RESUME_FROM. Each checkpoint is fetched as "
+                                "it appears (the first --fetch name, or `checkpoints`). A fleet "
+                                "(--nodes) is replaced whole when any node ends, the checkpoint "
+                                "pushed to every node. With --resume: the run's new N.",
+                           show_default=False)
+UNREACHABLE_OPT = typer.Option(None, "--unreachable", metavar="DURATION",
+                               help="How long the instance may stay unreachable while the API shows "
+                                    "it running (default 5m): then it is replaced (--recover), else "
+                                    "the run detaches.", show_default=False)
+FROM_OPT = typer.Option(None, "--from", metavar="PROFILE",
+                        help="Train with PROFILE's settings (python, expect, setup, env_preset, env, "
+                             "secrets, fetch, sync) on the launched instances (gpuops up --from).",
+                        show_default=False)
+RESUME_OPT = typer.Option(False, "--resume", help="Continue a run whose local process ended (crash, laptop "
+                                                  "closed, Ctrl-C): the newest unfinished one, or --id RUN. "
+                                                  "--fetch, --keep, --max-cost, --recover and --force apply "
+                                                  "to it; the options that describe a new run are refused. A "
+                                                  "run whose process is still alive is refused (exit 2), "
+                                                  "naming the process; a dead one's run is taken over.")
+RUN_ID_OPT = typer.Option(None, "--id", metavar="RUN", help="With --resume: which run.",
+                          show_default=False)
+FS_OPT = typer.Option(None, "--fs", metavar="NAME", help="Attach Lambda filesystem NAME to every "
+                      "instance (replacements too): only its region is tried; missing, it is created "
+                      "after asking (--yes: at once). The job sees GPUOPS_FS; setup's caches live on "
+                      "it (docs/fs.md).", show_default=False)
+DATA_OPT = typer.Option(None, "--data", metavar="SOURCE", help="Data the job reads at GPUOPS_DATA: a "
+                        "local folder (rsync'd; with --fs once onto the filesystem, later runs send "
+                        "only what changed), https://...#sha256=HEX or hf://ORG/NAME "
+                        "(hf://datasets/ORG/NAME; HF_TOKEN a secret): downloaded by the instance, "
+                        "never through this machine (docs/fs.md).", show_default=False)
+ENV_OPT = typer.Option([], "--env", "-e", metavar="NAME=VALUE",
+                       help="For the job, as `gpuops train --env` takes it (repeatable; wins over the "
+                            "preset and the profile; NAME= unsets NAME). Kept in a 0600 file beside the "
+                            "run's record, never in the record itself. Put secrets in .env instead: a value "
+                            "here is seen by ps and kept in your shell's history.", show_default=False)
+SEED_OPT = typer.Option(None, "--seed", help="Export GPUOPS_SEED and PYTHONHASHSEED (gpuops train "
+                                             "--seed); recorded.", show_default=False)
+FORCE_OPT = typer.Option(False, "--force", help="Launch past what the launch gate refuses (gpuops train "
+                                                "--force: a broken stack, a missing module, a GPU held by "
+                                                "another process); recorded in the job's meta.json. With "
+                                                "--resume: applies to a launch still to come.")
+IDLE_OPT = typer.Option(None, "--idle", metavar="DURATION", help="Idle limit of each instance "
+                        "(gpuops up --idle): no gpuops run and GPU utilisation under 5 % for this "
+                        "long, then `gpuops reap` (or --guard) ends it.", show_default=False)
+GUARD_OPT = typer.Option(None, "--guard", metavar="on-instance", help="on-instance: a watchdog on each "
+                         "instance terminates it at its TTL/idle limit even with your laptop closed "
+                         "(gpuops up --guard: puts your account-wide API key on the instance).",
+                         show_default=False)
+YES_OPT = typer.Option(False, "--yes", "-y", help="Do not ask before launching (the price), before a "
+                                                  "large upload (over 500 MB, or far more than the code), nor "
+                                                  "before creating --fs.")
+NOTIFY_OPT = typer.Option(False, "--notify", help="When the run ends: a desktop notification (a terminal bell "
+                                                  "where there is none) and the GPUOPS_NOTIFY_URL or notify_url "
+                                                  "webhook (Slack, Discord): name, outcome, duration, cost.")
+
+
 @app.command()
 def run(
     type_: List[str] = TypeOpt,
     gpu: Optional[str] = GpuOpt,
     max_price: Optional[float] = MaxPriceOpt,
     wait_for_capacity: Optional[str] = WaitForCapacityOpt,
-    script: Optional[str] = typer.Option(None, "--script", "-s", help="Training script, relative to the project. "
-                                         "Refused before anything is launched when the launched image cannot run "
-                                         "it: requires-python its python misses, a poetry/pdm/conda project setup "
-                                         "cannot install, conda activate, Windows line endings, relative imports "
-                                         "(docs/run.md)."),
-    region: List[str] = typer.Option([], "--region", "-r", help="Region to try, in order (repeatable; default: "
-                                                                "every region with capacity)."),
-    fetch: Optional[str] = typer.Option(None, "--fetch", metavar="NAME[,NAME...]",
-                                        help="What to pull back, verified, before terminating: names of the "
-                                             "profile's fetch: map, or folders under the project (checkpoints,"
-                                             "outputs). Each lands in runs/<run id>/<name>, the run's own folder; "
-                                             "sync never uploads them. The job's log is always kept in "
-                                             "runs/<job id>/log. With --resume: added to what the run fetches."),
+    script: Optional[str] = SCRIPT_OPT,
+    region: List[str] = REGION_OPT,
+    fetch: Optional[str] = FETCH_OPT,
     keep: bool = typer.Option(False, "--keep", help="Do not terminate at the end (gpuops down NAME later)."),
-    ttl: Optional[str] = typer.Option(None, "--ttl", metavar="DURATION", help="Time to live of the instance "
-                                      "(`gpuops reap` ends it after; a tag on the instance), e.g. 8h (above 0, at "
-                                      "most 365d). Default: GPUOPS_RUN_TTL (the environment or ./.env), else 24h: "
-                                      "every run's instance has one, kept ones too.", show_default=False),
-    max_cost: Optional[float] = typer.Option(None, "--max-cost", metavar="DOLLARS", min=0.01,
-                                             help="A budget, checked from the launch on: reached while booting or "
-                                                  "before the job starts, the run ends there; while training, the "
-                                                  "job is stopped and what exists fetched. Then terminated.",
-                                             show_default=False),
-    key: Optional[Path] = typer.Option(None, "--key", help="Private SSH key (default: ~/.ssh/id_ed25519).",
-                                       show_default=False),
-    name: Optional[str] = typer.Option(None, "--name", help="Run name: letters, digits, '-', '_', '.' (default: the "
-                                                            "script's stem)."),
-    nodes: int = typer.Option(1, "--nodes", min=1, max=64, help="Instances, all in one region: N > 1 launches a "
-                                                                 "fleet (gpuops up --nodes) and runs the job on every "
-                                                                 "node, fetching from node 0."),
-    launcher: str = typer.Option("auto", "--launcher", metavar="auto|none|torchrun|ray",
-                                 help="How the job starts across the nodes (gpuops train --launcher). auto: torchrun "
-                                      "with --nodes above 1, the script itself on one node."),
-    nproc: str = typer.Option("auto", "--nproc-per-node", metavar="auto|N",
-                              help="torchrun processes per node (auto: the GPUs the preflight saw)."),
-    recover: Optional[int] = typer.Option(None, "--recover", metavar="N", min=0, max=100,
-                                          help="Replace the instance up to N times (default 0: never) when it is "
-                                               "terminated or preempted, stays unreachable (--unreachable), or a GPU "
-                                               "fails (a hardware Xid, uncorrectable ECC errors): fetch what it "
-                                               "still has, terminate it, launch a new one, setup, verify, sync, push "
-                                               "the newest checkpoint fetched and verified, and start the job again "
-                                               "with its path in GPUOPS_RESUME_FROM. Each checkpoint is fetched as "
-                                               "it appears (the first --fetch name, or `checkpoints`). A fleet "
-                                               "(--nodes) is replaced whole when any node ends, the checkpoint "
-                                               "pushed to every node. With --resume: the run's new N.",
-                                          show_default=False),
-    unreachable: Optional[str] = typer.Option(None, "--unreachable", metavar="DURATION",
-                                              help="How long the instance may stay unreachable while the API shows "
-                                                   "it running (default 5m): then it is replaced (--recover), else "
-                                                   "the run detaches.", show_default=False),
-    from_: Optional[str] = typer.Option(None, "--from", metavar="PROFILE",
-                                        help="Train with PROFILE's settings (python, expect, setup, env_preset, env, "
-                                             "secrets, fetch, sync) on the launched instances (gpuops up --from).",
-                                        show_default=False),
-    resume: bool = typer.Option(False, "--resume", help="Continue a run whose local process ended (crash, laptop "
-                                                        "closed, Ctrl-C): the newest unfinished one, or --id RUN. "
-                                                        "--fetch, --keep, --max-cost, --recover and --force apply "
-                                                        "to it; the options that describe a new run are refused. A "
-                                                        "run whose process is still alive is refused (exit 2), "
-                                                        "naming the process; a dead one's run is taken over."),
-    run_id: Optional[str] = typer.Option(None, "--id", metavar="RUN", help="With --resume: which run.",
-                                         show_default=False),
-    fs: Optional[str] = typer.Option(None, "--fs", metavar="NAME", help="Attach Lambda filesystem NAME to every "
-                                     "instance (replacements too): only its region is tried; missing, it is created "
-                                     "after asking (--yes: at once). The job sees GPUOPS_FS; setup's caches live on "
-                                     "it (docs/fs.md).", show_default=False),
-    data: Optional[str] = typer.Option(None, "--data", metavar="SOURCE", help="Data the job reads at GPUOPS_DATA: a "
-                                       "local folder (rsync'd; with --fs once onto the filesystem, later runs send "
-                                       "only what changed), https://...#sha256=HEX or hf://ORG/NAME "
-                                       "(hf://datasets/ORG/NAME; HF_TOKEN a secret): downloaded by the instance, "
-                                       "never through this machine (docs/fs.md).", show_default=False),
-    env: List[str] = typer.Option([], "--env", "-e", metavar="NAME=VALUE",
-                                  help="For the job, as `gpuops train --env` takes it (repeatable; wins over the "
-                                       "preset and the profile; NAME= unsets NAME). Kept in a 0600 file beside the "
-                                       "run's record, never in the record itself. Put secrets in .env instead: a value "
-                                       "here is seen by ps and kept in your shell's history.", show_default=False),
-    seed: Optional[int] = typer.Option(None, "--seed", help="Export GPUOPS_SEED and PYTHONHASHSEED (gpuops train "
-                                                            "--seed); recorded.", show_default=False),
-    force: bool = typer.Option(False, "--force", help="Launch past what the launch gate refuses (gpuops train "
-                                                      "--force: a broken stack, a missing module, a GPU held by "
-                                                      "another process); recorded in the job's meta.json. With "
-                                                      "--resume: applies to a launch still to come."),
-    idle: Optional[str] = typer.Option(None, "--idle", metavar="DURATION", help="Idle limit of each instance "
-                                       "(gpuops up --idle): no gpuops run and GPU utilisation under 5 % for this "
-                                       "long, then `gpuops reap` (or --guard) ends it.", show_default=False),
-    guard: Optional[str] = typer.Option(None, "--guard", metavar="on-instance", help="on-instance: a watchdog on each "
-                                        "instance terminates it at its TTL/idle limit even with your laptop closed "
-                                        "(gpuops up --guard: puts your account-wide API key on the instance).",
-                                        show_default=False),
-    yes: bool = typer.Option(False, "--yes", "-y", help="Do not ask before launching (the price), before a "
-                                                        "large upload (over 500 MB, or far more than the code), nor "
-                                                        "before creating --fs."),
+    ttl: Optional[str] = TTL_OPT,
+    max_cost: Optional[float] = MAX_COST_OPT,
+    key: Optional[Path] = KEY_OPT,
+    name: Optional[str] = NAME_OPT,
+    nodes: int = NODES_OPT,
+    launcher: str = LAUNCHER_OPT,
+    nproc: str = NPROC_OPT,
+    recover: Optional[int] = RECOVER_OPT,
+    unreachable: Optional[str] = UNREACHABLE_OPT,
+    from_: Optional[str] = FROM_OPT,
+    resume: bool = RESUME_OPT,
+    run_id: Optional[str] = RUN_ID_OPT,
+    fs: Optional[str] = FS_OPT,
+    data: Optional[str] = DATA_OPT,
+    env: List[str] = ENV_OPT,
+    seed: Optional[int] = SEED_OPT,
+    force: bool = FORCE_OPT,
+    idle: Optional[str] = IDLE_OPT,
+    guard: Optional[str] = GUARD_OPT,
+    yes: bool = YES_OPT,
     json_: bool = typer.Option(False, "--json", help="Print the closing summary as one JSON document."),
-    notify: bool = typer.Option(False, "--notify", help="When the run ends: a desktop notification (a terminal bell "
-                                                        "where there is none) and the GPUOPS_NOTIFY_URL or notify_url "
-                                                        "webhook (Slack, Discord): name, outcome, duration, cost."),
+    notify: bool = NOTIFY_OPT,
     args: Optional[List[str]] = typer.Argument(None, help="Arguments for the script, after --.", show_default=False),
 ) -> None:
     """up -> sync -> setup -> train -> watch -> fetch (verified) -> down, with the running cost on screen. The type:
@@ -128,6 +155,7 @@ def run(
 
     from ..pipeline import runner as run_ops
     from ..pipeline import stages as pl
+    from ..pipeline.summary import render_summary
     from ..cloud.instances import make_context
     from ..interrupts import as_interrupt
 
@@ -155,7 +183,7 @@ def run(
                             confirm=_confirmer(yes), create_fs=fs_question(yes), env=None if resume else env)
     with lock, as_interrupt():
         code = runner.run()
-        doc = run_ops.render_summary(out, runner.rec, runner.fetched, time.time())
+        doc = render_summary(out, runner.rec, runner.fetched, time.time())
     if notify:
         _notify(out, runner.rec, doc, project)
     raise typer.Exit(code)
@@ -208,13 +236,15 @@ def _new_run(out, project: Path, *, types: list, gpu: Optional[str], max_price: 
     """A new run's record, every option checked (and a --from template read) before anything is launched; what the
     sync will send said (and a large upload asked with `confirm`) before the record is written."""
     from ..cloud import decisions as d
-    from ..cloud.instances import template_for
+    from ..cloud.managed import template_for
     from ..errors import UsageError
     from ..jobs.launchers import LAUNCHERS
-    from ..jobs.plan import parse_env_args, script_path
+    from ..jobs.envplan import parse_env_args
+    from ..jobs.plan import script_path
     from ..pipeline import prelaunch
     from ..pipeline import runner as run_ops
     from ..pipeline import stages as pl
+    from ..pipeline.bringup import run_template
 
     if not script:
         raise UsageError("--script is needed, with --type or --gpu (or --resume)")
@@ -239,14 +269,14 @@ def _new_run(out, project: Path, *, types: list, gpu: Optional[str], max_price: 
         from ..transfer.dataplan import parse
 
         parse(data, project)  # checked before anything is launched
-    from ..cloud.instances import require_key
+    from ..cloud.keys import require_key
 
     require_key((key or Path("~/.ssh/id_ed25519")).expanduser(), given=key is not None)
     from ..pipeline.money import run_ttl
     from ..profiles.model import environment
 
     ttl_s, ttl_said = run_ttl(ttl, environment(project))
-    template, note = run_ops.run_template(template_for(from_, project), from_)
+    template, note = run_template(template_for(from_, project), from_)
     if note:
         out.info(note)
     prelaunch.check(project, script, out, template)  # a job that cannot run is refused before anything bills

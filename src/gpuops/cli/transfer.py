@@ -43,7 +43,7 @@ def sync(
     --json: the summary with a `warnings` list."""
     from ..profiles import model as profiles
     from ..remote.connection import shared
-    from ..remote.rsync import require_local_rsync
+    from ..transfer.rsync import require_local_rsync
     from ..transfer.sync import render_sync, sync_project
     from .app import confirmer
 
@@ -97,7 +97,7 @@ def fetch(
     from ..profiles import model as profiles
     from ..errors import UsageError
     from ..remote.connection import connect
-    from ..remote.rsync import require_local_rsync
+    from ..transfer.rsync import require_local_rsync
     from ..transfer.fetch import fetch as do_fetch
     from ..transfer.fetch import list_remote, render_fetch, render_list
 

@@ -6,7 +6,7 @@
   description), with `transient` (worth retrying: 429, 5xx, `provider/*`, `global/internal-error`, connection
   trouble) and `ambiguous` (the request may have been carried out: a timeout after sending, a dropped connection, a 5xx).
 - Idempotent requests (GET, terminate) are retried with backoff on transient failures, honouring Retry-After.
-  A launch is never retried here: the caller adopts by tag after an ambiguous failure (instances.py).
+  A launch is never retried here: the caller adopts by tag after an ambiguous failure (launch.py).
 - The API key never appears in output, exception text or a repr: `Secret` hides it and `redact()` scrubs any text of
   every form the key can take there (raw, escaped, as bytes, URL-encoded, base64 as in a Basic header).
 - A request that cannot even be sent (a header or URL httpx refuses) is a local error (exit 2), never retried as a

@@ -1,7 +1,7 @@
 """Lambda persistent filesystems, the pure part: names, which filesystem a launch attaches and in which region, where
 an instance mounts it, what it costs per month, and the rows `gpuops fs ls` and `gpuops ls` show.
 
-The talking part is `cloud/api.py` (list, create, delete, launch with `file_system_names`) and `cloud/instances.py`
+The talking part is `cloud/api.py` (list, create, delete, launch with `file_system_names`) and `cloud/up.py`
 (`up` and `gpuops run` attach through `UpSpec.file_systems`)."""
 from __future__ import annotations
 

@@ -103,7 +103,8 @@ class Hub:
         from ..errors import GpuopsError
 
         try:
-            from ..cloud.instances import local_cloud_profiles, make_context, owner_alive
+            from ..cloud.managed import local_cloud_profiles
+            from ..cloud.instances import make_context, owner_alive
 
             ctx = make_context(self.out)
         except GpuopsError as exc:

@@ -13,6 +13,8 @@ from datetime import datetime
 from pathlib import Path
 from typing import Callable, Iterable, Optional
 
+from . import envplan
+from . import gate as launch_gate
 from . import plan as core
 from ..errors import RemoteError, UsageError
 
@@ -55,18 +57,18 @@ class _Gate:
     """What the launch gate reads locally, once per run: the modules the job needs (job_imports, from the project's
     files) and the module -> distribution table (playbooks/modules.yaml)."""
 
-    def __init__(self, project: Path, script_rel: str, plan: core.EnvPlan):
+    def __init__(self, project: Path, script_rel: str, plan: envplan.EnvPlan):
         from . import script_imports as ji
         from .. import knowledge as kb
 
-        self.project, self.script, self.env = project, script_rel, core.job_env(plan)
+        self.project, self.script, self.env = project, script_rel, envplan.job_env(plan)
         self.table = kb.load_playbook("modules", project).get("modules") or []
         self.needs = ji.job_needs(project, script_rel, ji.namespaces(self.table))
 
     def preflight(self, remote, node, remote_dir: str, packages: list[str], *, force: bool, sync: bool,
                   launcher: str = "none"):
-        """One remote execution (remote/launch.preflight), then the verdict: the stack (runs.gate_results), the GPUs
-        the job will see held by other processes (runs.gpu_holders), the modules its python cannot find. Sets
+        """One remote execution (remote/launch.preflight), then the verdict: the stack (gate.gate_results), the GPUs
+        the job will see held by other processes (gate.gpu_holders), the modules its python cannot find. Sets
         pf.job_gpus, the GPUs the job is given."""
         from . import script_imports as ji
         from .. import knowledge as kb
@@ -74,17 +76,17 @@ class _Gate:
 
         script_rel = self.script
         pf, found = rl.preflight(remote, remote_dir, script_rel, node.python, packages,
-                                 core.gate_params(node, remote_dir, env=self.env, modules=ji.probe_groups(self.needs)))
-        pf.job_gpus = core.job_gpu_count(pf.facts, self.env, len(pf.gpus))
-        extra = core.gpu_holders(pf.facts, pf.active_pids, self.env, active_ids=pf.active)
-        gone = ji.missing(self.needs, core.found_modules(pf.facts))
+                                 launch_gate.gate_params(node, remote_dir, env=self.env, modules=ji.probe_groups(self.needs)))
+        pf.job_gpus = launch_gate.job_gpu_count(pf.facts, self.env, len(pf.gpus))
+        extra = launch_gate.gpu_holders(pf.facts, pf.active_pids, self.env, active_ids=pf.active)
+        gone = ji.missing(self.needs, launch_gate.found_modules(pf.facts))
         if gone:
             extra += ji.problems(gone, python=node.python, declared_names=ji.declared(self.project), table=self.table,
                                  project_table=ji.has_project_table(self.project),
                                  extras=ji.extras_only(self.project), wanted_extras=node.setup.extras)
-        verdict = core.judge_preflight(pf, script_found=found, script=script_rel, remote_dir=remote_dir,
+        verdict = launch_gate.judge_preflight(pf, script_found=found, script=script_rel, remote_dir=remote_dir,
                                        min_disk_gb=node.expect.min_disk_gb, force=force, synced=sync,
-                                       stack=core.gate_results(pf.facts, node, kb.knowledge(self.project), self.env),
+                                       stack=launch_gate.gate_results(pf.facts, node, kb.knowledge(self.project), self.env),
                                        launcher=launcher, python=node.python, extra=extra)
         return pf, verdict
 
@@ -108,14 +110,14 @@ def _prepare_run(prof, out, project: Path, *, script: str, name: Optional[str], 
         from ..transfer.sync import warn_script_exclusions
 
         warn_script_exclusions(out, project, script_rel, prof.sync.exclude)
-    cli_env = core.parse_env_args(env)
-    presets_doc = core.load_presets(project)
+    cli_env = envplan.parse_env_args(env)
+    presets_doc = envplan.load_presets(project)
     started = clock()
     reg = core.registry_dir(project)  # every folder of runs/ (a job's, or a pipeline run's checkpoints)
     taken = [d.name for d in reg.iterdir()] if reg.is_dir() else []
     rid = core.run_id(name, script_rel, clock=lambda: started, taken=taken)
     dotenv = profiles.read_dotenv(project / ".env")
-    plan = core.plan_env(preset=prof.env_preset, presets_doc=presets_doc, profile_env=prof.env, cli_env=cli_env,
+    plan = envplan.plan_env(preset=prof.env_preset, presets_doc=presets_doc, profile_env=prof.env, cli_env=cli_env,
                          secret_names=prof.secrets, local_env=profiles.environment(project), run_id=rid,
                          profile_name=prof.name, seed=seed, dotenv_names=list(dotenv))
     for w in plan.warnings + dotenv_warnings(project / ".env", plan.secret_origin):
@@ -173,13 +175,13 @@ def train(prof, out, project: Path, *, script: str, name: Optional[str] = None, 
             sync_project(prof, remote, out, project)
         out.step("preflight: GPUs and their other processes, free disk, other runs, the stack (torch, CUDA, "
                  "flash-attn), the script and what it imports")
-        pf, verdict = gate.preflight(remote, prof, remote_dir, core.conflict_packages(presets_doc), force=force,
+        pf, verdict = gate.preflight(remote, prof, remote_dir, envplan.conflict_packages(presets_doc), force=force,
                                      sync=sync)
         for w in verdict.warnings:
             out.warn(w)
         if verdict.error:
             raise verdict.error
-        for w in core.conflict_warnings(plan.exported, presets_doc, pf.packages):
+        for w in envplan.conflict_warnings(plan.exported, presets_doc, pf.packages):
             out.warn(w)
         out.info(f"environment for {rid}:")
         for line in plan.lines():
@@ -281,7 +283,7 @@ class _FleetLaunch:
 
                 sync_project(node, remote, quiet, self.project)
             need = [launchers.NEEDS[self.launcher]] if self.launcher in launchers.NEEDS else []
-            pf, verdict = gate.preflight(remote, node, remote_dir, core.conflict_packages(self.presets_doc) + need,
+            pf, verdict = gate.preflight(remote, node, remote_dir, envplan.conflict_packages(self.presets_doc) + need,
                                          force=self.force, sync=sync, launcher=self.launcher)
             if verdict.error:
                 raise verdict.error

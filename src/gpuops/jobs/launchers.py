@@ -11,6 +11,8 @@ import shlex
 from dataclasses import dataclass
 from typing import Mapping, Optional, Sequence
 
+from ..fleet import MASTER_PORT
+
 LAUNCHERS = ("none", "torchrun", "ray")
 NEEDS = {"torchrun": "torch", "ray": "ray"}  # the package each launcher runs from, in the profile's python
 # The launcher commands a .sh job may call, and the module each runs (its console script's): launch.sh gives a job
@@ -20,7 +22,6 @@ NEEDS = {"torchrun": "torch", "ray": "ray"}  # the package each launcher runs fr
 # deepspeed's bin/deepspeed (deepspeed.launcher.runner:main).
 LAUNCHER_COMMANDS = (("torchrun", "torch.distributed.run"), ("accelerate", "accelerate.commands.accelerate_cli"),
                      ("deepspeed", "deepspeed.launcher.runner"))
-MASTER_PORT = 29500  # torch's default rendezvous port
 RAY_PORT = 6379  # Ray's default GCS port
 RAY_JOIN_TIMEOUT = 180  # seconds the head waits for every node to join, and a worker for the head
 RAY_JOIN_ENV = "GPUOPS_RAY_JOIN_TIMEOUT"  # the job environment's override of RAY_JOIN_TIMEOUT
@@ -123,7 +124,7 @@ def ray_start_argv(*, python: str, fleet: Fleet, rank: int, port: int = RAY_PORT
 
 # -- shell text for launch.sh (every value quoted) ------------------------------------------------------------------
 def _cmd(argv: list[str], python: str) -> str:
-    from ..profiles.model import shell_command
+    from ..remote.shell import shell_command
 
     py = _python_words(python)
     if argv[:len(py)] == py:

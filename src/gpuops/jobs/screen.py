@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     from .watch import Dashboard
 
+SPARK = "▁▂▃▄▅▆▇█"
 COMPACT_BELOW = 80  # columns: below this the GPU table is compact
 LOG_MIN_ROWS = 3  # the log panel keeps at least this many lines of log (plus its two borders); 1 on a tiny screen
 COLOUR = {"running": "cyan", "succeeded": "green", "failed": "red", "stopped": "yellow", "lost": "red"}
@@ -35,9 +36,15 @@ def mem_gb(used_mib, total_mib) -> str:
     return f"{(used_mib or 0) / 1024:.1f}/{(total_mib or 0) / 1024:.0f} GB"
 
 
-def _spark(values, width: int) -> str:
-    from .watch import sparkline
+def sparkline(values) -> str:
+    """Percentages (0-100, None as 0) as one block character each."""
+    vals = list(values)
+    if not vals:
+        return ""
+    return "".join(SPARK[min(len(SPARK) - 1, max(0, int((v or 0) / 100.0 * (len(SPARK) - 1) + 0.5)))] for v in vals)
 
+
+def _spark(values, width: int) -> str:
     return sparkline(list(values)[-width:]) if width > 0 else ""
 
 

@@ -18,9 +18,10 @@ import shlex
 from typing import Callable, Iterable, Optional
 
 from ..errors import RemoteError, UsageError
-from ..profiles.model import shell_command, shell_path
 from ..remote.shell import heredoc as _heredoc
-from .plan import Preflight, RunInfo, parse_preflight, parse_state_line
+from ..remote.shell import shell_command, shell_path
+from .gate import Preflight, parse_preflight
+from .plan import RunInfo, parse_state_line
 
 RUNS_SUBDIR = ".gpuops/runs"
 ACTIVE_DIR = '"$HOME"/.gpuops/active'

@@ -22,16 +22,15 @@ from dataclasses import dataclass, field
 from typing import Callable, Iterator, Optional
 
 from ..errors import ConnectError, RemoteError
-from ..profiles.model import shell_path
+from ..remote.shell import shell_path
 from .plan import GPU_QUERY, RUNNING, RunInfo, cost, fmt_duration, parse_state_line
 
 HEARTBEAT_TICKS = 10  # heartbeat every 10 ticks (5 s at the default tick)
-SPARK = "▁▂▃▄▅▆▇█"
 DASH_LINES_MAX = 500  # the dashboard keeps at most this many log lines (--lines replays more, to stdout only)
 
 
 # -- the remote stream ---------------------------------------------------------------------------------
-# The health fields a running job's stream samples: what verify's FAIL rules read (verify/checks.health_failures).
+# The health fields a running job's stream samples: what verify's FAIL rules read (verify/checks_health.health_failures).
 # An older driver refuses a field it does not know (the whole query fails): the next set, without it, is tried.
 HEALTH_FIELD_SETS = (
     "index,ecc.errors.uncorrected.volatile.total,remapped_rows.pending,remapped_rows.failure,retired_pages.pending,"
@@ -475,7 +474,7 @@ FATAL_SMI_FAILURES = ("gpu-lost",)  # nvidia-smi failures (knowledge.yaml ids) t
 
 class HealthWatch:
     """The stream's health lines (HG: the health fields, HX: the kernel log's Xid lines) and nvidia-smi's own failure
-    on the GPU line, judged by verify's rules (verify.checks.health_failures; playbooks/xid.yaml, knowledge.yaml):
+    on the GPU line, judged by verify's rules (verify.checks_health.health_failures; playbooks/xid.yaml, knowledge.yaml):
     apply(ev) returns the facts that end a GPU's usefulness not returned before, a line each. Judged since boot, as
     verify judges: a host that passed verify had none."""
 
@@ -487,7 +486,7 @@ class HealthWatch:
         self.said: set = set()
 
     def apply(self, ev: dict) -> list[str]:
-        from ..verify.checks import health_failures
+        from ..verify.checks_health import health_failures
         from ..verify.facts import classify_smi_failure, parse_health, parse_xids
 
         t = ev.get("type")
@@ -737,13 +736,6 @@ def signal_lines(ev: dict, stamp: str) -> list[str]:
     if p and ev.get("new_step", True) and (p.get("step") is None or p["step"] % 10 == 0 or (p.get("total") and p["step"] >= p["total"])):
         lines.append(f"{stamp} progress {progress_text(p)}")
     return lines
-
-
-def sparkline(values) -> str:
-    vals = list(values)
-    if not vals:
-        return ""
-    return "".join(SPARK[min(len(SPARK) - 1, max(0, int((v or 0) / 100.0 * (len(SPARK) - 1) + 0.5)))] for v in vals)
 
 
 def gpu_text(g: dict) -> str:

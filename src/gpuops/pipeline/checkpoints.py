@@ -95,7 +95,7 @@ def link_command(remote_project: str, sub: str, fs_path: str) -> str:
     checkpoint to resume from. Exit 3: `<sub>` is a non-empty folder of its own (said, nothing changed)."""
     import shlex
 
-    from ..profiles.model import shell_path
+    from ..remote.shell import shell_path
 
     link = shell_path(remote_project.rstrip("/") + "/" + sub.strip("/").removeprefix("./"))
     f = shlex.quote(fs_path)

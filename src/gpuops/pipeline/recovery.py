@@ -374,7 +374,7 @@ class RecoveryStages:
     def _terminate_for_recovery(self, ids: str) -> bool:
         """Terminate the instance being replaced (confirmed, its records closed). False: refused (said loudly: it
         still bills; the run stops here and `--resume` tries again)."""
-        from ..cloud.instances import down
+        from ..cloud.down import down
 
         rec, r = self.rec, self.rec.recovering
         ctx = self.ctx_factory()
@@ -438,8 +438,8 @@ class RecoveryStages:
 
     def _push_one(self, prof, local: Path, path: str, label: str):
         """rsync `local` to `path` under the host's project folder; (the remote path, rsync's result)."""
-        from ..profiles.model import shell_path
-        from ..remote import rsync as rs
+        from ..remote.shell import shell_path
+        from ..transfer import rsync as rs
         from ..remote.connection import connect, ssh_command
         from ..transfer import plan as tr
         from ..transfer.progress import ProgressView

@@ -2,6 +2,8 @@
 
 Lookup order: ./profiles/, the user config directory (~/.config/gpuops/profiles), the packaged examples.
 Selection: explicit name, else GPUOPS_PROFILE, else the profile last used successfully here, else the only one.
+`shell_path` and `shell_command` live in remote/shell.py (below profiles); they are imported here too so that
+`profiles.model.shell_path` keeps working for code that reads a profile and quotes its paths.
 """
 from __future__ import annotations
 
@@ -9,7 +11,6 @@ import difflib
 import json
 import os
 import re
-import shlex
 from datetime import datetime
 from pathlib import Path
 from typing import Any, Dict, List, Literal, Optional, Union
@@ -18,6 +19,7 @@ from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError,
 
 from ..errors import ProfileError
 from ..paths import config_dir, data_dir, state_dir, write_atomic
+from ..remote.shell import remote_dir_spelling_problem, shell_command, shell_path  # noqa: F401
 
 DEFAULT_EXCLUDES = [".git", "checkpoints", "outputs", "wandb", "__pycache__", "*.pyc", ".venv", "logs", "node_modules"]
 PROFILE_SUFFIXES = (".yaml", ".yml")
@@ -162,8 +164,6 @@ def _explicit_remote_dir(v: Any) -> Any:
         raise ValueError("is empty (YAML reads a lone ~ as empty): write the folder, e.g. ~/my-project, or leave "
                          "the key out for the default ~/<project folder>")
     if isinstance(v, str):
-        from ..transfer.plan import remote_dir_spelling_problem
-
         why = remote_dir_spelling_problem(v)
         if why:
             raise ValueError(why)
@@ -353,22 +353,6 @@ def check_env_name(name: str, where: str) -> str:
     if not ENV_NAME.fullmatch(name):
         raise ValueError(f"{name!r} is not a variable name (letters, digits and _, not starting with a digit)")
     return name
-
-
-def shell_path(path: str) -> str:
-    """Quote a remote path for a POSIX shell, keeping a leading ~ meaning the remote home."""
-    if path == "~":
-        return '"$HOME"'
-    if path.startswith("~/"):
-        return '"$HOME"/' + shlex.quote(path[2:])
-    return shlex.quote(path)
-
-
-def shell_command(command: str) -> str:
-    """A command from a profile (e.g. `python: ~/venv/bin/python -X dev`) for a remote shell: every word quoted,
-    the first keeping a leading ~ as the remote home."""
-    words = shlex.split(command) or ["python3"]
-    return " ".join([shell_path(words[0])] + [shlex.quote(w) for w in words[1:]])
 
 
 # -- .env and ${VAR} -----------------------------------------------------------------

@@ -22,7 +22,7 @@ def probe_source(params: dict) -> str:
 
 
 def command(python: str) -> str:
-    from ..profiles.model import shell_command, shell_path
+    from .shell import shell_command, shell_path
 
     py = shell_command(python)
     first = shell_path((shlex.split(python) or ["python3"])[0])

@@ -74,7 +74,7 @@ def _keygen(path: Path, comment: str) -> None:
     os.chmod(path, 0o600)
 
 
-def _pid(d: Path) -> int | None:
+def sshd_pid(d: Path) -> int | None:
     """The pid of the host's running sshd: its pid file's, if that process is alive and is this host's sshd (its
     command line names this host's sshd_config), never a process that reused the pid of an sshd gone meanwhile."""
     try:
@@ -176,7 +176,7 @@ def start(d: Path, *, address: str = "127.0.0.1", port: int | None = None, gpu: 
     _install_tools(d, image_python)
     state = read_state(d)
     keys_changed = _write_keys(d, host_key, authorized_keys)
-    pid = _pid(d)
+    pid = sshd_pid(d)
     same = (state.get("port") and (port is None or port == state["port"])
             and (address in (AUTO, state.get("address", "127.0.0.1"))))
     if pid and same and not keys_changed and _listening(state["port"], state.get("address", "127.0.0.1")):
@@ -411,7 +411,7 @@ def _process_table() -> dict[int, tuple[int, bytes]]:
     return table
 
 
-def _session_processes(d: Path) -> list[int]:
+def session_processes(d: Path) -> list[int]:
     """The processes this host's sessions started: every one carrying its session marker (a job detached with setsid
     or a double fork keeps its environment when it leaves the session's process tree) and every descendant of its
     sshd (a session that cleared its environment). Never the sshd itself, this process or any of its ancestors: a
@@ -420,7 +420,7 @@ def _session_processes(d: Path) -> list[int]:
     mark = _session_mark(d, create=False)
     needle = f"{SESSION_MARK}={mark}".encode() if mark else None
     found = {pid for pid, (_, env) in table.items() if needle and needle in env.split(b"\0")}
-    sshd = _pid(d)
+    sshd = sshd_pid(d)
     if sshd:
         children: dict[int, list[int]] = {}
         for pid, (ppid, _) in table.items():
@@ -447,7 +447,7 @@ def kill_gpu_jobs(d: Path) -> list[int]:
 
     table = _process_table()
     killed = []
-    for pid in _session_processes(d):
+    for pid in session_processes(d):
         env = table.get(pid, (0, b""))[1].split(b"\0")
         if any(e.startswith(b"GPUOPS_RUN_ID=") for e in env):
             try:
@@ -465,10 +465,10 @@ def down() -> bool:
 
 def stop(d: Path) -> bool:
     """Stop sshd of the host in `d` and, as a host going down does, the jobs its sessions left running (see
-    _session_processes: only those). The profile and keys stay, so the host key is the same on the next start.
+    session_processes: only those). The profile and keys stay, so the host key is the same on the next start.
     Returns whether its sshd was running."""
-    doomed = set(_session_processes(d))  # while sshd runs: its sessions are its descendants
-    pid = _pid(d)
+    doomed = set(session_processes(d))  # while sshd runs: its sessions are its descendants
+    pid = sshd_pid(d)
     stopped = False
     if pid:
         try:
@@ -481,7 +481,7 @@ def stop(d: Path) -> bool:
                 break
             time.sleep(0.02)
         (d / "sshd.pid").unlink(missing_ok=True)
-    doomed |= set(_session_processes(d))  # a job a session forked meanwhile carries the marker
+    doomed |= set(session_processes(d))  # a job a session forked meanwhile carries the marker
     for p in sorted(doomed):
         try:
             os.kill(p, signal.SIGKILL)
@@ -493,7 +493,7 @@ def stop(d: Path) -> bool:
 def status() -> dict:
     d = sandbox_dir()
     st = read_state(d)
-    pid = _pid(d)
+    pid = sshd_pid(d)
     st["running"] = bool(pid and st.get("port") and _listening(st["port"], st.get("address", "127.0.0.1")))
     st["pid"] = pid
     st["dir"] = str(d)

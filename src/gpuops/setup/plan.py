@@ -28,9 +28,9 @@ import shlex
 from dataclasses import asdict, dataclass, field
 from typing import Optional
 
-from ..verify.results import TORCH_INDEX, _cuda_tag, _local_tag, _major_minor, spec_matches
+from ..verify.results import TORCH_INDEX, cuda_tag, local_tag, major_minor, spec_matches
 from ..errors import ProfileError
-from ..profiles.model import shell_command, shell_path
+from ..remote.shell import shell_command, shell_path
 from .project import (Project, Req, _norm, installs_itself, marker_env, names_extra_index,  # noqa: F401
                       parse_pyproject, parse_requirements, python_meets, read_project, requires_python, tool_project,
                       tool_refusal)
@@ -345,7 +345,7 @@ def torch_index_for(profile, facts: HostFacts, knowledge: dict, spec: str = "") 
     if profile.setup.torch_index:
         return profile.setup.torch_index
     build = re.search(r"\+(cu\d+|cpu|rocm[\d.]+)\b", spec or "")
-    tag = (build.group(1) if build else None) or _cuda_tag(profile.expect.cuda) or _cuda_tag(facts.cuda_driver) or "cpu"
+    tag = (build.group(1) if build else None) or cuda_tag(profile.expect.cuda) or cuda_tag(facts.cuda_driver) or "cpu"
     return (knowledge.get("torch_index") or TORCH_INDEX).format(tag=tag)
 
 
@@ -359,7 +359,7 @@ def _torch_wants(profile, facts: HostFacts, knowledge: dict) -> dict[str, str]:
     exp = profile.expect.packages
     wants = {n: exp[n] for n in TORCH_FAMILY if n in exp}
     if "torch" in wants:
-        tmm = _major_minor(wants["torch"].lstrip("=<>~!")) if wants["torch"] != "*" else None
+        tmm = major_minor(wants["torch"].lstrip("=<>~!")) if wants["torch"] != "*" else None
         row = next((r for r in knowledge.get("torch_companions", []) if str(r.get("torch")) == tmm), None)
         for comp in ("torchvision", "torchaudio"):
             if comp not in wants and facts.packages.get(comp) and row:
@@ -602,7 +602,7 @@ def _plan_torch(c: _Ctx) -> tuple[Optional[Step], Optional[Step]]:
         cpu_index = _cpu_index(plan.torch_index)
         wrong = [n for n, spec in wants.items() if not spec_matches(f.packages.get(n) if f.env_python else
                                                                    (have if n == "torch" else None), spec)]
-        cpu_build = f.gpu_count > 0 and not cpu_index and _local_tag(have) == "cpu"
+        cpu_build = f.gpu_count > 0 and not cpu_index and local_tag(have) == "cpu"
         pinned = _exact(wants.get("torch", "*"))
         first = c.project.kind in ("requirements", "pyproject") and (
             r is None or not r.spec or (pinned is not None and bool(spec_matches(pinned, r.spec))))
@@ -635,7 +635,7 @@ def _plan_torch(c: _Ctx) -> tuple[Optional[Step], Optional[Step]]:
     spec = r.spec or "*"
     plan.torch_index = torch_index_for(prof, f, c.knowledge, r.spec)
     cpu_index = _cpu_index(plan.torch_index)
-    usable = have and spec_matches(have, spec) and not (f.gpu_count > 0 and not cpu_index and _local_tag(have) == "cpu")
+    usable = have and spec_matches(have, spec) and not (f.gpu_count > 0 and not cpu_index and local_tag(have) == "cpu")
     if usable and not hidden:
         plan.torch_source = f"torch {have} from {where} (satisfies {r.source}'s torch{r.spec})"
         return None, None
@@ -643,10 +643,10 @@ def _plan_torch(c: _Ctx) -> tuple[Optional[Step], Optional[Step]]:
     reqs = [f"{x.name}{x.spec}" for x in family]
     why = (f"{r.source} asks for torch{r.spec}" + (f"; the image's {have} does not match" if have else
                                                    "; none installed")
-           + (f"; the {_local_tag(r.spec)} build it names" if _local_tag(r.spec) else "; built for the driver's CUDA")
+           + (f"; the {local_tag(r.spec)} build it names" if local_tag(r.spec) else "; built for the driver's CUDA")
            + f", from {plan.torch_index}")
     plan.torch_source = f"torch{r.spec} from {plan.torch_index} ({r.source} pins it)"
-    for_what = f"(its {_local_tag(r.spec)} build)" if _local_tag(r.spec) else "for the driver's CUDA"
+    for_what = f"(its {local_tag(r.spec)} build)" if local_tag(r.spec) else "for the driver's CUDA"
     return Step("torch", f"install {' '.join(reqs)} {for_what}", why,
                 f"gpuops_install --reinstall-torch {' '.join(shlex.quote(x) for x in reqs)} "
                 f"--index-url {shlex.quote(plan.torch_index)}", long=True,

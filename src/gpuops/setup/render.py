@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import shlex
 
-from ..profiles.model import shell_command, shell_path
+from ..remote.shell import shell_command, shell_path
 
 # pip's configuration as pip reads it for `pip install`: the global files, the user's (unless PIP_CONFIG_FILE names
 # a file), the environment's own pip.conf, PIP_CONFIG_FILE (os.devnull: no file at all), then PIP_* variables. pip

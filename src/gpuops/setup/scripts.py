@@ -12,8 +12,8 @@ import shlex
 from typing import Iterator, Optional
 
 from ..errors import RemoteError
-from ..profiles.model import shell_command, shell_path
 from ..remote.shell import heredoc as _heredoc
+from ..remote.shell import shell_command, shell_path
 from .plan import SETUP_SUBDIR, env_dir_or_none, parse_facts
 from .render import PIPCONF
 

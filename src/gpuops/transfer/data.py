@@ -8,8 +8,8 @@ import shlex
 from typing import Optional
 
 from ..errors import GpuopsError, ExitCode
-from ..profiles.model import shell_path
-from ..remote import rsync as rs
+from ..remote.shell import shell_path
+from . import rsync as rs
 from . import dataplan as dp
 from . import plan as tr
 

@@ -20,8 +20,8 @@ from typing import Optional, Sequence
 
 from . import plan as tr
 from ..errors import ConnectError, GpuopsError, RemoteError, UsageError
-from ..profiles.model import shell_command
-from ..remote import rsync as rs
+from ..remote.shell import shell_command
+from . import rsync as rs
 from ..remote.connection import ssh_command
 from .progress import ProgressView
 

@@ -1,7 +1,7 @@
 """Pure helpers for `gpuops sync` and `gpuops fetch`: rsync arguments, filter rules, output parsing,
 checkpoint selection and fetch verification. Nothing here touches the network or starts a process.
 
-The talking side lives in remote/rsync.py (runs rsync) and transfer/sync.py and transfer/fetch.py (the command flows).
+The talking side lives in transfer/rsync.py (runs rsync) and transfer/sync.py and transfer/fetch.py (the command flows).
 """
 from __future__ import annotations
 
@@ -605,21 +605,6 @@ def _lexical(remote_dir: str, home: str) -> str:
     if not p.startswith("/"):
         p = posixpath.join(home, p)
     return posixpath.normpath(p).replace("//", "/")
-
-
-def remote_dir_spelling_problem(path: str) -> str | None:
-    """Why a remote folder spelling cannot be used, or None. rsync hands a leading ~name and the wildcards * ? [ to the
-    remote shell unquoted, which expands them (`~ubuntu`, `~+`, `/hom?/ubunt*` are the home), while every other gpuops
-    step quotes them. Refused where a profile writes remote_dir (rsync_remote_path escapes them anyway). Pure."""
-    p = path.strip()
-    if p.startswith("~") and not (p == "~" or p.startswith("~/")):
-        return (f"{path!r}: only ~ and ~/... mean the remote home here (the remote shell would expand "
-                f"{p.split('/', 1)[0]} otherwise): write ~/folder or the absolute path")
-    bad = sorted({c for c in p if c in "*?["})
-    if bad:
-        return (f"{path!r} holds {' '.join(bad)}, which the remote shell would expand as a wildcard: "
-                "write the folder's plain path")
-    return None
 
 
 def unsafe_delete_target(remote_dir: str, *, home: str, real: str = "") -> str | None:

@@ -600,7 +600,7 @@ def write_remote(remote, snapshot: dict, remote_dir: str, *, timeout: float = 60
     import tarfile
     import time
 
-    from ..profiles.model import shell_path
+    from ..remote.shell import shell_path
 
     buf = io.BytesIO()
     with tarfile.open(fileobj=buf, mode="w", format=tarfile.PAX_FORMAT) as tar:

@@ -13,8 +13,8 @@ from typing import Callable, Optional, Sequence
 from . import plan as tr
 from . import preview as pv
 from ..errors import ExitCode, GpuopsError, RemoteError, UsageError
-from ..profiles.model import shell_path
-from ..remote import rsync as rs
+from ..remote.shell import shell_path
+from . import rsync as rs
 from .progress import ProgressView
 
 

@@ -184,8 +184,9 @@ def run_fleet_verify(profile, out, *, playbook: str | None = None, save: bool = 
     arrives, while the others still work; only the printing waits for the rank order.
     Exit: the worst host's, or 1 when the fleet checks fail."""
     from .. import fleet
+    from ..fleet import MASTER_PORT
     from ..profiles import model as profiles
-    from ..jobs.launchers import MASTER_PORT
+    from . import fleet as fleet_checks
 
     project_dir = project_dir or Path.cwd()
     nodes = profile.nodes()
@@ -208,7 +209,7 @@ def run_fleet_verify(profile, out, *, playbook: str | None = None, save: bool = 
         got = fleet.for_each(nodes, one, parallel=parallel or min(len(nodes), fleet.WIDE_PARALLEL),
                              code_of=lambda v: exit_code(v[0], fail_on_warn))
     reports = [r.value[0] if r.value else None for r in got]
-    fleet_results = fleet.compare(reports) + fleet.reach_results(reports, master, MASTER_PORT)
+    fleet_results = fleet_checks.compare(reports) + fleet_checks.reach_results(reports, master, MASTER_PORT)
     fleet_verdict = verdict(fleet_results) if fleet_results else "pass"
     codes = [r.code for r in got] + [int(ExitCode.FAILED) if fleet_verdict == FAIL else 0]
     code = fleet.worst_code(codes)

@@ -70,19 +70,19 @@ def spec_matches(version: str | None, spec: str) -> bool | None:
         return None
 
 
-def _major_minor(version: str | None) -> str | None:
+def major_minor(version: str | None) -> str | None:
     if not version:
         return None
     m = re.match(r"(\d+)\.(\d+)", version)
     return f"{m.group(1)}.{m.group(2)}" if m else None
 
 
-def _cuda_tag(cuda: str | None) -> str | None:
-    mm = _major_minor(cuda)
+def cuda_tag(cuda: str | None) -> str | None:
+    mm = major_minor(cuda)
     return "cu" + mm.replace(".", "") if mm else None
 
 
-def _local_tag(version: str | None) -> str | None:
+def local_tag(version: str | None) -> str | None:
     return version.split("+", 1)[1] if version and "+" in version else None
 
 

@@ -26,7 +26,7 @@ def rule_packages(rules: dict) -> list[str]:
 def optional_user_checks(rules: dict, names: list[str], python: str, torch: str | None = None) -> list[dict]:
     """The opt-in checks a profile names, as user_checks entries ({python} and {torch} filled in). Unknown names are
     a profile error (exit 2)."""
-    from ..profiles.model import shell_command
+    from ..remote.shell import shell_command
 
     table = rules.get("optional_checks") or {}
     out = []

@@ -14,7 +14,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Callable, Sequence
 
-from ..transfer import plan as tr
+from . import plan as tr
 from ..errors import AuthError, ConnectError, GpuopsError, HostKeyError
 
 ATTEMPTS = int(os.environ.get("GPUOPS_RSYNC_ATTEMPTS", "6"))
