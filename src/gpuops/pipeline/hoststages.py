@@ -95,8 +95,7 @@ class HostStages:
         code = exit_code(doc["verify"]) if doc.get("verify") else 0
         if code and doc.get("verify_results") is not None and not self.out.json_mode:
             show(self.out, doc["verify"], doc["verify_results"])
-        self._end("setup", ok=code == 0, detail="the host matches the profile" if code == 0 else
-                  "verify fails after setup: the host does not match the profile")
+        self._end("setup", ok=code == 0, detail=pl.setup_detail(doc, verified=code == 0))
 
     def stage_sync(self) -> None:
         from ..remote.connection import connect

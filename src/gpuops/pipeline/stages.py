@@ -425,6 +425,16 @@ def begin(rec: Record, name: str, project: Path, clock=time.time) -> None:
     save(rec, project)
 
 
+def setup_detail(doc: dict, *, verified: bool) -> str:
+    """The setup row of the summary: what setup did (its steps, or nothing), then verify's word. Until #36 it read
+    "the host matches the profile" after installing 36 to 120 packages."""
+    steps = [s.get("title", "") for s in ((doc.get("plan") or {}).get("steps") or [])] if doc.get("ran") else []
+    did = ("re-attached to the setup running there" if doc.get("attached") else
+           f"{len(steps)} step{'s' if len(steps) != 1 else ''} done: {'; '.join(steps)}" if steps else
+           "nothing to install")
+    return f"{did}; verify passes" if verified else f"{did}; verify fails after setup: the host does not match the profile"
+
+
 def run_name(name: Optional[str], script: str) -> str:
     """The run's name (its record file and its profile, run-<name>-<time>-<random>): --name as given, checked before
     anything is written (no '/', no leading '.', letters, digits, '-', '_', '.'); else the script's stem made one."""
