@@ -9,11 +9,12 @@ from test_cloud_e2e import TYPE, cloud, cloud_emu  # noqa: F401  (fixtures)
 
 
 def test_a_run_refused_before_launching_leaves_no_lock_and_no_resume_line(cloud, gpuops):
-    cloud.capacity(TYPE, [])  # nothing to launch anywhere
+    cloud.capacity(TYPE, ["us-east-1"])
     (Path.cwd() / "train.py").write_text("print('hi')\n")
-    r = gpuops("run", "--type", TYPE, "--key", str(cloud.key), "--script", "train.py", "--yes")
-    assert r.code == 1, r.all
-    assert "no capacity" in r.err and "nothing was launched" in r.err, r.err
+    # a filesystem to create, and nobody to say yes (no --yes, no terminal): refused before any launch request
+    r = gpuops("run", "--type", TYPE, "--key", str(cloud.key), "--script", "train.py", "--fs", "newfs36")
+    assert r.code == 2, r.all
+    assert "nothing was launched" in r.err, r.err
     assert "--resume" not in r.err, r.err
     d = Path.cwd() / "runs" / "pipelines"
     assert not d.is_dir() or not list(d.iterdir()), list(d.iterdir())

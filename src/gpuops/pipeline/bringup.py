@@ -91,6 +91,8 @@ class UpStage:
                 return  # nothing bills while no instance exists (--wait-for-capacity)
             if rec.billed_from is None:
                 rec.billed_from = self.seams.clock()
+                self.out.info(f"run {rec.id}: launched; gpuops run --resume --id {rec.id} continues it if this "
+                              "process ends")
             rec.price_per_hour = info["price_per_hour"]
             if pl.over_budget(rec, self.seams.clock()):
                 raise BudgetReached(f"--max-cost ${rec.max_cost:.2f} reached while bringing the instance up")

@@ -179,8 +179,10 @@ class Runner(UpStage, HostStages, WatchStage, EndStages, RecoveryStages):
 
             write_private(self._env_file(), json.dumps(self._env_given))
         pl.save(self.rec, self.project)
-        self.out.info(f"run {self.rec.id}: record {pl.records_dir(self.project) / (self.rec.id + '.json')} "
-                      f"(gpuops run --resume --id {self.rec.id} continues it)")
+        # a new run is resumable once something was launched (bringup says it then): a run refused before any launch
+        # request removes its record, and a --resume line for it was false (issue #36)
+        self.out.info(f"run {self.rec.id}: record {pl.records_dir(self.project) / (self.rec.id + '.json')}"
+                      + (f" (gpuops run --resume --id {self.rec.id} continues it)" if self.rec.stages else ""))
         home = ck.home(self.rec.id, self.rec.fetch)
         if home is not None and not self.rec.stages:
             self.out.info(f"what --fetch names lands in runs/{self.rec.id}/ (checkpoints: {home.local}), a folder "
