@@ -400,10 +400,9 @@ class Runner(UpStage, HostStages, WatchStage, EndStages, RecoveryStages):
     def _finish_after_stop(self) -> None:
         """After a stop (budget, second Ctrl-C): the job is over; fetch what exists, then down (unless --keep)."""
         rec = self.rec
-        for name in ("train", "watch"):
-            st = rec.stage(name)
-            if st.ended is None:
-                st.started = st.started or self.seams.clock()
+        for name in ("train", "watch"):  # only a stage that had started ends with the stop; one that never started
+            st = rec.stages.get(name)   # is no row (until #36: "FAILED interrupted twice" for stages never begun)
+            if st is not None and st.started is not None and st.ended is None:
                 st.ended, st.ok, st.detail = self.seams.clock(), False, rec.stop_reason
         pl.save(rec, self.project)
 
