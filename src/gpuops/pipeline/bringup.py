@@ -120,7 +120,7 @@ class UpStage:
             if not again and not [r for r in ctx.ledger.records() if r.profile == rec.profile]:
                 # refused before any launch request (the options, the key, the user's no): no run to resume
                 (pl.records_dir(self.project) / f"{rec.id}.json").unlink(missing_ok=True)
-                self._env_file().unlink(missing_ok=True)
+                self._forget_secrets()
                 self.out.info(f"nothing was launched: run {rec.id}'s record is removed")
             raise
         rec.price_per_hour = res["price_per_hour"]

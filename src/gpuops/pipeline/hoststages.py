@@ -111,7 +111,7 @@ class HostStages:
             from ..transfer.dataplan import parse, project_exclude
 
             try:
-                excludes += [x for x in [project_exclude(parse(self.rec.data, self.project), self.project)] if x]
+                excludes += [x for x in [project_exclude(parse(self._data_text(), self.project), self.project)] if x]
             except GpuopsError:
                 pass  # gone since the launch (a --resume): _put_data says so, and the stage fails there
 
@@ -148,7 +148,7 @@ class HostStages:
         from ..remote.connection import connect
         from ..transfer import data, dataplan
 
-        src = dataplan.parse(self.rec.data, self.project)
+        src = dataplan.parse(self._data_text(), self.project)
         fss = self._profile().cloud.filesystems
         here = environment(self.project) if src.kind == "hf" else {}
         if here.get("HF_TOKEN"):  # a secret: scrubbed from every message from here on, as the API key is
