@@ -64,3 +64,19 @@ def test_a_cut_during_the_launch_says_it_is_not_known(sandbox, gpuops, isolated,
     assert r.code == 3, r.all
     assert "during the launch of job-" in r.err and "whether the job started is not known" in r.err, r.err
     assert "gpuops status -p cut" in r.err, r.err
+
+
+def test_run_says_the_cut_launch_in_its_own_words():
+    """`gpuops run`'s train stage: a launch that never reached the host is "not launched" once; one whose start is
+    unknown is never called "not launched" (the run terminates the instance, and with it anything that started)."""
+    from gpuops.pipeline import stages as pl
+
+    msg, hint = pl.launch_failure("connection to h was lost before the launch of r1: nothing was launched (the checks "
+                                  "had passed)", "run the same command again", kept=False)
+    assert msg.count("not launched") + msg.count("nothing was launched") == 1, msg
+    msg, hint = pl.launch_failure("connection to h was lost during the launch of r1: whether the job started is not "
+                                  "known", "`gpuops status -p run-x` lists the host's runs", kept=False)
+    assert "not launched" not in msg and "not known" in msg, msg
+    assert "terminated" in hint, hint
+    msg, _ = pl.launch_failure("train.py imports x, which py cannot import; not launching", None, kept=False)
+    assert msg == "not launched: train.py imports x, which py cannot import", msg

@@ -191,8 +191,7 @@ class HostStages:
         except GpuopsError as exc:  # the launch gate refused a broken stack, or the launch failed
             self._end("train", ok=False, detail=exc.message)
             self._raise_if_lost()
-            said = exc.message.removesuffix("; not launching")  # the gate's own ending, said once by the prefix
-            self.out.error(f"not launched: {said}", pl.refusal_hint(exc.hint, kept=rec.keep))
+            self.out.error(*pl.launch_failure(exc.message, exc.hint, kept=rec.keep))
             return
         rec.run_id = res["run_id"]
         self._end("train", ok=True, detail=f"run {res['run_id']}")

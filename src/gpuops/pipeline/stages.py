@@ -36,6 +36,18 @@ _SETUP_AGAIN = re.compile(r"(,? then|,? and) (?:run )?(`?)gpuops setup\2(?: agai
 _PROFILES = re.compile(r"the profile's (setup\.extras|expect\.packages|env:)")
 
 
+def launch_failure(message: str, hint: Optional[str], *, kept: bool) -> tuple[str, Optional[str]]:
+    """The train stage's error line when the launch failed: "not launched: ..." once (the gate's own "; not
+    launching" ending dropped; a cut before the launch already says "nothing was launched"), and never "not launched"
+    for a launch whose start is not known (issue #36): the run terminates the instance, and with it anything that
+    started."""
+    if "whether the job started is not known" in message:
+        return message, (hint if kept else "the run goes on to terminate the instance: anything that started ends "
+                         "with it; start gpuops run again")
+    said = message.removesuffix("; not launching")
+    return (said if "nothing was launched" in said else f"not launched: {said}"), refusal_hint(hint, kept=kept)
+
+
 def refusal_hint(hint: Optional[str], *, kept: bool) -> Optional[str]:
     """The hints of the launch gate and of setup as a run says them: they speak to `gpuops train`/`setup` (fix the
     project, then gpuops setup on the same host), but a run terminates the instance and its profile after such a
