@@ -77,6 +77,6 @@ def test_run_says_the_cut_launch_in_its_own_words():
     msg, hint = pl.launch_failure("connection to h was lost during the launch of r1: whether the job started is not "
                                   "known", "`gpuops status -p run-x` lists the host's runs", kept=False)
     assert "not launched" not in msg and "not known" in msg, msg
-    assert "terminated" in hint, hint
+    assert "terminate the instance" in hint, hint
     msg, _ = pl.launch_failure("train.py imports x, which py cannot import; not launching", None, kept=False)
     assert msg == "not launched: train.py imports x, which py cannot import", msg
