@@ -46,3 +46,12 @@ def test_ls_and_reap_survive_ttl_tags_that_are_not_times(cloud, gpuops):
     assert f"terminated {past}" in r.err, r.err  # the rest of the account is still judged
     live = {i["id"] for i in cloud.instances() if i["status"] not in ("terminated", "terminating")}
     assert live == set(bad)  # a tag that is no time ends nothing
+
+
+def test_down_by_id_never_takes_a_profile_tag_that_is_no_profile_name(cloud, gpuops):
+    cloud.capacity(TYPE, ["us-east-1"])
+    iid = _launch(cloud, {"gpuops-launch-id": "Lodd", "gpuops-profile": "../../evil; rm -rf ~"})
+    r = gpuops("down", iid, "--yes")
+    assert r.code == 0, r.all
+    assert "rm -rf" not in r.all and "evil" not in r.all, r.all
+    assert not [i for i in cloud.instances() if i["id"] == iid and i["status"] not in ("terminated", "terminating")]
