@@ -6,7 +6,7 @@ job's new start, less its boot (launch -> active) and the push. Goal: under 90 s
 Run: uv run python benchmarks/bench_recovery.py   (BENCH_FAULTS=xid,preempt; BENCH_CKPT_MB=64 per checkpoint)
 
 BENCH_COMPARE=1 compares a checkpoint's two homes (issue #27): a 1 GB checkpoint (BENCH_BIG_MB) fetched through this
-machine over a link throttled to 12.5 MB/s (BENCH_RATE_MBS; tests/proxy.py between this machine and every instance)
+machine over a link throttled to 12.5 MB/s (BENCH_RATE_MBS; tests/support/proxy.py between this machine and every instance)
 and pushed back to the replacement, against the same checkpoint kept on a Lambda filesystem (`run --fs`): for each,
 seconds from the preemption to the replacement's first step, and the bytes that crossed this machine.
 """
@@ -84,7 +84,7 @@ def one(emu, env: dict, proj: Path, key: Path, fault: str) -> dict:
 
 
 # -- the two homes of a checkpoint (issue #27): through this machine over a throttled link, or on a filesystem --------
-RATE = float(os.environ.get("BENCH_RATE_MBS", "12.5")) * 1e6  # bytes/s of this machine's link (tests/proxy.py)
+RATE = float(os.environ.get("BENCH_RATE_MBS", "12.5")) * 1e6  # bytes/s of this machine's link (tests/support/proxy.py)
 BIG_MB = int(os.environ.get("BENCH_BIG_MB", "1024"))
 BIG = """\
 import os, sys, time
@@ -125,7 +125,7 @@ def _free_address() -> str:
 
 
 class Throttled:
-    """Every instance the emulator starts is reached through a proxy throttled to RATE (tests/proxy.py): the API
+    """Every instance the emulator starts is reached through a proxy throttled to RATE (tests/support/proxy.py): the API
     reports the proxy's address, so every byte between this machine and an instance crosses the slow link."""
 
     def __init__(self, emu):
@@ -137,7 +137,7 @@ class Throttled:
         self.thread.start()
 
     def _route(self) -> None:
-        from proxy import Proxy
+        from support.proxy import Proxy
 
         while not self.stop.is_set():
             with self.emu.lock:

@@ -42,7 +42,7 @@ TEST_CACHE = os.environ.get("GPUOPS_TEST_CACHE") or str(Path.home() / ".cache" /
 
 def preflight_figures(remote_proj: Path, project: Path) -> None:
     """The one preflight execution of `train`, timed on one connection: as before the launch gate, with it, and with
-    it on a real CPU torch (the cached test venv of tests/distenv.py, when it exists: importing torch dominates)."""
+    it on a real CPU torch (the cached test venv of tests/support/distenv.py, when it exists: importing torch dominates)."""
     from gpuops.profiles import model as profiles
     from gpuops.jobs import gate as core
     from gpuops.jobs import scripts as rl
@@ -50,7 +50,7 @@ def preflight_figures(remote_proj: Path, project: Path) -> None:
 
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
     os.environ.setdefault("GPUOPS_TEST_CACHE", TEST_CACHE)  # read before main() moved HOME
-    import distenv
+    from support import distenv
 
     prof = profiles.resolve("sandbox", project)
     pythons = [("system python3 (no torch)", prof.python)]
@@ -83,7 +83,7 @@ def main() -> None:
                       HOME=str(tmp / "home"), NO_COLOR="1", WANDB_MODE="disabled")
     (tmp / "home").mkdir()
     from gpuops.sandbox import host
-    from proxy import Proxy
+    from support.proxy import Proxy
 
     st = host.up()
     try:

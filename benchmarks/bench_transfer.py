@@ -237,7 +237,7 @@ def main() -> int:
         shutil.rmtree(ck)
 
         # -- the same through a link slower than the CPU (a TCP proxy adding 1 ms per 16 KB chunk) --------------
-        from proxy import Proxy
+        from support.proxy import Proxy
 
         from gpuops.remote.connection import connect
 

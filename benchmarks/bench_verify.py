@@ -301,7 +301,7 @@ def health_and_bench(gpuops, env, tmp: Path) -> None:
     print(f"  old driver (525, rejects clocks_event_reasons.* and gpu_recovery_action): {g['value']['tries']} queries, "
           f"{g['seconds']:.3f} s")
     if py is None:
-        print("  bench: no CPU torch venv (python tests/distenv.py builds it); skipped")
+        print("  bench: no CPU torch venv (python tests/support/distenv.py builds it); skipped")
         return
     subprocess.run(gpuops + ["sandbox", "up", "--gpu", "h100-sxm5", "--gpus", "2", "--python", str(py)], env=env,
                    check=True, capture_output=True)

@@ -4,18 +4,16 @@ The sandbox is required: if sshd or rsync is missing, tests that need it FAIL (n
 """
 from __future__ import annotations
 
-import io
 import os
-import shutil
-import sys
+import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 
-import distenv  # noqa: E402 - reads the real HOME now, before tests isolate it
-
-ROOT = Path(__file__).resolve().parent.parent
+from support import distenv  # noqa: E402 - reads the real HOME now, before tests isolate it
+from support.cloud import API_KEY
+from support.runs import kill_run_groups, remote_project
 
 
 @dataclass
@@ -30,12 +28,23 @@ class CliResult:
 
 
 @pytest.fixture(scope="session")
-def sandbox_base(tmp_path_factory):
-    """Start the sandbox host once: its state lives in a session temp dir, never in the user's home."""
+def sshd():
+    """OpenSSH's server, which every sandbox host and emulated instance runs: required, so its absence FAILS the
+    tests that need it (never a skip). A test using it, directly or through another fixture, is marked e2e."""
     from gpuops.sandbox import host
 
-    if not (shutil.which("sshd") or os.path.exists("/usr/sbin/sshd")):
+    try:
+        return host.find_sshd()
+    except Exception:
         pytest.fail("sshd is not installed: the sandbox tests need openssh-server (.ci/run installs it)")
+
+
+@pytest.fixture(scope="session")
+def sandbox_base(sshd, tmp_path_factory):
+    """Start the sandbox host once per session (under xdist: once per worker, each its own host): its state lives
+    in a session temp dir, never in the user's home."""
+    from gpuops.sandbox import host
+
     base = tmp_path_factory.mktemp("gpuops-session")
     old = {k: os.environ.get(k) for k in ("GPUOPS_STATE_DIR", "GPUOPS_CONFIG_DIR")}
     os.environ["GPUOPS_STATE_DIR"] = str(base / "state")
@@ -50,9 +59,21 @@ def sandbox_base(tmp_path_factory):
             os.environ[k] = v
 
 
+@pytest.fixture
+def starts_hosts(sshd, tmp_path):
+    """For a test that starts its own sandbox hosts or emulator (in-process or through `gpuops sandbox up` in a
+    child) under its tmp_path: whatever sshd still runs there at the end is stopped."""
+    yield tmp_path
+    from gpuops.sandbox import host
+
+    for pid_file in tmp_path.rglob("sshd.pid"):
+        if (pid_file.parent / "sshd_config").is_file():
+            host.stop(pid_file.parent)
+
+
 @pytest.fixture(scope="session")
 def dist_python():
-    """A Python with CPU torch and Ray (tests/distenv.py: built once per machine, cached)."""
+    """A Python with CPU torch and Ray (tests/support/distenv.py: built once per machine, cached)."""
     return str(distenv.python())
 
 
@@ -98,3 +119,86 @@ def gpuops(capsys):
         return CliResult(code, cap.out, cap.err)
 
     return call
+
+
+@pytest.fixture
+def cleanup_runs(sandbox):
+    """Kill whatever a test left running in its remote project (the sandbox host is shared by the worker's tests)."""
+    yield
+    runs = remote_project(sandbox) / ".gpuops" / "runs"
+    kill_run_groups(runs.iterdir() if runs.is_dir() else [])
+
+
+@pytest.fixture(scope="session")
+def cloud_emu(sshd, tmp_path_factory):
+    """The Lambda API emulator, one per session (per xdist worker): a real HTTP server whose instances are sandbox
+    hosts on free 127.0.0.N:22 addresses."""
+    from gpuops.cloud.emulator.server import Emulator
+
+    emu = Emulator(tmp_path_factory.mktemp("lambda-emu"), api_key=API_KEY, boot_seconds=0.5, terminate_seconds=0.2,
+                   launch_window=0).start()
+    yield emu
+    emu.close()
+
+
+@pytest.fixture
+def cloud(cloud_emu, monkeypatch, tmp_path, isolated):
+    """The emulator, this test's API key and fast timing knobs, and an SSH key for `up --key`."""
+    monkeypatch.setenv("LAMBDA_API_KEY", API_KEY)
+    monkeypatch.setenv("GPUOPS_LAMBDA_API_URL", cloud_emu.url)
+    monkeypatch.setenv("GPUOPS_STATE_DIR", str(tmp_path / "state"))
+    monkeypatch.setenv("GPUOPS_CLOUD_POLL_S", "0.2")
+    monkeypatch.setenv("GPUOPS_CLOUD_LAUNCH_INTERVAL_S", "0")
+    monkeypatch.setenv("GPUOPS_CLOUD_BACKOFF_S", "0.05")
+    monkeypatch.setenv("GPUOPS_CLOUD_CAPACITY_RECHECK_S", "0.5")
+    for k, v in cloud_emu.env.items():
+        monkeypatch.setenv(k, v)
+    key = tmp_path / "id_ed25519"
+    subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", "e2e", "-f", str(key)], check=True)
+    cloud_emu.reset()
+    cloud_emu.key = key
+    yield cloud_emu
+    cloud_emu.reset()
+
+
+@pytest.fixture
+def browser():
+    from playwright.sync_api import expect, sync_playwright
+
+    expect.set_options(timeout=20000)
+
+    from support.browser import ARGS, CHROMIUM
+
+    assert os.path.exists(CHROMIUM), "chromium is not installed: scripts/install-system-deps.sh installs it"
+    with sync_playwright() as pw:
+        b = pw.chromium.launch(executable_path=CHROMIUM, args=ARGS)
+        yield b
+        b.close()
+
+
+# -- tiers ---------------------------------------------------------------------------------------------------------
+# A test is e2e when it uses, directly or through another fixture, one of these: sshd (every sandbox host and
+# emulated instance: `sandbox`, `cloud`, `starts_hosts` and the like depend on it), the CPU torch venv or a browser.
+# Marked here from the fixtures, never by hand, so the mark cannot drift; the fast tier is `pytest -m "not e2e"`.
+# And a test left unmarked cannot start a sandbox host in-process: `_unmarked_start_no_host` fails it.
+E2E_FIXTURES = frozenset({"sshd", "dist_python", "browser"})
+
+
+def pytest_collection_modifyitems(config, items):
+    for item in items:
+        if E2E_FIXTURES.intersection(getattr(item, "fixturenames", ())):
+            item.add_marker(pytest.mark.e2e)
+
+
+@pytest.fixture(autouse=True)
+def _unmarked_start_no_host(request, monkeypatch):
+    """A test not marked e2e that starts an sshd in-process fails, naming the fixture it should use: the fast tier
+    stays fast and the e2e mark follows what tests do."""
+    if request.node.get_closest_marker("e2e"):
+        return
+
+    def refuse(*args, **kwargs):
+        pytest.fail("this test starts a sandbox host without a fixture that marks it e2e: use `sandbox`, `cloud` or "
+                    "`starts_hosts` (tests/conftest.py)")
+
+    monkeypatch.setattr("gpuops.sandbox.host._start_sshd", refuse)

@@ -450,18 +450,28 @@ def follow(prof, out, project: Path, meta: dict, dash, *, lines: Optional[int], 
 
     rid, run_dir = meta["run_id"], meta["remote_run_dir"]
     remote = connect(prof, out)
+    rec = None
     try:
         info, start = w.start_position(remote, rid, run_dir, lines)
         fs = w.FollowState(offset=start, info=info)
         first = [remote]
+        rec = _recorder(project, meta, info, start, remote, out)
 
         def reconnect():
             return first.pop() if first else connect(prof, out)
 
+        def recorded(ev: dict) -> None:
+            if ev.get("type") == "log" and (ev.get("offset") or 0) <= info.log_size:
+                ev["replay"] = True  # written before following began: read back now, its time unknown
+            rec.event(ev)
+            on_event(ev)
+
         ended = w.follow_to_end(reconnect, rid, run_dir, fs, dash, interval=interval, samples=samples,
-                                on_event=on_event, extras=extras,
+                                on_event=recorded, extras=extras,
                                 give_up_after=w.GIVE_UP_S if give_up_after is None else give_up_after)
     finally:
+        if rec is not None:
+            rec.close(wait=10.0)
         remote.close()
     if not ended:
         return {"interrupted": True, "info": None, "code": 130}
@@ -469,6 +479,17 @@ def follow(prof, out, project: Path, meta: dict, dash, *, lines: Optional[int], 
         core.save_local_state(rid, fs.info, project)
     _remember(prof, project)
     return {"interrupted": False, "info": fs.info, "code": 1 if fs.info is None else core.exit_for_state(fs.info)}
+
+
+def _recorder(project: Path, meta: dict, info, start: int, remote, out):
+    """The run's history (jobs.history) kept while it is followed, the log before `start` read back in the
+    background on the same connection where no follower saw it."""
+    from . import history
+    from .scripts import stream_from
+
+    rec = history.Recorder(project, meta["run_id"], live_from=info.log_size, warn=out.warn)
+    rec.fill(lambda lo, hi: stream_from(remote, meta["remote_run_dir"], lo, hi), start, background=True)
+    return rec
 
 
 class FleetSampler:
