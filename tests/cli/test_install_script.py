@@ -11,7 +11,7 @@ import subprocess
 import zipfile
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
+from support import ROOT  # noqa: E402 - the repository
 SCRIPT = ROOT / "scripts" / "install-system-deps.sh"
 
 

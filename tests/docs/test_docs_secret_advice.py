@@ -6,7 +6,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
+from support import ROOT  # noqa: E402 - the repository
 SECRET_ENV = re.compile(r"--env [A-Za-z_]*(TOKEN|KEY|SECRET|PASSWORD|PASSWD|CREDENTIAL)[A-Za-z_]*=")
 
 

@@ -4,6 +4,7 @@ filesystem every instance that mounts it reads), and they reach the instance as 
 line). A `user:pass@` URL works (Basic authentication), where urllib said "Name or service not known"."""
 from __future__ import annotations
 
+import io
 from pathlib import Path
 
 import pytest
