@@ -96,7 +96,7 @@ def node_dir(sandbox, rank: int) -> Path:
 
 def fleet_profile(sandbox, n: int = 2, pythons: list | None = None, name: str = "fleet") -> str:
     base = yaml.safe_load(Path(sandbox["profile"]).read_text())
-    doc = {k: base[k] for k in ("port", "user", "key", "python", "host_key_policy")}
+    doc = {k: base[k] for k in ("port", "user", "key", "python", "host_key_policy") if k in base}
     doc["expect"] = {"gpu_count": 1}
     doc["hosts"] = []
     for i in range(n):

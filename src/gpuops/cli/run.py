@@ -86,7 +86,8 @@ DATA_OPT = typer.Option(None, "--data", metavar="SOURCE", help="Data the job rea
 ENV_OPT = typer.Option([], "--env", "-e", metavar="NAME=VALUE",
                        help="For the job, as `gpuops train --env` takes it (repeatable; wins over the "
                             "preset and the profile; NAME= unsets NAME). Kept in a 0600 file beside the "
-                            "run's record, never in the record itself.", show_default=False)
+                            "run's record, never in the record itself. Put secrets in .env instead: a value "
+                            "here is seen by ps and kept in your shell's history.", show_default=False)
 SEED_OPT = typer.Option(None, "--seed", help="Export GPUOPS_SEED and PYTHONHASHSEED (gpuops train "
                                              "--seed); recorded.", show_default=False)
 FORCE_OPT = typer.Option(False, "--force", help="Launch past what the launch gate refuses (gpuops train "
@@ -179,7 +180,8 @@ def run(
 
     runner = run_ops.Runner(rec, out, project, lambda: make_context(out, project_dir=project,
                                                                     with_key=rec.guard == "on-instance"),
-                            confirm=_confirmer(yes), create_fs=fs_question(yes), env=None if resume else env)
+                            confirm=_confirmer(yes), create_fs=fs_question(yes), env=None if resume else env,
+                            data=None if resume else data)
     with lock, as_interrupt():
         code = runner.run()
         doc = render_summary(out, runner.rec, runner.fetched, time.time())
@@ -287,8 +289,20 @@ def _new_run(out, project: Path, *, types: list, gpu: Optional[str], max_price: 
                               key=(key or Path("~/.ssh/id_ed25519")).expanduser(), name=pl.run_name(name, script),
                               launcher=launcher, nproc=nproc, template=template, recover=recover,
                               unreachable_s=d.parse_limit(unreachable, "--unreachable") if unreachable else None,
-                              file_systems=[fs] if fs else [], data=data, seed=seed, env_names=env_names,
+                              file_systems=[fs] if fs else [], data=_shown_data(data, project), seed=seed,
+                              env_names=env_names,
                               force=force, idle_s=idle_s, guard=guard, project=project)
+
+
+def _shown_data(data: Optional[str], project: Path) -> Optional[str]:
+    """--data as the run's record keeps it: a URL's credentials as **** (the URL itself waits in a 0600 file beside
+    the record: Runner, issue #36)."""
+    if not data:
+        return data
+    from ..transfer.dataplan import parse
+
+    src = parse(data, project)
+    return f"{src.shown}#sha256={src.sha256}" if src.kind == "url" else data
 
 
 def _before_launch(out, project: Path, script: str, template: Optional[dict], confirm,

@@ -25,7 +25,9 @@ def up(
     header: str = typer.Option("legacy", "--header", help="nvidia-smi header style: legacy ('CUDA Version') or "
                                                           "kmd (R610+: 'KMD Version', 'CUDA UMD Version')."),
     python: Optional[str] = typer.Option(None, "--python", help="Remote Python for the sandbox profile "
-                                                                "(e.g. a venv with torch; default: python3)."),
+                                                                "(e.g. a venv with torch). Default: none written, "
+                                                                "as for an instance: commands use python3, setup "
+                                                                "makes ~/.venvs/gpuops from it."),
     image: Optional[str] = typer.Option(None, "--image", metavar="NAME",
                                         help="An emulated instance image: lambda-stack (python3 holds a CUDA torch "
                                              "2.9.0+cu128 and pip, as Lambda Stack's does). With --cloud: the image "

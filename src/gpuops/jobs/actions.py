@@ -32,10 +32,25 @@ def resolve(run: Optional[str], prof, project: Path) -> dict:
     try:
         return core.resolve_run(run, prof.name, project)
     except UsageError:
+        if run:  # launched through another profile that names this very host: the same run (issue #36)
+            same = [m for m in core.local_runs(None, project) if m["run_id"] == run and same_host(m, prof)]
+            if same:
+                return same[0]
         if not run or any(m["run_id"] == run for m in core.local_runs(None, project)):
             raise
         return {"run_id": run, "profile": prof.name, "remote_run_dir": run_dir_of(prof.remote_dir_for(project), run),
                 "price_per_hour": prof.price_per_hour}
+
+
+def same_host(meta: dict, prof) -> bool:
+    """Does the profile reach the host a run's meta says it was launched on (address, port and user; rank 0's for a
+    fleet)?"""
+    try:
+        port = int(meta.get("port") or 22)
+    except (TypeError, ValueError):
+        return False
+    return (meta.get("host") == prof.host and port == prof.port
+            and (meta.get("user") in (None, prof.user)))
 
 
 class _Gate:
@@ -107,6 +122,8 @@ def _prepare_run(prof, out, project: Path, *, script: str, name: Optional[str], 
                          profile_name=prof.name, seed=seed, dotenv_names=list(dotenv))
     for w in plan.warnings + dotenv_warnings(project / ".env", plan.secret_origin):
         out.warn(w)
+    for w in profiles.dotenv_problems(project / ".env"):  # a line the job would not get: said
+        out.warn_once(w)
     return script_rel, presets_doc, started, rid, plan
 
 
@@ -280,7 +297,7 @@ class _FleetLaunch:
             for w in (r.value[1] if r.value else []):
                 self.out.warn(f"host #{r.rank}: {w}")
         if bad:
-            raise _fleet_error("not launching", bad)
+            raise _fleet_error("not launching", bad, last=True)
         return [r.value[0].job_gpus for r in prepared]  # the GPUs each node's job is given (CUDA_VISIBLE_DEVICES)
 
     def layout(self, counts: list[int], nproc: str) -> int:
@@ -376,14 +393,20 @@ class _FleetLaunch:
                 self.out.warn(f"host #{node.rank}: stop failed: {getattr(exc, 'message', exc)}")
 
 
-def _fleet_error(what: str, bad: list):
+def _fleet_error(what: str, bad: list, *, last: bool = False):
+    """One error for the hosts that failed: `what: host #0 (...): ...; host #1 ...`, or with `last` the hosts first
+    and `; what` once at the end (each host's own "; not launching" said once for all: issue #36's "not launched:
+    not launching: host #0 ...; not launching")."""
     from .. import fleet
     from ..errors import GpuopsError
 
     code = fleet.worst_code(r.code for r in bad)
-    detail = "; ".join(f"host #{r.rank} ({r.host}): {r.message}" for r in bad)
+    ending = f"; {what}"
+    detail = "; ".join(f"host #{r.rank} ({r.host}): {r.message.removesuffix(ending) if last else r.message}"
+                       for r in bad)
     hints = [getattr(r.error, "hint", None) for r in bad]
-    return GpuopsError(f"{what}: {detail}", hint=next((h for h in hints if h), None), code=code)
+    return GpuopsError(f"{detail}{ending}" if last else f"{what}: {detail}", hint=next((h for h in hints if h), None),
+                       code=code)
 
 
 def _snapshot(remote, prof, out, project: Path, rid: str, run_dir: str, seed: Optional[int]) -> None:
@@ -418,9 +441,9 @@ def watch_once(prof, out, project: Path, meta: dict, dash, lines: int) -> dict:
     return {"events": events, "code": 0 if dash.state in (core.RUNNING, core.SUCCEEDED) else 1, "error": None}
 
 
-def follow(prof, out, project: Path, meta: dict, dash, *, lines: int, samples: bool, interval: float,
+def follow(prof, out, project: Path, meta: dict, dash, *, lines: Optional[int], samples: bool, interval: float,
            on_event: Callable[[dict], None], extras=None, give_up_after: Optional[float] = None) -> dict:
-    """watch / logs -f: replay the last N log lines, then follow the run to its end, reconnecting when the connection
+    """watch / logs -f: replay the last N log lines (None: every line from the first), then follow the run to its end, reconnecting when the connection
     drops (for give_up_after seconds at most). extras: what the stream samples beyond the GPU line (watch.Extras).
     Returns {"interrupted" (Ctrl-C: the job keeps running), "info" (the final state or None), "code"}."""
     from . import watch as w

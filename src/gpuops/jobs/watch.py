@@ -137,12 +137,15 @@ echo "@log"
 """
 
 
-def start_offset_command(run_id: str, run_dir: str, lines: int) -> str:
+def start_offset_command(run_id: str, run_dir: str, lines: Optional[int]) -> str:
     """State, then the byte offset where the last N lines of the log begin (both measured on the same first `sz`
-    bytes, so a job writing meanwhile cannot move the offset into the middle of a line)."""
+    bytes, so a job writing meanwhile cannot move the offset into the middle of a line); lines=None: the log's
+    first byte (`gpuops run` prints the job's lines from the first)."""
     from .scripts import STATE_FN
 
     D = shell_path(run_dir)
+    if lines is None:
+        return STATE_FN + f"\ngpuops_state {D} {shlex.quote(run_id)}\necho 'START 0'\n"
     return STATE_FN + f"""
 gpuops_state {D} {shlex.quote(run_id)}
 if [ -f {D}/log ]; then
@@ -154,7 +157,7 @@ fi
 """
 
 
-def start_position(remote, run_id: str, run_dir: str, lines: int) -> tuple[RunInfo, int]:
+def start_position(remote, run_id: str, run_dir: str, lines: Optional[int]) -> tuple[RunInfo, int]:
     """The run's state and the log offset that replays its last N lines; RemoteError when the run does not exist."""
     res = remote.run("sh -s", stdin=start_offset_command(run_id, run_dir, lines), timeout=60)
     info, start = None, 0

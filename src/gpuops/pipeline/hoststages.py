@@ -95,8 +95,7 @@ class HostStages:
         code = exit_code(doc["verify"]) if doc.get("verify") else 0
         if code and doc.get("verify_results") is not None and not self.out.json_mode:
             show(self.out, doc["verify"], doc["verify_results"])
-        self._end("setup", ok=code == 0, detail="the host matches the profile" if code == 0 else
-                  "verify fails after setup: the host does not match the profile")
+        self._end("setup", ok=code == 0, detail=pl.setup_detail(doc, verified=code == 0))
 
     def stage_sync(self) -> None:
         from ..remote.connection import connect
@@ -112,7 +111,7 @@ class HostStages:
             from ..transfer.dataplan import parse, project_exclude
 
             try:
-                excludes += [x for x in [project_exclude(parse(self.rec.data, self.project), self.project)] if x]
+                excludes += [x for x in [project_exclude(parse(self._data_text(), self.project), self.project)] if x]
             except GpuopsError:
                 pass  # gone since the launch (a --resume): _put_data says so, and the stage fails there
 
@@ -149,7 +148,7 @@ class HostStages:
         from ..remote.connection import connect
         from ..transfer import data, dataplan
 
-        src = dataplan.parse(self.rec.data, self.project)
+        src = dataplan.parse(self._data_text(), self.project)
         fss = self._profile().cloud.filesystems
         here = environment(self.project) if src.kind == "hf" else {}
         if here.get("HF_TOKEN"):  # a secret: scrubbed from every message from here on, as the API key is
@@ -192,8 +191,7 @@ class HostStages:
         except GpuopsError as exc:  # the launch gate refused a broken stack, or the launch failed
             self._end("train", ok=False, detail=exc.message)
             self._raise_if_lost()
-            said = exc.message.removesuffix("; not launching")  # the gate's own ending, said once by the prefix
-            self.out.error(f"not launched: {said}", pl.refusal_hint(exc.hint, kept=rec.keep))
+            self.out.error(*pl.launch_failure(exc.message, exc.hint, kept=rec.keep))
             return
         rec.run_id = res["run_id"]
         self._end("train", ok=True, detail=f"run {res['run_id']}")

@@ -81,9 +81,13 @@ def check(project: Path, script: str, out, template: Optional[dict] = None) -> N
     from .. import knowledge as kb
     from ..errors import ChecksFailed
 
+    from ..profiles.model import dotenv_problems
+
     got = findings(project, script, kb.load_playbook("images", project), template)
     for w in got.warnings:
         out.warn(w)
+    for w in dotenv_problems(project / ".env"):  # a line the job will not get, said before anything bills
+        out.warn_once(w)
     if got.problems:
         raise ChecksFailed("; ".join(p for p, _ in got.problems) + "; nothing was launched",
                            hint="\n".join(f for _, f in got.problems))

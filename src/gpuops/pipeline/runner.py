@@ -121,10 +121,12 @@ class Runner(UpStage, HostStages, WatchStage, EndStages, RecoveryStages):
 
     def __init__(self, rec: pl.Record, out, project: Path, ctx_factory, seams: Optional[Seams] = None,
                  confirm: Optional[Callable[[str], bool]] = None,
-                 create_fs: Optional[Callable[[str], Optional[bool]]] = None, env: Optional[list] = None):
+                 create_fs: Optional[Callable[[str], Optional[bool]]] = None, env: Optional[list] = None,
+                 data: Optional[str] = None):
         self.rec, self.out, self.project = rec, out, project
         self.create_fs = create_fs  # --fs NAME missing: asked before creating it (cli.fs.fs_question)
         self._env_given = list(env or [])  # --env NAME=VALUE of a new run: written to the 0600 file, never the record
+        self._data_given = data if data and data != rec.data else None  # --data with credentials: its 0600 file
         self.ctx_factory = ctx_factory  # () -> cloud lifecycle Context (client, ledger, out)
         self.seams = seams or Seams()
         self.confirm = confirm
@@ -164,6 +166,19 @@ class Runner(UpStage, HostStages, WatchStage, EndStages, RecoveryStages):
     def _env_file(self) -> Path:
         return pl.records_dir(self.project) / f"{self.rec.id}.env"
 
+    def _data_file(self) -> Path:
+        return pl.records_dir(self.project) / f"{self.rec.id}.data"
+
+    def _data_text(self) -> Optional[str]:
+        """--data as given: from its 0600 file when the URL holds credentials (the record keeps it redacted)."""
+        f = self._data_file()
+        return f.read_text() if f.is_file() else self.rec.data
+
+    def _forget_secrets(self) -> None:
+        """The run is over (or never launched): no launch needs its --env values or --data URL again."""
+        self._env_file().unlink(missing_ok=True)
+        self._data_file().unlink(missing_ok=True)
+
     def _job_env(self) -> list:
         """The run's --env NAME=VALUE (its 0600 file: values may be secrets), for every launch of the job."""
         import json
@@ -178,9 +193,15 @@ class Runner(UpStage, HostStages, WatchStage, EndStages, RecoveryStages):
             from ..paths import write_private
 
             write_private(self._env_file(), json.dumps(self._env_given))
+        if self._data_given:
+            from ..paths import write_private
+
+            write_private(self._data_file(), self._data_given)
         pl.save(self.rec, self.project)
-        self.out.info(f"run {self.rec.id}: record {pl.records_dir(self.project) / (self.rec.id + '.json')} "
-                      f"(gpuops run --resume --id {self.rec.id} continues it)")
+        # a new run is resumable once something was launched (bringup says it then): a run refused before any launch
+        # request removes its record, and a --resume line for it was false (issue #36)
+        self.out.info(f"run {self.rec.id}: record {pl.records_dir(self.project) / (self.rec.id + '.json')}"
+                      + (f" (gpuops run --resume --id {self.rec.id} continues it)" if self.rec.stages else ""))
         home = ck.home(self.rec.id, self.rec.fetch)
         if home is not None and not self.rec.stages:
             self.out.info(f"what --fetch names lands in runs/{self.rec.id}/ (checkpoints: {home.local}), a folder "
@@ -398,10 +419,9 @@ class Runner(UpStage, HostStages, WatchStage, EndStages, RecoveryStages):
     def _finish_after_stop(self) -> None:
         """After a stop (budget, second Ctrl-C): the job is over; fetch what exists, then down (unless --keep)."""
         rec = self.rec
-        for name in ("train", "watch"):
-            st = rec.stage(name)
-            if st.ended is None:
-                st.started = st.started or self.seams.clock()
+        for name in ("train", "watch"):  # only a stage that had started ends with the stop; one that never started
+            st = rec.stages.get(name)   # is no row (until #36: "FAILED interrupted twice" for stages never begun)
+            if st is not None and st.started is not None and st.ended is None:
                 st.ended, st.ok, st.detail = self.seams.clock(), False, rec.stop_reason
         pl.save(rec, self.project)
 
@@ -426,7 +446,7 @@ class Runner(UpStage, HostStages, WatchStage, EndStages, RecoveryStages):
         else:
             rec.outcome = pl.FAILED
         pl.save(rec, self.project)
-        self._env_file().unlink(missing_ok=True)  # the run is over: no launch needs its --env values again
+        self._forget_secrets()  # the run is over: no launch needs its --env values or --data URL again
         if rec.outcome == pl.KEPT and rec.keep and down is None:
             per_hour = (rec.price_per_hour or 0) * max(1, rec.nodes)
             self.out.warn(f"--keep: {rec.profile} is KEPT, billing ${per_hour:.2f}/h{self._until()}; gpuops down "

@@ -36,6 +36,18 @@ _SETUP_AGAIN = re.compile(r"(,? then|,? and) (?:run )?(`?)gpuops setup\2(?: agai
 _PROFILES = re.compile(r"the profile's (setup\.extras|expect\.packages|env:)")
 
 
+def launch_failure(message: str, hint: Optional[str], *, kept: bool) -> tuple[str, Optional[str]]:
+    """The train stage's error line when the launch failed: "not launched: ..." once (the gate's own "; not
+    launching" ending dropped; a cut before the launch already says "nothing was launched"), and never "not launched"
+    for a launch whose start is not known (issue #36): the run terminates the instance, and with it anything that
+    started."""
+    if "whether the job started is not known" in message:
+        return message, (hint if kept else "the run goes on to terminate the instance: anything that started ends "
+                         "with it; start gpuops run again")
+    said = message.removesuffix("; not launching")
+    return (said if "nothing was launched" in said else f"not launched: {said}"), refusal_hint(hint, kept=kept)
+
+
 def refusal_hint(hint: Optional[str], *, kept: bool) -> Optional[str]:
     """The hints of the launch gate and of setup as a run says them: they speak to `gpuops train`/`setup` (fix the
     project, then gpuops setup on the same host), but a run terminates the instance and its profile after such a
@@ -405,6 +417,8 @@ class RunLock:
         import os
 
         if self.fd is not None:
+            if not self.path.with_suffix(".json").exists():  # the record was removed (nothing was launched):
+                self.path.unlink(missing_ok=True)           # its lock goes too, while still held (issue #36)
             os.close(self.fd)  # the lock goes with the descriptor
             self.fd = None
 
@@ -421,6 +435,16 @@ def begin(rec: Record, name: str, project: Path, clock=time.time) -> None:
     st = rec.stage(name)
     st.started, st.ended, st.ok, st.detail = st.started or clock(), None, None, None
     save(rec, project)
+
+
+def setup_detail(doc: dict, *, verified: bool) -> str:
+    """The setup row of the summary: what setup did (its steps, or nothing), then verify's word. Until #36 it read
+    "the host matches the profile" after installing 36 to 120 packages."""
+    steps = [s.get("title", "") for s in ((doc.get("plan") or {}).get("steps") or [])] if doc.get("ran") else []
+    did = ("re-attached to the setup running there" if doc.get("attached") else
+           f"{len(steps)} step{'s' if len(steps) != 1 else ''} done: {'; '.join(steps)}" if steps else
+           "nothing to install")
+    return f"{did}; verify passes" if verified else f"{did}; verify fails after setup: the host does not match the profile"
 
 
 def run_name(name: Optional[str], script: str) -> str:

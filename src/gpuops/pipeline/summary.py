@@ -23,14 +23,17 @@ def _hms(t: float) -> str:
     return datetime.fromtimestamp(t).strftime("%H:%M:%S")
 
 
-def checkpoints_doc(rec: pl.Record) -> Optional[dict]:
+def checkpoints_doc(rec: pl.Record, fetched: Optional[dict] = None) -> Optional[dict]:
     """Where this run's checkpoints are (pipeline.checkpoints.home) and the newest that counts, for the summary;
-    on a filesystem and not fetched: how to get them later."""
+    on a filesystem and not fetched: how to get them later. None when the job never started: there are none (until
+    #36 a run stopped during setup named runs/<id>/checkpoints, where nothing was ever fetched). `fetched`: what the
+    fetch stage brought here (a name there: the checkpoints are here)."""
     home = ck.home(rec.id, rec.fetch, mount=rec.ck_filesystem)
-    if home is None:
+    if home is None or not rec.run_id:
         return None
     newest = rec.checkpoint or {}
-    doc = {**home.to_json(), "newest": ck.where(newest), "step": newest.get("step"), "fetched": home.name in rec.fetch}
+    here = home.name in (fetched if fetched is not None else rec.fetch)
+    doc = {**home.to_json(), "newest": ck.where(newest), "step": newest.get("step"), "fetched": here}
     if home.filesystem and home.name not in rec.fetch:
         doc["get_later"] = ck.get_later(home, rec.file_systems[0], (rec.instance or {}).get("type") or
                                         rec.instance_type)
@@ -48,7 +51,8 @@ def render_summary(out, rec: pl.Record, fetched: dict, now: float) -> dict:
            "stages": rows, "instances": insts, "total_cost": round(total, 4), "fetched": fetched,
            "environment": str(env) if env and env.is_dir() else None, "overhead": pl.overhead(rec),
            "stop_reason": rec.stop_reason, "recoveries": len(rec.attempts), "resumed_from": rec.resume_from,
-           "checkpoint": (rec.checkpoint or {}).get("local"), "checkpoints": checkpoints_doc(rec), "ttl_s": rec.ttl_s,
+           "checkpoint": (rec.checkpoint or {}).get("local"), "checkpoints": checkpoints_doc(rec, fetched),
+           "ttl_s": rec.ttl_s,
            "ttl_deadline_at": (datetime.fromtimestamp(rec.ttl_deadline).astimezone().isoformat(timespec="seconds")
                                if rec.ttl_deadline else None),
            "warnings": list(dict.fromkeys(out.warnings))}  # every warning said on stderr, once each
@@ -80,8 +84,11 @@ def render_summary(out, rec: pl.Record, fetched: dict, now: float) -> dict:
                       + (f", fetched into {c['local']}" if c["fetched"] else ", not fetched (nothing of them crossed "
                          f"this machine); to get them here later: {c['get_later']}")
                       + (f"; resumable from {c['newest']}" if c.get("newest") else ""))
-        else:
+        elif c["fetched"]:
             out.print(f"  checkpoints of this run: {c['local']} here (on the instance: {c['remote']})"
+                      + (f"; resumable from {c['newest']}" if c.get("newest") else ""))
+        else:
+            out.print(f"  checkpoints of this run: not fetched (on the instance: {c['remote']})"
                       + (f"; resumable from {c['newest']}" if c.get("newest") else ""))
     if doc["environment"]:
         out.print(f"  environment snapshot: {doc['environment']}")

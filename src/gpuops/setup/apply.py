@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Callable, Optional
 
 from . import plan as sp
-from ..errors import ChecksFailed, ConnectError
+from ..errors import ChecksFailed, ConnectError, GpuopsError
 
 
 def _packages(prof) -> list[str]:
@@ -28,6 +28,20 @@ def with_environment(prof):
     if "python" in prof.model_fields_set or any(h.python for h in prof.hosts):
         return prof, False
     return prof.model_copy(update={"python": sp.DEFAULT_ENV_PYTHON}), True
+
+
+def _sandbox_hint(prof) -> Optional[str]:
+    """The fix for a system python in a profile `gpuops sandbox up` wrote: that command, not the file it rewrites."""
+    src = prof.source
+    try:
+        head = Path(src).read_text()[:200] if src else ""
+    except OSError:
+        return None
+    if "Written by `gpuops sandbox up`" not in head:
+        return None
+    return (f"`gpuops sandbox up` rewrites this profile each time: run it without --python (its profile then names "
+            f"no python:, and setup makes {sp.DEFAULT_ENV_PYTHON} and records it), or with --python "
+            f"{sp.DEFAULT_ENV_PYTHON}")
 
 
 def record_environment(prof, out) -> None:
@@ -68,7 +82,10 @@ def setup(prof, out, project: Path, *, dry_run: bool = False, verify: bool = Tru
     from ..remote.connection import connect
 
     prof, adopted = with_environment(prof)
-    sp.env_dir_of(prof.python)  # a profile error before connecting
+    try:
+        sp.env_dir_of(prof.python)  # a profile error before connecting
+    except GpuopsError as exc:
+        raise type(exc)(exc.message, hint=_sandbox_hint(prof) or exc.hint, code=exc.code) from None
     remote_dir = prof.remote_dir_for(project)
     setup_dir = rs.setup_dir_of(remote_dir)
     knowledge = kb.knowledge(project)
@@ -105,8 +122,8 @@ def setup(prof, out, project: Path, *, dry_run: bool = False, verify: bool = Tru
                                    hint=plan.blocked_hint)
             if plan.cannot:
                 raise ChecksFailed(f"setup cannot start on {prof.name}: {plan.cannot}; nothing was installed",
-                                   hint="set setup.base_python to an interpreter the host has (`ls /usr/bin/python3*` "
-                                        "on it), or install one there")
+                                   hint=plan.cannot_hint or "set setup.base_python to an interpreter the host has "
+                                                            "(`ls /usr/bin/python3*` on it), or install one there")
             if plan.refusal:
                 raise ChecksFailed(f"setup would not fit on {prof.name}: {plan.refusal}; nothing was installed",
                                    hint="free space on the host, or point setup.cache_dir at a bigger disk; "

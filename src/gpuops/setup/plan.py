@@ -64,6 +64,7 @@ class HostFacts:
     env_venv: bool = False  # the profile's python is a virtual environment's (pyvenv.cfg)
     env_system_site: bool = False  # ... made with --system-site-packages
     env_torch_path: Optional[str] = None
+    env_stale: Optional[str] = None  # the profile's python does not run, and its folder holds: "venv" (pyvenv.cfg), "other"
     packages: dict[str, Optional[str]] = field(default_factory=dict)  # in the profile's python
     flash_attn_import: Optional[str] = None  # "ok" or the import error; None when not checked
     files: dict[str, str] = field(default_factory=dict)  # dependency file (and includes) -> sha256, remote project
@@ -84,7 +85,7 @@ class HostFacts:
 
 _FLAGS = {"pip_user_ok", "env_python", "base_pip", "env_pip", "env_venv", "env_system_site", "running"}
 _TEXT = {"home", "user", "uv", "python3", "env_python_version", "base_python_version", "base_torch",
-         "base_torch_path", "arch", "env_torch_path", "cuda_driver"}
+         "base_torch_path", "arch", "env_torch_path", "cuda_driver", "env_stale"}
 
 
 def parse_facts(text: str) -> HostFacts:
@@ -250,6 +251,7 @@ class Plan:
     free_mb: Optional[int] = None
     refusal: Optional[str] = None  # the plan cannot fit: setup refuses before it starts
     cannot: Optional[str] = None  # the plan cannot start (no interpreter to make the environment from)
+    cannot_hint: Optional[str] = None  # what to do about it, when not the base python's fix
     blocked: Optional[str] = None  # the project cannot be installed or run here (a tool's lock, requires-python)
     blocked_hint: Optional[str] = None  # what to do about it (never "run setup again": nothing it can change)
     notes: list[str] = field(default_factory=list)
@@ -257,7 +259,7 @@ class Plan:
 
     @property
     def nothing_to_do(self) -> bool:
-        return not self.steps and not self.blocked
+        return not self.steps and not self.blocked and not self.cannot
 
     def lines(self) -> list[str]:
         """The plan as plain lines: each step with its reason, which torch the job will import, the installer, the
@@ -505,6 +507,16 @@ def _plan_environment(c: _Ctx) -> None:
             plan.notes.append(f"the environment {plan.env_dir} does not see the image's torch {f.base_torch} (it was "
                               "made without --system-site-packages); remove it and run setup again to use the image's")
         return
+    if f.env_stale and not _removable(plan.env_dir):
+        plan.cannot = f"{plan.env_dir} exists on the host and its python does not run"
+        plan.cannot_hint = ("setup does not remove a folder this close to / or the home: name another python: in the "
+                            f"profile (setup makes {DEFAULT_ENV_PYTHON} when it names none)")
+        return
+    if f.env_stale == "other":
+        plan.cannot = f"{plan.env_dir} exists on the host and is not a virtual environment (no pyvenv.cfg)"
+        plan.cannot_hint = ("setup never removes such a folder: move it away on the host, or name another python: in "
+                            "the profile")
+        return
     c.created = True
     uv = f.uv or c.uv_planned
     how = "uv venv" if uv else "python3 -m venv"
@@ -519,10 +531,25 @@ def _plan_environment(c: _Ctx) -> None:
     site = " --system-site-packages" if plan.system_site else ""
     sees = (f"; it sees {plan.base_python}'s packages" + (f" (the image's torch {f.base_torch})" if f.base_torch else "")
             if plan.system_site else "")
+    make = (f'if [ -n "$UV" ]; then "$UV" venv{site} --python "$(command -v {B})" {E}; '
+            f"else {B} -m venv{site} {E}; fi")
+    if f.env_stale == "venv":  # made again on top, it failed in ensurepip (uv: "already exists"): issue #36
+        plan.steps.append(Step("environment", f"make the environment {plan.env_dir} anew",
+                               f"it exists, but its python does not run (another python made it, since removed or "
+                               f"changed): removed and made again ({how}{site}){sees}",
+                               f"rm -rf {E} && {make}", disk_mb=int(c.disk.get("environment", 100))))
+        return
     plan.steps.append(Step("environment", f"create the environment {plan.env_dir}",
-                           f"{plan.python} does not exist ({how}{site}){sees}",
-                           f'if [ -n "$UV" ]; then "$UV" venv{site} --python "$(command -v {B})" {E}; '
-                           f"else {B} -m venv{site} {E}; fi", disk_mb=int(c.disk.get("environment", 100))))
+                           f"{plan.python} does not exist ({how}{site}){sees}", make,
+                           disk_mb=int(c.disk.get("environment", 100))))
+
+
+def _removable(env_dir: str) -> bool:
+    """May setup remove this environment folder to make it anew? Never the home, / or a folder right under /."""
+    parts = [p for p in env_dir.split("/") if p not in ("", ".")]
+    if env_dir.startswith("~"):
+        return len(parts) >= 2 and parts[0] in ("~", "$HOME") and ".." not in parts
+    return len(parts) >= 2 and ".." not in parts
 
 
 def _choose_installer(c: _Ctx) -> None:
