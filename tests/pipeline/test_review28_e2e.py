@@ -95,7 +95,7 @@ def test_index_lines_of_a_requirements_file_are_searched_as_pip_does_under_uv(sa
 
 
 def test_names_extra_index_reads_the_files_a_requirements_file_includes():
-    from gpuops.setup.project import installs_itself, names_extra_index
+    from gpuops.project.read import installs_itself, names_extra_index
 
     texts = {"requirements.txt": "-r requirements/base.txt\n-e .\n", "requirements/base.txt":
              "# pinned\n--extra-index-url=https://a.example/simple  # ours\nsix==1.16.0\n",

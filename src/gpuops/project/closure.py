@@ -273,6 +273,8 @@ def _missing_name(init: Path, name: str) -> bool:
     submodule nor a name its __init__ defines (nor a file or folder a build could make a module of)."""
     if init.name != "__init__.py":
         return False
+    if name.startswith("__") and name.endswith("__"):
+        return False  # a module's own attributes (__name__, __version__ set at build time)
     if any(p.name.split(".", 1)[0] == name for p in init.parent.iterdir()):
         return False
     defined = top_level_names(read_bytes(init) or b"")

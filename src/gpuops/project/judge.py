@@ -22,6 +22,18 @@ if TYPE_CHECKING:
 CONDA_SWITCH = re.compile(r"(^|[\s;&|(])(conda|mamba|micromamba)\s+(activate|run)\b", re.M)
 
 
+@dataclass
+class ModuleVerdict:
+    module: str
+    needed_by: str
+    status: str  # stdlib | project | image | installed | torch | setup | missing | elsewhere | unknown
+    provider: str = ""  # the distribution that provides it, as far as the plan knows
+
+    def to_json(self) -> dict:
+        return {"module": self.module, "needed_by": self.needed_by, "status": self.status,
+                "provider": self.provider or None}
+
+
 # -- knowledge ------------------------------------------------------------------------------------------------------
 def _row(module: str, table: list[dict]) -> dict:
     return next((r for r in table or [] if str(r.get("module")) == module), {})
@@ -223,6 +235,12 @@ def project_problems(plan: "Plan", c: Context, images_doc: dict) -> None:
                                      "the job's PATH)"))
                 break
     _torch_pins(plan, c)
+    if not c.requirements and not c.lock:
+        named = sorted({where for where, _ in c.elsewhere.values()})
+        if named:
+            fix = next(f for w, f in c.elsewhere.values() if w == named[0])
+            plan.warnings.append(f"setup installs nothing from this project, and {', '.join(named)} name(s) its "
+                                 f"dependencies (fix: {fix})")
 
 
 def _torch_pins(plan: "Plan", c: Context) -> None:
@@ -302,15 +320,16 @@ def _fix_add(c: Context, dist: str, source: str) -> str:
 
 
 def judge_module(plan: "Plan", c: Context, module: str, who: str, provided: set[str], resolved: bool,
-                 stdlib: set[str], shown: Optional[str] = None):
+                 stdlib: set[str], shown: Optional[str] = None, verb: str = "imports"):
     """One module's verdict (a ModuleVerdict) and, when it is missing, the refusal or warning it makes."""
-    from .plan import ModuleVerdict
-
     table = c.tables.get("modules") or []
     top = module.split(".")[0]
     shown = shown or module
+    said = f"{who} {verb} {shown}"
     if top in stdlib:
         return ModuleVerdict(module, who, "stdlib")
+    if c.image is None and not resolved:  # a host whose packages are not known here: the gate asks it
+        return ModuleVerdict(module, who, "unknown")
     image = {normalize(n) for n in (c.image.packages if c.image else {})}
     p = provider(module, image, table)
     if p:
@@ -330,7 +349,7 @@ def judge_module(plan: "Plan", c: Context, module: str, who: str, provided: set[
                                  "and setup installs a prebuilt wheel that matches the image's torch, CUDA and "
                                  "python, else builds it with --no-build-isolation")
             return ModuleVerdict(module, who, "installed", p)
-        problem = f"{who} imports {shown}, which nothing setup installs provides"
+        problem = f"{said}, which nothing setup installs provides"
         fix = (f"fix: {dists[0]} is built for the exact torch, CUDA and python: name it in the profile's "
                f"expect.packages ({dists[0]}: \"*\" or a version), and gpuops setup installs a prebuilt wheel that "
                "matches them, else builds it with --no-build-isolation")
@@ -339,22 +358,20 @@ def judge_module(plan: "Plan", c: Context, module: str, who: str, provided: set[
     hit = next((normalize(d) for d in dists if normalize(d) in c.elsewhere), None)
     if hit:
         where, fix = c.elsewhere[hit]
-        problem = f"{who} imports {shown}, which the project lists only in {where}, which setup does not install"
+        problem = f"{said}, which the project lists only in {where}, which setup does not install"
         if resolved:
             plan.refusals.append((problem, "fix: " + fix))
         else:
             plan.warnings.append(f"{problem} (fix: {fix})")
         return ModuleVerdict(module, who, "elsewhere", hit)
     if resolved:
-        plan.refusals.append((f"{who} imports {shown}, which nothing setup installs provides (the plan resolved "
+        plan.refusals.append((f"{said}, which nothing setup installs provides (the plan resolved "
                               f"{len(plan.resolution.packages)} package(s) for {c.image.name if c.image else 'the image'}"
                               "; none of them, nor the image, provides it)",
                               _fix_add(c, dists[0], who) + " (if a dependency provides it under another name, a row "
                               "in playbooks/modules.yaml says so)"))
         return ModuleVerdict(module, who, "missing", dists[0])
-    if not c.image and not c.installed:
-        return ModuleVerdict(module, who, "unknown")
-    plan.warnings.append(f"{who} imports {shown}, which no dependency file names: unless a dependency brings it, "
+    plan.warnings.append(f"{said}, which no dependency file names: unless a dependency brings it, "
                          f"the job stops at import ({_fix_add(c, dists[0], who)}); the instance is asked before the "
                          "job starts")
     return ModuleVerdict(module, who, "unknown", dists[0])
@@ -364,17 +381,15 @@ def modules_verdict(plan: "Plan", c: Context, jn: "JobNeeds", stdlib: set[str]) 
     provided, resolved = provided_set(plan, c)
     for n in jn.needs:
         if n.local:
-            from .plan import ModuleVerdict
-
             plan.modules.append(ModuleVerdict(n.shown, n.source, "project", n.local))
             continue
-        shown = n.shown if n.how == "imports" else n.shown
-        who = n.source if n.how == "imports" else f"{n.source} {n.how.replace(', which imports', '')}, which imports"
-        plan.modules.append(judge_module(plan, c, n.module, who, provided, resolved, stdlib, shown))
+        plan.modules.append(judge_module(plan, c, n.module, n.source, provided, resolved, stdlib, n.shown, n.how))
 
 
 def commands_verdict(plan: "Plan", c: Context, jn: "JobNeeds") -> None:
     provided, resolved = provided_set(plan, c)
+    if c.image is None and not resolved:
+        return
     for run in jn.commands:
         row = console_script(run.target, c.tables)
         if row is None:
@@ -398,6 +413,8 @@ def launcher_configs(plan: "Plan", c: Context, jn: "JobNeeds", project: Path) ->
     """What a launcher's config asks for: `accelerate launch --config_file X.yaml` with distributed_type DEEPSPEED
     (or --use_deepspeed) needs deepspeed in the job's environment."""
     provided, resolved = provided_set(plan, c)
+    if c.image is None and not resolved:
+        return
     for run in jn.launch.runs:
         if run.launcher != "accelerate launch":
             continue

@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Callable, Optional
 
 from . import judge
+from .judge import ModuleVerdict
 from .images import Image
 from .needs import JobNeeds, job_needs_full
 from .read import LocalFiles, local_files, read_project
@@ -46,18 +47,6 @@ class Settings:
         return cls(requirements=[reqs] if isinstance(reqs, str) else list(reqs), extras=setup.get("extras") or [],
                    base_python=setup.get("base_python"),
                    expect_packages=dict((expect or {}).get("packages") or {}))
-
-
-@dataclass
-class ModuleVerdict:
-    module: str
-    needed_by: str
-    status: str  # stdlib | project | image | installed | torch | setup | missing | elsewhere | unknown
-    provider: str = ""  # the distribution that provides it, as far as the plan knows
-
-    def to_json(self) -> dict:
-        return {"module": self.module, "needed_by": self.needed_by, "status": self.status,
-                "provider": self.provider or None}
 
 
 @dataclass
@@ -118,8 +107,16 @@ def image_of(images_doc: dict, family: Optional[str] = None) -> Optional[Image]:
     return Image(name=str(name), python=str(row.get("python") or ""), platform=platform, packages=packages)
 
 
+def image_known(images_doc: dict, family: str) -> bool:
+    """Does images.yaml list the image's preinstalled packages (then a project that installs nothing is judged
+    against them alone)?"""
+    row = next((i for i in images_doc.get("images") or [] if isinstance(i, dict) and i.get("family") == family), {})
+    return isinstance(row.get("packages"), (dict, list)) and bool(row.get("packages"))
+
+
 def _runs_json(jn: JobNeeds) -> list[dict]:
-    return [{"kind": r.kind, "target": r.target, "launcher": r.launcher, "by": r.source or None, "line": r.line or None}
+    return [{"kind": r.kind, "target": r.target, "launcher": r.launcher, "by": " <- ".join(r.via) or None,
+             "line": r.line or None}
             for r in jn.launch.runs]
 
 
@@ -150,9 +147,11 @@ def build(project: Path, script: str, *, image: Optional[Image], settings: Setti
             plan.resolution = resolver(request, image, timeout_s=timeout_s)
         except Exception as e:  # noqa: BLE001 - the plan never blocks on its own resolver
             plan.resolution = Resolution(available=False, why=f"the resolver failed: {e}")
+    elif image is not None and not (ctx.requirements or ctx.lock) and image_known(images_doc or {}, image.name):
+        plan.resolution = Resolution(available=True, install_bytes=0)  # nothing to install: the image's packages
     elif image is not None:
-        plan.resolution = Resolution(available=False, why="nothing to resolve" if not ctx.requirements else
-                                     "no resolver")
+        plan.resolution = Resolution(available=False, why="no resolver" if ctx.requirements else
+                                     "nothing to resolve, and images.yaml does not list the image's packages")
     judge.resolution_verdict(plan, ctx)
     judge.modules_verdict(plan, ctx, jn, stdlib=stdlib_names(image.python if image else None))
     judge.commands_verdict(plan, ctx, jn)
