@@ -147,12 +147,12 @@ def _commands(text: str, env: dict[str, str]) -> Iterator[tuple[list[str], str]]
                     skip = True
                     continue
                 if words:
-                    yield words, line.strip()
+                    yield words, " ".join(line.split())
                 words = []
                 continue
             words.append(t)
         if words:
-            yield words, line.strip()
+            yield words, " ".join(line.split())
 
 
 def _set_vars(words: list[str], env: dict[str, str]) -> bool:
