@@ -2,7 +2,7 @@
 verdict the plan gives: the project's files (a torch pin the image's torch does not meet, a python the image does
 not have, a project setup cannot install), the resolution, every module the job imports, every command it runs and
 what a launcher's config file asks for. Knowledge: playbooks/modules.yaml (module -> distribution, console scripts,
-what torch brings), playbooks/knowledge.yaml torch_family (torchvision and torchaudio per torch)."""
+what torch brings), playbooks/knowledge.yaml torch_companions (torchvision and torchaudio per torch)."""
 from __future__ import annotations
 
 import re
@@ -390,7 +390,11 @@ def commands_verdict(plan: "Plan", c: Context, jn: "JobNeeds") -> None:
     provided, resolved = provided_set(plan, c)
     if c.image is None and not resolved:
         return
+    said: set[tuple[str, str]] = set()
     for run in jn.commands:
+        if (run.target, run.source) in said:
+            continue
+        said.add((run.target, run.source))
         row = console_script(run.target, c.tables)
         if row is None:
             continue  # a command gpuops does not know as a console script: a system tool, never judged

@@ -170,11 +170,11 @@ def stdlib_names(python: Optional[str]) -> set[str]:
 
 
 def tables(project: Optional[Path] = None) -> dict:
-    """The knowledge the plan judges with: playbooks/modules.yaml, and knowledge.yaml's torch_family."""
+    """The knowledge the plan judges with: playbooks/modules.yaml, and knowledge.yaml's torch_companions."""
     from .. import knowledge as kb
 
     doc = dict(kb.load_playbook("modules", project))
-    doc["torch_family"] = kb.knowledge(project).get("torch_family") or []
+    doc["torch_family"] = kb.knowledge(project).get("torch_companions") or []
     return doc
 
 
