@@ -41,7 +41,8 @@ def decide(resolved: dict[str, tuple[str, Optional[int], str]], image: "Image", 
         version, _, url = resolved[name]
         entry = {"name": name, "version": version, "build_requires": list(row.get("build_requires") or []),
                  "env": {str(k): str(v) for k, v in (row.get("env") or {}).items()},
-                 "source": str(row.get("source") or ""), "url": None, "then": None}
+                 "source": str(row.get("source") or ""), "url": None, "then": None,
+                 "template": str(row.get("wheel") or "")}
         against = f"the image's torch {torch}" if torch and torch == image.torch else \
             f"torch {torch}" if torch else "the environment's torch"
         if row.get("index_wheels") and url.endswith(".whl"):

@@ -66,7 +66,9 @@ class Resolution:
                 "packages": dict(sorted(self.packages.items())), "install_bytes": self.install_bytes,
                 "replaces_image": [list(r) for r in self.replaces_image], "fixes": list(self.fixes),
                 "refusal": list(self.refusal) if self.refusal else None, "builds": list(self.builds),
-                "seconds": round(self.seconds, 3)}
+                "seconds": round(self.seconds, 3),
+                # what setup installs with (setup/pinned.py): every resolved version, the image's included
+                "pins": dict(sorted(self.resolved.items())) if self.available and not self.refusal else {}}
 
     def lines(self) -> list[str]:
         """The resolution as the plan shows it."""

@@ -61,8 +61,9 @@ def _local_lock(project: Path, facts) -> Optional[str]:
 
 
 def setup(prof, out, project: Path, *, dry_run: bool = False, verify: bool = True, force: bool = False,
-          on_plan: Optional[Callable[[sp.Plan], None]] = None) -> dict:
-    """Returns {"plan", "attached", "ran", "rc", "executions", "verify": report or None}."""
+          on_plan: Optional[Callable[[sp.Plan], None]] = None, resolution: Optional[dict] = None) -> dict:
+    """Returns {"plan", "attached", "ran", "rc", "executions", "verify": report or None}. `resolution`: the local
+    plan's (project/resolve.py Resolution.to_dict()): setup installs exactly its pins (setup/pinned.py)."""
     from .. import knowledge as kb
     from . import scripts as rs
     from ..remote.connection import connect
@@ -91,7 +92,8 @@ def setup(prof, out, project: Path, *, dry_run: bool = False, verify: bool = Tru
         else:
             plan = sp.make_plan(facts, prof, knowledge, remote_dir=remote_dir, force=force,
                                 lock_text=_local_lock(project, facts),
-                                tools=kb.load_playbook("images", project).get("project_tools") or [])
+                                tools=kb.load_playbook("images", project).get("project_tools") or [],
+                                resolution=resolution)
             doc["plan"] = plan.to_dict()
             if on_plan:
                 on_plan(plan)
