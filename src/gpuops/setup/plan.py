@@ -36,6 +36,7 @@ from .project import (Project, Req, _norm, installs_itself, marker_env, names_ex
                       tool_refusal)
 from .render import PIP_TO_ENV, PIPCONF, render_script  # noqa: F401  (setup's script: setup/render.py)
 from . import pinned
+from .failure import telling_line  # noqa: F401  (setup's failure summary: setup/failure.py)
 
 SETUP_SUBDIR = ".gpuops/setup"
 TORCH_FAMILY = ("torch", "torchvision", "torchaudio")
@@ -306,21 +307,6 @@ class Plan:
                 "free_mb": self.free_mb, "refusal": self.refusal, "cannot": self.cannot, "blocked": self.blocked,
                 "blocked_hint": self.blocked_hint, "notes": self.notes,
                 "nothing_to_do": self.nothing_to_do, "pins": self.pins.splitlines()}
-
-
-def telling_line(lines: list[str], patterns) -> Optional[str]:
-    """The most telling line of a failed step's output: the last line that the first matching pattern of
-    `patterns` (knowledge.yaml setup_error_lines, regular expressions, most telling first) matches; None when none
-    does. A line is shown at most 300 characters long."""
-    for pat in patterns or []:
-        try:
-            rx = re.compile(str(pat))
-        except re.error:
-            continue
-        hits = [ln for ln in lines if rx.search(ln)]
-        if hits:
-            return hits[-1].strip()[:300]
-    return None
 
 
 def redact_url(url: Optional[str]) -> Optional[str]:
