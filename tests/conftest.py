@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from support import distenv  # noqa: E402 - reads the real HOME now, before tests isolate it
+from support import wheels  # noqa: E402 - the same (its cache folder)
 from support.cloud import API_KEY
 from support.runs import kill_run_groups, remote_project
 
@@ -75,6 +76,13 @@ def starts_hosts(sshd, tmp_path):
 def dist_python():
     """A Python with CPU torch and Ray (tests/support/distenv.py: built once per machine, cached)."""
     return str(distenv.python())
+
+
+@pytest.fixture(scope="session")
+def wheel_index():
+    """A folder of metadata-only wheels (tests/support/wheels.py) that uv resolves offline: `--no-index
+    --find-links <it>`. Built once per machine and kept."""
+    return wheels.index()
 
 
 @pytest.fixture(autouse=True)
