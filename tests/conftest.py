@@ -95,6 +95,10 @@ def isolated(tmp_path, monkeypatch):
     monkeypatch.setenv("NO_COLOR", "1")
     monkeypatch.setenv("COLUMNS", "120")
     monkeypatch.setenv("WANDB_MODE", "offline")
+    # the local plan resolves with uv (project/resolver.py): in the tests only against the folders a test names
+    # (--find-links lines, tests/support/wheels.py), never an index on the internet
+    monkeypatch.setenv("UV_NO_INDEX", "1")
+    monkeypatch.setenv("GPUOPS_UV_CACHE_DIR", str(wheels.CACHE / "uv-plan"))
     for var in ("GPUOPS_PROFILE", "GPUOPS_DEBUG", "WANDB_API_KEY", "GPUOPS_FORCE_RICH"):
         monkeypatch.delenv(var, raising=False)
     project = tmp_path / tmp_path.name  # unique name: the sandbox's remote dir defaults to ~/<this name>

@@ -104,3 +104,44 @@ def test_train_refuses_a_nested_crlf_script_before_it_syncs(sandbox, gpuops):
     r = gpuops("train", "--script", script)
     assert r.code == 1 and said[0] in r.err and "nothing was synced or launched" in r.err, r.all
     assert not (remote_project(sandbox) / "run.sh").exists()
+
+
+# -- with the resolution: uv, here, offline against the tests' index of metadata-only wheels ---------------------------
+def requirements(index: Path, *names: str) -> str:
+    return f"--no-index\n--find-links {index}\n" + "".join(f"{n}\n" for n in names)
+
+
+def test_a_deep_import_nothing_resolved_provides_is_refused_with_no_launch_request(cloud, gpuops, wheel_index):
+    """data-prep's first shape: the prep line imports tiktoken, which no file declares and nothing resolved brings."""
+    write({"requirements.txt": requirements(wheel_index, "numpy"),
+           "run.sh": "#!/bin/bash\nset -e\npython prepare.py\ntorchrun --standalone --nproc_per_node=8 train.py\n",
+           "prepare.py": "import numpy\nfrom data import shards\n", "data/__init__.py": "",
+           "data/shards.py": "import tiktoken\n", "train.py": "import numpy\n"})
+    r = gpuops("run", "--type", TYPE, "--key", str(cloud.key), "--yes", "--script", "run.sh")
+    assert r.code == 1 and "nothing was launched" in r.err, r.all
+    assert ("data/shards.py (imported by prepare.py <- run.sh) imports tiktoken, which nothing setup installs "
+            "provides (the plan resolved") in r.err
+    assert "fix: add tiktoken to requirements.txt" in r.err
+    assert cloud.launch_requests() == 0
+
+
+def test_a_module_a_dependency_brings_is_no_refusal_and_the_run_installs_what_the_plan_resolved(cloud, gpuops,
+                                                                                               wheel_index):
+    """transitive-ok: orjson is declared nowhere, tensordict brings it: the plan lets the run through, and setup on
+    the instance installs the resolved pins; the job imports both."""
+    cloud.image("lambda-stack")
+    write({"requirements.txt": requirements(wheel_index, "tensordict"),
+           "run.sh": "#!/bin/bash\nset -e\npython3 -m pkg.main\n", "pkg/__init__.py": "",
+           "pkg/main.py": "from pkg.utils import tracking\nprint('tracking', tracking.dumps)\n",
+           "pkg/utils/__init__.py": "", "pkg/utils/tracking.py": "import orjson\nimport tensordict\n"
+                                                                "dumps = orjson.__version__\n"})
+    r = gpuops("plan", "--script", "run.sh", "--json")
+    assert r.code == 0, r.all
+    doc = json.loads(r.out)
+    assert doc["resolution"]["available"] and doc["resolution"]["packages"] == {"orjson": "3.13.0",
+                                                                               "tensordict": "0.10.0"}
+    assert {m["module"]: m["status"] for m in doc["modules"]}["orjson"] == "installed"
+    r = gpuops("run", "--type", TYPE, "--key", str(cloud.key), "--yes", "--json", "--script", "run.sh")
+    assert r.code == 0 and json.loads(r.out)["outcome"] == "succeeded", r.all
+    assert json.loads(r.out)["plan"]["resolution"]["pins"]["tensordict"] == "0.10.0"
+    assert cloud.launch_requests() == 1

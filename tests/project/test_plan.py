@@ -123,7 +123,9 @@ def test_extras_setup_py_and_other_requirements_files_name_their_fix(tmp_path):
                                            "'accelerate', 'tiktoken'])\n",
                                "run.sh": "accelerate launch --num_processes 8 src/proj/train.py\n",
                                "src/proj/__init__.py": "", "src/proj/train.py": "import tiktoken\n"})
-    p = plan(b, "run.sh", None)  # nothing to install: with the image's packages unknown, warnings only
+    unknown = dict(IMAGES, images=[dict(i, packages=[]) for i in IMAGES["images"]])
+    p = pp.build(b, "run.sh", image=IMAGE, settings=pp.Settings(), tables=TABLES, images_doc=unknown, resolver=None)
+    #   nothing to install, and the image's packages not listed: warnings only
     assert not p.refused and any("setup installs nothing from this project, and setup.py's install_requires" in w
                                  for w in p.warnings)
     images = dict(IMAGES, images=[dict(i, packages=IMAGE_PKGS) for i in IMAGES["images"]])
@@ -176,7 +178,7 @@ def test_what_torch_brings_is_never_a_module_to_add(tmp_path):
     write(tmp_path, {"requirements.txt": "numpy\n", "train.py": "import triton\nimport torch\nimport numpy\n"})
     p = plan(tmp_path, "train.py", resolved("numpy"))
     assert not p.refused and {m.module: m.status for m in p.modules} == {"triton": "torch", "torch": "image",
-                                                                       "numpy": "installed"}
+                                                                       "numpy": "image"}  # listed, unconfirmed
     from gpuops.project import gatefix
     from gpuops.project.closure import Need
 
@@ -271,3 +273,11 @@ def test_a_host_whose_image_is_unknown_judges_no_module(tmp_path):
     p = pp.build(tmp_path, "train.py", image=None, settings=pp.Settings(), tables=TABLES, resolver=None)
     assert [x.split(" (")[0] for x in problems(p)] == ["train.py"] and not p.warnings
     assert "imports gone from pkg (pkg/__init__.py), which has no module or name gone" in problems(p)[0]
+
+
+def test_what_an_ubuntu_python_carries_is_never_refused(tmp_path):
+    """cloud-init's yaml on every Lambda instance: undeclared, unresolved, said as a warning only."""
+    write(tmp_path, {"requirements.txt": "numpy\n", "train.py": "import yaml\nimport numpy\n"})
+    p = plan(tmp_path, "train.py", resolved("numpy"))
+    assert not p.refused and {m.module: m.status for m in p.modules}["yaml"] == "system"
+    assert "the image's system python may have it (a Debian package); add pyyaml to requirements.txt" in p.warnings[0]

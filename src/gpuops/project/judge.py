@@ -291,8 +291,10 @@ def resolution_verdict(plan: "Plan", c: Context) -> None:
                               "judged against the names the project's files declare; the instance is asked the "
                               "rest before the job starts (the launch gate)")
         return
-    if r.refusal:
-        plan.refusals.append(r.refusal)
+    if r.refusal and not (r.refusal[0].startswith("the requirements pin") and
+                          any(" pins torch" in p for p, _ in plan.refusals)):  # said already, naming its file
+        plan.refusals.append((r.refusal[0], r.refusal[1] if r.refusal[1].startswith("fix") else
+                              "fix: " + r.refusal[1]))
     for name, old, new in r.replaces_image:
         plan.warnings.append(f"setup would replace the image's {name} {old} with {new}")
     plan.hints += [f"resolved: {f}" for f in r.fixes]
@@ -306,7 +308,8 @@ def provided_set(plan: "Plan", c: Context) -> tuple[set[str], bool]:
     image = {normalize(n) for n in (c.image.packages if c.image else {})}
     r = plan.resolution
     if r is not None and r.available:
-        return {normalize(n) for n in r.packages} | image | set(c.installed), True
+        got = {normalize(n) for n in (*r.packages, *(getattr(r, "resolved", None) or {}))}
+        return got | image | set(c.installed), True
     return set(c.installed) | image, False
 
 
@@ -336,6 +339,7 @@ def judge_module(plan: "Plan", c: Context, module: str, who: str, provided: set[
         return ModuleVerdict(module, who, "image", p)
     if torch_brings(module, c.tables) and ("torch" in provided):
         return ModuleVerdict(module, who, "torch", "torch")
+    system = set((c.tables.get("system_python") or {}).get("modules") or [])
     p = provider(module, provided, table)
     if p and not (builds_against_torch(module, table) and p in c.installed and not resolved):
         return ModuleVerdict(module, who, "installed", p)
@@ -364,12 +368,17 @@ def judge_module(plan: "Plan", c: Context, module: str, who: str, provided: set[
         else:
             plan.warnings.append(f"{problem} (fix: {fix})")
         return ModuleVerdict(module, who, "elsewhere", hit)
+    if top in system:  # the image's system python may have it (a Debian package): never refused
+        plan.warnings.append(f"{said}, which no dependency file names: the image's system python may have it (a "
+                             f"Debian package); {_fix_add(c, dists[0], who)[5:]} to be sure")
+        return ModuleVerdict(module, who, "system", dists[0])
     if resolved:
         plan.refusals.append((f"{said}, which nothing setup installs provides (the plan resolved "
                               f"{len(plan.resolution.packages)} package(s) for {c.image.name if c.image else 'the image'}"
                               "; none of them, nor the image, provides it)",
-                              _fix_add(c, dists[0], who) + " (if a dependency provides it under another name, a row "
-                              "in playbooks/modules.yaml says so)"))
+                              _fix_add(c, dists[0], who) + " (if a dependency provides it under another name, or "
+                              "the image's python has it, a row in playbooks/modules.yaml or images.yaml says so; "
+                              "--force launches anyway)"))
         return ModuleVerdict(module, who, "missing", dists[0])
     plan.warnings.append(f"{said}, which no dependency file names: unless a dependency brings it, "
                          f"the job stops at import ({_fix_add(c, dists[0], who)}); the instance is asked before the "

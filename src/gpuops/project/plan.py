@@ -75,13 +75,7 @@ class Plan:
 
     def to_json(self) -> dict:
         r = self.resolution
-        res = None
-        if r is not None:
-            res = {"available": r.available, "why": r.why or None, "packages": dict(sorted(r.packages.items())),
-                   "install_bytes": r.install_bytes, "seconds": round(r.seconds, 3),
-                   "replaces_image": [{"name": n, "image": a, "new": b} for n, a, b in r.replaces_image],
-                   "fixes": list(r.fixes), "builds": list(r.builds),
-                   "refusal": {"problem": r.refusal[0], "fix": r.refusal[1]} if r.refusal else None}
+        res = r.to_dict() if r is not None else None  # setup installs its pins (setup/pinned.py)
         return {"script": self.script, "image": self.image, "python": self.python, "runs": self.runs,
                 "scripts": self.scripts, "files_read": self.files, "import_depth": self.depth,
                 "modules": [m.to_json() for m in self.modules], "requirements": self.declared,
@@ -91,20 +85,27 @@ class Plan:
                 "seconds": round(self.seconds, 3)}
 
 
-def image_of(images_doc: dict, family: Optional[str] = None) -> Optional[Image]:
-    """The image a launch boots (the first of images.yaml `launched`, or `family`), as the plan judges against: its
-    python, platform and preinstalled packages (`packages`, else its torch)."""
-    rows = {str(i.get("family")): i for i in images_doc.get("images") or [] if isinstance(i, dict)}
-    name = family or next((f for f in images_doc.get("launched") or [] if f in rows), None)
-    row = rows.get(name or "")
-    if row is None:
+def image_of(images_doc: dict, family: Optional[str] = None, arch: str = "x86_64") -> Optional[Image]:
+    """The image a launch boots (the first of images.yaml `launched`), or `family`, as the plan judges against
+    (project/images.py: its python, platform, preinstalled packages, the ones kept)."""
+    from .images import image_for, launched
+
+    if family:
+        return image_for(images_doc, family, arch)
+    return next(iter(launched(images_doc, arch)), None)
+
+
+def with_expected(image: Optional[Image], settings: Settings) -> Optional[Image]:
+    """The image as the profile makes it: a torch (torchvision, torchaudio) that expect.packages pins to a version is
+    installed by setup on purpose, and the plan resolves against it instead of the image's."""
+    import re
+
+    if image is None:
         return None
-    packages = {str(k): str(v if not isinstance(v, dict) else v.get("version", "")) for k, v in
-                (row.get("packages") or {}).items()} if isinstance(row.get("packages"), dict) else {}
-    if row.get("torch") and "torch" not in packages:
-        packages["torch"] = str(row["torch"])
-    platform = str(row.get("platform") or "x86_64-manylinux_2_28")
-    return Image(name=str(name), python=str(row.get("python") or ""), platform=platform, packages=packages)
+    pinned = {k: str(v).lstrip("=") for k, v in settings.expect_packages.items()
+              if str(k).lower() in ("torch", "torchvision", "torchaudio") and
+              re.fullmatch(r"=?=?\d+(\.\d+)*([+.][A-Za-z0-9.]+)?", str(v))}
+    return image.with_packages(pinned) if pinned else image
 
 
 def image_known(images_doc: dict, family: str) -> bool:
@@ -127,6 +128,7 @@ def build(project: Path, script: str, *, image: Optional[Image], settings: Setti
     no resolution, the static judgement only). tables: playbooks/modules.yaml. resolver: resolve.resolve (tests
     may hand another real one); None: no resolution."""
     t0 = time.monotonic()
+    image = with_expected(image, settings)
     plan = Plan(script, image=image.name if image else None, python=image.python if image else None)
     arch = (image.platform.split("-", 1)[0] if image else None) or None
     lf: LocalFiles = local_files(project, settings.requirements, image.python if image else None, arch)
