@@ -145,3 +145,12 @@ def test_a_module_a_dependency_brings_is_no_refusal_and_the_run_installs_what_th
     assert r.code == 0 and json.loads(r.out)["outcome"] == "succeeded", r.all
     assert json.loads(r.out)["plan"]["resolution"]["pins"]["tensordict"] == "0.10.0"
     assert cloud.launch_requests() == 1
+
+
+def test_setup_says_before_it_connects_what_the_files_name_and_setup_does_not_install(sandbox, gpuops):
+    write({"setup.py": "from setuptools import setup\nsetup(name='proj', install_requires=['accelerate'])\n",
+           "train.py": "import accelerate\n"})
+    r = gpuops("setup", "--dry-run")
+    assert ("setup installs nothing from this project, and setup.py's install_requires name(s) its dependencies "
+            "(fix: setup does not install the folder") in r.err, r.all
+    assert "holding `-e .`" in r.err

@@ -122,10 +122,7 @@ def refuse_script(project: Path, script_rel: str, done: str, *, prof=None, out=N
     from ..project.plan import Settings, local_plan
     from ..project.verdict import enforce, report
 
-    settings = Settings()
-    if prof is not None:
-        settings = Settings(requirements=list(prof.setup.requirements), extras=prof.setup.extras,
-                            base_python=prof.setup.base_python, expect_packages=dict(prof.expect.packages))
+    settings = Settings.of_profile(prof) if prof is not None else Settings()
     plan = local_plan(project, script_rel, settings, image=None, resolve=False)
     if out is not None:
         report(plan, out, quiet=True)

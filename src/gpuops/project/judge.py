@@ -200,6 +200,9 @@ def _run_file(project: Path, run) -> Optional[Path]:
 def project_problems(plan: "Plan", c: Context, images_doc: dict) -> None:
     from .read import parse_pyproject as pp_of
 
+    if plan.image is None:  # a host already up: its python and tools are setup's and the gate's to judge
+        _nothing_installed(plan, c)
+        return
     files = set(f for f in (c.project / n for n in ("uv.lock", "pyproject.toml", "poetry.lock", "pdm.lock",
                                                        "environment.yml", "environment.yaml", *c.settings.requirements))
                 if f.is_file())
@@ -235,6 +238,10 @@ def project_problems(plan: "Plan", c: Context, images_doc: dict) -> None:
                                      "the job's PATH)"))
                 break
     _torch_pins(plan, c)
+    _nothing_installed(plan, c)
+
+
+def _nothing_installed(plan: "Plan", c: Context) -> None:
     if not c.requirements and not c.lock:
         named = sorted({where for where, _ in c.elsewhere.values()})
         if named:

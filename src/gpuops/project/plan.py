@@ -41,6 +41,12 @@ class Settings:
     expect_packages: dict[str, str] = field(default_factory=dict)
 
     @classmethod
+    def of_profile(cls, prof) -> "Settings":
+        """A profile's (profiles.model.Profile) setup: and expect.packages."""
+        return cls(requirements=list(prof.setup.requirements), extras=prof.setup.extras,
+                   base_python=prof.setup.base_python, expect_packages=dict(prof.expect.packages))
+
+    @classmethod
     def of(cls, setup: Optional[dict] = None, expect: Optional[dict] = None) -> "Settings":
         setup = setup or {}
         reqs = setup.get("requirements") or ["requirements.txt"]
