@@ -29,9 +29,15 @@ def test_run_json_carries_the_prelaunch_warnings_and_their_hints_name_what_run_t
     assert sorted(set(warnings)) == sorted(warnings)  # each said once
 
 
-def test_a_gate_refusal_in_run_points_to_a_new_run_not_to_setup_on_the_terminated_instance(cloud, gpuops):
+def test_a_gate_refusal_in_run_points_to_a_new_run_not_to_setup_on_the_terminated_instance(cloud, gpuops, tmp_path):
     """The gate's fix said "add it to the project's requirements, then gpuops setup": the run then terminates the
-    instance (and its profile), so setup has nothing to run on. The fix says to start gpuops run again."""
+    instance (and its profile), so setup has nothing to run on. The fix says to start gpuops run again. (The
+    requirement is a wheel file: what it installs is known only on the instance, so the local plan leaves the
+    module to the gate, as it does whenever it cannot resolve.)"""
+    from support.indexes import make_wheel
+
+    whl = make_wheel(tmp_path / "wheels", "otherpkg", "1.0", "VALUE = 1\n")
+    (Path.cwd() / "requirements.txt").write_text(f"{whl}\n")
     (Path.cwd() / "train.py").write_text("import nosuchmod_review28\n")
     r = gpuops("run", "--type", TYPE, "--key", str(cloud.key), "--yes", "--script", "train.py")
     assert r.code == 1, r.all

@@ -281,3 +281,14 @@ def test_what_an_ubuntu_python_carries_is_never_refused(tmp_path):
     p = plan(tmp_path, "train.py", resolved("numpy"))
     assert not p.refused and {m.module: m.status for m in p.modules}["yaml"] == "system"
     assert "the image's system python may have it (a Debian package); add pyyaml to requirements.txt" in p.warnings[0]
+
+
+def test_a_path_or_url_requirement_leaves_modules_to_the_instance(tmp_path):
+    """A wheel file, a git checkout: what they install is known once installed; no resolution, no refusal."""
+    write(tmp_path, {"requirements.txt": "./wheels/pinpkg-1.0-py3-none-any.whl\nnumpy\n", "train.py": "import pinpkg\n"})
+    r = resolved("numpy")
+    p = plan(tmp_path, "train.py", r)
+    assert r.asked == [] and not p.refused
+    assert "requirements.txt installs ./wheels/pinpkg-1.0-py3-none-any.whl, which names no distribution" in p.hints[0]
+    (tmp_path / "requirements.txt").write_text("mylib @ git+https://example.invalid/mylib.git\n")
+    assert plan(tmp_path, "train.py", resolved()).resolution.available is False

@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Optional
 
-from .read import (index_lines, installs_itself, normalize, python_meets, requirement_lines, requires_python,
+from .read import (index_lines, installs_itself, opaque_lines, normalize, python_meets, requirement_lines, requires_python,
                    script_block, tool_project, tool_refusal, with_setup_py, parse_pyproject, marker_env,
                    parse_requirements)
 
@@ -86,6 +86,7 @@ class Context:
     lock: Optional[str] = None
     extras: list[str] = field(default_factory=list)
     add_to: str = "requirements.txt"  # where a missing distribution is added
+    opaque: list[tuple[str, str]] = field(default_factory=list)  # (file, line): a path, URL or VCS requirement
     pyproject: dict = field(default_factory=dict)
 
     @classmethod
@@ -95,6 +96,7 @@ class Context:
         c.pyproject = pp = with_setup_py(parse_pyproject(lf.texts.get("pyproject.toml")), lf.texts.get("setup.py"))
         for rf in proj.requirements:
             c._add([(f, line) for f, line in requirement_lines(lf.texts, rf, env)])
+            c.opaque += opaque_lines(lf.texts, rf)
             c.index_lines += [x for x in index_lines(lf.texts, rf) if x not in c.index_lines]
         if proj.kind in ("pyproject", "uv-lock"):
             c._add([(pp.get("source", {}).get(d, "pyproject.toml"), d) for d in

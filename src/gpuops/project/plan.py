@@ -148,7 +148,11 @@ def build(project: Path, script: str, *, image: Optional[Image], settings: Setti
     plan.declared = list(ctx.requirements)
     plan.index_lines = list(ctx.index_lines)
     judge.project_problems(plan, ctx, images_doc or {})
-    if image is not None and resolver is not None and (ctx.requirements or ctx.lock):
+    if image is not None and ctx.opaque:  # what a path, URL or checkout installs is known once installed
+        f, line = ctx.opaque[0]
+        plan.resolution = Resolution(available=False, why=f"{f} installs {line}, which names no distribution the plan "
+                                                          "can resolve here")
+    elif image is not None and resolver is not None and (ctx.requirements or ctx.lock):
         request = ResolveRequest(tuple(ctx.requirements), tuple(ctx.index_lines), lock=ctx.lock,
                                  extras=tuple(ctx.extras))
         try:

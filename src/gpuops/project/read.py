@@ -451,6 +451,27 @@ def index_lines(texts: dict[str, str], start: str) -> list[str]:
     return out
 
 
+def opaque_lines(texts: dict[str, str], start: str) -> list[tuple[str, str]]:
+    """(file, line) of what a requirements file installs that names no distribution here: a path, a URL, a VCS
+    checkout, `-e` of another folder (what they install is known only once installed)."""
+    from packaging.requirements import InvalidRequirement, Requirement
+
+    out = []
+    for rel, line in _lines(texts, start):
+        if not line or line.startswith("#") or INDEX_OPTION.match(line) or _INCLUDE.match(line) or SELF.match(line):
+            continue
+        if line.startswith("-") and not line.startswith(("-e", "--editable")):
+            continue
+        try:
+            r = Requirement(line)
+            if r.url is None:
+                continue
+        except InvalidRequirement:
+            pass
+        out.append((rel, line))
+    return out
+
+
 def requirement_lines(texts: dict[str, str], start: str, env: Optional[dict] = None) -> list[tuple[str, str]]:
     """(file, PEP 508 string) of every requirement a requirements file installs (its -r includes followed; options,
     paths and URLs without a name left out; markers that do not hold in `env` left out)."""
@@ -463,6 +484,8 @@ def requirement_lines(texts: dict[str, str], start: str, env: Optional[dict] = N
         try:
             r = Requirement(line)
         except InvalidRequirement:
+            continue
+        if r.url is not None:
             continue
         if _applies(r, env):
             out.append((rel, line))
