@@ -215,11 +215,14 @@ def test_the_resolutions_own_verdicts_are_said(tmp_path):
     r = resolved("torchvision", fixes=["torchvision 0.24.0 matches the image's torch 2.9.0"],
                  replaces_image=[("torch", "2.9.0+cu128", "2.14.1")])
     p = plan(tmp_path, "main.py", r)
-    assert "setup would replace the image's torch 2.9.0+cu128 with 2.14.1" in p.warnings
+    assert ("unpinned, pip alone would replace the image's torch 2.9.0+cu128 with 2.14.1: setup installs with the "
+            "plan's pins instead, which keep the image's torch") in p.warnings
     assert "resolved: torchvision 0.24.0 matches the image's torch 2.9.0" in p.hints
     r = resolved(refusal=("no resolution keeps the image's torch: vllm pins torch==2.6.0", "fix: pin vllm<0.9"))
-    assert plan(tmp_path, "main.py", r).refusals == [("no resolution keeps the image's torch: vllm pins torch==2.6.0",
-                                                     "fix: pin vllm<0.9")]
+    p = plan(tmp_path, "main.py", r)
+    assert p.refusals == [("no resolution keeps the image's torch: vllm pins torch==2.6.0", "fix: pin vllm<0.9")]
+    # a refused resolution is no set of packages: torchvision (not among its packages) is not refused for it
+    assert {m.module: m.status for m in p.modules}["torchvision"] != "missing"
     assert "setup installs 1 package(s), 0.00 GB, resolved for lambda-stack-22-04" in summary(plan(tmp_path, "main.py",
                                                                                                   resolved("x")))
 

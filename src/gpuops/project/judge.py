@@ -305,7 +305,8 @@ def resolution_verdict(plan: "Plan", c: Context) -> None:
         plan.refusals.append((r.refusal[0], r.refusal[1] if r.refusal[1].startswith("fix") else
                               "fix: " + r.refusal[1]))
     for name, old, new in r.replaces_image:
-        plan.warnings.append(f"setup would replace the image's {name} {old} with {new}")
+        plan.warnings.append(f"unpinned, pip alone would replace the image's {name} {old} with {new}: setup installs "
+                             f"with the plan's pins instead, which keep the image's {name}")
     plan.hints += [f"resolved: {f}" for f in r.fixes]
     for b in r.builds:
         plan.hints.append(f"{b.get('name')}: {b.get('how')}" + (f" ({b['why']})" if b.get("why") else ""))
@@ -316,7 +317,7 @@ def provided_set(plan: "Plan", c: Context) -> tuple[set[str], bool]:
     image's, else the names setup installs (declared) and the image's."""
     image = {normalize(n) for n in (c.image.packages if c.image else {})}
     r = plan.resolution
-    if r is not None and r.available:
+    if r is not None and r.available and not r.refusal:  # a refused resolution is no set of packages
         got = {normalize(n) for n in (*r.packages, *(getattr(r, "resolved", None) or {}))}
         return got | image | set(c.installed), True
     return set(c.installed) | image, False
@@ -325,6 +326,10 @@ def provided_set(plan: "Plan", c: Context) -> tuple[set[str], bool]:
 # -- modules, commands, launcher configs ---------------------------------------------------------------------------------
 def _fix_add(c: Context, dist: str, source: str) -> str:
     where = c.add_to
+    if not c.requirements and not c.lock and (c.project / "setup.py").is_file() and c.kind == "none":
+        return (f"fix: setup does not install this folder (a setup.py, and no pyproject.toml [project] table nor "
+                f"requirements file): write a requirements.txt holding `-e .` (setup then installs the folder with "
+                f"setup.py's install_requires), and add {dist} there if setup.py does not name it")
     if "script block" in source or (c.kind == "none" and c.requirements and
                                     all("script block" in s for s in c.installed.values())):
         where = "the script's `# /// script` block"
