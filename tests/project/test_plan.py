@@ -295,3 +295,15 @@ def test_a_path_or_url_requirement_leaves_modules_to_the_instance(tmp_path):
     assert "requirements.txt installs ./wheels/pinpkg-1.0-py3-none-any.whl, which names no distribution" in p.hints[0]
     (tmp_path / "requirements.txt").write_text("mylib @ git+https://example.invalid/mylib.git\n")
     assert plan(tmp_path, "train.py", resolved()).resolution.available is False
+
+
+def test_a_distribution_named_around_the_module_is_no_refusal(tmp_path):
+    """open-instruct: olmo_core comes from ai2-olmo-core, beaker from beaker-py, absl from absl-py: names the plan
+    cannot map with certainty are never refused."""
+    write(tmp_path, {"requirements.txt": "ai2-olmo-core\nbeaker-py\nabsl-py\n",
+                     "train.py": "import olmo_core\nimport beaker\nimport absl\nimport tiktoken\n"})
+    p = plan(tmp_path, "train.py", resolved("ai2-olmo-core", "beaker-py", "absl-py"))
+    assert {m.module: m.status for m in p.modules} == {"olmo_core": "unknown", "beaker": "installed",
+                                                       "absl": "installed", "tiktoken": "missing"}
+    assert [x.split(" imports ")[1].split(",")[0] for x in problems(p)] == ["tiktoken"]
+    assert "no distribution is known to provide it, and ai2-olmo-core may" in p.warnings[0]

@@ -57,10 +57,15 @@ def torch_brings(module: str, tables: dict) -> bool:
     return module.split(".")[0] in set((tables.get("torch_brings") or {}).get("modules") or [])
 
 
+NAME_FORMS = ("{}", "{}-py", "py{}", "py-{}", "python-{}", "{}-python")  # absl-py, pyyaml, python-dotenv, ...
+
+
 def provider(module: str, dists, table: list[dict]) -> Optional[str]:
     """The distribution of `dists` (normalized names) that provides `module`, as far as modules.yaml and the names
-    tell; None."""
-    for cand in [*distributions(module, table), module]:
+    tell (the module's own name, or the usual forms of a distribution around it: absl-py for absl, beaker-py for
+    beaker); None."""
+    top = module.split(".")[0]
+    for cand in [*distributions(module, table), *(f.format(top) for f in NAME_FORMS)]:
         if normalize(cand) in dists:
             return normalize(cand)
     return None
@@ -88,6 +93,7 @@ class Context:
     add_to: str = "requirements.txt"  # where a missing distribution is added
     opaque: list[tuple[str, str]] = field(default_factory=list)  # (file, line): a path, URL or VCS requirement
     pyproject: dict = field(default_factory=dict)
+    locked: set = field(default_factory=set)  # every distribution uv.lock names (any platform, extra or group)
 
     @classmethod
     def of(cls, project: Path, lf, proj, jn: "JobNeeds", settings, tables: dict, image) -> "Context":
@@ -104,6 +110,8 @@ class Context:
             c.add_to = "pyproject.toml's [project] dependencies"
             if proj.kind == "uv-lock":
                 c.lock = str(project / "uv.lock")
+                c.locked = {normalize(n) for n in re.findall(r'(?m)^name\s*=\s*"([^"]+)"', _text(project / "uv.lock")
+                                                            or "")}
         elif proj.requirements:
             c.add_to = proj.requirements[0]
         itself = next((x for x in (installs_itself(lf.texts, r) for r in proj.requirements) if x), None)
@@ -382,6 +390,14 @@ def judge_module(plan: "Plan", c: Context, module: str, who: str, provided: set[
         else:
             plan.warnings.append(f"{problem} (fix: {fix})")
         return ModuleVerdict(module, who, "elsewhere", hit)
+    p = provider(module, c.locked, table)
+    if p:  # the lock decides (a git source, a group, a platform the export left out): the instance is asked
+        return ModuleVerdict(module, who, "installed", p)
+    near = sorted(d for d in provided | c.locked if normalize(top) in d and d != normalize(top))
+    if near:  # ai2-olmo-core provides olmo_core: a name that holds the module's may be its distribution
+        plan.warnings.append(f"{said}; no distribution is known to provide it, and {', '.join(near[:3])} may (if not, "
+                             f"the job stops at import; the instance is asked before the job starts)")
+        return ModuleVerdict(module, who, "unknown", near[0])
     if top in system:  # the image's system python may have it (a Debian package): never refused
         plan.warnings.append(f"{said}, which no dependency file names: the image's system python may have it (a "
                              f"Debian package); {_fix_add(c, dists[0], who)[5:]} to be sure")

@@ -53,6 +53,8 @@ UV_OTHER_ENV = {"--with", "--with-requirements", "--with-editable", "--python", 
                 "--directory", "--project", "--no-project", "--gui-script"}
 SHELL_WORDS = {"then", "do", "else", "elif", "{", "}", "!", "if", "while", "until"}
 PREFIXES = {"exec", "nohup", "time", "command"}
+SHELL_KEYWORDS = {"fi", "done", "esac", "then", "do", "else", "elif", "in", "true", "false", "return", "exit", "break",
+                  "continue", "shift", "wait", "trap", "local", "unset", "set", "function"}
 RUNS_SCRIPT = {"bash", "sh", "dash", "zsh", "source", ".", "exec"}
 ENV_SWITCH = re.compile(r"(^|[\s;&|])(source|\.)\s+\S*activate\b|(^|[\s;&|])(conda|mamba|micromamba|pyenv)\s+"
                         r"(activate|shell|run)\b|(^|[\s;&|])module\s+load\b", re.M)
@@ -319,7 +321,7 @@ def invocation(words: list[str], cwd: Optional[str] = None) -> Optional[Run]:
                 run = _launcher(words[i + len(launcher):], " ".join(launcher), package)
                 break
         else:
-            if re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9_.-]*", cmd):
+            if re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9_.-]*", cmd) and cmd not in SHELL_KEYWORDS:
                 run = Run("command", cmd, args=tuple(args))
     return replace(run, pythonpath=pythonpath, loose=loose) if run else None
 
