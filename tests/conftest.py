@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from support import distenv  # noqa: E402 - reads the real HOME now, before tests isolate it
+from support import wheels  # noqa: E402 - the same (its cache folder)
 from support.cloud import API_KEY
 from support.runs import kill_run_groups, remote_project
 
@@ -89,6 +90,13 @@ def dist_python():
     return str(distenv.python())
 
 
+@pytest.fixture(scope="session")
+def wheel_index():
+    """A folder of metadata-only wheels (tests/support/wheels.py) that uv resolves offline: `--no-index
+    --find-links <it>`. Built once per machine and kept."""
+    return wheels.index()
+
+
 @pytest.fixture(autouse=True)
 def isolated(tmp_path, monkeypatch):
     """Each test: its own HOME, config dir (profiles, known_hosts) and project directory; plain output."""
@@ -99,6 +107,10 @@ def isolated(tmp_path, monkeypatch):
     monkeypatch.setenv("NO_COLOR", "1")
     monkeypatch.setenv("COLUMNS", "120")
     monkeypatch.setenv("WANDB_MODE", "offline")
+    # the local plan resolves with uv (project/resolver.py): in the tests only against the folders a test names
+    # (--find-links lines, tests/support/wheels.py), never an index on the internet
+    monkeypatch.setenv("UV_NO_INDEX", "1")
+    monkeypatch.setenv("GPUOPS_UV_CACHE_DIR", str(wheels.CACHE / "uv-plan"))
     for var in ("GPUOPS_PROFILE", "GPUOPS_DEBUG", "WANDB_API_KEY", "GPUOPS_FORCE_RICH"):
         monkeypatch.delenv(var, raising=False)
     project = tmp_path / tmp_path.name  # unique name: the sandbox's remote dir defaults to ~/<this name>

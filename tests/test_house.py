@@ -31,6 +31,8 @@ FLOORS: list[tuple[str, tuple[str, ...]]] = [
     ("profiles", ("gpuops.profiles",)),
     ("verify", ("gpuops.verify",)),
     ("transfer", ("gpuops.transfer",)),
+    # what a project needs, read and resolved here (issue 34): setup, jobs and pipeline ask it; it asks none of them
+    ("project", ("gpuops.project",)),
     ("setup", ("gpuops.setup",)),
     ("jobs", ("gpuops.jobs",)),
     ("sandbox", ("gpuops.sandbox",)),

@@ -280,10 +280,10 @@ def _new_run(out, project: Path, *, types: list, gpu: Optional[str], max_price: 
     template, note = run_template(template_for(from_, project), from_)
     if note:
         out.info(note)
-    prelaunch.check(project, script, out, template)  # a job that cannot run is refused before anything bills
+    plan = prelaunch.check(project, script, out, template, force=force)  # refused before anything bills
     _before_launch(out, project, script, template, confirm, data)
     out.info(ttl_said)
-    return run_ops.new_record(types=types, gpu=gpu, max_price=max_price, wait_for_capacity_s=wait_s, script=script,
+    rec = run_ops.new_record(types=types, gpu=gpu, max_price=max_price, wait_for_capacity_s=wait_s, script=script,
                               args=args or [], regions=region, nodes=nodes, fetch=fetch, keep=keep,
                               ttl_s=ttl_s, max_cost=max_cost,
                               key=(key or Path("~/.ssh/id_ed25519")).expanduser(), name=pl.run_name(name, script),
@@ -292,6 +292,8 @@ def _new_run(out, project: Path, *, types: list, gpu: Optional[str], max_price: 
                               file_systems=[fs] if fs else [], data=_shown_data(data, project), seed=seed,
                               env_names=env_names,
                               force=force, idle_s=idle_s, guard=guard, project=project)
+    rec.plan = plan  # the local plan travels with the run (what setup installs; the summary's --json)
+    return rec
 
 
 def _shown_data(data: Optional[str], project: Path) -> Optional[str]:

@@ -58,32 +58,36 @@ class _Gate:
     files) and the module -> distribution table (playbooks/modules.yaml)."""
 
     def __init__(self, project: Path, script_rel: str, plan: envplan.EnvPlan):
-        from . import script_imports as ji
         from .. import knowledge as kb
+        from ..project.judge import namespaces
+        from ..project.needs import job_needs
 
         self.project, self.script, self.env = project, script_rel, envplan.job_env(plan)
-        self.table = kb.load_playbook("modules", project).get("modules") or []
-        self.needs = ji.job_needs(project, script_rel, ji.namespaces(self.table))
+        self.tables = kb.load_playbook("modules", project)
+        self.table = self.tables.get("modules") or []
+        self.needs = job_needs(project, script_rel, namespaces(self.table))
 
     def preflight(self, remote, node, remote_dir: str, packages: list[str], *, force: bool, sync: bool,
                   launcher: str = "none"):
         """One remote execution (remote/launch.preflight), then the verdict: the stack (gate.gate_results), the GPUs
         the job will see held by other processes (gate.gpu_holders), the modules its python cannot find. Sets
         pf.job_gpus, the GPUs the job is given."""
-        from . import script_imports as ji
         from .. import knowledge as kb
+        from ..project import gatefix as ji
+        from ..project.needs import probe_groups
         from . import scripts as rl
 
         script_rel = self.script
         pf, found = rl.preflight(remote, remote_dir, script_rel, node.python, packages,
-                                 launch_gate.gate_params(node, remote_dir, env=self.env, modules=ji.probe_groups(self.needs)))
+                                 launch_gate.gate_params(node, remote_dir, env=self.env, modules=probe_groups(self.needs)))
         pf.job_gpus = launch_gate.job_gpu_count(pf.facts, self.env, len(pf.gpus))
         extra = launch_gate.gpu_holders(pf.facts, pf.active_pids, self.env, active_ids=pf.active)
         gone = ji.missing(self.needs, launch_gate.found_modules(pf.facts))
         if gone:
             extra += ji.problems(gone, python=node.python, declared_names=ji.declared(self.project), table=self.table,
                                  project_table=ji.has_project_table(self.project),
-                                 extras=ji.extras_only(self.project), wanted_extras=node.setup.extras)
+                                 extras=ji.extras_only(self.project), wanted_extras=node.setup.extras,
+                                 tables=self.tables)
         verdict = launch_gate.judge_preflight(pf, script_found=found, script=script_rel, remote_dir=remote_dir,
                                        min_disk_gb=node.expect.min_disk_gb, force=force, synced=sync,
                                        stack=launch_gate.gate_results(pf.facts, node, kb.knowledge(self.project), self.env),
@@ -105,7 +109,7 @@ def _prepare_run(prof, out, project: Path, *, script: str, name: Optional[str], 
     from ..profiles import model as profiles
 
     script_rel = core.script_path(script, project, must_exist=sync)
-    refuse_script(project, script_rel, "nothing was synced or launched")
+    refuse_script(project, script_rel, "nothing was synced or launched", prof=prof, out=out)
     if sync:  # a file the script names that the sync leaves out: said before anything is sent
         from ..transfer.sync import warn_script_exclusions
 
@@ -127,15 +131,19 @@ def _prepare_run(prof, out, project: Path, *, script: str, name: Optional[str], 
     return script_rel, presets_doc, started, rid, plan
 
 
-def refuse_script(project: Path, script_rel: str, done: str) -> None:
-    """A script no host can run as it is (Windows line endings, relative imports run as a file), refused before
-    anything is done (`done` says what was not): script_imports.script_problems."""
-    from ..errors import ChecksFailed
-    from .script_imports import script_problems
+def refuse_script(project: Path, script_rel: str, done: str, *, prof=None, out=None) -> None:
+    """What the job's own files decide, before anything is done (`done` says what was not): the local plan
+    (project/plan.py) for a host whose image is not known here: every script the launch line reaches (Windows line
+    endings in any), the import closure at any depth (a name the project's own package does not have), a conda
+    switch; its warnings said through `out`. Modules are left to the gate, which asks the host."""
+    from ..project.plan import Settings, local_plan
+    from ..project.verdict import enforce, report
 
-    found = script_problems(project, script_rel)
-    if found:
-        raise ChecksFailed("; ".join(p for p, _ in found) + f"; {done}", hint="\n".join(f for _, f in found))
+    settings = Settings.of_profile(prof) if prof is not None else Settings()
+    plan = local_plan(project, script_rel, settings, image=None, resolve=False)
+    if out is not None:
+        report(plan, out, quiet=True)
+    enforce(plan, force=False, done=done, out=out)
 
 
 def dotenv_warnings(dotenv: Path, origins: dict[str, str]) -> list[str]:

@@ -56,6 +56,11 @@ class HostStages:
         bad = [r for r in got if not r.ok]
         return "; ".join(f"host #{r.rank}: {r.message}" for r in bad) if bad else None
 
+    def resolution(self) -> Optional[dict]:
+        """The local plan's resolution (made before the launch, carried by the record): setup installs its pins."""
+        res = (self.rec.plan or {}).get("resolution")
+        return res if isinstance(res, dict) and res.get("available") else None
+
     def stage_setup(self) -> None:
         from ..setup.apply import setup
         from ..verify.host import exit_code, show
@@ -67,7 +72,8 @@ class HostStages:
             from ..verify.host import run_fleet_verify
 
             failed = self._failed_hosts(self._every_node(
-                prof, lambda node, node_out: setup(node, node_out, self.project, verify=False)))
+                prof, lambda node, node_out: setup(node, node_out, self.project, verify=False,
+                                                   resolution=self.resolution())))
             if failed:
                 self._end("setup", ok=False, detail=failed)
                 return
@@ -86,7 +92,7 @@ class HostStages:
                 self.out.warn(note)
 
         try:
-            doc = setup(prof, self.out, self.project, verify=True, on_plan=on_plan)
+            doc = setup(prof, self.out, self.project, verify=True, on_plan=on_plan, resolution=self.resolution())
         except GpuopsError as exc:
             self._end("setup", ok=False, detail=exc.message)
             self._raise_if_lost()  # an instance ended under the run: that is the first line, not the failure it caused

@@ -127,6 +127,7 @@ class Record:
     file_systems: list = field(default_factory=list)  # --fs: attached to every instance (replacements too)
     data: Optional[str] = None  # --data SOURCE as given (transfer.dataplan.parse)
     data_path: Optional[str] = None  # where the data is on the instance (GPUOPS_DATA), once put there
+    plan: Optional[dict] = None  # the local plan made before the launch (project/plan.py's JSON document)
 
     def stage(self, name: str) -> Stage:
         st = self.stages.get(name)

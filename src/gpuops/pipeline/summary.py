@@ -55,7 +55,8 @@ def render_summary(out, rec: pl.Record, fetched: dict, now: float) -> dict:
            "ttl_s": rec.ttl_s,
            "ttl_deadline_at": (datetime.fromtimestamp(rec.ttl_deadline).astimezone().isoformat(timespec="seconds")
                                if rec.ttl_deadline else None),
-           "warnings": list(dict.fromkeys(out.warnings))}  # every warning said on stderr, once each
+           "warnings": list(dict.fromkeys(out.warnings)),  # every warning said on stderr, once each
+           "plan": rec.plan}
     if out.json_mode:
         from .. import jsonvocab
 

@@ -75,8 +75,9 @@ def _local_lock(project: Path, facts) -> Optional[str]:
 
 
 def setup(prof, out, project: Path, *, dry_run: bool = False, verify: bool = True, force: bool = False,
-          on_plan: Optional[Callable[[sp.Plan], None]] = None) -> dict:
-    """Returns {"plan", "attached", "ran", "rc", "executions", "verify": report or None}."""
+          on_plan: Optional[Callable[[sp.Plan], None]] = None, resolution: Optional[dict] = None) -> dict:
+    """Returns {"plan", "attached", "ran", "rc", "executions", "verify": report or None}. `resolution`: the local
+    plan's (project/resolve.py Resolution.to_dict()): setup installs exactly its pins (setup/pinned.py)."""
     from .. import knowledge as kb
     from . import scripts as rs
     from ..remote.connection import connect
@@ -108,7 +109,8 @@ def setup(prof, out, project: Path, *, dry_run: bool = False, verify: bool = Tru
         else:
             plan = sp.make_plan(facts, prof, knowledge, remote_dir=remote_dir, force=force,
                                 lock_text=_local_lock(project, facts),
-                                tools=kb.load_playbook("images", project).get("project_tools") or [])
+                                tools=kb.load_playbook("images", project).get("project_tools") or [],
+                                resolution=resolution)
             doc["plan"] = plan.to_dict()
             if on_plan:
                 on_plan(plan)
@@ -136,7 +138,8 @@ def setup(prof, out, project: Path, *, dry_run: bool = False, verify: bool = Tru
     finally:
         remote.close()
     if doc["rc"] != 0:
-        raise _failure(prof, doc, setup_dir, tail, knowledge.get("setup_error_lines") or [])
+        raise _failure(prof, doc, setup_dir, tail, knowledge.get("setup_error_lines") or [],
+                       knowledge.get("setup_causes") or [])
     if adopted:
         record_environment(prof, out)
     if verify:
@@ -149,20 +152,26 @@ def setup(prof, out, project: Path, *, dry_run: bool = False, verify: bool = Tru
     return doc
 
 
-def _failure(prof, doc: dict, setup_dir: str, tail: list[str], patterns=()) -> ChecksFailed:
+def _failure(prof, doc: dict, setup_dir: str, tail: list[str], patterns=(), causes=()) -> ChecksFailed:
     """A failed setup, said plainly: which step, its exit code (or that the script was killed before it could end),
-    the most telling line of its output (sp.telling_line), its last lines."""
+    a known cause naming the package (setup/failure.py known_cause) or the most telling line of its output, matched
+    on whole lines (telling_line), its last lines, shortened as printed."""
+    from .failure import known_cause, shorten
+
     at = f" at step {doc['failed_step']}" if doc.get("failed_step") else ""
-    cause = sp.telling_line(tail, patterns)
-    last = (f": {cause}" if cause else "") + (f"; its last lines: {' | '.join(tail[-3:])}" if tail else "")
+    known = known_cause(tail, causes)
+    cause = known[0] if known else sp.telling_line(tail, patterns)
+    last = (f": {cause}" if cause else "") + (f"; its last lines: {' | '.join(shorten(t, 0, 200) for t in tail[-3:])}"
+                                              if tail else "")
     if doc["rc"] == -1:
         return ChecksFailed(f"setup on {prof.name} was killed before it finished{at} (its script left no exit code: "
                             f"out of memory, a reboot, or a kill){last}",
                             hint=f"the whole log is {setup_dir}/log on the host (and `dmesg` for the out-of-memory "
                                  "killer); run `gpuops setup` again: finished steps are not repeated")
     return ChecksFailed(f"setup failed on {prof.name}{at} (exit {doc['rc']}){last}",
-                        hint=f"the whole log is {setup_dir}/log on the host; fix the cause, then run "
-                             "`gpuops setup` again (finished steps are not repeated)")
+                        hint=(f"{known[1]}; " if known and known[1] else "")
+                        + f"the whole log is {setup_dir}/log on the host; fix the cause, then run "
+                          "`gpuops setup` again (finished steps are not repeated)")
 
 
 TAIL = 80  # lines of the step's output kept for the failure summary (the telling one is rarely among the last)
@@ -204,4 +213,6 @@ def _stream(remote, out, remote_dir: str, prof) -> tuple[int, Optional[str], lis
                            hint="run `gpuops setup` again to re-attach to it")
     if rc == -1 and failed is None:
         failed = current
-    return rc, failed, [re.sub(r"\s+", " ", t)[:200] for t in tail]
+    from .failure import kept
+
+    return rc, failed, [kept(t) for t in tail]  # whole lines: matched whole, shortened only as printed
