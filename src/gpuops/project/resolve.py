@@ -279,6 +279,10 @@ def compare(request: ResolveRequest, image: "Image", res: Resolution, alone: dic
         else:
             res.fixes.append(f"{n} {mine[n]}, not its newest release {alone[n][0]}: held back by the image's "
                              f"packages ({', '.join(f'{k} {v}' for k, v in sorted(image.packages.items()))})")
+    others = [n for n in sorted(held) if n not in direct]
+    if replaced and others:  # pulled in by a requirement (llama-cookbook: unstructured[pdf] -> timm -> torchvision)
+        res.fixes.append(f"the plan keeps the image's torch {torch} with " + ", ".join(
+            f"{n} {mine[n]} (not {alone[n][0]})" for n in others[:8]) + (", ..." if len(others) > 8 else ""))
     if replaced:
         res.fixes.append(pip_would(image, alone, replaced, drivers) + "; the plan's pins keep the image's")
 
