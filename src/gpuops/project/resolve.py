@@ -33,6 +33,9 @@ if TYPE_CHECKING:
 
 @dataclass(frozen=True)
 class ResolveRequest:
+    """What to resolve. uv runs in a folder of its own: a path in a requirement or an index line (`-e .`,
+    `./wheels/x.whl`, `--find-links wheels`) must be absolute; a requirement uv cannot find or fetch here (a git URL
+    without network, a package on the instance's own index) makes the resolution unavailable, never a refusal."""
     requirements: tuple[str, ...]      # PEP 508 strings, includes already followed, extras chosen, PEP 723 added
     index_lines: tuple[str, ...]       # --index-url / --extra-index-url / --find-links lines as the files gave them
     lock: Optional[str] = None         # path of a uv.lock to export instead of resolving (frozen)
