@@ -118,10 +118,10 @@ def test_an_index_that_never_answers_is_bounded_by_the_timeout(image):
         port = s.getsockname()[1]
         t0 = time.monotonic()
         r = resolve(ResolveRequest(("orjson",), (f"--index-url http://127.0.0.1:{port}/simple",)), image,
-                    timeout_s=2)
+                    timeout_s=3)
         took = time.monotonic() - t0
     assert not r.available and "did not finish within" in r.why
-    assert took < 5
+    assert took < 6
 
 
 def test_no_uv_falls_back(image, local, monkeypatch):

@@ -33,6 +33,9 @@ if TYPE_CHECKING:
 
 @dataclass(frozen=True)
 class ResolveRequest:
+    """What to resolve. uv runs in a folder of its own: a path in a requirement or an index line (`-e .`,
+    `./wheels/x.whl`, `--find-links wheels`) must be absolute; a requirement uv cannot find or fetch here (a git URL
+    without network, a package on the instance's own index) makes the resolution unavailable, never a refusal."""
     requirements: tuple[str, ...]      # PEP 508 strings, includes already followed, extras chosen, PEP 723 added
     index_lines: tuple[str, ...]       # --index-url / --extra-index-url / --find-links lines as the files gave them
     lock: Optional[str] = None         # path of a uv.lock to export instead of resolving (frozen)
@@ -279,6 +282,10 @@ def compare(request: ResolveRequest, image: "Image", res: Resolution, alone: dic
         else:
             res.fixes.append(f"{n} {mine[n]}, not its newest release {alone[n][0]}: held back by the image's "
                              f"packages ({', '.join(f'{k} {v}' for k, v in sorted(image.packages.items()))})")
+    others = [n for n in sorted(held) if n not in direct]
+    if replaced and others:  # pulled in by a requirement (llama-cookbook: unstructured[pdf] -> timm -> torchvision)
+        res.fixes.append(f"the plan keeps the image's torch {torch} with " + ", ".join(
+            f"{n} {mine[n]} (not {alone[n][0]})" for n in others[:8]) + (", ..." if len(others) > 8 else ""))
     if replaced:
         res.fixes.append(pip_would(image, alone, replaced, drivers) + "; the plan's pins keep the image's")
 
