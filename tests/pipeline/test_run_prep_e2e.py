@@ -14,7 +14,10 @@ import sys
 import time
 from pathlib import Path
 
+from jsonschema import Draft202012Validator
+
 from gpuops.cloud.ledger import Ledger
+from support import ROOT
 from support.cloud import TYPE, live_instances
 from support.helpers import default_sigint
 
@@ -49,6 +52,14 @@ def _run(gpuops, cloud, *extra):
                   "--fs", "work", "--prep", "python prepare.py", "--prep-out", "data/train.bin", *extra)
 
 
+def _valid(doc: dict) -> dict:
+    """The summary validates against run.schema.json (docs/json.md), the preparation's part included."""
+    schema = json.loads((ROOT / "src" / "gpuops" / "schemas" / "run.schema.json").read_text())
+    errors = list(Draft202012Validator(schema, format_checker=Draft202012Validator.FORMAT_CHECKER).iter_errors(doc))
+    assert not errors, [f"{list(e.absolute_path)}: {e.message}" for e in errors[:5]]
+    return doc
+
+
 def _launched_types(cloud) -> list:
     """The types of every instance the account launched, in launch order."""
     return [i["instance_type"]["name"] for i in cloud.instances()]
@@ -60,7 +71,7 @@ def test_prep_runs_on_the_cheap_type_and_the_job_on_another_reads_it(cloud, gpuo
     _project()
     r = _run(gpuops, cloud)
     assert r.code == 0, r.all
-    doc = json.loads(r.out)
+    doc = _valid(json.loads(r.out))
     assert doc["outcome"] == "succeeded"
     prep = doc["prep"]
     assert prep["state"] == "ran" and prep["ok"] is True and prep["exit_code"] == 0, prep
@@ -88,7 +99,7 @@ def test_prep_runs_on_the_cheap_type_and_the_job_on_another_reads_it(cloud, gpuo
     # a second run with the same preparation: skipped, said; no preparation instance launched
     r = _run(gpuops, cloud)
     assert r.code == 0, r.all
-    doc2 = json.loads(r.out)
+    doc2 = _valid(json.loads(r.out))
     assert doc2["prep"]["state"] == "kept" and doc2["prep"]["kept_by"] == doc["run"], doc2["prep"]
     assert "not prepared again" in r.err and doc2["prep"]["cost"] == 0
     assert _launched_types(cloud) == [CHEAP, TYPE, TYPE]
@@ -99,7 +110,7 @@ def test_prep_runs_on_the_cheap_type_and_the_job_on_another_reads_it(cloud, gpuo
     (Path.cwd() / "prepare.py").write_text(PREPARE.replace("% 251", "% 127"))
     r = _run(gpuops, cloud, "--name", "edited")
     assert r.code == 0, r.all
-    doc3 = json.loads(r.out)
+    doc3 = _valid(json.loads(r.out))
     assert doc3["prep"]["state"] == "ran" and doc3["prep"]["key"] != prep["key"], doc3["prep"]
     assert _launched_types(cloud) == [CHEAP, TYPE, TYPE, CHEAP, TYPE]
     assert "gpuops run edited" not in r.out and not live_instances(cloud)
@@ -113,7 +124,7 @@ def test_a_failing_prep_launches_no_training_instance(cloud, gpuops):
                                            "raise SystemExit('corpus.bin: no such shard')\n")
     r = _run(gpuops, cloud)
     assert r.code == 1, r.all
-    doc = json.loads(r.out)
+    doc = _valid(json.loads(r.out))
     assert doc["outcome"] == "failed" and doc["prep"]["state"] == "failed" and doc["prep"]["exit_code"] == 1
     assert "corpus.bin: no such shard" in doc["prep"]["why"], doc["prep"]
     assert "reading the corpus" in doc["prep"]["last_lines"], doc["prep"]
@@ -161,7 +172,7 @@ def test_sigterm_while_preparing_terminates_its_instance(cloud, gpuops):
     assert p.returncode == 130 and "Traceback" not in err, err
     assert "interrupted (SIGTERM) while preparing" in err and "nothing bills" in err, err
     assert not live_instances(cloud) and _launched_types(cloud) == [CHEAP]
-    doc = json.loads(out)
+    doc = _valid(json.loads(out))
     assert doc["outcome"] == "detached" and doc["prep"]["ok"] is False, doc["prep"]
     assert [i["ended"].startswith("terminated") for i in doc["instances"]] == [True]
     assert not [rec for rec in Ledger().records() if rec.open]

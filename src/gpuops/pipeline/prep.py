@@ -433,7 +433,7 @@ def summary_doc(prep: Optional[dict], now: float) -> Optional[dict]:
             "environment", "type", "type_used", "outputs", "why", "last_lines", "kept_by", "files", "verified")
     doc = {k: prep.get(k) for k in keys}
     doc.update({"ok": st.get("ok"), "detail": st.get("detail"),
-                "duration_s": row(prep, now)["seconds"] if st.get("started") else None,
+                "duration_s": row(prep, now)["seconds"] if st.get("started") is not None else None,
                 "cost": round(spend(prep, now), 4), "kept_since_at": iso(prep.get("kept_since"))})
     return doc
 

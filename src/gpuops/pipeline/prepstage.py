@@ -257,7 +257,7 @@ class PrepStage:
                            f"({exc.message}): STILL BILLING ${inst.get('price_per_hour') or 0:.2f}/h"
                            f"{self._until()}", f"gpuops down {name} ends it; gpuops ls shows it")
             return False
-        inst.update(ended=self.seams.clock(), how=f"terminated ({res.get('status')})")
+        inst.update(ended=self.seams.clock(), how="terminated")
         self.rec.prep["billing"] = False
         pl.save(self.rec, self.project)
         return True
