@@ -167,7 +167,9 @@ def run(
     the job started on every node (torchrun by default), every node terminated at the end. SIGTERM and SIGHUP
     count as one Ctrl-C (the run detaches at once; during `up`, what was launched is terminated). --recover N: an
     instance that ends under the run, stays unreachable or whose GPU fails is replaced and the job resumed from the
-    newest checkpoint fetched (GPUOPS_RESUME_FROM; docs/run.md shows a script that resumes)."""
+    newest checkpoint fetched (GPUOPS_RESUME_FROM; docs/run.md shows a script that resumes). --prep CMD --prep-out
+    PATH --fs NAME: the data preparation first, on the cheapest instance in the filesystem's region, its outputs kept
+    on the filesystem and linked for the job (a later run with the same preparation skips it)."""
     import time
 
     from ..pipeline import runner as run_ops
