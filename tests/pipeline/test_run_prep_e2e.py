@@ -176,3 +176,13 @@ def test_sigterm_while_preparing_terminates_its_instance(cloud, gpuops):
     assert doc["outcome"] == "detached" and doc["prep"]["ok"] is False, doc["prep"]
     assert [i["ended"].startswith("terminated") for i in doc["instances"]] == [True]
     assert not [rec for rec in Ledger().records() if rec.open]
+    # --resume prepares again (the script fixed meanwhile: a new key), then trains; both preparation instances billed
+    (Path.cwd() / "prepare.py").write_text(PREPARE)
+    r = gpuops("run", "--resume", "--json")
+    assert r.code == 0, r.all
+    doc = _valid(json.loads(r.out))
+    assert doc["outcome"] == "succeeded" and doc["prep"]["state"] == "ran", doc["prep"]
+    assert "READ 1300 bytes" in (Path.cwd() / doc["fetched"]["log"]).read_text()
+    preps = [i for i in doc["instances"] if i.get("role") == "prep"]
+    assert len(preps) == 2 and all(i["ended"].startswith("terminated") and i["cost"] > 0 for i in preps), preps
+    assert _launched_types(cloud) == [CHEAP, CHEAP, TYPE] and not live_instances(cloud)
