@@ -85,6 +85,16 @@ def test_the_key_changes_with_the_script_a_file_it_imports_the_command_and_the_o
     assert b["key"] != a["key"] and b["files"]["helpers/vocab.py"] != a["files"]["helpers/vocab.py"]
 
 
+def test_an_output_folder_holding_the_script_is_refused_with_the_files_to_name(tmp_path):
+    (tmp_path / "data" / "shakespeare_char").mkdir(parents=True)
+    (tmp_path / "data" / "shakespeare_char" / "prepare.py").write_text("print(1)\n")
+    with pytest.raises(UsageError, match="holds data/shakespeare_char/prepare.py") as e:
+        pp.refuse_runs_inside_outs("python data/shakespeare_char/prepare.py", ["data/shakespeare_char"], tmp_path)
+    assert "--prep-out data/shakespeare_char/train.bin" in e.value.hint
+    pp.refuse_runs_inside_outs("python data/shakespeare_char/prepare.py",
+                               ["data/shakespeare_char/train.bin", "data/shakespeare_char/val.bin", "~/data"], tmp_path)
+
+
 def test_cheapest_type_with_capacity_in_the_region():
     def t(name, cents, regions):
         return TypeAvailability(InstanceType(name=name, price_cents_per_hour=cents), tuple(regions))

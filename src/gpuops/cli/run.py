@@ -269,10 +269,11 @@ def _new_run(out, project: Path, *, types: list, gpu: Optional[str], max_price: 
     from ..pipeline.bringup import run_template
 
     if prep is not None:  # --prep without --fs: nowhere to keep what it writes (said before anything else)
-        from ..pipeline.prep import check_outs, refuse_without_fs
+        from ..pipeline.prep import check_outs, refuse_runs_inside_outs, refuse_without_fs
 
         refuse_without_fs(prep["command"], fs, prep["type"], prep["outs"])
         prep = {**prep, "outs": check_outs(prep["outs"])}
+        refuse_runs_inside_outs(prep["command"], prep["outs"], project)
     if not script:
         raise UsageError("--script is needed, with --type or --gpu (or --resume)")
     d.want_from(types=types, gpu=gpu, max_price=max_price, regions=region, project_dir=project)  # checked up front

@@ -87,6 +87,21 @@ def refuse_without_fs(prep: Optional[str], fs: Optional[str], prep_type: Optiona
                          hint="e.g. --prep-out data/train.bin, or --prep-out data for the whole folder")
 
 
+def refuse_runs_inside_outs(command: str, outs: list, project: Path) -> None:
+    """A --prep-out folder that holds a file the command runs (nanoGPT's data/shakespeare_char/ holds prepare.py): the
+    outputs are left out of the sync (never a stale copy), so the preparation would not find its own script. Refused
+    with the fix: name the files it writes."""
+    files = command_files(command, project)
+    for out in outs:
+        if out.startswith("~/"):
+            continue
+        inside = [f for f in files if f == out or f.startswith(out.rstrip("/") + "/")]
+        if inside:
+            raise UsageError(f"--prep-out {out} holds {inside[0]}, which the preparation runs: an output is left out "
+                             "of the sync (what it writes is never a stale copy from here), so it would not be there",
+                             hint=f"name the files it writes: --prep-out {out}/train.bin --prep-out {out}/val.bin ...")
+
+
 def profile_name(run_id: str) -> str:
     """The preparation instance's profile (a name up accepts: 63 characters at most)."""
     name = f"prep-{run_id}"

@@ -61,10 +61,10 @@ class PrepStage:
         ctx = self.ctx_factory()
         try:
             with ctx.client:
-                if self._prep_known_complete(ctx):
-                    return
                 if again:  # resumed: an instance an earlier attempt left is terminated first (counted)
                     self._prep_reclaim(ctx)
+                if self._prep_known_complete(ctx):
+                    return
                 res = self._prep_up(ctx, again)
             if res is None:
                 return
@@ -199,6 +199,9 @@ class PrepStage:
         self._prep_say("launching the preparation's instance")
         try:
             res = up(spec, ctx)
+        except KeyboardInterrupt:  # up terminated what it launched before re-raising
+            self._prep_launch_ended("interrupted while bringing it up; terminated by the launch")
+            raise
         except BudgetReached as exc:
             rec.stop_reason = exc.reason
             self._prep_launch_ended("terminated by the launch (--max-cost)")
