@@ -339,11 +339,20 @@ def test_the_overview_sorts_filters_says_how_runs_ended_and_updates_in_place(ser
     (d / "meta.json").write_text(json.dumps({"run_id": "t-bad", "profile": ["x"], "started_ts": "yesterday",
                                              "nodes": "two", "host": 7, "script": None}))
     (d / "state.json").write_text(json.dumps({"state": 3, "started": "noon", "ended": [], "exit_code": "one"}))
+    (isolated / "runs" / "pipelines" / "run-t-prep.json").write_text(json.dumps({  # `gpuops run --prep` (issue 38)
+        "id": "run-t-prep", "profile": "run-t-prep", "instance_type": "gpu_8x_h100_sxm5", "script": "train.py",
+        "outcome": "running", "created": now - 3600, "stages": {},
+        "prep": {"command": "python prepare.py", "outs": ["data"], "state": None, "type_used": "gpu_1x_a10",
+                 "stage": {"started": now - 3600}, "instances": [{"ids": ["p1"], "price_per_hour": 0.75,
+                                                                  "started": now - 3600, "ended": None}]}}))
     s = served()
     p = Page(browser, s, width=800, height=700)
     page = p.page
     runs = page.get_by_role("table", name="runs")
     expect(runs.locator("tbody tr")).to_have_count(4)
+    prep = page.get_by_role("table", name="pipelines").locator("tr", has_text="run-t-prep")
+    expect(prep).to_contain_text("preparation")  # the stage while it prepares, and what it costs on which type
+    expect(prep).to_contain_text("preparing on gpu_1x_a10 · $0.75")
     assert page.request.get(f"{s.base}/api/overview").status == 200  # a bad record: its row, never a 500
     oom = runs.locator("tr", has_text="t-oom")
     expect(oom).to_contain_text("CUDA out of memory on GPU 0")

@@ -268,3 +268,28 @@ def test_a_nan_loss_reaches_the_page_as_strict_json():
     assert r.status_code == 200, r.text
     doc = json.loads(r.text, **strict)
     assert doc["progress"]["loss"] == "Infinity" and doc["progress"]["step"] == 3 and [p[2] for p in doc["loss"]] == [2.5, None, None]  # a NaN: a gap in the line
+
+
+def test_pipeline_rows_show_the_preparation_and_watch_its_instance():
+    """`gpuops run --prep` (issue 38): while it prepares, the stage is the preparation and its instance is watched; once
+    done, what it did, on which type, for how much; the run page says it too."""
+    from gpuops.pipeline import stages as ps
+
+    rec = ps.Record(id="run-p", profile="run-p", instance_type="gpu_8x_h100_sxm5", script="t.py", created=1000.0,
+                    prep={"command": "python prepare.py", "outs": ["data"], "stage": {"started": 1000.0},
+                          "instances": [{"ids": ["p1"], "price_per_hour": 0.75, "started": 1000.0, "ended": None}]})
+    row = views.pipeline_rows([rec], 4600.0)[0]
+    assert row["stage"] == "prep" and row["stage_label"] == "preparation" and row["cost"] == 0.75
+    assert row["instance_ids"] == ["p1"] and row["prep"]["state"] == "preparing"
+    assert views.watched_instances({}, set(), [row]) == {"p1"}
+    rec.prep["stage"].update(ended=4600.0, ok=True, detail="ran `python prepare.py` on gpu_1x_a10 (exit 0)")
+    rec.prep["instances"][0]["ended"] = 4600.0
+    rec.prep.update(state="ran", type_used="gpu_1x_a10")
+    row = views.pipeline_rows([rec], 9000.0)[0]
+    assert row["stage"] == "up" and row["prep"] == {"state": "ran", "cost": 0.75, "type": "gpu_1x_a10",
+                                                    "detail": "ran `python prepare.py` on gpu_1x_a10 (exit 0)",
+                                                    "instance_ids": []}
+    info = views.run_info({"run_id": "t-1"}, {}, pipeline=rec.to_json())
+    assert info["preparation"] == "ran `python prepare.py` on gpu_1x_a10 (exit 0)"
+    rec.prep = None
+    assert views.pipeline_rows([rec], 9000.0)[0]["prep"] is None

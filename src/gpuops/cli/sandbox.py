@@ -15,7 +15,7 @@ app.add_typer(sandbox_app, name="sandbox")
 @sandbox_app.command("up")
 def up(
     gpu: str = typer.Option("h100-pcie", "--gpu", help="GPU model: h100-pcie, h100-sxm5 (alias h100-sxm), h200, a100, "
-                                                      "rtx6000ada, b200, rtxpro6000, gh200."),
+                                                      "rtx6000ada, b200, rtxpro6000, gh200, a10."),
     gpus: int = typer.Option(1, "--gpus", min=0, max=16, help="Number of emulated GPUs."),
     port: Optional[int] = typer.Option(None, "--port", help="Port for sshd (default: a free one, kept across restarts)."),
     driver: str = typer.Option("570.148.08", "--driver", help="Driver version the emulated nvidia-smi reports."),

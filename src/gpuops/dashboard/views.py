@@ -168,7 +168,7 @@ def pipeline_rows(records: list, now: float) -> list[dict]:
             out.append({"id": str(getattr(rec, "id", "?")), "profile": None, "run_id": None, "outcome": "unreadable",
                         "stage": None, "stage_label": f"its record cannot be read ({type(exc).__name__})",
                         "nodes": 1, "elapsed_s": None, "cost": None, "checkpoint": None, "checkpoint_step": None,
-                        "instance_ids": [], "job_state": None, "stop_reason": None, "lost": None})
+                        "instance_ids": [], "prep": None, "job_state": None, "stop_reason": None, "lost": None})
     return out
 
 
@@ -177,22 +177,44 @@ def _pipeline_end(rec, now: float, ps) -> float:
     if rec.outcome == ps.RUNNING:
         return now
     ends = [num(s.ended) for s in rec.stages.values() if num(s.ended) is not None]
+    ends += [e for e in [num(as_dict(as_dict(rec.prep).get("stage")).get("ended"))] if e is not None]
     return max(ends) if ends else rec.created
 
 
+def prep_cell(rec, now: float) -> Optional[dict]:
+    """`gpuops run --prep`: the preparation as the pipelines table shows it (state, its instances' cost, the type its
+    instance had, what it said), and its instances still billing; None without one."""
+    from ..pipeline import prep as pp
+
+    prep = as_dict(rec.prep)
+    if not prep:
+        return None
+    st = as_dict(prep.get("stage"))
+    running = st.get("started") is not None and st.get("ended") is None
+    state = "preparing" if running else (text(prep.get("state")) or ("interrupted" if prep.get("interrupted") else
+                                                                     "to do"))
+    live = [i for inst in prep.get("instances") or [] if isinstance(inst, dict) and inst.get("ended") is None
+            for i in inst.get("ids") or []]
+    return {"state": state, "cost": round(pp.spend(prep, now), 2), "type": text(prep.get("type_used")),
+            "detail": text(st.get("detail")), "instance_ids": live}
+
+
 def _pipeline_row(rec, now: float, ps) -> dict:
-    current = next((name for name in ps.STAGES + ("recover",)
-                    if (s := rec.stages.get(name)) is not None and s.started is not None and s.ended is None), None)
+    prep = prep_cell(rec, now)
+    current = "prep" if prep and prep["state"] == "preparing" else next(
+        (name for name in ps.STAGES + ("recover",)
+         if (s := rec.stages.get(name)) is not None and s.started is not None and s.ended is None), None)
     stage = current or (None if rec.outcome != ps.RUNNING else ps.next_stage(rec))
     ck = as_dict(rec.checkpoint)
     return {"id": rec.id, "profile": rec.profile, "run_id": rec.run_id, "outcome": rec.outcome,
-            "stage": stage, "stage_label": ps.LABELS.get(stage or "", stage), "nodes": rec.nodes,
+            "stage": stage, "stage_label": "preparation" if stage == "prep" else ps.LABELS.get(stage or "", stage),
+            "nodes": rec.nodes,
             "elapsed_s": max(0.0, _pipeline_end(rec, now, ps) - rec.created) if num(rec.created) else None,
             "cost": round(ps.spend(rec, now), 2),
             "checkpoint": (ck.get("local") or ck.get("name")) if ck else None,
             "checkpoint_step": ck.get("step") if ck else None,
-            "instance_ids": list(as_dict(rec.instance).get("ids") or []),
-            "job_state": rec.job_state, "stop_reason": rec.stop_reason, "lost": rec.lost}
+            "instance_ids": list(as_dict(rec.instance).get("ids") or []) + (prep["instance_ids"] if prep else []),
+            "prep": prep, "job_state": rec.job_state, "stop_reason": rec.stop_reason, "lost": rec.lost}
 
 
 # -- what a run is -----------------------------------------------------------------------------------------------------
@@ -217,4 +239,5 @@ def run_info(meta: dict, state: dict, *, profile: Optional[dict] = None, pipelin
             "state": text(state.get("state")),
             "exit_code": state.get("exit_code") if isinstance(state.get("exit_code"), int) else None,
             "ending": ending, "pipeline": text(pipeline.get("id")), "log_local": log_local,
+            "preparation": text(as_dict(as_dict(pipeline.get("prep")).get("stage")).get("detail")),
             "git_commit": text(meta.get("git_commit"))}

@@ -8,6 +8,7 @@ from typing import Callable, Optional
 
 from ..errors import GpuopsError
 from . import checkpoints as ck, stages as pl
+from .prep import run_excludes as prep_excludes
 
 
 def fleet_verify_lines(text: str) -> list[tuple[str, str]]:
@@ -113,6 +114,7 @@ class HostStages:
         # them; a replacement gets the checkpoint it resumes from through `push`
         fprof = self._fetch_profile()
         excludes = ck.sync_excludes(ck.names(self.rec.fetch, self._mount(fprof)), fprof.fetch)
+        excludes += prep_excludes(self.rec.prep)  # --prep-out: linked from the filesystem, never a stale copy
         if self.rec.data:  # a data folder inside the project goes to its own place (_put_data), not with the project
             from ..transfer.dataplan import parse, project_exclude
 
@@ -147,15 +149,16 @@ class HostStages:
             return
         self._end("sync", ok=True, detail=f"{s['files']} files, {s['bytes_sent']} bytes sent")
 
-    def _put_data(self, node, node_out) -> str:
+    def _put_data(self, node, node_out, prof=None) -> str:
         """--data on this node: on the run's filesystem when it has one (GPUOPS_FS/gpuops/data/NAME), else on the
-        instance's disk; a URL or hf:// repo downloaded by the instance. Returns GPUOPS_DATA."""
+        instance's disk; a URL or hf:// repo downloaded by the instance. Returns GPUOPS_DATA. prof: the instance's
+        profile (the run's by default; the preparation's puts it there first)."""
         from ..profiles.model import environment
         from ..remote.connection import connect
         from ..transfer import data, dataplan
 
         src = dataplan.parse(self._data_text(), self.project)
-        fss = self._profile().cloud.filesystems
+        fss = (prof or self._profile()).cloud.filesystems
         here = environment(self.project) if src.kind == "hf" else {}
         if here.get("HF_TOKEN"):  # a secret: scrubbed from every message from here on, as the API key is
             from ..cloud.api import Secret, redact
@@ -181,6 +184,7 @@ class HostStages:
             return
         try:
             self._link_checkpoints(prof)  # run --fs: checkpoints/ is the run's folder on the filesystem
+            self._link_prep(prof)  # run --prep: its outputs, where the job expects them (pipeline/prepstage.py)
         except GpuopsError as exc:
             self.out.error(f"not launched: {exc.message}", exc.hint)
             self._end("train", ok=False, detail=exc.message)

@@ -13,9 +13,9 @@ an instance lost, unreachable or whose GPU fails is replaced instead (pipeline/r
 with the run's.
 
 This module is the Runner's loop: the order of the stages, the instance's fate asked of the API, Ctrl-C, the end. The
-stages are mixins, one module per family: bringup.py (up), hoststages.py (setup, sync, train), watching.py (watch),
-ending.py (fetch, down), recovery.py (recover, push); what stops a stage early is in stops.py, the closing summary in
-summary.py.
+stages are mixins, one module per family: prepstage.py (--prep: the preparation, first, on its own instance),
+bringup.py (up), hoststages.py (setup, sync, train), watching.py (watch), ending.py (fetch, down), recovery.py
+(recover, push); what stops a stage early is in stops.py, the closing summary in summary.py.
 """
 from __future__ import annotations
 
@@ -30,6 +30,7 @@ from ..errors import ExitCode, GpuopsError, UsageError
 from .bringup import UpStage
 from .ending import EndStages
 from .hoststages import HostStages
+from .prepstage import PrepStage
 from .recovery import RecoveryStages
 from .stops import InstanceLost, _ConnectionGaveUp
 from .watching import WatchStage
@@ -55,7 +56,7 @@ def new_record(*, script: str, args: list, regions: list, nodes: int, fetch: lis
                max_price: Optional[float] = None, wait_for_capacity_s: float = 0.0, recover: int = 0,
                unreachable_s: Optional[float] = None, file_systems: Optional[list] = None, data: Optional[str] = None,
                seed: Optional[int] = None, env_names: Optional[list] = None, force: bool = False,
-               idle_s: Optional[float] = None, guard: Optional[str] = None,
+               idle_s: Optional[float] = None, guard: Optional[str] = None, prep: Optional[dict] = None,
                clock: Callable[[], float] = time.time, project: Optional[Path] = None,
                token: Callable[[], str] = lambda: uuid.uuid4().hex[:4]) -> pl.Record:
     """A new run's record. Its id, `<name>-<YYYYmmdd-HHMMSS>-<4 random hex digits>`, is not one of a record already
@@ -80,7 +81,8 @@ def new_record(*, script: str, args: list, regions: list, nodes: int, fetch: lis
                      keep=keep, ttl_s=ttl_s,
                      max_cost=max_cost, key=str(key) if key else None, created=clock(), recover=recover,
                      unreachable_s=unreachable_s, file_systems=list(file_systems or []), data=data, seed=seed,
-                     env_names=list(env_names or []), force=force, idle_s=idle_s, guard=guard)
+                     env_names=list(env_names or []), force=force, idle_s=idle_s, guard=guard,
+                     prep=dict(prep, stage={}, instances=[]) if prep else None)
 
 
 def amend_for_resume(rec: pl.Record, *, fetch: list, keep: bool, max_cost: Optional[float],
@@ -116,7 +118,7 @@ def amend_for_resume(rec: pl.Record, *, fetch: list, keep: bool, max_cost: Optio
         rec.hardware, rec.stop_reason, rec.job_state, rec.outcome = None, None, None, pl.RUNNING
 
 
-class Runner(UpStage, HostStages, WatchStage, EndStages, RecoveryStages):
+class Runner(PrepStage, UpStage, HostStages, WatchStage, EndStages, RecoveryStages):
     """One `gpuops run`: drives the stages of a record, saving it as it goes."""
 
     def __init__(self, rec: pl.Record, out, project: Path, ctx_factory, seams: Optional[Seams] = None,
@@ -381,6 +383,9 @@ class Runner(UpStage, HostStages, WatchStage, EndStages, RecoveryStages):
         from ..interrupts import received
 
         rec = self.rec
+        if stage == "prep":  # its instance is already terminated (prepstage): nothing else was launched
+            self.out.warn(self.prep_interrupted_text())
+            return False
         if stage == "recover":
             r = rec.recovering or {}
             ids = ", ".join(r.get("instance_ids") or []) or "the instance"
@@ -429,8 +434,10 @@ class Runner(UpStage, HostStages, WatchStage, EndStages, RecoveryStages):
         rec = self.rec
         fetch = rec.stages.get("fetch")
         down = rec.stages.get("down")
-        if rec.recovering:
-            rec.outcome = pl.KEPT  # the instance to replace could not be terminated: still billing, said loudly
+        if rec.recovering or (rec.prep or {}).get("billing"):
+            rec.outcome = pl.KEPT  # the instance to replace (or the preparation's) could not be terminated: said loudly
+        elif rec.prep is not None and (rec.prep.get("stage") or {}).get("ok") is False:
+            rec.outcome = pl.FAILED  # the preparation failed: no training instance was launched
         elif rec.terminated_by:
             rec.outcome = pl.ENDED
         elif rec.lost:

@@ -6,7 +6,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Optional
 
-from . import checkpoints as ck, stages as pl
+from . import checkpoints as ck, prep, stages as pl
 
 
 def _rel(path: Optional[str], project: Path) -> Optional[str]:
@@ -55,6 +55,7 @@ def render_summary(out, rec: pl.Record, fetched: dict, now: float) -> dict:
            "ttl_s": rec.ttl_s,
            "ttl_deadline_at": (datetime.fromtimestamp(rec.ttl_deadline).astimezone().isoformat(timespec="seconds")
                                if rec.ttl_deadline else None),
+           "prep": prep.summary_doc(rec.prep, now),
            "warnings": list(dict.fromkeys(out.warnings)),  # every warning said on stderr, once each
            "plan": rec.plan}
     if out.json_mode:
@@ -63,21 +64,26 @@ def render_summary(out, rec: pl.Record, fetched: dict, now: float) -> dict:
         out.emit_json(jsonvocab.run(doc))  # docs/json.md's names; the caller reads `doc` under the runner's own
         return doc
     out.print(f"gpuops run {rec.id}: {rec.outcome}" + (f" (job {rec.job_state})" if rec.job_state else ""))
-    many = len(insts) > 1
+    many = len([i for i in insts if i.get("role") != "prep"]) > 1
     for r in rows:
         mark = "ok" if r["ok"] else ("--" if r["ok"] is None else "FAILED")
-        label = (f"#{r['instance']} " if many else "") + r["label"]
+        label = (f"#{r['instance']} " if many and r["instance"] else "") + r["label"]
         out.print(f"  {label:<32} {r['seconds']:>8.1f} s  ${r['cost']:>8.4f}  {mark}"
                   + (f"  {r['detail']}" if r["detail"] else ""))
-    if many:
+    if many or rec.prep:
         for i in insts:
-            head = f"instance #{i['instance']} {', '.join(i['ids']) or '?'}"
+            if not many and i.get("role") != "prep":
+                continue
+            head = (f"instance #{i['instance']}" if i.get("role") != "prep" else "preparation's instance") + \
+                f" {', '.join(i['ids']) or '?'}"
             when = f"{_hms(i['started'])}-{_hms(i['ended_at']) if i['ended_at'] else 'now'}" if i["started"] else ""
             out.print(f"  {head:<32} {i['seconds']:>8.1f} s  ${i['cost']:>8.4f}  {i['type'] or ''}"
                       f"{', ' + i['region'] if i['region'] else ''} {when}: {i['ended']}")
     out.print(f"  {'total':<32} {sum(r['seconds'] for r in rows):>8.1f} s  ${total:>8.4f}")
     for name, where in fetched.items():
         out.print(f"  {name}: {where} (verified)")
+    for line in prep.summary_lines(doc["prep"]):
+        out.print("  " + line)
     if doc["checkpoints"]:
         c = doc["checkpoints"]
         if c["filesystem"]:

@@ -30,7 +30,7 @@ from pathlib import Path
 from ..errors import GpuopsError, UsageError
 from ..paths import config_dir, state_dir, write_atomic, write_private
 
-GPU_MODELS = ("h100-pcie", "h100-sxm", "h100-sxm5", "h200", "a100", "rtx6000ada", "b200", "rtxpro6000", "gh200")
+GPU_MODELS = ("h100-pcie", "h100-sxm", "h100-sxm5", "h200", "a100", "rtx6000ada", "b200", "rtxpro6000", "gh200", "a10")
 FAIL_MODES = ("none", "driver-not-loaded", "version-mismatch", "no-devices", "gpu-lost", "hang")
 PROFILE_NAME = "sandbox"
 

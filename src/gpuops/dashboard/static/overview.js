@@ -42,7 +42,7 @@
     const pipeBody = $("tbody", {});
     const pipeSection = $("section", { hidden: true }, $("h2", { text: "Pipelines (gpuops run)" }),
       $("div", { cls: "scroll" }, $("table", { "aria-label": "pipelines" }, $("thead", {}, $("tr", {},
-        ...["pipeline", "stage", "elapsed", "cost", "last checkpoint", "outcome"].map((h) => $("th", { scope: "col", text: h })))),
+        ...["pipeline", "stage", "elapsed", "cost", "preparation", "last checkpoint", "outcome"].map((h) => $("th", { scope: "col", text: h })))),
         pipeBody)));
     G.main.replaceChildren($("h2", { id: "instances-title", text: "Instances" }), instNote, instTable,
       $("h2", { text: "Runs" }), $("div", { cls: "controls" }, filterIn, " ", stateIn, " ", compareBtn), runsNote, runsTable,
@@ -134,12 +134,18 @@
       compareBtn.disabled = chosen.size < 2;
       G.setText(compareBtn, chosen.size < 2 ? "choose 2 or more runs to compare" : `compare ${chosen.size} runs`);
     }
+    // `gpuops run --prep`: what the preparation did, on which type, for how much ("-" without one)
+    function prepText(prep) {
+      if (!prep) return "-";
+      return prep.state + (prep.type ? " on " + prep.type : "") + " · " + G.money(prep.cost);
+    }
     function pipelines(doc) {
       pipeSection.hidden = !doc.pipelines.length;
       G.syncRows(pipeBody, doc.pipelines, (p) => p.id, (p) => [
         cell(p.id + (p.run_id || ""), () => (p.run_id ? $("a", { href: "/run/" + encodeURIComponent(p.run_id), text: p.id }) : p.id)),
         p.stage_label || p.stage || "-",
         cell(G.dur(p.elapsed_s), () => G.dur(p.elapsed_s), "num"), cell(G.money(p.cost), () => G.money(p.cost), "num"),
+        prepText(p.prep),
         p.checkpoint ? p.checkpoint + (p.checkpoint_step !== null ? " (step " + p.checkpoint_step + ")" : "") : "-",
         cell(p.outcome, () => G.tag(p.outcome)),
       ]);

@@ -64,6 +64,7 @@
         ["cause", info.ending ? info.ending.title : "-"],
       ];
       if (info.pipeline) rows.push(["pipeline", info.pipeline]);
+      if (info.preparation) rows.push(["preparation", info.preparation]);
       infoEl.replaceChildren(...rows.flatMap(([k, v]) => [$("dt", { text: k }), $("dd", { text: v, "data-k": k })]));
       const e = info.ending;
       endingEl.replaceChildren(...(e ? [$("details", { cls: "ending", open: true },
