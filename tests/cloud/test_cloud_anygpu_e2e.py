@@ -184,8 +184,10 @@ def test_a_fleet_that_waited_for_capacity_launches_its_other_nodes_without_waiti
     cloud.capacity(PCIE, [])
     cloud.capacity(SXM, [])
     cloud.clock_rate(120)
-    cloud.capacity_later(SXM, ["us-west-1"], after=120, slots=2)
-    r = _up(gpuops, cloud, "late", "--gpu", "H100", "--nodes", "2", "--wait-for-capacity", "2m", "--no-verify")
+    # capacity 8 emulated minutes on (4 s): gpuops has started and waited by then even on a loaded machine (at 1 s it
+    # could find the capacity already there and never wait); the 15-minute limit leaves it room
+    cloud.capacity_later(SXM, ["us-west-1"], after=480, slots=2)
+    r = _up(gpuops, cloud, "late", "--gpu", "H100", "--nodes", "2", "--wait-for-capacity", "15m", "--no-verify")
     assert r.code == 0, r.all
     waits = [x for x in r.err.splitlines() if x.startswith("waiting for capacity")]
     assert waits and all("in any region;" in x for x in waits), r.err  # node 1 knew the capacity node 0 found

@@ -7,8 +7,14 @@ from pathlib import Path
 from support.cloud import TYPE
 
 
-def test_a_fleet_refused_by_the_gate_says_not_launched_once(cloud, gpuops):
+def test_a_fleet_refused_by_the_gate_says_not_launched_once(cloud, gpuops, tmp_path):
+    """(The requirement is a wheel file: what it installs is known only on the instance, so the local plan (#34)
+    leaves the module to the gate on the instances, which this test is about.)"""
+    from support.indexes import make_wheel
+
     cloud.capacity(TYPE, ["us-east-1"])
+    whl = make_wheel(tmp_path / "wheels", "otherpkg", "1.0", "VALUE = 1\n")
+    (Path.cwd() / "requirements.txt").write_text(f"{whl}\n")
     (Path.cwd() / "train.py").write_text("import nosuchmod_fleet36\n")
     r = gpuops("run", "--type", TYPE, "--key", str(cloud.key), "--yes", "--nodes", "2", "--launcher", "none",
                "--script", "train.py")
