@@ -135,6 +135,7 @@ def watch(
             out.render(w.render(dash))
         if res["error"]:
             raise res["error"]
+        _say_ending(out, dash.ending)
         raise typer.Exit(res["code"])
     live = _Live(out, dash) if out.rich else None
     show = live.update if live else lambda ev: _emit(out, ev, dash, json_)
@@ -243,7 +244,23 @@ def _ended(out, meta: dict, dash, res: dict, *, what: str = "watching") -> None:
         out.info(f"stopped {what}; run {rid} keeps running{again}")
     elif res["info"] is not None:
         out.info(dash.state_text())
+        _say_ending(out, res.get("ending"))
     raise typer.Exit(res["code"])
+
+
+def _say_ending(out, ending) -> None:
+    """What the job died of (jobs/endings.py): `watch --json` its last object, else lines on stderr."""
+    import time
+
+    from ..jobs import watchtext
+
+    if not ending:
+        return
+    if out.json_mode:
+        out.emit_json_line(watchtext.ending_doc(ending, time.time()))
+        return
+    for line in watchtext.ending_lines(ending):
+        out.info(line)
 
 
 def _emit(out, ev: dict, dash, json_: bool) -> None:
@@ -408,16 +425,27 @@ def _status_lines(out, prof, doc: dict) -> None:
     _signal_lines(out, rows)
 
 
-def _signal_lines(out, rows: list) -> None:
-    """Under the table: each running run's progress and training signals (playbooks/signals.yaml)."""
-    from ..jobs.signals import progress_text, signal_text
+STATUS_ENDINGS_SHOWN = 3  # the newest runs that ended badly get their evidence and fix; older ones their cause
 
+
+def _signal_lines(out, rows: list) -> None:
+    """Under the table: each running run's progress and training signals (playbooks/signals.yaml); what each run
+    that failed or was killed died of (jobs/endings.py), with the evidence and fix for the newest."""
+    from ..jobs.signals import progress_text, signal_text
+    from ..jobs.watchtext import ending_lines
+
+    shown = 0
     for r in rows:
         prog = progress_text(r.get("progress"))
         if prog:
             out.print(f"{r['run_id']}: {prog}")
         for sig in r.get("signals") or []:
             out.print(f"{r['run_id']}: {signal_text(sig)}")
+        if r.get("ending"):
+            lines = ending_lines(r["ending"], indent="    ")
+            shown += 1
+            for line in lines if shown <= STATUS_ENDINGS_SHOWN else lines[:1]:
+                out.print(f"{r['run_id']}: {line}" if line.startswith("why") else line)
 
 
 # -- stop ----------------------------------------------------------------------------------------------

@@ -87,6 +87,7 @@ def health_once_command() -> str:
 
 def stream_command(run_id: str, run_dir: str, *, offset: int, interval: float = 2.0, samples: bool = True,
                    tick: float = 0.5, extras: Optional[Extras] = None) -> str:
+    from .endfacts import GATHER_FN
     from .scripts import STATE_FN
 
     fns, beat, each = _extras_script(extras)
@@ -102,7 +103,7 @@ def stream_command(run_id: str, run_dir: str, *, offset: int, interval: float = 
                  '--format=csv,noheader,nounits 2>/dev/null | tr \'\\n\' \';\')" >&2')
     else:
         procs = ":"
-    return STATE_FN + fns + f"""
+    return STATE_FN + GATHER_FN + fns + f"""
 D={D}
 {smi}tail --pid=$$ -c +{int(offset) + 1} -F "$D/log" 2>/dev/null &
 last=; n=0
@@ -116,6 +117,7 @@ while :; do
     kill -TERM 0 2>/dev/null
     gpuops_state "$D" {rid} >&2
     {procs}
+    [ "$g_rc" = 0 ] || {{ gpuops_endhost; gpuops_endrun "$D" {rid}; }} >&2
     echo END >&2
     exit 0
   fi
@@ -128,11 +130,13 @@ done
 
 
 def once_command(run_id: str, run_dir: str, lines: int) -> str:
+    from .endfacts import GATHER_FN
     from .scripts import STATE_FN
 
     D = shell_path(run_dir)
-    return STATE_FN + f"""
+    return STATE_FN + GATHER_FN + f"""
 gpuops_state {D} {shlex.quote(run_id)}
+[ "$g_alive" = 1 ] || [ "$g_rc" = 0 ] || {{ gpuops_endhost; gpuops_endrun {D} {shlex.quote(run_id)}; }}
 nvidia-smi --query-gpu={GPU_QUERY} --format=csv,noheader,nounits 2>&1 | sed 's/^/G /'
 echo "PS $(nvidia-smi --query-compute-apps=pid,process_name,used_memory --format=csv,noheader,nounits 2>/dev/null | tr '\\n' ';')"
 echo "@log"
@@ -174,9 +178,10 @@ def start_position(remote, run_id: str, run_dir: str, lines: int) -> tuple[RunIn
 def once_events(remote, run_id: str, run_dir: str, lines: int) -> list[dict]:
     """One snapshot in one execution: state, GPU samples, processes, then the last N log lines (offset None)."""
     res = remote.run("sh -s", stdin=once_command(run_id, run_dir, lines), timeout=60)
-    head, _, log = res.stdout.partition("@log\n")
+    head, _, log = ("\n" + res.stdout).partition("\n@log\n")
     events = [ev for ev in map(parse_stderr_line, head.splitlines()) if ev]
-    return events + [{"type": "log", "line": line, "offset": None} for line in log.splitlines()]
+    ended = [{"type": "end"}] if any(ev["type"] == "end_fact" for ev in events) else []  # the ending judged
+    return events + [{"type": "log", "line": line, "offset": None} for line in log.splitlines()] + ended
 
 
 # -- parsing ------------------------------------------------------------------------------------------
@@ -241,6 +246,8 @@ def parse_stderr_line(line: str) -> Optional[dict]:
     if line.startswith("CK "):
         parts = line.split()
         return {"type": "checkpoints", "sig": tuple(parts[1:3])} if len(parts) >= 3 else None
+    if line.startswith("EN "):
+        return {"type": "end_fact", "line": line}
     if line.startswith("H "):
         return {"type": "heartbeat"}
     if line.strip() == "END":
@@ -547,6 +554,9 @@ class Dashboard:
         self.link = "connecting"
         self._signal_spec = signal_spec
         self.sig = None  # the training-signal model (jobs/signals.py), made on the first event
+        self.end_lines: list[str] = []  # the facts of the job's death (EN lines: jobs/endfacts.py)
+        self.ending: Optional[dict] = None  # what it died of (jobs/endings.py), once the stream has ended
+        self.stop_reason: Optional[str] = None  # gpuops run stopped it (--max-cost): said in the ending
 
     # -- training signals (jobs/signals.py; patterns in playbooks/signals.yaml) -------------------------------------
     def _signals(self, ev: dict) -> None:
@@ -609,8 +619,25 @@ class Dashboard:
             self.log.append((safe_text(ev["line"]), kind))
         elif t == "reconnecting":
             self.link = f"reconnecting (attempt {ev['attempt']}, next in {ev['delay']:g}s): {ev['error']}"
+            self.end_lines = []  # a stream cut while it said the death says it again
         elif t == "connected":
             self.link = "live"
+        elif t == "end_fact":
+            self.end_lines.append(ev["line"])
+        elif t == "end" and self.info is not None:
+            self.ending = ev["ending"] = self.judge_ending()
+
+    def judge_ending(self) -> Optional[dict]:
+        """What the job died of (jobs/endings.py over the facts the stream gathered at its death), or None when it
+        succeeded or runs; the GPUs' utilisation while watched and nvidia-smi's last failure are facts too."""
+        from . import endfacts, endings
+
+        if self.info is None or self.info.alive or (self.info.exit_code == 0 and not self.info.stopped):
+            return None
+        util = [u for v in self.gpus.values() if v.host == self.host for u in v.util]
+        f = endfacts.facts_for(endfacts.parse(self.end_lines), self.info, gpu_error=self.gpu_error,
+                               gpu_util=util or None, stop_reason=self.stop_reason)
+        return endings.classify(f, endings.load(), endings.xid_table())
 
     # derived
     @property
@@ -634,4 +661,5 @@ class Dashboard:
             s += f" by {self.info.stopped.get('signal', '?')}"
         c = self.cost()
         money = f", cost ${c:.2f}" if c is not None else ""
-        return f"{self.run_id}: {s}, elapsed {fmt_duration(self.elapsed())}{money}"
+        why = f": {self.ending['title']}" if self.ending else ""
+        return f"{self.run_id}: {s}, elapsed {fmt_duration(self.elapsed())}{money}{why}"

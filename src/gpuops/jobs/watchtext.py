@@ -122,3 +122,22 @@ def render(dash: Dashboard):
     from .screen import Screen
 
     return Screen(dash)
+
+
+def ending_lines(ending: Optional[dict], *, indent: str = "  ", fix: bool = True) -> list[str]:
+    """What a job died of (jobs/endings.py's verdict) as lines: the cause's title, each piece of evidence, the fix."""
+    if not ending:
+        return []
+    lines = [f"why it ended: {ending['title']}"]
+    lines += [f"{indent}evidence: {e}" for e in ending.get("evidence") or []]
+    if fix and ending.get("fix"):
+        lines.append(f"{indent}fix: {ending['fix']}")
+    return lines
+
+
+def ending_doc(ending: dict, ts: float) -> dict:
+    """watch --json's last object for a job that failed or was killed: {"type": "ending", "at", cause, title,
+    evidence, fix, source}."""
+    from ..jsonvocab import iso
+
+    return {"type": "ending", "at": iso(ts, "milliseconds"), **ending}
