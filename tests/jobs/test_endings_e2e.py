@@ -47,9 +47,23 @@ def _train(sandbox, gpuops, what: str, *extra: str) -> str:
     return run_id_of(gpuops("train", "--script", "job.py", "--no-sync", "--no-snapshot", "-e", f"WHAT={what}", *extra))
 
 
+def valid(name: str, doc) -> None:
+    """doc valid against src/gpuops/schemas/<name>.schema.json (the ending's shape is in them)."""
+    from jsonschema import Draft202012Validator
+
+    from support import ROOT
+
+    schema = json.loads((ROOT / "src" / "gpuops" / "schemas" / f"{name}.schema.json").read_text())
+    errors = [e.message for e in Draft202012Validator(schema).iter_errors(doc)]
+    assert not errors, errors[:3]
+
+
 def _watch_json(gpuops, rid: str) -> tuple[int, list[dict]]:
     res = gpuops("watch", rid, "--json", "--interval", "0.3", "--lines", "100")
-    return res.code, [json.loads(x) for x in res.out.splitlines()]
+    docs = [json.loads(x) for x in res.out.splitlines()]
+    for d in docs:
+        valid("watch", d)
+    return res.code, docs
 
 
 def _ending_of(docs: list[dict]) -> dict:
@@ -71,6 +85,7 @@ def test_an_import_error_is_explained_by_watch_status_and_the_registry(sandbox, 
     state = json.loads((Path("runs") / rid / "state.json").read_text())
     assert state["ending"]["cause"] == "import-error" and state["state"] == "failed"
     st = gpuops("status", "--json")
+    valid("status", json.loads(st.out))
     row = [r for r in json.loads(st.out)["runs"] if r["run_id"] == rid][0]
     assert row["ending"]["cause"] == "import-error" and row["ending"]["fix"]
     plain = gpuops("status")

@@ -161,7 +161,7 @@ class Judge:
         detail = None
         if kills:
             m = _OOM.search(kills[-1][1])
-            rss = f", {int(m.group('rss')) / (1 << 20):.1f} GB resident" if m and m.group("rss") else ""
+            rss = f", {_size(int(m.group('rss')))} resident" if m and m.group("rss") else ""
             detail = f"process {m.group('pid')} {m.group('name')}{rss}" if m else None
         oom = self.f.oom_kill
         if oom and oom[0] is not None and oom[1] is not None and oom[1] > oom[0]:
@@ -255,20 +255,17 @@ class Judge:
         return (self.code not in (None, 0)) or (self.code is None and not self.f.alive), [], None
 
     # -- log rows ------------------------------------------------------------------------------------------------
-    def _log_match(self, patterns: list, on_exception: bool = False, flags: int = 0) -> Optional[str]:
-        lines = [self.exception] if on_exception else [clean(x) for x in reversed(self.f.log_tail)]
-        for line in lines:
-            if not line:
-                continue
-            for p in patterns:
-                if re.search(p, line, flags):
-                    return line[:300]
+    def _log_match(self, patterns: list) -> Optional[str]:
+        """The newest line of the log's tail matching one of the patterns."""
+        for line in (clean(x) for x in reversed(self.f.log_tail)):
+            if line and any(re.search(p, line) for p in patterns):
+                return line[:300]
         return None
 
     def log_row(self, row: dict) -> Optional[tuple[str, dict]]:
         pats = row.get("match") or []
         pats = [pats] if isinstance(pats, str) else pats
-        lines = [self.exception] if row.get("on") == "exception" else [clean(x) for x in reversed(self.f.log_tail)]
+        lines = [self.exception] if row.get("scope") == "exception" else [clean(x) for x in reversed(self.f.log_tail)]
         for line in lines:
             if not line:
                 continue
@@ -318,6 +315,18 @@ def classify(f: EndFacts, spec: dict, xid_table: Optional[dict] = None) -> Optio
         return {"cause": row["id"], "title": title.strip(), "evidence": list(dict.fromkeys(evidence)),
                 "fix": _fmt(row.get("fix", ""), values).strip(), "source": row.get("source", "")}
     return None
+
+
+def verdict(cause: str, spec: dict, evidence: list, values: Optional[dict] = None) -> Optional[dict]:
+    """The playbook's row `cause` as a verdict with the evidence given: what gpuops knows without the facts of the
+    death (it stopped the job for --max-cost; its GPU failed, read by the health watch). None for an unknown id."""
+    row = next((r for r in spec.get("causes") or [] if r.get("id") == cause), None)
+    if row is None:
+        return None
+    values = {"detail": "", **(values or {})}
+    return {"cause": cause, "title": _fmt(row.get("title", cause), values).replace(" ()", "").strip(),
+            "evidence": list(dict.fromkeys(evidence)), "fix": _fmt(row.get("fix", ""), values).strip(),
+            "source": row.get("source", "")}
 
 
 def _context(j: Judge, cause: str, said: list) -> list:

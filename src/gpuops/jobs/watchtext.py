@@ -31,7 +31,7 @@ def classify(line: str) -> Optional[str]:
 def event_doc(ev: dict, ts: float) -> Optional[dict]:
     """An event as watch --json prints it (one object per line); None for events that are not shown."""
     t = ev["type"]
-    if t in ("end", "heartbeat"):
+    if t in ("end", "heartbeat", "end_fact"):  # the facts of a death are shown judged (ending_doc), not raw
         return None
     from ..jsonvocab import iso, renamed
 

@@ -243,6 +243,8 @@ class RecoveryStages:
         rec.job_state = "failed"
         rec.hardware = what
         rec.stop_reason = f"the GPU failed ({what}); the job died with it{code}: a hardware failure, not the job's"
+        if not rec.ending or rec.ending.get("cause") != "gpu-failed":  # its stream's facts did not show it: said
+            self._ending_said("gpu-failed", found + ([code.strip(" ()")] if code else []), detail=found[0])
         home = self._ck_home()
         if home is not None:  # the newest checkpoint known complete, for the resume that replaces the instance
             try:
@@ -272,6 +274,8 @@ class RecoveryStages:
         self.out.error(f"{rec.profile}: {what}: the GPU is no longer usable and the instance is not replaced ({why}): "
                        "stopping the job, then fetching what exists")
         self._stop_job()
+        self._ending_said("gpu-failed", list(exc.findings) + [f"the job was stopped by gpuops run: not replaced "
+                                                             f"({why})"], detail=exc.findings[0])
         self._end("watch", ok=False, detail=rec.stop_reason)
 
     def _start_recovery(self, stage: Optional[str], kind: str, reason: str, instance_id: Optional[str] = None,
