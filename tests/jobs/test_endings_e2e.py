@@ -38,6 +38,11 @@ if what == "wait":
         time.sleep(0.1)
 if what == "quiet":
     time.sleep(600)
+if what == "nccl":  # torch's NCCL watchdog: its line (torch 2.4+ wording), then it aborts the process
+    print("[rank0]:[E1129 02:22:36.383000 4242 ProcessGroupNCCL.cpp:616] [Rank 0] Watchdog caught collective "
+          "operation timeout: WorkNCCL(SeqNum=20, OpType=ALLREDUCE, NumelIn=1, NumelOut=1, Timeout(ms)=600000) ran "
+          "for 600045 milliseconds before timing out.", file=sys.stderr, flush=True)
+    os.abort()
 print("done", flush=True)
 """
 
@@ -210,3 +215,12 @@ def test_a_hang_stopped_by_gpuops_is_a_hang_and_a_plain_stop_is_a_stop(sandbox, 
     (Path("runs") / rid / "state.json").unlink()
     e = json.loads(gpuops("status", "--json").out)["runs"][0]["ending"]
     assert e["cause"] == "stopped" and e["title"] == "stopped by gpuops stop (SIGINT)", e
+
+
+def test_an_nccl_timeout_is_named_with_the_watchdogs_line(sandbox, gpuops):
+    rid = _train(sandbox, gpuops, "nccl")
+    code, docs = _watch_json(gpuops, rid)
+    e = _ending_of(docs)
+    assert e["cause"] == "nccl-timeout" and e["title"] == "an NCCL collective timed out: a rank stopped answering", e
+    assert any("Watchdog caught collective operation timeout" in x for x in e["evidence"])
+    assert "exit code 134 (128 + 6: SIGABRT)" in e["evidence"] and "gpuops logs --all" in e["fix"]

@@ -193,3 +193,12 @@ def test_df_rows_and_the_launchers_facts_parse():
     f = ef.facts_for(ef.parse(["EN r F signal TERM", "EN r F at 123", "EN r F oom_kill - 0"]),
                      RunInfo(run_id="r", exit_code=143))
     assert f.launcher_signal == "TERM" and f.ended_at == 123 and f.oom_kill == (None, 0) and f.end_facts
+
+
+def test_the_docs_table_of_causes_is_the_playbooks():
+    """docs/playbooks.md lists every cause of playbooks/endings.yaml, in its order, with its title."""
+    from support import ROOT
+
+    text = (ROOT / "docs" / "playbooks.md").read_text().split("## endings.yaml", 1)[1].split("\n## ", 1)[0]
+    rows = [ln.split(" | ") for ln in text.splitlines() if ln.startswith("| `")]
+    assert [(r[0].strip("| `"), r[1]) for r in rows] == [(c["id"], c["title"]) for c in SPEC["causes"]]

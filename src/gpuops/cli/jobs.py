@@ -106,7 +106,8 @@ def watch(
                                                         "notify_url webhook (Slack, Discord)."),
 ) -> None:
     """Live dashboard of a run: GPUs, processes, state, cost, progress (loss sparkline, steps/min, time left, cost at
-    the end), training signals (OOM, NCCL, GPU idle, RL learning nothing; playbooks/signals.yaml), log tail.
+    the end), training signals (OOM, NCCL, GPU idle, RL learning nothing; playbooks/signals.yaml), log tail. A job
+    that failed or was killed: what it died of, with the evidence and a fix (playbooks/endings.yaml).
     Exit 0 if it succeeded, 1 if not.
     A fleet run: every host's GPUs and host 0's log (--host N for another), until every host's job has ended."""
     from ..jobs import actions as lifecycle
@@ -338,7 +339,8 @@ def status(
     host: Optional[int] = HostOpt,
 ) -> None:
     """The profile's runs (id, script, state, started, elapsed, exit code) and the current GPU utilisation
-    (every host of a fleet profile, in parallel, or --host N); each running run's progress and training signals."""
+    (every host of a fleet profile, in parallel, or --host N); each running run's progress and training signals;
+    what each run that failed or was killed died of, with the evidence and a fix."""
     from .. import jsonvocab
     from ..jobs import actions as lifecycle
 
