@@ -160,7 +160,8 @@ def watch(
     try:
         with sampler:
             res = lifecycle.follow(prof, out, project, meta, dash, lines=lines, samples=True, interval=interval,
-                                   on_event=handler)
+                                   on_event=handler,  # the GPUs' health and the disk, from the same stream (#35)
+                                   extras=w.Extras(health=True, disk=meta.get("remote_dir")))
     finally:
         if live:
             live.close()

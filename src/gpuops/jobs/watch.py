@@ -27,6 +27,7 @@ from .plan import GPU_QUERY, RUNNING, RunInfo, cost, fmt_duration, parse_state_l
 # what watch shows as text lives in watchtext.py; its names are read as jobs.watch.* too (the dashboard, the tests)
 from .watchtext import (classify, event_doc, event_text, gpu_text, render, safe_text,  # noqa: F401
                         signal_docs, signal_lines)
+from .trainhealth import FATAL_SMI_FAILURES, HealthWatch  # noqa: F401 - read as jobs.watch.* (pipeline/recovery.py)
 
 HEARTBEAT_TICKS = 10  # heartbeat every 10 ticks (5 s at the default tick)
 DASH_LINES_MAX = 500  # the dashboard keeps at most this many log lines (--lines replays more, to stdout only)
@@ -36,6 +37,9 @@ DASH_LINES_MAX = 500  # the dashboard keeps at most this many log lines (--lines
 # The health fields a running job's stream samples: what verify's FAIL rules read (verify/checks_health.health_failures).
 # An older driver refuses a field it does not know (the whole query fails): the next set, without it, is tried.
 HEALTH_FIELD_SETS = (
+    "index,ecc.errors.uncorrected.volatile.total,remapped_rows.pending,remapped_rows.failure,retired_pages.pending,"
+    "gpu_recovery_action,clocks_event_reasons.hw_slowdown,clocks_event_reasons.hw_thermal_slowdown,"
+    "clocks_event_reasons.sw_thermal_slowdown,clocks_event_reasons.hw_power_brake_slowdown",  # throttling (#35)
     "index,ecc.errors.uncorrected.volatile.total,remapped_rows.pending,remapped_rows.failure,retired_pages.pending,"
     "gpu_recovery_action",
     "index,ecc.errors.uncorrected.volatile.total,remapped_rows.pending,remapped_rows.failure,retired_pages.pending",
@@ -47,6 +51,7 @@ class Extras:
     """What a stream samples beyond the log, the GPU line and the processes (one stream, no extra execution)."""
     health: bool = False  # HG health fields and HX Xid lines, with the heartbeat
     checkpoints: Optional[str] = None  # a remote folder whose signature (CK: files, checksum of the listing)
+    disk: Optional[str] = None  # a remote folder whose disk (DK: df -Pk, DI: df -Pi), with every 6th heartbeat
 
 
 def _extras_script(extras: Optional[Extras]) -> tuple[str, str, str]:
@@ -66,6 +71,12 @@ def _extras_script(extras: Optional[Extras]) -> tuple[str, str, str]:
                 "  if [ \"$x\" != \"$lastx\" ]; then printf '%s\\n' \"$x\" | sed 's/^/HX /' >&2; lastx=$x; fi\n"
                 "}\n")
         beat = "gpuops_health; "
+    if extras.disk:
+        from .trainhealth import disk_command
+
+        fns += "dn=0\ngpuops_disk() {\n  if [ $((dn % 6)) = 0 ]; then { " + disk_command(shell_path(extras.disk)) + \
+            "; } >&2; fi\n  dn=$((dn+1))\n}\n"  # every line to stderr: stdout is the log's bytes alone
+        beat += "gpuops_disk; "
     if extras.checkpoints:
         C = shell_path(extras.checkpoints)
         fns += ("gpuops_ck() {\n"  # files, and a checksum of their names, sizes and times: any change shows
@@ -248,6 +259,8 @@ def parse_stderr_line(line: str) -> Optional[dict]:
         return {"type": "checkpoints", "sig": tuple(parts[1:3])} if len(parts) >= 3 else None
     if line.startswith("EN "):
         return {"type": "end_fact", "line": line}
+    if line.startswith(("DK ", "DI ")):
+        return {"type": "disk", "inodes": line.startswith("DI"), "row": line[3:]}
     if line.startswith("H "):
         return {"type": "heartbeat"}
     if line.strip() == "END":
@@ -457,48 +470,6 @@ def follow_to_end(connect: Callable[[], object], run_id: str, run_dir: str, fs: 
 
 
 # -- the instance's health and the checkpoints, as a run watches them (pure) --------------------------------
-FATAL_SMI_FAILURES = ("gpu-lost",)  # nvidia-smi failures (knowledge.yaml ids) that end a GPU's usefulness
-
-
-class HealthWatch:
-    """The stream's health lines (HG: the health fields, HX: the kernel log's Xid lines) and nvidia-smi's own failure
-    on the GPU line, judged by verify's rules (verify.checks_health.health_failures; playbooks/xid.yaml, knowledge.yaml):
-    apply(ev) returns the facts that end a GPU's usefulness not returned before, a line each. Judged since boot, as
-    verify judges: a host that passed verify had none."""
-
-    def __init__(self, xid_table: Optional[dict] = None, smi_failures: Optional[list] = None):
-        self.xid_table = xid_table
-        self.smi_failures = smi_failures or []
-        self.health: dict = {}  # GPU index -> GpuHealth (the newest sample)
-        self.xids: dict = {}  # kernel log line -> parsed Xid
-        self.said: set = set()
-
-    def apply(self, ev: dict) -> list[str]:
-        from ..verify.checks_health import health_failures
-        from ..verify.facts import classify_smi_failure, parse_health, parse_xids
-
-        t = ev.get("type")
-        found = []
-        if t == "health":
-            for h in parse_health(ev["line"], ev["fields"]):
-                self.health[h.index] = h
-        elif t == "xid":
-            for x in parse_xids([ev["line"]]):
-                self.xids[x["line"]] = x
-        elif t == "gpu_error":
-            st = classify_smi_failure(None, ev["message"], self.smi_failures)
-            if st.failure in FATAL_SMI_FAILURES:
-                found.append(f"nvidia-smi: {st.title}: {st.message}")
-        else:
-            return []
-        if t != "gpu_error":
-            for r in health_failures(list(self.health.values()), list(self.xids.values()), xid_table=self.xid_table):
-                found.append(f"{r.title}: {r.measured}" + (f" ({r.detail})" if r.detail and r.id == "gpu.xid" else ""))
-        new = [f for f in found if f not in self.said]
-        self.said.update(new)
-        return new
-
-
 class CheckpointWatch:
     """The stream's CK lines (the checkpoint folder's file count and listing checksum) in; apply(ev) is True when the
     folder changed and then held still for `samples` samples in a row (the same signature that many times), not yet
@@ -554,6 +525,7 @@ class Dashboard:
         self.link = "connecting"
         self._signal_spec = signal_spec
         self.sig = None  # the training-signal model (jobs/signals.py), made on the first event
+        self._train = None  # the GPUs' health and the disk while it trains (jobs/trainhealth.py), on the first event
         self.end_lines: list[str] = []  # the facts of the job's death (EN lines: jobs/endfacts.py)
         self.ending: Optional[dict] = None  # what it died of (jobs/endings.py), once the stream has ended
         self.stop_reason: Optional[str] = None  # gpuops run stopped it (--max-cost): said in the ending
@@ -568,6 +540,12 @@ class Dashboard:
             spec = self._signal_spec if self._signal_spec is not None else sg.load_spec()
             self.sig = sg.SignalModel(spec, started=self.meta.get("started_ts"), price_per_hour=self.price)
         t, now = ev.get("type"), self.clock()
+        if t in ("health", "xid", "gpu_error", "disk") and ev.get("host", self.host) == self.host:
+            new = self._health_signals(ev, spec=self._signal_spec)
+            if new:
+                ev["signals"] = new
+                self.sig.signals.extend(new)
+            return
         if t == "state" and ev["info"].started is not None:
             self.sig.started = ev["info"].started
         elif t == "sample" and ev.get("host", self.host) == self.host:  # signals: the followed host's GPUs
@@ -583,6 +561,18 @@ class Dashboard:
                 ev["progress"] = self.sig.progress(now)
                 ev["new_step"] = self.sig.step != before[0]  # a second format's line of the same step: not a new one
 
+    def _health_signals(self, ev: dict, spec=None) -> list:
+        """The GPUs' health and the disk while it trains (jobs/trainhealth.py), as signals."""
+        from . import signals as sg
+        from .trainhealth import TrainingHealth
+
+        if self._train is None:
+            from .. import knowledge as kb
+
+            self._train = TrainingHealth(spec or sg.load_spec(), kb.load_playbook("xid"),
+                                         kb.knowledge().get("nvidia_smi_failures", []))
+        return self._train.apply(ev)
+
     def progress(self) -> Optional[dict]:
         return self.sig.progress(self.clock()) if self.sig else None
 
@@ -592,7 +582,7 @@ class Dashboard:
 
     def apply(self, ev: dict) -> None:
         t = ev.get("type")
-        if t in ("sample", "log", "state"):
+        if t in ("sample", "log", "state", "health", "xid", "gpu_error", "disk"):
             self._signals(ev)
         if t == "sample":
             g = ev["gpu"]

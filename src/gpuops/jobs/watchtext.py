@@ -16,6 +16,8 @@ _ERR = [
                 r"ncclSystemError|ncclUnhandledCudaError", re.I), "error"),
     (re.compile(r"\bloss\b[^\n]{0,20}?[=:]\s*[-+]?(nan|inf)\b", re.I), "error"),
     (re.compile(r"^\w*(Error|Exception)\b[:(]|^\s*raise\b|RuntimeError:|Killed$|Segmentation fault"), "error"),
+    # a .sh wrapper's child killed by a signal, as bash reports it: `train.sh: line 3:  4242 Killed   python train.py`
+    (re.compile(r"\bline \d+: +\d+ (Killed|Terminated|Aborted)\b"), "error"),
     (re.compile(r"warning\b|\bWARN\b", re.I), "warning"),
 ]
 
@@ -31,7 +33,7 @@ def classify(line: str) -> Optional[str]:
 def event_doc(ev: dict, ts: float) -> Optional[dict]:
     """An event as watch --json prints it (one object per line); None for events that are not shown."""
     t = ev["type"]
-    if t in ("end", "heartbeat", "end_fact"):  # the facts of a death are shown judged (ending_doc), not raw
+    if t in ("end", "heartbeat", "end_fact", "disk"):  # facts shown judged (an ending, a signal), not raw
         return None
     from ..jsonvocab import iso, renamed
 

@@ -130,15 +130,16 @@ class RecoveryStages:
         health = w.HealthWatch(kb.load_playbook("xid", self.project),
                                kb.knowledge(self.project).get("nvidia_smi_failures", []))
         home = self._ck_home()
+        disk = prof.remote_dir_for(self.project)  # the disk the job writes, sampled with the heartbeat (#35)
         if rec.recover <= 0 or home is None:
-            return w.Extras(health=True), health, None
+            return w.Extras(health=True, disk=disk), health, None
         name = home.name
         fprof = self._fetch_profile()
         folder = fetch_sources(fprof, self.project)[name]
         self._fetcher = CheckpointFetcher(lambda: fetch_checkpoint(
             fprof, self.project, name, quiet_output(), rec.id, since=ck.since(rec.job_started, home), job="alive",
             quiet=True, filesystem=home.filesystem))
-        return w.Extras(health=True, checkpoints=folder), health, self._fetcher
+        return w.Extras(health=True, checkpoints=folder, disk=disk), health, self._fetcher
 
     def _watch_event(self, ev: dict, health, fetcher) -> None:
         """One stream event: a health fact that ends a GPU's usefulness (GpuFault with --recover, else said once),
