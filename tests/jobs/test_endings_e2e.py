@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from support.runs import put, run_dir, run_id_of, wait_ended
+from support.schemas import valid
 
 
 pytestmark = pytest.mark.usefixtures("cleanup_runs")
@@ -50,17 +51,6 @@ print("done", flush=True)
 def _train(sandbox, gpuops, what: str, *extra: str) -> str:
     put(sandbox, "job.py", STEPS_THEN)
     return run_id_of(gpuops("train", "--script", "job.py", "--no-sync", "--no-snapshot", "-e", f"WHAT={what}", *extra))
-
-
-def valid(name: str, doc) -> None:
-    """doc valid against src/gpuops/schemas/<name>.schema.json (the ending's shape is in them)."""
-    from jsonschema import Draft202012Validator
-
-    from support import ROOT
-
-    schema = json.loads((ROOT / "src" / "gpuops" / "schemas" / f"{name}.schema.json").read_text())
-    errors = [e.message for e in Draft202012Validator(schema).iter_errors(doc)]
-    assert not errors, errors[:3]
 
 
 def _watch_json(gpuops, rid: str) -> tuple[int, list[dict]]:

@@ -10,6 +10,7 @@ import time
 import pytest
 
 from support.runs import put, run_id_of
+from support.schemas import valid
 
 pytestmark = pytest.mark.usefixtures("cleanup_runs")
 
@@ -65,3 +66,18 @@ def test_a_killed_line_in_a_sh_wrapper_is_highlighted_and_names_the_ending(sandb
     assert killed and " log ! " in killed[0], res.out  # `!`: an error line
     assert "signal: a command of the script was killed" in res.out
     assert "why it ended: a command of the script was killed: line 2:" in res.err, res.err
+
+
+def test_status_reads_the_gpus_health_and_the_disk_in_its_one_execution(sandbox, gpuops):
+    from gpuops.sandbox import host
+
+    host.inject_fault(sandbox["dir"], "thermal")
+    host.inject_fault(sandbox["dir"], "inodes-full")
+    doc = json.loads(gpuops("status", "--json").out)
+    valid("status", doc)
+    got = {s["id"]: s for s in doc["host_signals"]}
+    assert got["gpu-throttled"]["title"].startswith("GPU 0 throttled: hardware thermal slowdown")
+    assert got["disk-low"]["title"].startswith("inodes running low on /") and "100% used (0 left)" in \
+        got["disk-low"]["title"]
+    plain = gpuops("status").out
+    assert "host: signal: GPU 0 throttled" in plain and "host: signal: inodes running low" in plain, plain

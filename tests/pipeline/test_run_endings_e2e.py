@@ -8,6 +8,7 @@ from pathlib import Path
 
 from support.pipeline import run_json, run_process, write_script
 from support.recovery import billing, records, wait_run
+from support.schemas import valid
 
 WAITS = """\
 import os, time
@@ -16,15 +17,6 @@ print("step 1 loss 0.9", flush=True)
 while True:
     time.sleep(0.2)
 """
-
-
-def valid(doc: dict) -> None:
-    from jsonschema import Draft202012Validator
-
-    from support import ROOT
-
-    schema = json.loads((ROOT / "src" / "gpuops" / "schemas" / "run.schema.json").read_text())
-    assert not [e.message for e in Draft202012Validator(schema).iter_errors(doc)]
 
 
 def _record(doc: dict) -> dict:
@@ -36,7 +28,7 @@ def test_a_job_that_cannot_import_is_named_in_the_summary_json_and_record(cloud,
     r = run_json(gpuops, cloud, "--script", "train.py")
     assert r.code == 1, r.all
     doc = json.loads(r.out)
-    valid(doc)
+    valid("run", doc)
     e = doc["ending"]
     assert doc["outcome"] == "failed" and doc["job"] == "failed" and e["cause"] == "import-error", doc
     assert e["title"].startswith("an import failed: ImportError: cannot import name 'no_such_name' from 'json'"), e

@@ -395,6 +395,10 @@ def _status_lines(out, prof, doc: dict) -> None:
         out.print("GPU: " + "; ".join(w.gpu_text(g) for g in gpus))
     elif gpu_error:
         out.print(f"GPU: nvidia-smi failed: {gpu_error}")
+    from ..jobs.signals import signal_text
+
+    for sig in doc.get("host_signals") or []:  # a GPU failing or throttled, the disk running low (#35)
+        out.print(f"host: {signal_text(sig)}")
     if not rows:
         out.print(f"no runs of profile '{prof.name}' (gpuops train --script train.py)")
         return

@@ -599,7 +599,26 @@ def status(prof, out, project: Path) -> dict:
             r["ending"] = endings[r["run_id"]]
     _add_signals(rows, got.get("logs") or {}, prof, project, gpus)
     _remember(prof, project)
-    return {"profile": prof.name, "runs": rows, "gpus": gpus, "gpu_error": gpu_error}
+    return {"profile": prof.name, "runs": rows, "gpus": gpus, "gpu_error": gpu_error,
+            "host_signals": _host_signals(got.get("health_lines") or [], project)}
+
+
+def _host_signals(lines: list[str], project: Path) -> list[dict]:
+    """The host's side while it trains, from the status execution's health and disk lines (jobs/trainhealth.py):
+    a GPU failing or throttled, the project's disk running low."""
+    from . import signals as sg
+    from . import watch as w
+    from .. import knowledge as kb
+    from .trainhealth import TrainingHealth
+
+    th = TrainingHealth(sg.load_spec(project), kb.load_playbook("xid", project),
+                        kb.knowledge(project).get("nvidia_smi_failures", []))
+    found = []
+    for line in lines:
+        ev = w.parse_stderr_line(line)
+        if ev is not None:
+            found += th.apply(ev)
+    return found
 
 
 STATUS_LOG_TAIL = 300  # log lines of each running run that status scans for training signals

@@ -353,6 +353,12 @@ def query_states(remote, runs: list[tuple[str, str]], *, gpu: bool = False, list
                    'echo "META $id $(tr -d \'\\n\' < "$d/meta.json")"; gpuops_state "${d%/}" "$id"; done\n')
     if log_tail:
         script += _tail_lines(runs, list_dir, log_tail)
+    if gpu:  # the GPUs' health (HG, HX: watch's own lines) and the project's disk (DK, DI) while it trains (#35)
+        from .trainhealth import disk_command
+        from .watch import Extras, health_fns
+
+        script += health_fns(Extras(health=True)) + "{ gpuops_health; } 2>&1\n"
+        script += disk_command(shell_path(list_dir or "~")) + "\n"
     if gpu:
         from .plan import GPU_QUERY  # the same sample format watch parses
 
@@ -365,9 +371,13 @@ def query_states(remote, runs: list[tuple[str, str]], *, gpu: bool = False, list
     logs: dict[str, list[str]] = {}
     in_gpu = False
     end_lines: list[str] = []
+    health_lines: list[str] = []
     for line in res.stdout.splitlines():
         if line.startswith("EN ") and not in_gpu:
             end_lines.append(line)
+            continue
+        if line.startswith(("HG ", "HX ", "DK ", "DI ")) and not in_gpu:
+            health_lines.append(line)
             continue
         if line.startswith("LOG ") and not in_gpu:
             _, rid, text = (line.split(" ", 2) + [""])[:3]
@@ -388,7 +398,8 @@ def query_states(remote, runs: list[tuple[str, str]], *, gpu: bool = False, list
                 metas[rid] = json.loads(doc)
             except ValueError:
                 pass
-    return {"infos": infos, "metas": metas, "gpu_lines": gpu_lines, "logs": logs, "end_lines": end_lines}
+    return {"infos": infos, "metas": metas, "gpu_lines": gpu_lines, "logs": logs, "end_lines": end_lines,
+            "health_lines": health_lines}
 
 
 def _tail_lines(runs: list[tuple[str, str]], list_dir: Optional[str], n: int) -> str:

@@ -87,6 +87,11 @@ def _extras_script(extras: Optional[Extras]) -> tuple[str, str, str]:
     return fns, beat, each
 
 
+def health_fns(extras: Extras) -> str:
+    """The shell functions of the extras (gpuops_health, gpuops_ck, gpuops_disk), for a script of its own."""
+    return _extras_script(extras)[0]
+
+
 def health_once_command() -> str:
     """ONE execution: the GPUs' health now, in the stream's own lines on stdout (HG health fields, HX the kernel
     log's Xid lines, G the GPU line or nvidia-smi's failure, "GPU is lost"): parse_stderr_line and HealthWatch read
