@@ -354,10 +354,9 @@ def query_states(remote, runs: list[tuple[str, str]], *, gpu: bool = False, list
     if log_tail:
         script += _tail_lines(runs, list_dir, log_tail)
     if gpu:  # the GPUs' health (HG, HX: watch's own lines) and the project's disk (DK, DI) while it trains (#35)
-        from .trainhealth import disk_command
-        from .watch import Extras, health_fns
+        from .trainhealth import HEALTH_FN, disk_command
 
-        script += health_fns(Extras(health=True)) + "{ gpuops_health; } 2>&1\n"
+        script += HEALTH_FN + "{ gpuops_health; } 2>&1\n"
         script += disk_command(shell_path(list_dir or "~")) + "\n"
     if gpu:
         from .plan import GPU_QUERY  # the same sample format watch parses

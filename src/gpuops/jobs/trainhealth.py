@@ -8,6 +8,31 @@ from typing import Optional
 
 from .endfacts import parse_df
 
+# The health fields a running job's stream samples: what verify's FAIL rules read (verify/checks_health.health_failures).
+# An older driver refuses a field it does not know (the whole query fails): the next set, without it, is tried.
+HEALTH_FIELD_SETS = (
+    "index,ecc.errors.uncorrected.volatile.total,remapped_rows.pending,remapped_rows.failure,retired_pages.pending,"
+    "gpu_recovery_action,clocks_event_reasons.hw_slowdown,clocks_event_reasons.hw_thermal_slowdown,"
+    "clocks_event_reasons.sw_thermal_slowdown,clocks_event_reasons.hw_power_brake_slowdown",  # throttling (#35)
+    "index,ecc.errors.uncorrected.volatile.total,remapped_rows.pending,remapped_rows.failure,retired_pages.pending,"
+    "gpu_recovery_action",
+    "index,ecc.errors.uncorrected.volatile.total,remapped_rows.pending,remapped_rows.failure,retired_pages.pending",
+    "index,ecc.errors.uncorrected.volatile.total")
+
+# gpuops_health: the health fields (HG, the first field set the driver accepts) and the kernel log's Xid lines when
+# they change (HX), written to stderr; watch's stream runs it with its heartbeat, status once
+HEALTH_FN = ("HF=; lastx=\n"
+             "gpuops_health() {\n"
+             f"  for f in ${{HF:-{' '.join(HEALTH_FIELD_SETS)}}}; do\n"
+             "    o=$(nvidia-smi --query-gpu=$f --format=csv,noheader,nounits 2>/dev/null) || continue\n"
+             "    HF=$f; printf '%s\\n' \"$o\" | sed \"s/^/HG $f /\" >&2; break\n"
+             "  done\n"
+             "  x=$({ dmesg 2>/dev/null || journalctl -k -b -q --no-pager 2>/dev/null; } | grep -F 'NVRM: Xid' "
+             "| tail -n 50)\n"
+             "  if [ \"$x\" != \"$lastx\" ]; then printf '%s\\n' \"$x\" | sed 's/^/HX /' >&2; lastx=$x; fi\n"
+             "}\n")
+
+
 def disk_command(folder_shell: str) -> str:
     """Shell: `DK` (df -Pk) and `DI` (df -Pi) rows of the folder (already quoted), bounded by `timeout`."""
     return (f"T=; command -v timeout >/dev/null 2>&1 && T='timeout 5'; d={folder_shell}; [ -d \"$d\" ] || d=\"$HOME\"; "

@@ -27,25 +27,14 @@ from .plan import GPU_QUERY, RUNNING, RunInfo, cost, fmt_duration, parse_state_l
 # what watch shows as text lives in watchtext.py; its names are read as jobs.watch.* too (the dashboard, the tests)
 from .watchtext import (classify, event_doc, event_text, gpu_text, render, safe_text,  # noqa: F401
                         signal_docs, signal_lines)
-from .trainhealth import FATAL_SMI_FAILURES, HealthWatch  # noqa: F401 - read as jobs.watch.* (pipeline/recovery.py)
+from .trainhealth import (FATAL_SMI_FAILURES, HEALTH_FIELD_SETS, HEALTH_FN, HealthWatch,  # noqa: F401
+                          disk_command)  # the health and disk lines: read as jobs.watch.* (pipeline/recovery.py)
 
 HEARTBEAT_TICKS = 10  # heartbeat every 10 ticks (5 s at the default tick)
 DASH_LINES_MAX = 500  # the dashboard keeps at most this many log lines (--lines replays more, to stdout only)
 
 
 # -- the remote stream ---------------------------------------------------------------------------------
-# The health fields a running job's stream samples: what verify's FAIL rules read (verify/checks_health.health_failures).
-# An older driver refuses a field it does not know (the whole query fails): the next set, without it, is tried.
-HEALTH_FIELD_SETS = (
-    "index,ecc.errors.uncorrected.volatile.total,remapped_rows.pending,remapped_rows.failure,retired_pages.pending,"
-    "gpu_recovery_action,clocks_event_reasons.hw_slowdown,clocks_event_reasons.hw_thermal_slowdown,"
-    "clocks_event_reasons.sw_thermal_slowdown,clocks_event_reasons.hw_power_brake_slowdown",  # throttling (#35)
-    "index,ecc.errors.uncorrected.volatile.total,remapped_rows.pending,remapped_rows.failure,retired_pages.pending,"
-    "gpu_recovery_action",
-    "index,ecc.errors.uncorrected.volatile.total,remapped_rows.pending,remapped_rows.failure,retired_pages.pending",
-    "index,ecc.errors.uncorrected.volatile.total")
-
-
 @dataclass
 class Extras:
     """What a stream samples beyond the log, the GPU line and the processes (one stream, no extra execution)."""
@@ -60,20 +49,9 @@ def _extras_script(extras: Optional[Extras]) -> tuple[str, str, str]:
         return "", "", ""
     fns, beat, each = "", "", ""
     if extras.health:
-        fns += ("HF=; lastx=\n"
-                "gpuops_health() {\n"
-                f"  for f in ${{HF:-{' '.join(HEALTH_FIELD_SETS)}}}; do\n"
-                "    o=$(nvidia-smi --query-gpu=$f --format=csv,noheader,nounits 2>/dev/null) || continue\n"
-                "    HF=$f; printf '%s\\n' \"$o\" | sed \"s/^/HG $f /\" >&2; break\n"
-                "  done\n"
-                "  x=$({ dmesg 2>/dev/null || journalctl -k -b -q --no-pager 2>/dev/null; } | grep -F 'NVRM: Xid' "
-                "| tail -n 50)\n"
-                "  if [ \"$x\" != \"$lastx\" ]; then printf '%s\\n' \"$x\" | sed 's/^/HX /' >&2; lastx=$x; fi\n"
-                "}\n")
+        fns += HEALTH_FN
         beat = "gpuops_health; "
     if extras.disk:
-        from .trainhealth import disk_command
-
         fns += "dn=0\ngpuops_disk() {\n  if [ $((dn % 6)) = 0 ]; then { " + disk_command(shell_path(extras.disk)) + \
             "; } >&2; fi\n  dn=$((dn+1))\n}\n"  # every line to stderr: stdout is the log's bytes alone
         beat += "gpuops_disk; "
@@ -85,11 +63,6 @@ def _extras_script(extras: Optional[Extras]) -> tuple[str, str, str]:
                 "}\n")
         each = "gpuops_ck; "
     return fns, beat, each
-
-
-def health_fns(extras: Extras) -> str:
-    """The shell functions of the extras (gpuops_health, gpuops_ck, gpuops_disk), for a script of its own."""
-    return _extras_script(extras)[0]
 
 
 def health_once_command() -> str:
