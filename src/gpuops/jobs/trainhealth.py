@@ -8,16 +8,14 @@ from typing import Optional
 
 from .endfacts import parse_df
 
-# The health fields a running job's stream samples: what verify's FAIL rules read (verify/checks_health.health_failures).
-# An older driver refuses a field it does not know (the whole query fails): the next set, without it, is tried.
-HEALTH_FIELD_SETS = (
-    "index,ecc.errors.uncorrected.volatile.total,remapped_rows.pending,remapped_rows.failure,retired_pages.pending,"
-    "gpu_recovery_action,clocks_event_reasons.hw_slowdown,clocks_event_reasons.hw_thermal_slowdown,"
-    "clocks_event_reasons.sw_thermal_slowdown,clocks_event_reasons.hw_power_brake_slowdown",  # throttling (#35)
-    "index,ecc.errors.uncorrected.volatile.total,remapped_rows.pending,remapped_rows.failure,retired_pages.pending,"
-    "gpu_recovery_action",
-    "index,ecc.errors.uncorrected.volatile.total,remapped_rows.pending,remapped_rows.failure,retired_pages.pending",
-    "index,ecc.errors.uncorrected.volatile.total")
+# The health fields a running job's stream samples: what verify's FAIL rules read (verify/checks_health.health_failures)
+# and the clocks' slowdown reasons (throttling, #35). An older driver refuses a field it does not know (the whole query
+# fails): the next set, without it, is tried (gpu_recovery_action is R550+, clocks_event_reasons.* R535+).
+_BASE = "index,ecc.errors.uncorrected.volatile.total,remapped_rows.pending,remapped_rows.failure,retired_pages.pending"
+_SLOW = ("clocks_event_reasons.hw_slowdown,clocks_event_reasons.hw_thermal_slowdown,"
+         "clocks_event_reasons.sw_thermal_slowdown,clocks_event_reasons.hw_power_brake_slowdown")
+HEALTH_FIELD_SETS = (f"{_BASE},gpu_recovery_action,{_SLOW}", f"{_BASE},{_SLOW}", _BASE,
+                     "index,ecc.errors.uncorrected.volatile.total")
 
 # gpuops_health: the health fields (HG, the first field set the driver accepts) and the kernel log's Xid lines when
 # they change (HX), written to stderr; watch's stream runs it with its heartbeat, status once

@@ -73,12 +73,16 @@ def bus_of(state, idx):
 
 
 def boot_time():
-    """This machine's boot on the wall clock (the emulated kernel's uptime is the machine's)."""
+    """This machine's boot on the wall clock (the emulated kernel's uptime is the machine's): /proc/stat's btime, the
+    same at every call (a line's time since boot never moves, as in a real kernel log)."""
     try:
-        with open("/proc/uptime") as fh:
-            return time.time() - float(fh.read().split()[0])
+        with open("/proc/stat") as fh:
+            for line in fh:
+                if line.startswith("btime "):
+                    return float(line.split()[1])
     except (OSError, ValueError, IndexError):
-        return time.time() - 6000
+        pass
+    return float(int(time.time() - 6000))
 
 
 def record(sandbox_dir, message, at=None):
