@@ -108,7 +108,8 @@ def watch(
                                                         "notify_url webhook (Slack, Discord)."),
 ) -> None:
     """Live dashboard of a run: GPUs, processes, state, cost, progress (loss sparkline, steps/min, time left, cost at
-    the end), training signals (OOM, NCCL, GPU idle, RL learning nothing; playbooks/signals.yaml), log tail.
+    the end), training signals (OOM, NCCL, GPU idle, RL learning nothing; playbooks/signals.yaml), log tail. A job
+    that failed or was killed: what it died of, with the evidence and a fix (playbooks/endings.yaml).
     Exit 0 if it succeeded, 1 if not.
     A fleet run: every host's GPUs and host 0's log (--host N for another), until every host's job has ended."""
     from ..jobs import actions as lifecycle
@@ -137,6 +138,7 @@ def watch(
             out.render(w.render(dash))
         if res["error"]:
             raise res["error"]
+        _say_ending(out, dash.ending)
         raise typer.Exit(res["code"])
     live = _Live(out, dash) if out.rich else None
     show = live.update if live else lambda ev: _emit(out, ev, dash, json_)
@@ -160,7 +162,8 @@ def watch(
     try:
         with sampler:
             res = lifecycle.follow(prof, out, project, meta, dash, lines=lines, samples=True, interval=interval,
-                                   on_event=handler)
+                                   on_event=handler,  # the GPUs' health and the disk, from the same stream (#35)
+                                   extras=w.Extras(health=True, disk=meta.get("remote_dir")))
     finally:
         if live:
             live.close()
@@ -245,7 +248,23 @@ def _ended(out, meta: dict, dash, res: dict, *, what: str = "watching") -> None:
         out.info(f"stopped {what}; run {rid} keeps running{again}")
     elif res["info"] is not None:
         out.info(dash.state_text())
+        _say_ending(out, res.get("ending"))
     raise typer.Exit(res["code"])
+
+
+def _say_ending(out, ending) -> None:
+    """What the job died of (jobs/endings.py): `watch --json` its last object, else lines on stderr."""
+    import time
+
+    from ..jobs import watchtext
+
+    if not ending:
+        return
+    if out.json_mode:
+        out.emit_json_line(watchtext.ending_doc(ending, time.time()))
+        return
+    for line in watchtext.ending_lines(ending):
+        out.info(line)
 
 
 def _emit(out, ev: dict, dash, json_: bool) -> None:
@@ -323,7 +342,8 @@ def status(
     host: Optional[int] = HostOpt,
 ) -> None:
     """The profile's runs (id, script, state, started, elapsed, exit code) and the current GPU utilisation
-    (every host of a fleet profile, in parallel, or --host N); each running run's progress and training signals."""
+    (every host of a fleet profile, in parallel, or --host N); each running run's progress and training signals;
+    what each run that failed or was killed died of, with the evidence and a fix."""
     from .. import jsonvocab
     from ..jobs import actions as lifecycle
 
@@ -377,6 +397,10 @@ def _status_lines(out, prof, doc: dict) -> None:
         out.print("GPU: " + "; ".join(w.gpu_text(g) for g in gpus))
     elif gpu_error:
         out.print(f"GPU: nvidia-smi failed: {gpu_error}")
+    from ..jobs.signals import signal_text
+
+    for sig in doc.get("host_signals") or []:  # a GPU failing or throttled, the disk running low (#35)
+        out.print(f"host: {signal_text(sig)}")
     if not rows:
         out.print(f"no runs of profile '{prof.name}' (gpuops train --script train.py)")
         return
@@ -429,16 +453,27 @@ def _status_columns(rows: list, priced: bool, width: int) -> Optional[list]:
     return None
 
 
-def _signal_lines(out, rows: list) -> None:
-    """Under the table: each running run's progress and training signals (playbooks/signals.yaml)."""
-    from ..jobs.signals import progress_text, signal_text
+STATUS_ENDINGS_SHOWN = 3  # the newest runs that ended badly get their evidence and fix; older ones their cause
 
+
+def _signal_lines(out, rows: list) -> None:
+    """Under the table: each running run's progress and training signals (playbooks/signals.yaml); what each run
+    that failed or was killed died of (jobs/endings.py), with the evidence and fix for the newest."""
+    from ..jobs.signals import progress_text, signal_text
+    from ..jobs.watchtext import ending_lines
+
+    shown = 0
     for r in rows:
         prog = progress_text(r.get("progress"))
         if prog:
             out.print(f"{r['run_id']}: {prog}")
         for sig in r.get("signals") or []:
             out.print(f"{r['run_id']}: {signal_text(sig)}")
+        if r.get("ending"):
+            lines = ending_lines(r["ending"], indent="    ")
+            shown += 1
+            for line in lines if shown <= STATUS_ENDINGS_SHOWN else lines[:1]:
+                out.print(f"{r['run_id']}: {line}" if line.startswith("why") else line)
 
 
 # -- stop ----------------------------------------------------------------------------------------------

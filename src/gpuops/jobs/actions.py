@@ -445,6 +445,8 @@ def watch_once(prof, out, project: Path, meta: dict, dash, lines: int) -> dict:
         dash.apply(ev)
     if not dash.info or not dash.info.exists:
         return {"events": events, "code": 1, "error": RemoteError(f"run {rid} not found on {prof.name} ({run_dir})")}
+    if dash.ending:
+        core.save_local_state(rid, dash.info, project, ending=dash.ending)
     _remember(prof, project)
     return {"events": events, "code": 0 if dash.state in (core.RUNNING, core.SUCCEEDED) else 1, "error": None}
 
@@ -482,11 +484,12 @@ def follow(prof, out, project: Path, meta: dict, dash, *, lines: Optional[int], 
             rec.close(wait=10.0)
         remote.close()
     if not ended:
-        return {"interrupted": True, "info": None, "code": 130}
+        return {"interrupted": True, "info": None, "code": 130, "ending": None}
     if fs.info is not None:
-        core.save_local_state(rid, fs.info, project)
+        core.save_local_state(rid, fs.info, project, ending=dash.ending)
     _remember(prof, project)
-    return {"interrupted": False, "info": fs.info, "code": 1 if fs.info is None else core.exit_for_state(fs.info)}
+    return {"interrupted": False, "info": fs.info, "code": 1 if fs.info is None else core.exit_for_state(fs.info),
+            "ending": dash.ending}
 
 
 def _recorder(project: Path, meta: dict, info, start: int, remote, out):
@@ -624,26 +627,71 @@ def status(prof, out, project: Path) -> dict:
     from . import scripts as rl
 
     metas = {m["run_id"]: m for m in core.local_runs(prof.name, project)}
+    saved = {rid: core.local_state(rid, project) or {} for rid in metas}
+    known = {rid: st.get("ending") for rid, st in saved.items()}
+    judged = [rid for rid, st in saved.items() if st.get("ending") or st.get("state") == core.SUCCEEDED]
     remote = connect(prof, out)
-    try:
+    try:  # a run that ended badly and was never judged here: the facts of its death, in the same execution
         got = rl.query_states(remote, [(rid, core.run_dir_on(m, prof.rank)) for rid, m in metas.items()], gpu=True,
-                              list_dir=prof.remote_dir_for(project), log_tail=STATUS_LOG_TAIL)
+                              list_dir=prof.remote_dir_for(project), log_tail=STATUS_LOG_TAIL,
+                              endings=[rid for rid in metas if rid not in judged][:STATUS_ENDINGS])
     finally:
         remote.close()
     for rid, m in got["metas"].items():
         metas.setdefault(rid, m)
+    gpus = [g for g in (w.parse_gpu(x) for x in got["gpu_lines"]) if g]
+    gpu_error = None if gpus else " ".join(got["gpu_lines"]).strip() or None
+    endings = _endings(got, known, gpu_error, project)
     for rid, info in got["infos"].items():
         if rid in metas and info.exists and info.state in core.ENDED:
-            core.save_local_state(rid, info, project)
+            core.save_local_state(rid, info, project, ending=endings.get(rid))
     rows = core.status_rows(metas, got["infos"], time.time())
-    gpus = [g for g in (w.parse_gpu(x) for x in got["gpu_lines"]) if g]
+    for r in rows:
+        if r["state"] in core.ENDED and endings.get(r["run_id"]):
+            r["ending"] = endings[r["run_id"]]
     _add_signals(rows, got.get("logs") or {}, prof, project, gpus)
-    gpu_error = None if gpus else " ".join(got["gpu_lines"]).strip() or None
     _remember(prof, project)
-    return {"profile": prof.name, "runs": rows, "gpus": gpus, "gpu_error": gpu_error}
+    return {"profile": prof.name, "runs": rows, "gpus": gpus, "gpu_error": gpu_error,
+            "host_signals": _host_signals(got.get("health_lines") or [], project)}
+
+
+def _host_signals(lines: list[str], project: Path) -> list[dict]:
+    """The host's side while it trains, from the status execution's health and disk lines (jobs/trainhealth.py):
+    a GPU failing or throttled, the project's disk running low."""
+    from . import signals as sg
+    from . import watch as w
+    from .. import knowledge as kb
+    from .trainhealth import TrainingHealth
+
+    th = TrainingHealth(sg.load_spec(project), kb.load_playbook("xid", project),
+                        kb.knowledge(project).get("nvidia_smi_failures", []))
+    found = []
+    for line in lines:
+        ev = w.parse_stderr_line(line)
+        if ev is not None:
+            found += th.apply(ev)
+    return found
 
 
 STATUS_LOG_TAIL = 300  # log lines of each running run that status scans for training signals
+STATUS_ENDINGS = 20  # runs whose death status judges in one execution (the newest; the rest at the next status)
+
+
+def _endings(got: dict, known: dict, gpu_error: Optional[str], project: Path) -> dict:
+    """What each ended run died of: judged once (jobs/endings.py over the facts query_states gathered), then read
+    from runs/<id>/state.json."""
+    from . import endfacts, endings as en
+
+    out = {rid: e for rid, e in known.items() if e}
+    if not got.get("end_lines"):
+        return out
+    parsed = endfacts.parse(got["end_lines"])
+    spec, xids = en.load(project), en.xid_table(project)
+    for rid in parsed["runs"]:
+        info = got["infos"].get(rid)
+        if info is not None and info.exists and info.state in core.ENDED:
+            out[rid] = en.classify(endfacts.facts_for(parsed, info, gpu_error=gpu_error), spec, xids)
+    return out
 
 
 def _add_signals(rows: list[dict], logs: dict, prof, project: Path, gpus: list) -> None:

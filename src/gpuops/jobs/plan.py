@@ -269,15 +269,31 @@ def save_local(meta: dict, project_dir: Path | None = None) -> Path:
     return path
 
 
-def save_local_state(run_id: str, info: RunInfo, project_dir: Path | None = None) -> None:
+def save_local_state(run_id: str, info: RunInfo, project_dir: Path | None = None,
+                     ending: Optional[dict] = None) -> None:
+    """runs/<id>/state.json: the run's last known state, and what it died of (jobs/endings.py) once judged (kept
+    when a later save does not know it)."""
     from ..paths import write_atomic
 
     d = registry_dir(project_dir) / run_id
     if d.is_dir():
+        doc = info.to_json()
+        known = ending or (local_state(run_id, project_dir) or {}).get("ending")
+        if known and info.state in ENDED:
+            doc["ending"] = known
         try:
-            write_atomic(d / "state.json", json.dumps(info.to_json(), indent=1) + "\n")
+            write_atomic(d / "state.json", json.dumps(doc, indent=1) + "\n")
         except OSError:
             pass
+
+
+def local_state(run_id: str, project_dir: Path | None = None) -> Optional[dict]:
+    """runs/<id>/state.json as saved, or None."""
+    try:
+        doc = json.loads((registry_dir(project_dir) / run_id / "state.json").read_text())
+    except (OSError, ValueError):
+        return None
+    return doc if isinstance(doc, dict) else None
 
 
 def local_runs(profile_name: Optional[str] = None, project_dir: Path | None = None) -> list[dict]:

@@ -20,6 +20,7 @@ from typing import Callable, Iterable, Optional
 from ..errors import RemoteError, UsageError
 from ..remote.shell import heredoc as _heredoc
 from ..remote.shell import shell_command, shell_path
+from .endfacts import LAUNCHER_AFTER, LAUNCHER_BEFORE
 from .gate import Preflight, parse_preflight
 from .plan import RunInfo, parse_state_line
 
@@ -211,6 +212,7 @@ def launcher_script(*, run_id: str, remote_dir: str, argv: list[str], python: st
         f"GPUOPS_RUN_ID={shlex.quote(run_id)}; export GPUOPS_RUN_ID",
         'GPUOPS_RUN_DIR="$D"; export GPUOPS_RUN_DIR',
         *([prelude.rstrip("\n")] if prelude else []),
+        LAUNCHER_BEFORE,  # what its death is judged by (jobs/endfacts.py): the cgroup's OOM kills so far
         f"if cd {shell_path(remote_dir)}; then",
         '  echo $$ > "$D/job.tmp" && mv "$D/job.tmp" "$D/job"',  # the launch is reported only from here on
         f"  {cmd}",
@@ -219,6 +221,7 @@ def launcher_script(*, run_id: str, remote_dir: str, argv: list[str], python: st
         f"  echo {shlex.quote('gpuops: cannot enter the project folder ' + remote_dir)} >&2",
         "  gpuops_rc=127",
         "fi",
+        LAUNCHER_AFTER.rstrip("\n"),  # end.facts (OOM kills, the signal received, df) before the exit code
         'date +%s > "$D/ended"',
         'echo "$gpuops_rc" > "$D/exit_code.tmp" && mv "$D/exit_code.tmp" "$D/exit_code"',
         f"rm -f {ACTIVE_DIR}/{shlex.quote(run_id)}",
@@ -345,16 +348,29 @@ def state_lines(runs: Iterable[tuple[str, str]]) -> str:
 
 
 def query_states(remote, runs: list[tuple[str, str]], *, gpu: bool = False, list_dir: Optional[str] = None,
-                 log_tail: int = 0) -> dict:
-    """One execution: RUN lines for the given runs, optionally the GPU utilisation and other runs' meta.json, and
-    the last `log_tail` log lines of each RUNNING run (for status's training signals)."""
+                 log_tail: int = 0, endings: Iterable[str] = ()) -> dict:
+    """One execution: RUN lines for the given runs, optionally the GPU utilisation and other runs' meta.json, the
+    last `log_tail` log lines of each RUNNING run (for status's training signals), and for the runs named in
+    `endings` that ended otherwise than with exit 0 the facts of their death (jobs/endfacts.py: "end_lines")."""
+    from .endfacts import GATHER_FN
+
     script = STATE_FN + state_lines(runs)
+    wanted = [(rid, d) for rid, d in runs if rid in set(endings)]
+    if wanted:
+        script += GATHER_FN + "gpuops_endhost\n" + "".join(
+            f'gpuops_state {shell_path(d)} {shlex.quote(rid)} >/dev/null; [ "$g_alive" = 1 ] || [ "$g_rc" = 0 ] || '
+            f"gpuops_endrun {shell_path(d)} {shlex.quote(rid)}\n" for rid, d in wanted)
     if list_dir:
         R = shell_path(f"{list_dir.rstrip('/')}/{RUNS_SUBDIR}")
         script += (f'for d in {R}/*/; do [ -f "$d/meta.json" ] || continue; id=$(basename "$d"); '
                    'echo "META $id $(tr -d \'\\n\' < "$d/meta.json")"; gpuops_state "${d%/}" "$id"; done\n')
     if log_tail:
         script += _tail_lines(runs, list_dir, log_tail)
+    if gpu:  # the GPUs' health (HG, HX: watch's own lines) and the project's disk (DK, DI) while it trains (#35)
+        from .trainhealth import HEALTH_FN, disk_command
+
+        script += HEALTH_FN + "{ gpuops_health; } 2>&1\n"
+        script += disk_command(shell_path(list_dir or "~")) + "\n"
     if gpu:
         from .plan import GPU_QUERY  # the same sample format watch parses
 
@@ -366,7 +382,15 @@ def query_states(remote, runs: list[tuple[str, str]], *, gpu: bool = False, list
     gpu_lines: list[str] = []
     logs: dict[str, list[str]] = {}
     in_gpu = False
+    end_lines: list[str] = []
+    health_lines: list[str] = []
     for line in res.stdout.splitlines():
+        if line.startswith("EN ") and not in_gpu:
+            end_lines.append(line)
+            continue
+        if line.startswith(("HG ", "HX ", "DK ", "DI ")) and not in_gpu:
+            health_lines.append(line)
+            continue
         if line.startswith("LOG ") and not in_gpu:
             _, rid, text = (line.split(" ", 2) + [""])[:3]
             logs.setdefault(rid, []).append(text)
@@ -386,7 +410,8 @@ def query_states(remote, runs: list[tuple[str, str]], *, gpu: bool = False, list
                 metas[rid] = json.loads(doc)
             except ValueError:
                 pass
-    return {"infos": infos, "metas": metas, "gpu_lines": gpu_lines, "logs": logs}
+    return {"infos": infos, "metas": metas, "gpu_lines": gpu_lines, "logs": logs, "end_lines": end_lines,
+            "health_lines": health_lines}
 
 
 def _tail_lines(runs: list[tuple[str, str]], list_dir: Optional[str], n: int) -> str:
@@ -488,6 +513,7 @@ had_rc=0; [ -f "$D/exit_code" ] && had_rc=1
 gone() {{ i=0; while [ $i -lt $1 ]; do
   if galive_group; then :; elif [ -z "$(members)" ]; then return 0; fi
   sleep 0.1; i=$((i+1)); done; ! galive; }}
+lm=$(stat -c %Y "$D/log" 2>/dev/null); lm=${{lm:-null}}  # when it last printed, before a signal makes it print
 req=$(date +%s)
 sig=INT
 sendall INT
@@ -505,7 +531,7 @@ if [ ! -f "$D/exit_code" ]; then
 fi
 rm -f {ACTIVE_DIR}/{rid}
 if [ "$had_rc" = 0 ]; then
-printf '{{"by": "gpuops stop", "signal": "%s", "requested": %s, "ended": %s, "grace": {float(grace)}}}\\n' "$sig" "$req" "$now" > "$D/stop.json"
+printf '{{"by": "gpuops stop", "signal": "%s", "requested": %s, "ended": %s, "grace": {float(grace)}, "log_mtime": %s}}\\n' "$sig" "$req" "$now" "$lm" > "$D/stop.json"
 fi
 echo "@stop $sig"
 gpuops_state "$D" {rid}

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import math
 import re
+import time
 from collections import deque
 from typing import Optional
 
@@ -80,6 +81,15 @@ class SignalModel:
         # GPU idle state
         self._idle_since: Optional[float] = None
         self._gpu_used = False
+        # while it trains (issue #35): throughput against the run's own median, utilisation over the whole run
+        self.went_idle = spec.get("gpu_went_idle") or {}
+        self.low = spec.get("gpu_low") or {}
+        self.drop = spec.get("throughput_drop") or {}
+        self._rates_seen: deque = deque(maxlen=max(5, int(self.drop.get("window", 20))))
+        self._slow = 0  # readings in a row under the median / factor
+        self._util_sum, self._util_n, self._util_first = 0.0, 0, None
+        self._quiet_since: Optional[float] = None  # the GPU at 0 % since, after it worked
+        self._working: set = set()  # the GPUs seen above 0 %
 
     # -- raising --------------------------------------------------------------------------------------------
     def _raise(self, sid: str, title: str, hint: str, source: str, line: Optional[str]) -> list[dict]:
@@ -104,7 +114,7 @@ class SignalModel:
                 if m:
                     self.total = int(m.group("total").replace(",", ""))
                     break
-        self._parse_throughput(text)
+        new += self._parse_throughput(text)
         got = self._parse_progress(text)
         if got is not None:
             step, loss, total = got
@@ -134,14 +144,36 @@ class SignalModel:
             return step, loss, total
         return None
 
-    def _parse_throughput(self, text: str) -> None:
+    def _parse_throughput(self, text: str) -> list[dict]:
         for p, rx in self._rates:
             m = rx.search(text)
             value = _float(m.group("value")) if m else None
             if value is not None:
                 unit = str(p.get("unit") or "{unit}").format(unit=(m.groupdict().get("unit") or "").lower())
                 self.throughput = (value, unit)
-                return
+                return self._pace(value, unit, text)
+        return []
+
+    def _pace(self, value: float, unit: str, text: str) -> list[dict]:
+        """A throughput reading against the run's own recent median (throughput_drop): readings in a row below
+        median / factor raise the signal once, saying how far it fell."""
+        if not self.drop or value is None or not math.isfinite(value):
+            return []
+        seen = sorted(self._rates_seen)
+        median = seen[len(seen) // 2] if len(seen) >= 5 else None
+        factor = float(self.drop.get("factor", 3))
+        if median and value < median / factor:
+            self._slow += 1
+        else:
+            self._slow = 0
+            self._rates_seen.append(value)  # the pace it holds: slow readings never pull the median down
+        if median and self._slow >= int(self.drop.get("readings", 3)):
+            fold = median / value if value > 0 else float("inf")
+            return self._raise("throughput-drop", f"throughput fell to {value:.3g} {unit} from this run's median "
+                               f"{median:.3g} ({fold:.0f}x slower)" if math.isfinite(fold) else
+                               f"throughput fell to 0 {unit} from this run's median {median:.3g}",
+                               self.drop.get("hint", ""), self.drop.get("source", ""), text)
+        return []
 
     def _advance(self, step, loss, total, ts, text) -> list[dict]:
         new: list[dict] = []
@@ -165,14 +197,14 @@ class SignalModel:
 
     # -- GPU samples ------------------------------------------------------------------------------------------
     def sample(self, gpu: dict, ts: float) -> list[dict]:
-        """One GPU sample (watch.parse_gpu's dict). GPU idle: every sample 0 % for the first N minutes."""
-        if not self.idle or self._gpu_used:
-            return []
+        """One GPU sample (watch.parse_gpu's dict). GPU idle: every sample 0 % for the first N minutes; after it
+        worked: 0 % for N minutes (gpu_went_idle), or a low mean over the whole run (gpu_low)."""
         util = gpu.get("util")
         if util is None:
             return []
-        if util > 0:
-            self._gpu_used, self._idle_since = True, None
+        if self._gpu_used or util > 0:
+            return self._while_used(gpu.get("index", 0), util, ts)
+        if not self.idle:
             return []
         if self._idle_since is None:
             self._idle_since = ts
@@ -181,6 +213,34 @@ class SignalModel:
             return self._raise("gpu-idle", f"GPU utilisation 0 % for the first {minutes:g} minutes",
                                self.idle.get("hint", ""), self.idle.get("source", ""), None)
         return []
+
+    def _while_used(self, index: int, util: float, ts: float) -> list[dict]:
+        """Once a GPU has worked: the mean of the samples of the GPUs that work (gpu_low: a GPU the job does not
+        use is not counted), and every GPU at 0 % for N minutes (gpu_went_idle)."""
+        new: list[dict] = []
+        self._gpu_used, self._idle_since = True, None
+        if util > 0:
+            self._working.add(index)
+        if index in self._working:
+            self._util_first = self._util_first if self._util_first is not None else ts
+            self._util_sum, self._util_n = self._util_sum + util, self._util_n + 1
+        minutes = float(self.idle.get("minutes", 3))
+        if util > 0:
+            self._quiet_since = None
+        elif self.went_idle:
+            self._quiet_since = self._quiet_since if self._quiet_since is not None else ts
+            if ts - self._quiet_since >= minutes * 60:
+                since = time.strftime("%H:%M:%S", time.localtime(self._quiet_since))
+                new += self._raise("gpu-went-idle", f"GPU utilisation 0 % for {minutes:g} minutes since {since}, "
+                                   "after it worked", self.went_idle.get("hint", ""),
+                                   self.went_idle.get("source", ""), None)
+        if self.low and self._util_n and ts - self._util_first >= float(self.low.get("minutes", 10)) * 60:
+            mean = self._util_sum / self._util_n
+            if mean < float(self.low.get("percent", 30)):
+                new += self._raise("gpu-low", f"GPU utilisation averaged {mean:.0f} % over the "
+                                   f"{(ts - self._util_first) / 60:.0f} minutes watched",
+                                   self.low.get("hint", ""), self.low.get("source", ""), None)
+        return new
 
     # -- derived ------------------------------------------------------------------------------------------------
     def steps_per_min(self) -> Optional[float]:

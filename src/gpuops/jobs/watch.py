@@ -9,7 +9,7 @@ The stream (stream_command) is one remote shell that
     each sample `CK` a folder's signature (its file count and a checksum of their names, sizes and times: `gpuops run`
     fetches each new checkpoint).
 Nothing here starts a remote command per refresh. The stream model (StreamModel) and the dashboard model are pure;
-follow_to_end is the loop watch and logs -f run; rendering (JSON docs, plain lines, the rich screen) is at the bottom.
+follow_to_end is the loop watch and logs -f run; rendering (JSON docs, plain lines, the rich screen) is watchtext.py.
 """
 from __future__ import annotations
 
@@ -24,26 +24,23 @@ from typing import Callable, Iterator, Optional
 from ..errors import ConnectError, RemoteError
 from ..remote.shell import shell_path
 from .plan import GPU_QUERY, RUNNING, RunInfo, cost, fmt_duration, parse_state_line
+# what watch shows as text lives in watchtext.py; its names are read as jobs.watch.* too (the dashboard, the tests)
+from .watchtext import (classify, event_doc, event_text, gpu_text, render, safe_text,  # noqa: F401
+                        signal_docs, signal_lines)
+from .trainhealth import (FATAL_SMI_FAILURES, HEALTH_FIELD_SETS, HEALTH_FN, HealthWatch,  # noqa: F401
+                          disk_command)  # the health and disk lines: read as jobs.watch.* (pipeline/recovery.py)
 
 HEARTBEAT_TICKS = 10  # heartbeat every 10 ticks (5 s at the default tick)
 DASH_LINES_MAX = 500  # the dashboard keeps at most this many log lines (--lines replays more, to stdout only)
 
 
 # -- the remote stream ---------------------------------------------------------------------------------
-# The health fields a running job's stream samples: what verify's FAIL rules read (verify/checks_health.health_failures).
-# An older driver refuses a field it does not know (the whole query fails): the next set, without it, is tried.
-HEALTH_FIELD_SETS = (
-    "index,ecc.errors.uncorrected.volatile.total,remapped_rows.pending,remapped_rows.failure,retired_pages.pending,"
-    "gpu_recovery_action",
-    "index,ecc.errors.uncorrected.volatile.total,remapped_rows.pending,remapped_rows.failure,retired_pages.pending",
-    "index,ecc.errors.uncorrected.volatile.total")
-
-
 @dataclass
 class Extras:
     """What a stream samples beyond the log, the GPU line and the processes (one stream, no extra execution)."""
     health: bool = False  # HG health fields and HX Xid lines, with the heartbeat
     checkpoints: Optional[str] = None  # a remote folder whose signature (CK: files, checksum of the listing)
+    disk: Optional[str] = None  # a remote folder whose disk (DK: df -Pk, DI: df -Pi), with every 6th heartbeat
 
 
 def _extras_script(extras: Optional[Extras]) -> tuple[str, str, str]:
@@ -52,17 +49,12 @@ def _extras_script(extras: Optional[Extras]) -> tuple[str, str, str]:
         return "", "", ""
     fns, beat, each = "", "", ""
     if extras.health:
-        fns += ("HF=; lastx=\n"
-                "gpuops_health() {\n"
-                f"  for f in ${{HF:-{' '.join(HEALTH_FIELD_SETS)}}}; do\n"
-                "    o=$(nvidia-smi --query-gpu=$f --format=csv,noheader,nounits 2>/dev/null) || continue\n"
-                "    HF=$f; printf '%s\\n' \"$o\" | sed \"s/^/HG $f /\" >&2; break\n"
-                "  done\n"
-                "  x=$({ dmesg 2>/dev/null || journalctl -k -b -q --no-pager 2>/dev/null; } | grep -F 'NVRM: Xid' "
-                "| tail -n 50)\n"
-                "  if [ \"$x\" != \"$lastx\" ]; then printf '%s\\n' \"$x\" | sed 's/^/HX /' >&2; lastx=$x; fi\n"
-                "}\n")
+        fns += HEALTH_FN
         beat = "gpuops_health; "
+    if extras.disk:
+        fns += "dn=0\ngpuops_disk() {\n  if [ $((dn % 6)) = 0 ]; then { " + disk_command(shell_path(extras.disk)) + \
+            "; } >&2; fi\n  dn=$((dn+1))\n}\n"  # every line to stderr: stdout is the log's bytes alone
+        beat += "gpuops_disk; "
     if extras.checkpoints:
         C = shell_path(extras.checkpoints)
         fns += ("gpuops_ck() {\n"  # files, and a checksum of their names, sizes and times: any change shows
@@ -84,6 +76,7 @@ def health_once_command() -> str:
 
 def stream_command(run_id: str, run_dir: str, *, offset: int, interval: float = 2.0, samples: bool = True,
                    tick: float = 0.5, extras: Optional[Extras] = None) -> str:
+    from .endfacts import GATHER_FN
     from .scripts import STATE_FN
 
     fns, beat, each = _extras_script(extras)
@@ -99,7 +92,7 @@ def stream_command(run_id: str, run_dir: str, *, offset: int, interval: float = 
                  '--format=csv,noheader,nounits 2>/dev/null | tr \'\\n\' \';\')" >&2')
     else:
         procs = ":"
-    return STATE_FN + fns + f"""
+    return STATE_FN + GATHER_FN + fns + f"""
 D={D}
 {smi}tail --pid=$$ -c +{int(offset) + 1} -F "$D/log" 2>/dev/null &
 last=; n=0
@@ -113,6 +106,7 @@ while :; do
     kill -TERM 0 2>/dev/null
     gpuops_state "$D" {rid} >&2
     {procs}
+    [ "$g_rc" = 0 ] || {{ gpuops_endhost; gpuops_endrun "$D" {rid}; }} >&2
     echo END >&2
     exit 0
   fi
@@ -125,11 +119,13 @@ done
 
 
 def once_command(run_id: str, run_dir: str, lines: int) -> str:
+    from .endfacts import GATHER_FN
     from .scripts import STATE_FN
 
     D = shell_path(run_dir)
-    return STATE_FN + f"""
+    return STATE_FN + GATHER_FN + f"""
 gpuops_state {D} {shlex.quote(run_id)}
+[ "$g_alive" = 1 ] || [ "$g_rc" = 0 ] || {{ gpuops_endhost; gpuops_endrun {D} {shlex.quote(run_id)}; }}
 nvidia-smi --query-gpu={GPU_QUERY} --format=csv,noheader,nounits 2>&1 | sed 's/^/G /'
 echo "PS $(nvidia-smi --query-compute-apps=pid,process_name,used_memory --format=csv,noheader,nounits 2>/dev/null | tr '\\n' ';')"
 echo "@log"
@@ -174,9 +170,10 @@ def start_position(remote, run_id: str, run_dir: str, lines: Optional[int]) -> t
 def once_events(remote, run_id: str, run_dir: str, lines: int) -> list[dict]:
     """One snapshot in one execution: state, GPU samples, processes, then the last N log lines (offset None)."""
     res = remote.run("sh -s", stdin=once_command(run_id, run_dir, lines), timeout=60)
-    head, _, log = res.stdout.partition("@log\n")
+    head, _, log = ("\n" + res.stdout).partition("\n@log\n")
     events = [ev for ev in map(parse_stderr_line, head.splitlines()) if ev]
-    return events + [{"type": "log", "line": line, "offset": None} for line in log.splitlines()]
+    ended = [{"type": "end"}] if any(ev["type"] == "end_fact" for ev in events) else []  # the ending judged
+    return events + [{"type": "log", "line": line, "offset": None} for line in log.splitlines()] + ended
 
 
 # -- parsing ------------------------------------------------------------------------------------------
@@ -241,6 +238,10 @@ def parse_stderr_line(line: str) -> Optional[dict]:
     if line.startswith("CK "):
         parts = line.split()
         return {"type": "checkpoints", "sig": tuple(parts[1:3])} if len(parts) >= 3 else None
+    if line.startswith("EN "):
+        return {"type": "end_fact", "line": line}
+    if line.startswith(("DK ", "DI ")):
+        return {"type": "disk", "inodes": line.startswith("DI"), "row": line[3:]}
     if line.startswith("H "):
         parts = line.split()  # H <the host's clock> [<the log's size>]: how far behind a follower reads
         try:
@@ -250,25 +251,6 @@ def parse_stderr_line(line: str) -> Optional[dict]:
             return {"type": "heartbeat"}
     if line.strip() == "END":
         return {"type": "end"}
-    return None
-
-
-_ERR = [
-    (re.compile(r"Traceback \(most recent call last\)"), "error"),
-    (re.compile(r"CUDA out of memory|OutOfMemoryError|CUBLAS_STATUS_ALLOC_FAILED", re.I), "error"),
-    (re.compile(r"\bNCCL\b.*\b(error|failure|timed? ?out|unhandled)\b|\bNCCL_?(ERROR|WARN)\b|ncclInternalError|"
-                r"ncclSystemError|ncclUnhandledCudaError", re.I), "error"),
-    (re.compile(r"\bloss\b[^\n]{0,20}?[=:]\s*[-+]?(nan|inf)\b", re.I), "error"),
-    (re.compile(r"^\w*(Error|Exception)\b[:(]|^\s*raise\b|RuntimeError:|Killed$|Segmentation fault"), "error"),
-    (re.compile(r"warning\b|\bWARN\b", re.I), "warning"),
-]
-
-
-def classify(line: str) -> Optional[str]:
-    """'error' for tracebacks, CUDA OOM, NCCL errors, NaN/inf losses; 'warning' for warnings; else None."""
-    for rx, kind in _ERR:
-        if rx.search(line):
-            return kind
     return None
 
 
@@ -476,48 +458,6 @@ def follow_to_end(connect: Callable[[], object], run_id: str, run_dir: str, fs: 
 
 
 # -- the instance's health and the checkpoints, as a run watches them (pure) --------------------------------
-FATAL_SMI_FAILURES = ("gpu-lost",)  # nvidia-smi failures (knowledge.yaml ids) that end a GPU's usefulness
-
-
-class HealthWatch:
-    """The stream's health lines (HG: the health fields, HX: the kernel log's Xid lines) and nvidia-smi's own failure
-    on the GPU line, judged by verify's rules (verify.checks_health.health_failures; playbooks/xid.yaml, knowledge.yaml):
-    apply(ev) returns the facts that end a GPU's usefulness not returned before, a line each. Judged since boot, as
-    verify judges: a host that passed verify had none."""
-
-    def __init__(self, xid_table: Optional[dict] = None, smi_failures: Optional[list] = None):
-        self.xid_table = xid_table
-        self.smi_failures = smi_failures or []
-        self.health: dict = {}  # GPU index -> GpuHealth (the newest sample)
-        self.xids: dict = {}  # kernel log line -> parsed Xid
-        self.said: set = set()
-
-    def apply(self, ev: dict) -> list[str]:
-        from ..verify.checks_health import health_failures
-        from ..verify.facts import classify_smi_failure, parse_health, parse_xids
-
-        t = ev.get("type")
-        found = []
-        if t == "health":
-            for h in parse_health(ev["line"], ev["fields"]):
-                self.health[h.index] = h
-        elif t == "xid":
-            for x in parse_xids([ev["line"]]):
-                self.xids[x["line"]] = x
-        elif t == "gpu_error":
-            st = classify_smi_failure(None, ev["message"], self.smi_failures)
-            if st.failure in FATAL_SMI_FAILURES:
-                found.append(f"nvidia-smi: {st.title}: {st.message}")
-        else:
-            return []
-        if t != "gpu_error":
-            for r in health_failures(list(self.health.values()), list(self.xids.values()), xid_table=self.xid_table):
-                found.append(f"{r.title}: {r.measured}" + (f" ({r.detail})" if r.detail and r.id == "gpu.xid" else ""))
-        new = [f for f in found if f not in self.said]
-        self.said.update(new)
-        return new
-
-
 class CheckpointWatch:
     """The stream's CK lines (the checkpoint folder's file count and listing checksum) in; apply(ev) is True when the
     folder changed and then held still for `samples` samples in a row (the same signature that many times), not yet
@@ -573,6 +513,10 @@ class Dashboard:
         self.link = "connecting"
         self._signal_spec = signal_spec
         self.sig = None  # the training-signal model (jobs/signals.py), made on the first event
+        self._train = None  # the GPUs' health and the disk while it trains (jobs/trainhealth.py), on the first event
+        self.end_lines: list[str] = []  # the facts of the job's death (EN lines: jobs/endfacts.py)
+        self.ending: Optional[dict] = None  # what it died of (jobs/endings.py), once the stream has ended
+        self.stop_reason: Optional[str] = None  # gpuops run stopped it (--max-cost): said in the ending
 
     # -- training signals (jobs/signals.py; patterns in playbooks/signals.yaml) -------------------------------------
     def _signals(self, ev: dict) -> None:
@@ -584,6 +528,12 @@ class Dashboard:
             spec = self._signal_spec if self._signal_spec is not None else sg.load_spec()
             self.sig = sg.SignalModel(spec, started=self.meta.get("started_ts"), price_per_hour=self.price)
         t, now = ev.get("type"), self.clock()
+        if t in ("health", "xid", "gpu_error", "disk") and ev.get("host", self.host) == self.host:
+            new = self._health_signals(ev, spec=self._signal_spec)
+            if new:
+                ev["signals"] = new
+                self.sig.signals.extend(new)
+            return
         if t == "state" and ev["info"].started is not None:
             self.sig.started = ev["info"].started
         elif t == "sample" and ev.get("host", self.host) == self.host:  # signals: the followed host's GPUs
@@ -599,6 +549,18 @@ class Dashboard:
                 ev["progress"] = self.sig.progress(now)
                 ev["new_step"] = self.sig.step != before[0]  # a second format's line of the same step: not a new one
 
+    def _health_signals(self, ev: dict, spec=None) -> list:
+        """The GPUs' health and the disk while it trains (jobs/trainhealth.py), as signals."""
+        from . import signals as sg
+        from .trainhealth import TrainingHealth
+
+        if self._train is None:
+            from .. import knowledge as kb
+
+            self._train = TrainingHealth(spec or sg.load_spec(), kb.load_playbook("xid"),
+                                         kb.knowledge().get("nvidia_smi_failures", []))
+        return self._train.apply(ev)
+
     def progress(self) -> Optional[dict]:
         return self.sig.progress(self.clock()) if self.sig else None
 
@@ -608,7 +570,7 @@ class Dashboard:
 
     def apply(self, ev: dict) -> None:
         t = ev.get("type")
-        if t in ("sample", "log", "state"):
+        if t in ("sample", "log", "state", "health", "xid", "gpu_error", "disk"):
             self._signals(ev)
         if t == "sample":
             g = ev["gpu"]
@@ -635,8 +597,25 @@ class Dashboard:
             self.log.append((safe_text(ev["line"]), kind))
         elif t == "reconnecting":
             self.link = f"reconnecting (attempt {ev['attempt']}, next in {ev['delay']:g}s): {ev['error']}"
+            self.end_lines = []  # a stream cut while it said the death says it again
         elif t == "connected":
             self.link = "live"
+        elif t == "end_fact":
+            self.end_lines.append(ev["line"])
+        elif t == "end" and self.info is not None:
+            self.ending = ev["ending"] = self.judge_ending()
+
+    def judge_ending(self) -> Optional[dict]:
+        """What the job died of (jobs/endings.py over the facts the stream gathered at its death), or None when it
+        succeeded or runs; the GPUs' utilisation while watched and nvidia-smi's last failure are facts too."""
+        from . import endfacts, endings
+
+        if self.info is None or self.info.alive or (self.info.exit_code == 0 and not self.info.stopped):
+            return None
+        util = [u for v in self.gpus.values() if v.host == self.host for u in v.util]
+        f = endfacts.facts_for(endfacts.parse(self.end_lines), self.info, gpu_error=self.gpu_error,
+                               gpu_util=util or None, stop_reason=self.stop_reason)
+        return endings.classify(f, endings.load(), endings.xid_table())
 
     # derived
     @property
@@ -660,101 +639,5 @@ class Dashboard:
             s += f" by {self.info.stopped.get('signal', '?')}"
         c = self.cost()
         money = f", cost ${c:.2f}" if c is not None else ""
-        return f"{self.run_id}: {s}, elapsed {fmt_duration(self.elapsed())}{money}"
-
-
-# -- rendering ------------------------------------------------------------------------------------------------
-def event_doc(ev: dict, ts: float) -> Optional[dict]:
-    """An event as watch --json prints it (one object per line); None for events that are not shown."""
-    t = ev["type"]
-    if t in ("end", "heartbeat"):
-        return None
-    from ..jsonvocab import iso, renamed
-
-    doc = {"type": t, "at": iso(ts, "milliseconds")}  # docs/json.md: times ISO 8601 with a zone, named *_at
-    if t == "sample":
-        doc.update(renamed(ev["gpu"]))
-        if "host" in ev:
-            doc["rank"] = ev["host"]  # a fleet's host number (`host` is an address everywhere else)
-    elif t == "state":
-        doc.update(renamed(ev["info"].to_json()))
-    elif t == "log":
-        doc.update(line=ev["line"], offset=ev.get("offset"), kind=classify(ev["line"]))
-    else:
-        doc.update(renamed({("rank" if k == "host" else k): v for k, v in ev.items() if k != "type"}))
-    return doc
-
-
-_CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")
-
-
-def safe_text(line: str) -> str:
-    """A job's log line made harmless for a terminal: what a carriage return would leave visible (progress bars),
-    and every other control character (ESC starts cursor moves, title changes, screen clears) shown as \\xNN
-    instead of interpreted. Raw `gpuops logs` keeps the bytes as they are, as `tail` does."""
-    if "\r" in line:
-        parts = [p for p in line.split("\r") if p]
-        line = parts[-1] if parts else ""
-    return _CONTROL.sub(lambda m: f"\\x{ord(m.group()):02x}", line)
-
-
-def event_text(ev: dict, dash: "Dashboard", stamp: str) -> Optional[str]:
-    """An event as a plain timestamped line (not a terminal, or NO_COLOR); None for events that are not shown."""
-    t = ev["type"]
-    host = f"host#{ev['host']} " if "host" in ev else ""
-    if t == "sample":
-        return f"{stamp} {host}{gpu_text(ev['gpu'])}"
-    if t == "gpu_error":
-        return f"{stamp} {host}nvidia-smi: {ev['message']}"
-    if t == "processes":
-        procs = ", ".join(f"{p['pid']} {p['name']}" for p in ev["processes"]) or "none"
-        return f"{stamp} gpu processes: {procs}"
-    if t == "state":
-        return f"{stamp} state {dash.state_text()}"
-    if t == "log":
-        mark = {"error": "!", "warning": "~"}.get(classify(ev["line"]) or "", "|")
-        return f"{stamp} log {mark} {safe_text(ev['line'])}"
-    if t == "reconnecting":
-        return f"{stamp} reconnecting (attempt {ev['attempt']}, in {ev['delay']:g}s): {ev['error']}"
-    if t == "connected":
-        return f"{stamp} reconnected; resuming the log"
-    return None
-
-
-def signal_docs(ev: dict, ts: float) -> list[dict]:
-    """watch --json: the training signals an event raised ({"type": "signal"}) and a new parsed step
-    ({"type": "progress"})."""
-    from ..jsonvocab import iso, renamed
-
-    at = iso(ts, "milliseconds")
-    docs = [{"type": "signal", "at": at, **renamed(sig)} for sig in ev.get("signals") or []]
-    if ev.get("progress"):
-        docs.append({"type": "progress", "at": at, **renamed(ev["progress"])})
-    return docs
-
-
-def signal_lines(ev: dict, stamp: str) -> list[str]:
-    """Plain watch: `HH:MM:SS signal: <title>: <hint>` once per signal; progress every 10th parsed step, once per
-    step when the log prints each step in two formats (a trainer's line and a logger's dict)."""
-    from .signals import progress_text, signal_text
-
-    lines = [f"{stamp} {signal_text(sig)}" for sig in ev.get("signals") or []]
-    p = ev.get("progress")
-    if p and ev.get("new_step", True) and (p.get("step") is None or p["step"] % 10 == 0 or (p.get("total") and p["step"] >= p["total"])):
-        lines.append(f"{stamp} progress {progress_text(p)}")
-    return lines
-
-
-def gpu_text(g: dict) -> str:
-    def n(v, fmt="{:.0f}"):
-        return "?" if v is None else fmt.format(v)
-
-    return (f"gpu{g['index']} util={n(g['util'])}% mem={n(g['mem_used'])}/{n(g['mem_total'])}MiB "
-            f"temp={n(g['temp'])}C power={n(g['power'])}W")
-
-
-def render(dash: Dashboard):
-    """A rich renderable of the whole screen, fitted to the terminal at every redraw (jobs/screen.py)."""
-    from .screen import Screen
-
-    return Screen(dash)
+        why = f": {self.ending['title']}" if self.ending else ""
+        return f"{self.run_id}: {s}, elapsed {fmt_duration(self.elapsed())}{money}{why}"

@@ -130,15 +130,16 @@ class RecoveryStages:
         health = w.HealthWatch(kb.load_playbook("xid", self.project),
                                kb.knowledge(self.project).get("nvidia_smi_failures", []))
         home = self._ck_home()
+        disk = prof.remote_dir_for(self.project)  # the disk the job writes, sampled with the heartbeat (#35)
         if rec.recover <= 0 or home is None:
-            return w.Extras(health=True), health, None
+            return w.Extras(health=True, disk=disk), health, None
         name = home.name
         fprof = self._fetch_profile()
         folder = fetch_sources(fprof, self.project)[name]
         self._fetcher = CheckpointFetcher(lambda: fetch_checkpoint(
             fprof, self.project, name, quiet_output(), rec.id, since=ck.since(rec.job_started, home), job="alive",
             quiet=True, filesystem=home.filesystem))
-        return w.Extras(health=True, checkpoints=folder), health, self._fetcher
+        return w.Extras(health=True, checkpoints=folder, disk=disk), health, self._fetcher
 
     def _watch_event(self, ev: dict, health, fetcher) -> None:
         """One stream event: a health fact that ends a GPU's usefulness (GpuFault with --recover, else said once),
@@ -243,6 +244,8 @@ class RecoveryStages:
         rec.job_state = "failed"
         rec.hardware = what
         rec.stop_reason = f"the GPU failed ({what}); the job died with it{code}: a hardware failure, not the job's"
+        if not rec.ending or rec.ending.get("cause") != "gpu-failed":  # its stream's facts did not show it: said
+            self._ending_said("gpu-failed", found + ([code.strip(" ()")] if code else []), detail=found[0])
         home = self._ck_home()
         if home is not None:  # the newest checkpoint known complete, for the resume that replaces the instance
             try:
@@ -272,6 +275,8 @@ class RecoveryStages:
         self.out.error(f"{rec.profile}: {what}: the GPU is no longer usable and the instance is not replaced ({why}): "
                        "stopping the job, then fetching what exists")
         self._stop_job()
+        self._ending_said("gpu-failed", list(exc.findings) + [f"the job was stopped by gpuops run: not replaced "
+                                                             f"({why})"], detail=exc.findings[0])
         self._end("watch", ok=False, detail=rec.stop_reason)
 
     def _start_recovery(self, stage: Optional[str], kind: str, reason: str, instance_id: Optional[str] = None,

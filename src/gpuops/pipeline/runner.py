@@ -116,6 +116,7 @@ def amend_for_resume(rec: pl.Record, *, fetch: list, keep: bool, max_cost: Optio
                           "stage": None, "status": None, "instance_ids": ids, "fetch_tried": True,
                           "terminated": True, "ended": down.ended, "lost_id": None}
         rec.hardware, rec.stop_reason, rec.job_state, rec.outcome = None, None, None, pl.RUNNING
+        rec.ending = None
 
 
 class Runner(PrepStage, UpStage, HostStages, WatchStage, EndStages, RecoveryStages):

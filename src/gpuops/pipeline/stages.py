@@ -98,6 +98,7 @@ class Record:
     price_per_hour: Optional[float] = None  # per node, known once `up` has read the type
     run_id: Optional[str] = None  # the training run's id, once launched
     job_state: Optional[str] = None  # succeeded / failed / stopped, once the job ended
+    ending: Optional[dict] = None  # what the job died of (jobs/endings.py: cause, title, evidence, fix, source)
     stop_reason: Optional[str] = None  # max-cost, interrupted, ...
     hardware: Optional[str] = None  # the job died with its GPU (no --recover): what failed; --resume --recover N
     lost: Optional[str] = None  # why the instance is gone under the run (its status and what went with it)
@@ -351,10 +352,11 @@ def archive(rec: Record, ended: float) -> dict:
     (the checkpoint to resume from stays in rec.resume_from)."""
     att = {"instance": rec.instance or {}, "price_per_hour": rec.price_per_hour, "nodes": rec.nodes,
            "started": billed_since(rec), "ended": ended, "reason": (rec.recovering or {}).get("reason"),
-           "run_id": rec.run_id, "job_state": rec.job_state,
+           "run_id": rec.run_id, "job_state": rec.job_state, "ending": rec.ending,
            "stages": {k: asdict(v) for k, v in rec.stages.items()}}
     rec.attempts.append(att)
     rec.stages, rec.run_id, rec.job_state, rec.instance, rec.recovering = {}, None, None, None, None
+    rec.ending = None
     rec.job_started = None
     rec.billed_from = None  # the next instance bills from its own launch
     return att

@@ -56,6 +56,7 @@ def render_summary(out, rec: pl.Record, fetched: dict, now: float) -> dict:
            "ttl_deadline_at": (datetime.fromtimestamp(rec.ttl_deadline).astimezone().isoformat(timespec="seconds")
                                if rec.ttl_deadline else None),
            "prep": prep.summary_doc(rec.prep, now),
+           "ending": rec.ending,  # what the job died of (jobs/endings.py), None when it succeeded
            "warnings": list(dict.fromkeys(out.warnings)),  # every warning said on stderr, once each
            "plan": rec.plan}
     if out.json_mode:
@@ -63,7 +64,12 @@ def render_summary(out, rec: pl.Record, fetched: dict, now: float) -> dict:
 
         out.emit_json(jsonvocab.run(doc))  # docs/json.md's names; the caller reads `doc` under the runner's own
         return doc
-    out.print(f"gpuops run {rec.id}: {rec.outcome}" + (f" (job {rec.job_state})" if rec.job_state else ""))
+    out.print(f"gpuops run {rec.id}: {rec.outcome}" + (f" (job {rec.job_state}" + (
+        f": {rec.ending['title']})" if rec.ending else ")") if rec.job_state else ""))
+    from ..jobs.watchtext import ending_lines
+
+    for line in ending_lines(rec.ending, indent="    "):  # what it died of, the evidence and the fix
+        out.print("  " + line)
     many = len([i for i in insts if i.get("role") != "prep"]) > 1
     for r in rows:
         mark = "ok" if r["ok"] else ("--" if r["ok"] is None else "FAILED")

@@ -78,6 +78,7 @@ class WatchStage:
             raise KeyboardInterrupt
         self._end_fetcher()
         info = res["info"]
+        rec.ending = res.get("ending")  # what the job died of, judged from the facts its stream gathered at the death
         if info is not None and info.state == core.FAILED and not rec.stop_reason:
             found = self._health_now(prof)  # a GPU that fell off the bus kills the job before the next sample
             if found:
@@ -86,7 +87,8 @@ class WatchStage:
         ok = info is not None and info.state == core.SUCCEEDED
         self.out.info(f"job {rec.run_id}: {rec.job_state}" + (f" (exit {info.exit_code})" if info and
                                                               info.exit_code is not None else "")
-                      + (" on host #0" if len(fleet_meta.get("nodes") or []) > 1 else ""))
+                      + (" on host #0" if len(fleet_meta.get("nodes") or []) > 1 else "")
+                      + (f": {rec.ending['title']}" if rec.ending else ""))
         if len(fleet_meta.get("nodes") or []) > 1:  # the run ends when every node's job has, with the worst outcome
             try:
                 lifecycle.wait_fleet(fleet_prof, self.out, self.project, fleet_meta, interval=self.seams.poll_s,
@@ -99,9 +101,9 @@ class WatchStage:
             rec.job_state = core.SUCCEEDED if ok else (bad[0][1].state if bad[0][1] is not None else "lost")
             detail = rec.job_state if ok else "; ".join(f"host #{i}: {x.state if x else 'unknown'}" for i, x in bad)
             self.out.info(f"job {rec.run_id} on {len(infos)} hosts: {detail}")
-            self._end("watch", ok=ok, detail=detail)
+            self._end("watch", ok=ok, detail=detail + (f": {rec.ending['title']}" if rec.ending else ""))
             return
-        self._end("watch", ok=ok, detail=rec.job_state)
+        self._end("watch", ok=ok, detail=rec.job_state + (f": {rec.ending['title']}" if rec.ending else ""))
 
     def _gave_up(self, exc: GpuopsError) -> None:
         """The watch could not reach the instance: the API first (never a stranger's fingerprint for an instance
@@ -144,7 +146,17 @@ class WatchStage:
         rec.stop_reason = f"--max-cost ${rec.max_cost:.2f} reached"
         self.out.warn(f"{rec.stop_reason} ({self._cost()}): stopping the job, then fetching what exists")
         self._stop_job()
+        self._ending_said("stopped", f"gpuops run: {rec.stop_reason} ({self._cost()})",
+                          stopped_by=f"gpuops run: {rec.stop_reason}")
         self._end("watch", ok=False, detail=rec.stop_reason)
+
+    def _ending_said(self, cause: str, evidence, **values) -> None:
+        """The job's ending when gpuops itself ended it or knows why without its facts (its GPU failed, the budget):
+        the playbook's row for `cause` with that evidence (jobs/endings.verdict)."""
+        from ..jobs import endings
+
+        ev = [evidence] if isinstance(evidence, str) else list(evidence)
+        self.rec.ending = endings.verdict(cause, endings.load(self.project), ev, values) or self.rec.ending
 
     def _budget_sleep(self, s: float) -> None:
         """The wait between fleet samples, with --max-cost checked at each."""

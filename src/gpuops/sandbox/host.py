@@ -125,6 +125,7 @@ def write_gpu_state(d: Path, *, gpu: str, gpus: int, driver: str, cuda: str, fai
     state = {"gpu": gpu, "count": gpus, "driver": driver, "cuda": cuda, "fail": None if fail == "none" else fail,
              "header": header, "na_fields": na_fields or [], "faults": list(faults or [])}
     write_atomic(d / "gpu.json", json.dumps(state, indent=1))
+    (d / "kernel.jsonl").unlink(missing_ok=True)  # a fresh host state: its kernel's events (OOM kills) start over
     return state
 
 
@@ -310,7 +311,8 @@ def _install_tools(d: Path, image_python: str | None = None) -> None:
     # the image's python3 is found on PATH in its own bin/ (a venv made from it names that folder as its home, and
     # Python finds the installation from there, as /usr/bin for a system python3)
     image_bin = Path(image_python).parent if image_python else None
-    for tool, module in (("nvidia-smi", "nvidia_smi.py"), ("dmesg", "kernel_log.py"), ("journalctl", "kernel_log.py")):
+    for tool, module in (("nvidia-smi", "nvidia_smi.py"), ("dmesg", "kernel_log.py"), ("journalctl", "kernel_log.py"),
+                         ("df", "df.py")):
         src = (Path(__file__).parent / module).read_text()
         write_atomic(d / "bin" / tool, f"#!{sys.executable}\n" + src.split("\n", 1)[1])
         os.chmod(d / "bin" / tool, 0o755)
@@ -456,6 +458,64 @@ def kill_gpu_jobs(d: Path) -> list[int]:
             except OSError:
                 continue
     return killed
+
+
+def gpu_job_processes(d: Path) -> list[int]:
+    """The host's gpuops job processes (its sessions' processes whose environment holds GPUOPS_RUN_ID, as its
+    emulated nvidia-smi counts them; never the launcher, whose own environment does not), oldest first."""
+    table = _process_table()
+    return [pid for pid in session_processes(d)
+            if any(e.startswith(b"GPUOPS_RUN_ID=") for e in table.get(pid, (0, b""))[1].split(b"\0"))]
+
+
+def oom_kill(d: Path, pid: int | None = None) -> int | None:
+    """The emulated kernel's OOM killer: it picks the job's process with the most resident memory (or `pid`), prints
+    the kill in the host's kernel log as Linux does (kernel_log.oom_lines, read back by its dmesg and journalctl) and
+    sends it SIGKILL. Returns the pid killed, or None when the host runs no job."""
+    from . import kernel_log
+
+    def rss_kb(p: int) -> int:
+        try:
+            for line in Path(f"/proc/{p}/status").read_text().splitlines():
+                if line.startswith("VmRSS:"):
+                    return int(line.split()[1])
+        except (OSError, ValueError, IndexError):
+            pass
+        return 0
+
+    pids = [pid] if pid is not None else gpu_job_processes(d)
+    if not pids:
+        return None
+    victim = max(pids, key=rss_kb)
+    try:
+        name = Path(f"/proc/{victim}/comm").read_text().strip()
+    except OSError:
+        name = "python3"
+    for line in kernel_log.oom_lines(victim, name, os.getuid(), max(rss_kb(victim), 1)):
+        kernel_log.record(d, line)
+    try:
+        os.kill(victim, signal.SIGKILL)
+    except OSError:
+        return None
+    return victim
+
+
+def inject_fault(d: Path, fault: str, kill_jobs: bool = False) -> list[str]:
+    """A running host's GPU fails from now on (`xid=79`, `ecc`, ... as `sandbox up --fault` takes them; `disk-full`,
+    `inodes-full`: its df): added to its gpu.json, whose time places an Xid in its kernel log. kill_jobs: its GPU
+    jobs die at that moment (SIGKILL, as a CUDA job does when its GPU falls off the bus). Returns its faults."""
+    from .nvidia_smi import fault_problem
+
+    f = d / "gpu.json"
+    state = json.loads(f.read_text())
+    why = fault_problem(fault, int(state.get("count") or 1))
+    if why:
+        raise UsageError(why)
+    state["faults"] = list(state.get("faults") or []) + [fault]
+    write_atomic(f, json.dumps(state, indent=1))
+    if kill_jobs:
+        kill_gpu_jobs(d)
+    return state["faults"]
 
 
 def down() -> bool:

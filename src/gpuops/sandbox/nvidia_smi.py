@@ -74,6 +74,9 @@ FAULTS = {
     "mig": {"help": "MIG mode enabled", "fields": {"mig.mode.current": "Enabled"}},
     "xid": {"help": "an Xid line in the kernel log (VALUE: the code)", "default": 79, "kernel": "xid"},
     "kernel-log-unreadable": {"help": "dmesg not permitted, journalctl shows no kernel messages", "kernel": "unreadable"},
+    "disk-full": {"help": "the host's disk is full (its df: no block free)", "disk": "full"},
+    "inodes-full": {"help": "the host's disk has no inode left (its df -i)", "disk": "inodes"},
+    "disk-low": {"help": "the host's disk is VALUE % used (its df)", "default": 97, "disk": "low"},
     "slow-smi": {"help": "every nvidia-smi call takes VALUE ms longer (eight GPUs with persistence off: seconds)",
                  "default": 300, "latency_ms": "{value}"},
 }

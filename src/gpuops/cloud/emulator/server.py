@@ -4,7 +4,7 @@ error codes, Bearer auth, and instances that are real sandbox hosts (sshd on the
 In-process:   emu = Emulator(state_dir, api_key="..."); emu.start(); emu.url -> "http://127.0.0.1:PORT/api/v1"
               knobs: capacity(), set_capacity(), capacity_later(), fault(), clear_faults(), boot_seconds(),
               terminate_seconds(), launch_window(), advance(), clock_rate(), preempt(), set_status(),
-              drop_connections(), gpu_fault(), unreachable(), mount_root(), fs_dir(), instances(), launch_requests(),
+              drop_connections(), gpu_fault(), oom_kill(), unreachable(), mount_root(), fs_dir(), instances(), launch_requests(),
               reset(), close()
 Other processes: the same knobs under POST /_emulator/<knob> with a JSON object of keyword arguments, GET
               /_emulator/state (Bearer key required, like the API). `gpuops sandbox up --cloud` runs it as a daemon.
@@ -291,6 +291,15 @@ class Emulator(Routes, InstanceHosts):
                 kill_gpu_jobs(f.parent)
             return state["faults"]
 
+    def oom_kill(self, instance_id: str) -> "int | None":
+        """The instance's kernel runs out of RAM: its OOM killer kills the job's biggest process (SIGKILL) and says so
+        in the kernel log, as Linux does (sandbox.host.oom_kill). Returns the pid killed (None: no job runs)."""
+        from ...sandbox.host import oom_kill
+
+        with self.lock:
+            d = Path(self._get(instance_id)["_dir"])
+        return oom_kill(d)
+
     def unreachable(self, instance_id: str) -> int:
         """The instance stops answering on the network for good: its sshd and every SSH connection to it end (new
         ones are refused), its jobs keep running, the API keeps saying `active`. Returns the connections cut."""
@@ -352,7 +361,7 @@ class Emulator(Routes, InstanceHosts):
 
     KNOBS = ("reset", "capacity", "set_capacity", "capacity_later", "fault", "clear_faults", "boot_seconds",
              "terminate_seconds", "launch_window", "advance", "clock_rate", "preempt", "set_status", "image",
-             "drop_connections", "gpu_fault", "unreachable", "mount_root")
+             "drop_connections", "gpu_fault", "oom_kill", "unreachable", "mount_root")
 
     # -- faults --------------------------------------------------------------------------------------------------
     def _take_fault(self, name: str, path: str = "") -> dict | None:
