@@ -58,6 +58,7 @@ def train(
     secrets, run. Every .env variable reaches the job as a secret (LAMBDA_API_KEY and GPUOPS_* excepted); the launch
     lists the names sent. A file the script names that the sync leaves out is said before the sync."""
     from ..jobs import actions as lifecycle
+    from ..jobs import fleetactions
     from ..errors import UsageError
     from ..jobs.launchers import LAUNCHERS
 
@@ -70,7 +71,7 @@ def train(
     opts = dict(script=script, name=name, env=env, args=args or [], sync=not no_sync, force=force, seed=seed,
                 snapshot=not no_snapshot)
     if prof.is_fleet or launcher != "none":
-        res = lifecycle.train_fleet(prof, out, Path.cwd(), launcher=launcher, nproc=nproc, master_port=master_port,
+        res = fleetactions.train_fleet(prof, out, Path.cwd(), launcher=launcher, nproc=nproc, master_port=master_port,
                                     **opts)
     else:
         res = lifecycle.train(prof, out, Path.cwd(), **opts)
@@ -201,11 +202,11 @@ def _node(prof, meta: dict, host: Optional[int]):
 
 def _whole_fleet(prof, out, project: Path, meta: dict, res: dict) -> dict:
     """After the followed host's job ended: a fleet run ends when every host's job has, with the worst outcome."""
-    from ..jobs import actions as lifecycle
+    from ..jobs import fleetactions
 
     if res["interrupted"] or len(meta.get("nodes") or []) < 2:
         return res
-    return {**res, "code": max(res["code"], lifecycle.wait_fleet(prof, out, project, meta))}
+    return {**res, "code": max(res["code"], fleetactions.wait_fleet(prof, out, project, meta))}
 
 
 def _cloud_summary(prof, run_running: bool, utils: list) -> Optional[dict]:
@@ -300,6 +301,7 @@ def logs(
     """Print the last N lines of a run's log, or follow it (-f) to the end of the run (a fleet run: host 0's log,
     until every host's job has ended)."""
     from ..jobs import actions as lifecycle
+    from ..jobs import fleetactions
     from ..jobs import watch as w
     from ..errors import UsageError
 
@@ -310,7 +312,7 @@ def logs(
     if all_:
         if follow or host is not None:
             raise UsageError("--all shows every host's last lines; drop -f / --host")
-        for rank, addr, text in lifecycle.tail_all(fleet_prof, out, project, fleet_meta, lines):
+        for rank, addr, text in fleetactions.tail_all(fleet_prof, out, project, fleet_meta, lines):
             for line in text.splitlines():
                 out.stdout.write(f"[#{rank} {addr}] {line}\n")
         out.stdout.flush()
@@ -346,11 +348,12 @@ def status(
     what each run that failed or was killed died of, with the evidence and a fix."""
     from .. import jsonvocab
     from ..jobs import actions as lifecycle
+    from ..jobs import fleetactions
 
     out = output(json_)
     prof = pick_profile(None, profile)
     if prof.is_fleet and host is None:
-        doc = lifecycle.status_fleet(prof, out, Path.cwd())
+        doc = fleetactions.status_fleet(prof, out, Path.cwd())
         hosts = [h for h in doc["hosts"] if not h["error"]]
         cloud = _cloud_summary(prof, any(r["state"] == "running" for h in hosts for r in h.get("runs") or []),
                                [g.get("util") for h in hosts for g in h.get("gpus") or []])
@@ -490,12 +493,13 @@ def stop(
     marker in its environment: a child that started its own session too), then SIGTERM, then SIGKILL; records how it
     ended. A fleet run is stopped on every host (or --host N)."""
     from ..jobs import actions as lifecycle
+    from ..jobs import fleetactions
 
     out = output(json_)
     fleet_prof = pick_profile(None, profile)
     fleet_meta = lifecycle.resolve(run, fleet_prof, Path.cwd())
     if len(fleet_meta.get("nodes") or []) > 1 and host is None:
-        doc = lifecycle.stop_fleet(fleet_prof, out, Path.cwd(), fleet_meta, grace)
+        doc = fleetactions.stop_fleet(fleet_prof, out, Path.cwd(), fleet_meta, grace)
         if json_:
             out.emit_json(with_warnings(doc, out))
         for h in doc["hosts"]:

@@ -174,6 +174,7 @@ class HostStages:
 
     def stage_train(self) -> None:
         from ..jobs import actions as lifecycle
+        from ..jobs import fleetactions
         from ..jobs import plan as core
 
         rec = self.rec
@@ -194,7 +195,7 @@ class HostStages:
         opts = dict(script=rec.script, args=rec.args, sync=False, env=env, seed=rec.seed, force=rec.force)
         try:
             if prof.is_fleet or rec.launcher != "none":  # one run id on every node, with its rank and addresses
-                res = lifecycle.train_fleet(prof, self.out, self.project, launcher=rec.launcher, nproc=rec.nproc,
+                res = fleetactions.train_fleet(prof, self.out, self.project, launcher=rec.launcher, nproc=rec.nproc,
                                             **opts)
             else:
                 res = lifecycle.train(prof, self.out, self.project, **opts)

@@ -20,6 +20,7 @@ class WatchStage:
 
     def stage_watch(self) -> None:
         from ..jobs import actions as lifecycle
+        from ..jobs import fleetactions
         from ..jobs import plan as core
         from ..jobs import watch as w
 
@@ -91,11 +92,11 @@ class WatchStage:
                       + (f": {rec.ending['title']}" if rec.ending else ""))
         if len(fleet_meta.get("nodes") or []) > 1:  # the run ends when every node's job has, with the worst outcome
             try:
-                lifecycle.wait_fleet(fleet_prof, self.out, self.project, fleet_meta, interval=self.seams.poll_s,
+                fleetactions.wait_fleet(fleet_prof, self.out, self.project, fleet_meta, interval=self.seams.poll_s,
                                      sleep=self._budget_sleep)
             except BudgetReached:
                 return self._budget_stop()
-            infos = lifecycle.fleet_states(fleet_prof, self.out, fleet_meta)
+            infos = fleetactions.fleet_states(fleet_prof, self.out, fleet_meta)
             bad = [(i, x) for i, x in enumerate(infos) if x is None or x.state != core.SUCCEEDED]
             ok = not bad
             rec.job_state = core.SUCCEEDED if ok else (bad[0][1].state if bad[0][1] is not None else "lost")
@@ -166,6 +167,7 @@ class WatchStage:
 
     def _stop_job(self) -> None:
         from ..jobs import actions as lifecycle
+        from ..jobs import fleetactions
 
         rec = self.rec
         if not rec.run_id:
@@ -174,7 +176,7 @@ class WatchStage:
             prof = self._profile()
             meta = lifecycle.resolve(rec.run_id, prof, self.project)
             if meta.get("nodes"):
-                doc = lifecycle.stop_fleet(prof, self.out, self.project, meta, grace=10.0)
+                doc = fleetactions.stop_fleet(prof, self.out, self.project, meta, grace=10.0)
                 result = ", ".join(f"#{h['rank']} {h.get('result') or h.get('error')}" for h in doc["hosts"])
             else:
                 result = lifecycle.stop(prof, self.out, self.project, meta, grace=10.0)["result"]
