@@ -158,6 +158,8 @@ class Runner(UpStage, HostStages, WatchStage, EndStages, RecoveryStages):
         self._progress(name)
 
     def _end(self, name: str, ok: bool, detail: Optional[str] = None) -> None:
+        if name == "watch" and not ok:  # the job did not succeed: what only timing vouched for no longer counts
+            self._job_gone(detail)
         pl.end(self.rec, name, self.project, ok=ok, detail=detail, clock=self.seams.clock)
 
     # -- the loop ------------------------------------------------------------------------------------------------

@@ -103,7 +103,10 @@ class Record:
     unreachable_s: Optional[float] = None  # an instance unreachable this long (API: running) is given up on
     ttl_deadline: Optional[float] = None  # the run's --ttl: every instance it launches ends by then
     instance: Optional[dict] = None  # the current instance: {"ids", "type", "region"}, once `up` has it
-    checkpoint: Optional[dict] = None  # the newest checkpoint fetched and verified: {name, dir, step, path, local, at}
+    checkpoint: Optional[dict] = None  # the newest checkpoint that counts: {name, dir, step, path, local, at, evidence}
+    # every checkpoint that counted, oldest first, each with the evidence that vouched for it: a job's death revokes
+    # those only timing vouched for (pipeline.checkpoints.after_death)
+    vouched: list = field(default_factory=list)
     job_started: Optional[float] = None  # the current job's start on the instance's clock (its checkpoints are newer)
     ck_filesystem: Optional[str] = None  # run --fs: the mount point the run's checkpoint folder lives under
     resume_from: Optional[str] = None  # GPUOPS_RESUME_FROM of the next job: the checkpoint's path on the instance

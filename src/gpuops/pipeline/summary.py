@@ -23,6 +23,13 @@ def _hms(t: float) -> str:
     return datetime.fromtimestamp(t).strftime("%H:%M:%S")
 
 
+def _resumable(c: dict) -> str:
+    if not c.get("newest"):
+        return ""
+    return f"; resumable from {c['newest']}" + (f" (complete by: {c['evidence_said']})" if c.get("evidence_said")
+                                                else "")
+
+
 def checkpoints_doc(rec: pl.Record) -> Optional[dict]:
     """Where this run's checkpoints are (pipeline.checkpoints.home) and the newest that counts, for the summary;
     on a filesystem and not fetched: how to get them later."""
@@ -30,7 +37,9 @@ def checkpoints_doc(rec: pl.Record) -> Optional[dict]:
     if home is None:
         return None
     newest = rec.checkpoint or {}
-    doc = {**home.to_json(), "newest": ck.where(newest), "step": newest.get("step"), "fetched": home.name in rec.fetch}
+    doc = {**home.to_json(), "newest": ck.where(newest), "step": newest.get("step"), "fetched": home.name in rec.fetch,
+           "evidence": list(newest.get("evidence") or []) if newest else None,
+           "evidence_said": ck.said(newest.get("evidence"), ck.book()) if newest.get("evidence") else None}
     if home.filesystem and home.name not in rec.fetch:
         doc["get_later"] = ck.get_later(home, rec.file_systems[0], (rec.instance or {}).get("type") or
                                         rec.instance_type)
@@ -79,10 +88,9 @@ def render_summary(out, rec: pl.Record, fetched: dict, now: float) -> dict:
             out.print(f"  checkpoints of this run: {c['filesystem']} on filesystem {rec.file_systems[0]}"
                       + (f", fetched into {c['local']}" if c["fetched"] else ", not fetched (nothing of them crossed "
                          f"this machine); to get them here later: {c['get_later']}")
-                      + (f"; resumable from {c['newest']}" if c.get("newest") else ""))
+                      + _resumable(c))
         else:
-            out.print(f"  checkpoints of this run: {c['local']} here (on the instance: {c['remote']})"
-                      + (f"; resumable from {c['newest']}" if c.get("newest") else ""))
+            out.print(f"  checkpoints of this run: {c['local']} here (on the instance: {c['remote']})" + _resumable(c))
     if doc["environment"]:
         out.print(f"  environment snapshot: {doc['environment']}")
     return doc
