@@ -54,12 +54,14 @@ class EndStages:
                     break
                 except GpuopsError as exc:
                     last = exc
+                    self._raise_if_lost()  # preempted meanwhile: said first (InstanceLost), nothing kept billing
                     self.out.warn(f"fetch {name} failed (attempt {attempt}/{FETCH_ATTEMPTS}): {exc.message}")
                     if attempt < FETCH_ATTEMPTS:
                         self.seams.sleep(min(30.0, 2.0 * attempt))
             if last is not None:
                 failed.append(f"{name}: {last.message}")
         if failed:
+            self._raise_if_lost()  # the instance gone under the run: that is the first line, not the failed fetch
             self._end("fetch", ok=False, detail="; ".join(failed))
             self.out.error(f"FETCH FAILED, so the instance is KEPT (it bills ${rec.price_per_hour or 0:.2f}/h"
                            f"{self._until()}): " + "; ".join(failed),
