@@ -159,10 +159,38 @@ class HostStages:
         with connect(node, announce=node_out.info) as remote:
             try:
                 return data.put(node, remote, node_out, src, fss[0].mount_point if fss else None,
-                                token=here.get("HF_TOKEN"), endpoint=here.get("HF_ENDPOINT"))["path"]
+                                token=here.get("HF_TOKEN"), endpoint=here.get("HF_ENDPOINT"),
+                                tick=self._download_tick(src.text, node_out))["path"]
             except GpuopsError as exc:
                 raise GpuopsError(redact(exc.message) if here.get("HF_TOKEN") else exc.message, hint=exc.hint,
                                   code=exc.code) from None
+
+    def _download_tick(self, what: str, out) -> Callable[[dict], None]:
+        """While the instance downloads --data: its progress said (bytes, rate) every few seconds, and --max-cost and
+        the run's TTL in force (a GpuopsError ends the download; the sync stage fails and the instance is
+        terminated)."""
+        from ..transfer.plan import human_bytes
+
+        rec, started, said = self.rec, self.seams.clock(), [0.0]
+
+        def tick(p: dict) -> None:
+            now = self.seams.clock()
+            n, total = int(p.get("progress") or 0), p.get("total")
+            got = human_bytes(n) + (f" of {human_bytes(total)} ({100 * n / total:.0f}%)" if total else "")
+            rate = f"{human_bytes(n / max(0.001, now - started))}/s"
+            if pl.over_budget(rec, now):
+                rec.stop_reason = f"--max-cost ${rec.max_cost:.2f} reached"
+                raise GpuopsError(f"{rec.stop_reason} while the instance downloaded --data {what} ({got} received, "
+                                  f"{rate}; {self._cost()}): download ended")
+            if rec.ttl_deadline is not None and now >= rec.ttl_deadline:
+                rec.stop_reason = "the run's --ttl reached"
+                raise GpuopsError(f"{rec.stop_reason} while the instance downloaded --data {what} ({got} received): "
+                                  "download ended")
+            if now - said[0] >= 5.0:
+                said[0] = now
+                out.info(f"data {what}: {got} downloaded, {rate} ({self._cost()})")
+
+        return tick
 
     def stage_train(self) -> None:
         from ..jobs import actions as lifecycle
