@@ -81,3 +81,22 @@ def test_preempted_during_the_final_fetch_is_said_first_and_nothing_bills(cloud)
     assert "preempted" in inst["ended"], inst
     ended = datetime.fromisoformat(inst["ended_at"]).timestamp()
     assert ended - at < 10.0, (ended - at, err)  # billed until it was seen gone, not through the retries after it
+
+
+def test_ctrl_c_while_waiting_for_capacity_says_nothing_was_launched(cloud):
+    """Before: "what was launched is terminated", outcome `detached`, though nothing was ever launched."""
+    import signal
+
+    write_script(text="print('never runs')\n")
+    cloud.capacity(TYPE, [])
+    p = run_process(cloud, "--script", "train.py", "--json", "--wait-for-capacity", "10m")
+    wait_stage("up")
+    time.sleep(1.5)  # in the wait (the launch order is asked, no capacity found)
+    p.send_signal(signal.SIGINT)
+    out, err = p.communicate(timeout=60)
+    assert p.returncode == 130 and "Traceback" not in err, err
+    assert "while waiting for capacity: nothing was launched and nothing bills" in err, err
+    assert "what was launched is terminated" not in err, err
+    doc = json.loads(out)
+    assert doc["outcome"] == "failed" and doc["total_cost"] == 0 and doc["instances"] == [], doc
+    assert cloud.launch_requests() == 0

@@ -386,6 +386,10 @@ class Runner(UpStage, HostStages, WatchStage, EndStages, RecoveryStages):
                           f"({bills}). gpuops run --resume --id {rec.id} goes on with the recovery; gpuops down "
                           f"{rec.profile} ends it")
             return False
+        if stage == "up" and self._nothing_launched():
+            self.out.warn(f"interrupted{f' ({received()})' if received() else ''} while waiting for capacity: "
+                          f"nothing was launched and nothing bills; gpuops run --resume --id {rec.id} waits again")
+            return False
         if stage == "up" or not self._instance_known():
             self.out.warn(f"interrupted{f' ({received()})' if received() else ''} while bringing the instance up: "
                           f"what was launched is terminated; gpuops run --resume --id {rec.id} starts again")
@@ -407,7 +411,22 @@ class Runner(UpStage, HostStages, WatchStage, EndStages, RecoveryStages):
         st = self.rec.stages.get("up")
         return bool(st and st.ok)
 
+    def _nothing_launched(self) -> bool:
+        """No launch request of this run ever created a record (each is recorded before it is sent): nothing bills."""
+        from ..cloud.ledger import Ledger
+
+        rec = self.rec
+        return (not rec.attempts and rec.billed_from is None and not rec.instance
+                and not [r for r in Ledger().records() if r.profile == rec.profile])
+
     def _detached(self) -> int:
+        st = self.rec.stages.get("up")
+        if st is not None and st.ended is None and self._nothing_launched():  # not detached: nothing runs
+            self.rec.stop_reason = "interrupted while waiting for capacity: nothing was launched"
+            self._end("up", ok=False, detail=self.rec.stop_reason)
+            self.rec.outcome = pl.FAILED
+            pl.save(self.rec, self.project)
+            return int(ExitCode.INTERRUPTED)
         self.rec.outcome = pl.DETACHED
         pl.save(self.rec, self.project)
         return int(ExitCode.INTERRUPTED)
