@@ -5,7 +5,10 @@ Debian's Chromium through Playwright:
   browser until its first chart row and log line are drawn;
 - update latency: the job prints `t=<its clock>` on each line; the time until that line shows on the page (the same
   machine's clock), median and worst over the run;
-- memory: the dashboard process' RSS at the start and every 10 s while 3 tabs stream the run.
+- memory: the dashboard process' RSS at the start and every 10 s while 3 tabs stream the run;
+- a flood: a second job printing as fast as it can (about 20,000 lines/s on this machine) for 15 s: how far behind
+  the page falls, and whether it then says "behind by N s" rather than "live"; how long it takes to catch up;
+- the metrics database (runs/metrics.sqlite) the follow path wrote meanwhile: its size and the rows kept.
 Not a pass/fail test. Run: uv run python benchmarks/bench_dashboard.py [seconds, default 180]
 """
 from __future__ import annotations
@@ -16,6 +19,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import urllib.error
 import urllib.request
 from pathlib import Path
 
@@ -28,6 +32,18 @@ while time.time() < end:
     print(f"step {i} | loss {3.0 / i ** 0.5:.4f} | 950 tokens/s t={time.time():.3f}", flush=True)
     time.sleep(0.5)
 """
+FLOOD = """\
+import sys, time
+end = time.time() + float(sys.argv[1])
+i = 0
+while time.time() < end:
+    i += 1
+    sys.stdout.write(f"step {i} | loss {3.0 / i ** 0.5:.4f} | 20000 lines/s t={time.time():.3f}\\n")
+    if i % 200 == 0:
+        sys.stdout.flush()
+        time.sleep(0.01)
+print(f"done {i} lines t={time.time():.3f}", flush=True)
+"""
 
 
 def rss_mb(pid: int) -> float:
@@ -35,6 +51,33 @@ def rss_mb(pid: int) -> float:
         if line.startswith("VmRSS:"):
             return int(line.split()[1]) / 1024
     return float("nan")
+
+
+def flood_phase(gp, project: Path, page, base: str) -> str:
+    """A job printing as fast as it can for 15 s, its page open: the lag of the newest line shown, and what the
+    page said meanwhile."""
+    r = subprocess.run(gp + ["train", "-p", "sandbox", "--script", "flood.py", "--no-snapshot", "--force", "--", "15"],
+                       cwd=project, capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+    rid = r.stdout.strip().splitlines()[-1]
+    page.goto(f"{base}/run/{rid}")
+    samples, t0 = [], time.monotonic()
+    while time.monotonic() - t0 < 90:
+        text = page.locator("#log span").last.inner_text() if page.locator("#log span").count() else ""
+        link = page.locator("#link").inner_text()
+        if "t=" in text:
+            samples.append((time.monotonic() - t0, time.time() - float(text.rsplit("t=", 1)[1]), link))
+            if text.startswith("done"):
+                break
+        time.sleep(0.5)
+    last = page.locator("#log span").last.inner_text()
+    lines = last.split()[1] if last.startswith("done") else "?"
+    worst = max(samples, key=lambda x: x[1]) if samples else (0, 0, "")
+    said_live_behind = [s for s in samples if s[1] > 3 and s[2] == "live"]
+    caught = next((s[0] for s in samples if s[0] > 15 and s[1] < 1), None)
+    return (f"flood ({lines} lines in 15 s): worst lag {worst[1]:.1f} s (page said {worst[2]!r}); samples more "
+            f"than 3 s behind while the page said 'live': {len(said_live_behind)} of {len(samples)}; "
+            f"caught up {'%.0f s after the job began' % caught if caught else 'not within 90 s'}")
 
 
 def main() -> None:
@@ -46,6 +89,7 @@ def main() -> None:
     project = tmp / "benchproj"
     project.mkdir()
     (project / "train.py").write_text(TRAINER)
+    (project / "flood.py").write_text(FLOOD)
     from gpuops.sandbox import host
 
     host.up()
@@ -61,8 +105,16 @@ def main() -> None:
                                 stderr=subprocess.DEVNULL, text=True)
         url = proc.stdout.readline().strip()
         print(f"dashboard up, URL printed after {time.perf_counter() - t_start:.2f} s")
-        base, token = url.split("/?")[0], url.split("token=")[1]
-        cookie = {"Cookie": f"gpuops_dashboard={token}"}
+        base = url.split("/?")[0]
+
+        class NoRedirect(urllib.request.HTTPRedirectHandler):
+            def redirect_request(self, *a, **k):
+                return None
+
+        try:
+            urllib.request.build_opener(NoRedirect).open(url, timeout=10)
+        except urllib.error.HTTPError as e:  # 303: the token traded for the session cookie
+            cookie = {"Cookie": e.headers["set-cookie"].split(";")[0]}
         rss0 = rss_mb(proc.pid)
 
         def timed(path: str) -> float:
@@ -111,13 +163,24 @@ def main() -> None:
             streams = sum(1 for line in subprocess.run(["ps", "-ww", "-eo", "args"], capture_output=True,
                                                        text=True).stdout.splitlines()
                           if line.startswith("tail --pid=") and f"/{rid}/log" in line)
+            for p in tabs[1:]:
+                p.close()
+            lat = lat[2:]  # the replayed backlog is not an update
+            print(f"update latency (job prints -> shown in the page), {len(lat)} lines: median "
+                  f"{statistics.median(lat):.2f} s, 95th {sorted(lat)[int(len(lat) * 0.95)]:.2f} s, worst {max(lat):.2f} s")
+            print(f"dashboard RSS: {rss0:.1f} MB at start; over {seconds:.0f} s with 3 tabs: "
+                  + " ".join(f"{x:.0f}" for x in rss) + f" MB (max {max(rss):.1f} MB)")
+            print(f"watch streams on the host for the run while 3 tabs showed it: {streams}", flush=True)
+            print(flood_phase(gp, project, page, base))
             b.close()
-        lat = lat[2:]  # the replayed backlog is not an update
-        print(f"update latency (job prints -> shown in the page), {len(lat)} lines: median {statistics.median(lat):.2f} s, "
-              f"95th {sorted(lat)[int(len(lat) * 0.95)]:.2f} s, worst {max(lat):.2f} s")
-        print(f"dashboard RSS: {rss0:.1f} MB at start; over {seconds:.0f} s with 3 tabs: "
-              + " ".join(f"{x:.0f}" for x in rss) + f" MB (max {max(rss):.1f} MB)")
-        print(f"watch streams on the host for the run while 3 tabs showed it: {streams}")
+        db = project / "runs" / "metrics.sqlite"
+        import sqlite3
+
+        con = sqlite3.connect(db)
+        counts = {t: con.execute(f"SELECT COUNT(*) FROM {t}").fetchone()[0] for t in ("points", "gpu", "marks")}
+        print(f"metrics database {db.name}: {db.stat().st_size / 1e6:.1f} MB (+ WAL "
+              f"{(db.with_name(db.name + '-wal').stat().st_size if db.with_name(db.name + '-wal').exists() else 0) / 1e6:.1f}"
+              f" MB), rows: {counts}")
     finally:
         if proc is not None:
             proc.terminate()

@@ -40,7 +40,28 @@ if ! command -v uv >/dev/null 2>&1; then
     SUDO=""
   fi
   echo "installing: uv (from PyPI into $venv, linked in $bin)"
-  $SUDO python3 -m venv "$venv"
+  # An environment left by an earlier run is reused when its python works and is this python3; one made by another
+  # python (a pyenv python, then a shell whose python3 is the system's) or whose python is gone is made anew:
+  # `python3 -m venv` over it kept the old python and failed in ensurepip with Python's own error. A folder there
+  # that is not a virtual environment is never touched.
+  if [ -e "$venv" ] && [ ! -f "$venv/pyvenv.cfg" ] && [ -n "$(ls -A "$venv" 2>/dev/null)" ]; then
+    echo "error: $venv exists and is not a virtual environment (no pyvenv.cfg); move it away, or choose another" \
+         "folder: GPUOPS_UV_VENV=DIR $0" >&2
+    exit 1
+  fi
+  same_python() {  # does the environment's python run, as the python3 of this shell (the same installation)?
+    local mine theirs
+    mine=$(python3 -c 'import sys; print(sys.base_prefix, sys.version)' 2>/dev/null) || return 1
+    theirs=$("$venv/bin/python" -c 'import sys; print(sys.base_prefix, sys.version)' 2>/dev/null) || return 1
+    [ "$mine" = "$theirs" ] && "$venv/bin/python" -m pip --version >/dev/null 2>&1
+  }
+  if [ -f "$venv/pyvenv.cfg" ] && ! same_python; then
+    echo "note: $venv does not work with this python3 ($(command -v python3)): another python made it, or its" \
+         "python is gone; making it anew"
+    $SUDO python3 -m venv --clear "$venv"
+  else
+    $SUDO python3 -m venv "$venv"
+  fi
   $SUDO "$venv/bin/python" -m pip install --quiet --disable-pip-version-check uv
   $SUDO mkdir -p "$bin"
   $SUDO ln -sf "$venv/bin/uv" "$bin/uv"

@@ -5,6 +5,7 @@ The sandbox is required: if sshd or rsync is missing, tests that need it FAIL (n
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 from dataclasses import dataclass
 from pathlib import Path
@@ -12,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from support import distenv  # noqa: E402 - reads the real HOME now, before tests isolate it
+from support import wheels  # noqa: E402 - the same (its cache folder)
 from support.cloud import API_KEY
 from support.runs import kill_run_groups, remote_project
 
@@ -71,10 +73,28 @@ def starts_hosts(sshd, tmp_path):
             host.stop(pid_file.parent)
 
 
+@pytest.fixture
+def short_tmp():
+    """A folder with a short path (/tmp/gx-XXXX), removed after the test: for Unix sockets (ssh's ControlPath, an
+    agent's socket), whose paths must stay within 104 bytes; under xdist, tmp_path (.../popen-gwN/<test>N/) may not."""
+    import tempfile
+
+    d = Path(tempfile.mkdtemp(prefix="gx-", dir="/tmp"))
+    yield d
+    shutil.rmtree(d, ignore_errors=True)
+
+
 @pytest.fixture(scope="session")
 def dist_python():
     """A Python with CPU torch and Ray (tests/support/distenv.py: built once per machine, cached)."""
     return str(distenv.python())
+
+
+@pytest.fixture(scope="session")
+def wheel_index():
+    """A folder of metadata-only wheels (tests/support/wheels.py) that uv resolves offline: `--no-index
+    --find-links <it>`. Built once per machine and kept."""
+    return wheels.index()
 
 
 @pytest.fixture(autouse=True)
@@ -87,6 +107,10 @@ def isolated(tmp_path, monkeypatch):
     monkeypatch.setenv("NO_COLOR", "1")
     monkeypatch.setenv("COLUMNS", "120")
     monkeypatch.setenv("WANDB_MODE", "offline")
+    # the local plan resolves with uv (project/resolver.py): in the tests only against the folders a test names
+    # (--find-links lines, tests/support/wheels.py), never an index on the internet
+    monkeypatch.setenv("UV_NO_INDEX", "1")
+    monkeypatch.setenv("GPUOPS_UV_CACHE_DIR", str(wheels.CACHE / "uv-plan"))
     for var in ("GPUOPS_PROFILE", "GPUOPS_DEBUG", "WANDB_API_KEY", "GPUOPS_FORCE_RICH"):
         monkeypatch.delenv(var, raising=False)
     project = tmp_path / tmp_path.name  # unique name: the sandbox's remote dir defaults to ~/<this name>
@@ -159,6 +183,21 @@ def cloud(cloud_emu, monkeypatch, tmp_path, isolated):
     cloud_emu.key = key
     yield cloud_emu
     cloud_emu.reset()
+
+
+@pytest.fixture
+def browser():
+    from playwright.sync_api import expect, sync_playwright
+
+    expect.set_options(timeout=20000)
+
+    from support.browser import ARGS, CHROMIUM
+
+    assert os.path.exists(CHROMIUM), "chromium is not installed: scripts/install-system-deps.sh installs it"
+    with sync_playwright() as pw:
+        b = pw.chromium.launch(executable_path=CHROMIUM, args=ARGS)
+        yield b
+        b.close()
 
 
 # -- tiers ---------------------------------------------------------------------------------------------------------

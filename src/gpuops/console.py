@@ -85,6 +85,12 @@ class Output:
         self.warnings.append(text)
         self._msg(text, "yellow", "warning: ")
 
+    def warn_once(self, text: str) -> None:
+        """A warning two steps of one command may both find (`run` reads .env before the launch and again to send
+        the job its secrets): said the first time only."""
+        if text not in self.warnings:
+            self.warn(text)
+
     def error(self, text: str, hint: str | None = None) -> None:
         self._msg(text, "bold red", "error: ")
         if hint:

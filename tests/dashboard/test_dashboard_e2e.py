@@ -24,17 +24,8 @@ from playwright.sync_api import expect
 
 from support import ROOT
 from support.cloud import API_KEY, TYPE, cloud_up
+from support.browser import CHROMIUM, IMG, shot_dir, start_dashboard, stop, watch_page  # noqa: F401
 from support.helpers import default_sigint
-
-IMG = ROOT / "docs" / "img"
-
-
-def shot_dir(tmp_path: Path) -> Path:
-    """Where screenshots go: docs/img/ only when GPUOPS_DOC_SCREENSHOTS=1 asks for the docs' pictures, else tmp."""
-    return IMG if os.environ.get("GPUOPS_DOC_SCREENSHOTS") == "1" else tmp_path
-CHROMIUM = "/usr/bin/chromium"
-ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update",
-        "--disable-quic", "--no-first-run", "--disable-sync"]
 
 TRAINER = """\
 import sys, time
@@ -48,38 +39,8 @@ print("done", flush=True)
 """
 
 
-@pytest.fixture
-def browser():
-    from playwright.sync_api import expect, sync_playwright
-
-    expect.set_options(timeout=20000)
-
-    assert os.path.exists(CHROMIUM), "chromium is not installed: scripts/install-system-deps.sh installs it"
-    with sync_playwright() as pw:
-        b = pw.chromium.launch(executable_path=CHROMIUM, args=ARGS)
-        yield b
-        b.close()
-
-
-def start_dashboard(project: Path):
-    """`gpuops dashboard --no-browser` as a process of its own: (process, URL)."""
-    proc = subprocess.Popen([sys.executable, "-m", "gpuops", "dashboard", "--no-browser"], cwd=project,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env={**os.environ})
-    line = proc.stdout.readline().strip()
-    assert line.startswith("http://127.0.0.1:"), (line, proc.stderr.read() if proc.poll() is not None else "")
-    return proc, line
-
-
-def stop(proc) -> None:
-    proc.terminate()
-    try:
-        proc.wait(timeout=10)
-    except subprocess.TimeoutExpired:
-        proc.kill()
-        proc.wait()
-
-
-def get(url: str, headers: dict | None = None) -> tuple[int, str]:
+def get(url: str, headers: dict | None = None, full: bool = False):
+    """(status, the body's start) of a GET that follows no redirect; full: (status, body, headers)."""
     class NoRedirect(urllib.request.HTTPRedirectHandler):
         def redirect_request(self, *a, **k):
             return None
@@ -87,9 +48,10 @@ def get(url: str, headers: dict | None = None) -> tuple[int, str]:
     opener = urllib.request.build_opener(NoRedirect)
     try:
         with opener.open(urllib.request.Request(url, headers=headers or {}), timeout=10) as r:
-            return r.status, r.read(2000).decode()
+            got = r.status, r.read(2000).decode(), r.headers
     except urllib.error.HTTPError as e:
-        return e.code, e.read(2000).decode()
+        got = e.code, e.read(2000).decode(), e.headers
+    return got if full else got[:2]
 
 
 def streams_on_host(run_id: str) -> int:
@@ -103,12 +65,6 @@ CHARTS_FIT = """() => [...document.querySelectorAll('figure.chart')].length === 
   [...document.querySelectorAll('figure.chart')].every((f) => {
     const u = f.querySelector('.uplot'); const room = f.clientWidth - 12;
     return u && u.offsetWidth <= room + 2 && u.offsetWidth >= room - 40; })"""
-
-
-def watch_page(page, errors: list, requests: list) -> None:
-    page.on("pageerror", lambda exc: errors.append(f"pageerror: {exc}"))
-    page.on("console", lambda msg: errors.append(f"console {msg.type}: {msg.text}") if msg.type == "error" else None)
-    page.on("request", lambda req: requests.append(req.url))
 
 
 def test_dashboard_in_chromium_instances_runs_and_a_live_run(cloud, gpuops, isolated, browser, tmp_path):
@@ -150,8 +106,9 @@ def test_dashboard_in_chromium_instances_runs_and_a_live_run(cloud, gpuops, isol
         t0 = time.monotonic()
         page.goto(url)
         assert page.url == base + "/", page.url  # the token traded for a cookie, out of the address bar
-        cookie = next(c for c in ctx.cookies() if c["name"] == "gpuops_dashboard")
-        assert cookie["httpOnly"] and cookie["sameSite"] == "Strict" and cookie["value"] == token
+        port = base.rsplit(":", 1)[1]
+        cookie = next(c for c in ctx.cookies() if c["name"] == f"gpuops_dashboard_{port}")  # named for its port
+        assert cookie["httpOnly"] and cookie["sameSite"] == "Strict" and cookie["value"] != token  # not the token
         # the instances: both, with type, region, price, cost, TTL, filesystems; the spare one billing unwatched
         page.get_by_role("table", name="instances").wait_for(timeout=20000)
         spare = page.locator("table[aria-label=instances] tr", has_text="spare")
@@ -256,7 +213,7 @@ def test_a_run_that_fails_in_chromium(cloud, gpuops, isolated, browser, tmp_path
         page.goto(url)
         link = page.locator("table[aria-label=runs]").get_by_role("link", name=rid)
         link.wait_for(timeout=20000)
-        for _ in range(10):  # the keyboard reaches the run's link
+        for _ in range(40):  # the keyboard reaches the run's link (past the filter, the sort buttons, a checkbox)
             page.keyboard.press("Tab")
             if page.evaluate("document.activeElement.textContent") == rid:
                 break
@@ -314,12 +271,12 @@ class FleetHub:
     def __init__(self):
         import threading
 
-        from gpuops.dashboard import views
+        from gpuops.dashboard import feed
         from gpuops.jobs import watch as w
 
         self.lock = threading.Lock()
         self.closing = threading.Event()
-        self.feed_ = views.RunFeed("fleet-64", profile="fleet", hosts=64)
+        self.feed_ = feed.RunFeed("fleet-64", profile="fleet", hosts=64)
         self.dash = w.Dashboard({"run_id": "fleet-64"}, price_per_hour=64 * 23.92, signal_spec={})
         self.stop = threading.Event()
         self.t = time.time() - 120
@@ -352,6 +309,26 @@ class FleetHub:
 
     def feed(self, run_id):
         return self.feed_ if run_id == "fleet-64" else None
+
+    def run_doc(self, run_id):
+        f = self.feed(run_id)
+        if f is None:
+            return None
+        with self.lock:
+            return {**f.snapshot(), "info": {"run_id": run_id, "gpus": ["512 × NVIDIA H100 80GB HBM3"], "hosts": []}}
+
+    def series(self, run_id, metric, lo, hi, limit=2000):
+        """The fleet run has no metrics database: its loss and throughput are what the feed holds."""
+        with self.lock:
+            pts = list(self.feed_.loss if metric == "loss" else self.feed_.rate) if metric in ("loss", "rate") else []
+        return {"run_id": run_id, "metric": metric, "unit": "", "points": pts, "total": len(pts), "thinned": False}
+
+    def gpu_range(self, run_id, lo, hi):
+        from gpuops.dashboard import feed
+
+        with self.lock:
+            lay = self.feed_.lay
+        return {"series": lay["series"], "rows": feed.history_rows([], lay)}
 
 
 def test_a_64_host_fleet_page_is_readable_in_chromium(browser, tmp_path):
@@ -423,9 +400,13 @@ def test_browser_opened_on_a_private_redirect_file_and_ctrl_c_exits_130(isolated
         assert arg.startswith("file://") and token not in arg
         page = Path(arg[len("file://"):])
         assert stat.S_IMODE(page.stat().st_mode) == 0o600 and url in page.read_text()
-        assert get(url)[0] == 303  # the URL answers: the token traded for a cookie
+        port = url.split("/?")[0].rsplit(":", 1)[1]
+        assert f"-{port}-" in page.name and page.name != "open.html"  # this dashboard's own file
+        code, _, headers = get(url, full=True)
+        assert code == 303  # the URL answers: the token traded for a cookie
+        cookie = headers["set-cookie"].split(";")[0]
         events = urllib.request.urlopen(urllib.request.Request(  # a page's event stream, open while it stops
-            url.split("/?")[0] + "/events/overview", headers={"Cookie": f"gpuops_dashboard={token}"}), timeout=10)
+            url.split("/?")[0] + "/events/overview", headers={"Cookie": cookie}), timeout=10)
         assert events.readline().startswith(b"data: ")
     finally:
         proc.send_signal(signal.SIGINT)
@@ -437,3 +418,49 @@ def test_browser_opened_on_a_private_redirect_file_and_ctrl_c_exits_130(isolated
     err = proc.stderr.read()
     assert proc.returncode == 130, err
     assert "Traceback" not in err
+    assert not page.exists()  # the file holding the token is gone with the dashboard
+
+
+def test_an_instance_launched_elsewhere_and_an_api_that_fails(cloud, isolated, browser, tmp_path):
+    """An instance launched outside gpuops (the Lambda console): the overview shows the name the API gives it, and
+    its uptime and cost from when this project's dashboard first saw it (marked as lower bounds) on exactly the
+    "billing, unwatched" row; when the API then fails, the last list stays with its age."""
+    import json as _json
+
+    cloud.capacity(TYPE, ["us-east-1"])
+
+    def api(method: str, path: str, body: dict) -> dict:
+        req = urllib.request.Request(cloud.url + path, data=_json.dumps(body).encode(), method=method,
+                                     headers={"Authorization": f"Bearer {API_KEY}", "Content-Type": "application/json"})
+        with urllib.request.urlopen(req, timeout=10) as r:
+            return _json.loads(r.read())
+
+    api("POST", "/ssh-keys", {"name": "console-key", "public_key": Path(str(cloud.key) + ".pub").read_text().strip()})
+    api("POST", "/instance-operations/launch", {"region_name": "us-east-1", "instance_type_name": TYPE,
+                                                "ssh_key_names": ["console-key"], "name": "notebook-box"})
+    proc, url = start_dashboard(isolated)
+    try:
+        errors, requests = [], []
+        ctx = browser.new_context(viewport={"width": 1100, "height": 700})
+        page = ctx.new_page()
+        watch_page(page, errors, requests)
+        page.goto(url)
+        row = page.locator("table[aria-label=instances] tr", has_text="notebook-box")
+        row.get_by_text("billing, unwatched").wait_for(timeout=20000)
+        cells = row.locator("td")
+        expect(cells.nth(4)).to_have_text(re.compile(r"^≥ \d+s$"))  # uptime: at least since first seen
+        expect(cells.nth(6)).to_have_text(re.compile(r"^≥ \$\d+\.\d\d$"))  # cost so far: at least
+        expect(page.locator("#instances-note")).to_contain_text("first saw it")
+        cloud.fault("5xx", times=None, path="/instances")  # the API fails from now on
+        expect(page.locator("#instances-note")).to_contain_text(re.compile(r"the list below is from \d+s ago"),
+                                                                timeout=30000)
+        expect(row).to_contain_text("notebook-box")  # the last list stays
+        page.screenshot(path=str(tmp_path / "instances-api-failing.png"), full_page=True)
+        assert not errors, errors
+        assert API_KEY not in page.content()
+        base = url.split("/?")[0]
+        assert all(u.startswith(base + "/") or u.startswith("data:") for u in requests), requests
+        ctx.close()
+    finally:
+        cloud.clear_faults()
+        stop(proc)

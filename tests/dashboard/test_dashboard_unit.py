@@ -6,6 +6,7 @@ import re
 
 import pytest
 
+from gpuops.dashboard import feed as fd
 from gpuops.dashboard import views
 from gpuops.jobs import watch as w
 from gpuops.jobs.plan import RunInfo
@@ -19,16 +20,16 @@ def sample(host: int, idx: int, util: float, mem=40000.0, total=80000.0, temp=60
 
 # -- layout: a 64-host fleet stays readable ----------------------------------------------------------------------
 def test_layout_per_gpu_per_host_then_the_fleet():
-    one = views.layout([(0, i) for i in range(8)])
+    one = fd.layout([(0, i) for i in range(8)])
     assert one["mode"] == "gpu" and one["series"] == [f"GPU {i}" for i in range(8)]
-    small = views.layout([(h, i) for h in range(4) for i in range(8)])
+    small = fd.layout([(h, i) for h in range(4) for i in range(8)])
     assert small["mode"] == "host" and len(small["series"]) == 4 and small["series"][0] == "host 0 (mean of 8 GPUs)"
-    big = views.layout([(h, i) for h in range(64) for i in range(8)])
+    big = fd.layout([(h, i) for h in range(64) for i in range(8)])
     assert big["mode"] == "fleet" and big["series"] == ["min of 64 hosts", "mean", "max"]
 
 
 def test_64_host_fleet_feed_charts_three_lines_and_a_grid_of_every_gpu():
-    feed = views.RunFeed("r", hosts=64)
+    feed = fd.RunFeed("r", hosts=64)
     dash = w.Dashboard({"run_id": "r"}, clock=lambda: 1000.0, signal_spec={})
     for h in range(64):
         for i in range(8):
@@ -53,7 +54,7 @@ def test_64_host_fleet_feed_charts_three_lines_and_a_grid_of_every_gpu():
 def test_feed_records_samples_log_progress_signals_and_state_for_viewers():
     clock = [1000.0]
     dash = w.Dashboard({"run_id": "r1", "started_ts": 990.0}, price_per_hour=2.0, clock=lambda: clock[0])
-    feed = views.RunFeed("r1", redact=lambda s: s.replace("hunter2", "***"))
+    feed = fd.RunFeed("r1", redact=lambda s: s.replace("hunter2", "***"))
     events = [{"type": "state", "info": RunInfo(run_id="r1", exists=True, alive=True, started=990.0)},
               sample(0, 0, 95.0), sample(0, 1, 90.0),
               {"type": "log", "line": "step 1/10 | loss 2.5 | 1000 tokens/s"},
@@ -76,7 +77,7 @@ def test_feed_records_samples_log_progress_signals_and_state_for_viewers():
     assert "token=*** \\x1b[31mred\\x1b[0m" in logs  # redacted, control characters shown, not interpreted
     assert logs[-1] == "step 2/10 | loss 2.0"  # a carriage-return redraw: its last state
     st = [e for e in entries if e["k"] == "state"][-1]
-    assert st["state"] == "running" and "cost $" in st["text"]
+    assert st["state"] == "running" and "cost $" in [e for e in entries if e["k"] == "detail"][-1]["text"]
     snap = feed.snapshot()
     assert snap["series"] == ["GPU 0", "GPU 1"] and snap["rows"][-1][1]["util"] == [95.0, 90.0]
     assert snap["rows"][-1][1]["mem"] == [50.0, 50.0] and snap["progress"]["step"] == 2
@@ -84,13 +85,13 @@ def test_feed_records_samples_log_progress_signals_and_state_for_viewers():
 
 
 def test_feed_memory_is_bounded_and_a_viewer_far_behind_gets_a_snapshot():
-    feed = views.RunFeed("r", bucket_s=2.0, history_s=60.0)
+    feed = fd.RunFeed("r", bucket_s=2.0, history_s=60.0)
     for n in range(6000):
         feed.record(sample(0, 0, float(n % 100)), 1000.0 + n * 0.5)
         feed.record({"type": "log", "line": f"line {n}"}, 1000.0 + n * 0.5)
         if n % 3 == 0:
             feed.since(feed.seq)  # a viewer reading now and then
-    assert len(feed.rows) <= 31 and len(feed.log) == views.LOG_LINES and len(feed.journal) == views.JOURNAL
+    assert len(feed.rows) <= 31 and len(feed.log) == fd.LOG_LINES and len(feed.journal) == fd.JOURNAL
     assert feed.since(0) is None  # fell behind the journal: the page is sent a fresh snapshot
     assert feed.since(feed.seq - 3) and len(feed.since(feed.seq - 3)) == 3
     rows = [t for t, _ in feed.rows]
@@ -161,6 +162,13 @@ class _Hub:
 
     def feed(self, run_id):
         return None
+
+    def run_doc(self, run_id):
+        f = self.feed(run_id)
+        if f is None:
+            return None
+        with self.lock:
+            return f.snapshot()
 
 
 @pytest.fixture
@@ -241,7 +249,7 @@ def test_a_nan_loss_reaches_the_page_as_strict_json():
     from gpuops.dashboard.app import _sse, allowed_hosts, build_app
 
     dash = w.Dashboard({"run_id": "r1", "started_ts": 990.0}, price_per_hour=2.0, clock=lambda: 1000.0)
-    feed = views.RunFeed("r1")
+    feed = fd.RunFeed("r1")
     for i, line in enumerate(["step 1 loss 2.5", "step 2 loss nan", "step 3 loss inf"]):
         ev = {"type": "log", "line": line}
         dash.apply(ev)
@@ -259,4 +267,29 @@ def test_a_nan_loss_reaches_the_page_as_strict_json():
         r = c.get("/api/run/r1?token=tok-" + "a" * 40)
     assert r.status_code == 200, r.text
     doc = json.loads(r.text, **strict)
-    assert doc["progress"]["loss"] == "Infinity" and doc["progress"]["step"] == 3 and [p[2] for p in doc["loss"]] == [2.5]
+    assert doc["progress"]["loss"] == "Infinity" and doc["progress"]["step"] == 3 and [p[2] for p in doc["loss"]] == [2.5, None, None]  # a NaN: a gap in the line
+
+
+def test_pipeline_rows_show_the_preparation_and_watch_its_instance():
+    """`gpuops run --prep` (issue 38): while it prepares, the stage is the preparation and its instance is watched; once
+    done, what it did, on which type, for how much; the run page says it too."""
+    from gpuops.pipeline import stages as ps
+
+    rec = ps.Record(id="run-p", profile="run-p", instance_type="gpu_8x_h100_sxm5", script="t.py", created=1000.0,
+                    prep={"command": "python prepare.py", "outs": ["data"], "stage": {"started": 1000.0},
+                          "instances": [{"ids": ["p1"], "price_per_hour": 0.75, "started": 1000.0, "ended": None}]})
+    row = views.pipeline_rows([rec], 4600.0)[0]
+    assert row["stage"] == "prep" and row["stage_label"] == "preparation" and row["cost"] == 0.75
+    assert row["instance_ids"] == ["p1"] and row["prep"]["state"] == "preparing"
+    assert views.watched_instances({}, set(), [row]) == {"p1"}
+    rec.prep["stage"].update(ended=4600.0, ok=True, detail="ran `python prepare.py` on gpu_1x_a10 (exit 0)")
+    rec.prep["instances"][0]["ended"] = 4600.0
+    rec.prep.update(state="ran", type_used="gpu_1x_a10")
+    row = views.pipeline_rows([rec], 9000.0)[0]
+    assert row["stage"] == "up" and row["prep"] == {"state": "ran", "cost": 0.75, "type": "gpu_1x_a10",
+                                                    "detail": "ran `python prepare.py` on gpu_1x_a10 (exit 0)",
+                                                    "instance_ids": []}
+    info = views.run_info({"run_id": "t-1"}, {}, pipeline=rec.to_json())
+    assert info["preparation"] == "ran `python prepare.py` on gpu_1x_a10 (exit 0)"
+    rec.prep = None
+    assert views.pipeline_rows([rec], 9000.0)[0]["prep"] is None

@@ -11,7 +11,8 @@ from support import ROOT
 
 PAGES = {"verify": "verify", "trust": "trust", "sync": "sync", "fetch": "fetch", "train": "train", "watch": "watch",
          "logs": "logs", "status": "status", "stop": "stop", "snapshot": "snapshot", "diff": "diff",
-         "matrix": "matrix", "up": "up", "ls": "ls", "down": "down", "reap": "reap", "run": "run", "setup": "setup"}
+         "matrix": "matrix", "up": "up", "ls": "ls", "down": "down", "reap": "reap", "run": "run", "setup": "setup",
+         "plan": "plan"}
 
 
 def _command(name: str):

@@ -96,7 +96,7 @@ def node_dir(sandbox, rank: int) -> Path:
 
 def fleet_profile(sandbox, n: int = 2, pythons: list | None = None, name: str = "fleet") -> str:
     base = yaml.safe_load(Path(sandbox["profile"]).read_text())
-    doc = {k: base[k] for k in ("port", "user", "key", "python", "host_key_policy")}
+    doc = {k: base[k] for k in ("port", "user", "key", "python", "host_key_policy") if k in base}
     doc["expect"] = {"gpu_count": 1}
     doc["hosts"] = []
     for i in range(n):
@@ -336,7 +336,8 @@ def test_a_node_that_never_joins_fails_the_run_in_the_bounded_wait(sandbox, gpuo
     rid = train_ray(gpuops, p, "rayjob.py", "--env", "GPUOPS_RAY_JOIN_TIMEOUT=8")
     res = gpuops("logs", "-f", rid, "-p", p)  # until every host's job has ended
     assert res.code == 1, res.all
-    assert time.monotonic() - t0 < 40  # the head's start, then 8 s for the nodes: not the default 3 minutes
+    # the head's start (tens of seconds on a loaded machine), then 8 s for the nodes: never the default 3 minutes
+    assert time.monotonic() - t0 < 150
     head = node_dir(sandbox, 0) / ".gpuops" / "runs" / rid
     assert (head / "exit_code").read_text().strip() == "69"
     assert "RAYNODES" not in res.out  # the script never started

@@ -101,3 +101,30 @@ def test_the_probes_process_facts_and_job_environment():
     env = probe.job_environ({"CUDA_VISIBLE_DEVICES": "1", "HOME": None})
     assert env["CUDA_VISIBLE_DEVICES"] == "1" and "HOME" not in env and env["PATH"] == os.environ["PATH"]
     assert probe.proc_info(2 ** 22 + 12345) == {"exists": False, "environ": False}
+
+
+def test_a_cuda_refusal_says_the_driver_the_jobs_torch_needs_and_whose_torch_it_is():
+    """Issue 34: pip replaced the image's torch with a CUDA 13.0 build; the gate said only "torch cannot use the GPUs
+    nvidia-smi shows". Now verify's cause (CUDA 13.0 needs driver 580, the host has 550) and which torch the job
+    imports (the environment's, not the image's) are in the refusal, with the fixes."""
+    from support.helpers import probe_doc, smi
+
+    venv = "/home/ubuntu/.venvs/gpuops"
+    cuda = {"imported": True, "version": "2.14.1+cu130", "cuda": "13.0", "available": False, "device_count": 0,
+            "init_error": "RuntimeError: The NVIDIA driver on your system is too old (found version 12080).",
+            "file": f"{venv}/lib/python3.10/site-packages/torch/__init__.py", "prefix": venv, "base_prefix": "/usr"}
+    doc = probe_doc(query=smi("rtx6000ada_x2_busy.csv"), packages={"torch": "2.14.1+cu130"}, cuda=cuda)
+    r, = [x for x in core.gate_results(doc, profile(), KNOW, {}) if x.id == "cuda.runtime"]
+    assert r.measured.startswith("torch.cuda.is_available() is False: CUDA 13.0 on driver 550.90.07 (driver "
+                                 "550.90.07 is older than 580.65.06, the minimum for CUDA 13.0)")
+    assert (f"the job imports torch 2.14.1+cu130 from {venv}/lib/python3.10/site-packages/torch (the job's "
+            "environment's, installed there by setup: not the image's, which it shadows)") in r.measured
+    assert r.remediation.startswith("upgrade the driver to >= 580.65.06, or install torch built for CUDA 12.")
+    assert "keep the image's torch: pin the project's torch, torchvision and torchaudio" in r.remediation
+    assert "gpuops plan --script" in r.remediation
+    # the image's own torch that cannot use the GPUs: said as the image's, no pin advice
+    cuda.update(file="/usr/lib/python3/dist-packages/torch/__init__.py", prefix="/usr")
+    r, = [x for x in core.gate_results(doc, profile(), KNOW, {}) if x.id == "cuda.runtime"]
+    assert "the job imports torch 2.14.1+cu130 from /usr/lib/python3/dist-packages/torch (the image's: the system " \
+           "python's)" in r.measured
+    assert "keep the image's torch" not in r.remediation

@@ -367,7 +367,8 @@ def test_invalid_utf8_counts_raw_bytes_in_the_stream_and_in_the_rest_fetched_aft
     assert [(e["line"], e["offset"]) for e in ev] == [("ok", 3), ("bad \ufffd\ufffd\ufffd end", 15)]
     assert fs.offset == 15 == len(b"ok\nbad \xff\xfe\xc3 end\n")
     ev = m.tag_bytes(b"H 1700000000\nRUN id=r exists=1 pid=1 alive=0 rc=0 started=1 ended=2 size=33 stop=-\nEND\n")
-    assert [e["type"] for e in ev] == ["state", "end"] and m.ended and fs.info.log_size == 33
+    assert [e["type"] for e in ev] == ["heartbeat", "state", "end"] and m.ended and fs.info.log_size == 33
+    assert ev[0]["at"] == 1700000000.0  # the host's clock: how far behind a follower reads (the dashboard says it)
     # after END the bytes from fs.offset are fetched again: the incomplete line the stream held is replaced
     m.restart_log()
     rest = m.rest_of_log(b"part\xff\n\xfflast \xe2\x82 no newline")

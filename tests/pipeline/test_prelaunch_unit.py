@@ -75,7 +75,22 @@ def test_dash_e_dot_in_requirements_beside_a_project_table_installs_the_project_
 
 
 # -- the gate's reading and its fixes ---------------------------------------------------------------------------------
-from gpuops.jobs import script_imports as ji  # noqa: E402
+from types import SimpleNamespace  # noqa: E402
+
+from gpuops.project import closure, gatefix, launch, needs as jneeds  # noqa: E402
+
+ji = SimpleNamespace(job_needs=jneeds.job_needs, Need=closure.Need, problems=gatefix.problems,
+                     declared=gatefix.declared, extras_only=gatefix.extras_only,
+                     script_problems=launch.script_problems,
+                     shell_invocations=lambda text: [r for r in launch.read_launch(_shell(text), "job.sh").runs])
+
+
+def _shell(text: str) -> Path:
+    import tempfile
+
+    d = Path(tempfile.mkdtemp())
+    (d / "job.sh").write_text(text)
+    return d
 
 TABLE = kb.load_playbook("modules", Path("/nonexistent"))["modules"]
 
@@ -146,21 +161,22 @@ def test_requires_python_is_judged_against_every_image_a_launch_may_boot(tmp_pat
     pp = tmp_path / "pyproject.toml"
     _project(tmp_path, {"train.py": "print(1)\n"})
     pp.write_text(PROJECT.format(spec=">=3.13"))
-    (problem, fix), = prelaunch.findings(tmp_path, "train.py", IMAGES).problems
+    (problem, fix), = prelaunch.findings(tmp_path, "train.py", resolve=False).certain
     assert problem == ('pyproject.toml says requires-python = ">=3.13", and the python of the image a launch boots '
                        'does not meet it (lambda-stack-22-04: 3.10.12, lambda-stack-24-04: 3.12.3)')
     pp.write_text(PROJECT.format(spec=">=3.11"))
-    got = prelaunch.findings(tmp_path, "train.py", IMAGES)
-    assert not got.problems and "lambda-stack-22-04: 3.10.12" in got.warnings[0]
+    got = prelaunch.findings(tmp_path, "train.py", resolve=False)
+    assert not got.refused and "lambda-stack-22-04: 3.10.12" in got.warnings[0]
     pp.write_text(PROJECT.format(spec=">=3.10"))
-    assert prelaunch.findings(tmp_path, "train.py", IMAGES) == prelaunch.Findings()
+    got = prelaunch.findings(tmp_path, "train.py", resolve=False)
+    assert not got.refused and not got.warnings
 
 
 def test_run_refuses_tool_projects_and_conda_jobs_before_the_launch(tmp_path):
     _project(tmp_path, {"train.py": "print(1)\n", "pyproject.toml": POETRY1, "poetry.lock": "",
                         "job.sh": "#!/bin/bash\nsource ~/miniconda3/etc/profile.d/conda.sh\nconda activate rl\n"
                                   "python train.py\n"})
-    problems = [p for p, _ in prelaunch.findings(tmp_path, "job.sh", IMAGES).problems]
+    problems = [p for p, _ in prelaunch.findings(tmp_path, "job.sh", resolve=False).certain]
     assert problems[0].startswith("this is a poetry project (poetry.lock)")
     assert problems[1] == "job.sh runs `conda activate`, and the images a launch boots have no conda"
 

@@ -113,7 +113,7 @@ def test_stream_lines_for_health_and_checkpoints():
         "type": "health", "fields": FULL.split(","), "line": "0, 2, Yes, No, No, None"}
     assert w.parse_stderr_line("HX " + XID79) == {"type": "xid", "line": XID79}
     assert w.parse_stderr_line("CK 12 3735928559") == {"type": "checkpoints", "sig": ("12", "3735928559")}
-    assert w.parse_stderr_line("H 1795622718") == {"type": "heartbeat"}
+    assert w.parse_stderr_line("H 1795622718") == {"type": "heartbeat", "at": 1795622718.0}  # the host's clock (#37)
     cmd = w.stream_command("r", "~/p/.gpuops/runs/r", offset=0, extras=w.Extras(health=True, checkpoints="~/p/ck"))
     assert "gpuops_health" in cmd and "gpuops_ck" in cmd and '"$HOME"/p/ck' in cmd
     plain = w.stream_command("r", "~/p/.gpuops/runs/r", offset=0)

@@ -29,9 +29,15 @@ def test_run_json_carries_the_prelaunch_warnings_and_their_hints_name_what_run_t
     assert sorted(set(warnings)) == sorted(warnings)  # each said once
 
 
-def test_a_gate_refusal_in_run_points_to_a_new_run_not_to_setup_on_the_terminated_instance(cloud, gpuops):
+def test_a_gate_refusal_in_run_points_to_a_new_run_not_to_setup_on_the_terminated_instance(cloud, gpuops, tmp_path):
     """The gate's fix said "add it to the project's requirements, then gpuops setup": the run then terminates the
-    instance (and its profile), so setup has nothing to run on. The fix says to start gpuops run again."""
+    instance (and its profile), so setup has nothing to run on. The fix says to start gpuops run again. (The
+    requirement is a wheel file: what it installs is known only on the instance, so the local plan leaves the
+    module to the gate, as it does whenever it cannot resolve.)"""
+    from support.indexes import make_wheel
+
+    whl = make_wheel(tmp_path / "wheels", "otherpkg", "1.0", "VALUE = 1\n")
+    (Path.cwd() / "requirements.txt").write_text(f"{whl}\n")
     (Path.cwd() / "train.py").write_text("import nosuchmod_review28\n")
     r = gpuops("run", "--type", TYPE, "--key", str(cloud.key), "--yes", "--script", "train.py")
     assert r.code == 1, r.all
@@ -95,7 +101,7 @@ def test_index_lines_of_a_requirements_file_are_searched_as_pip_does_under_uv(sa
 
 
 def test_names_extra_index_reads_the_files_a_requirements_file_includes():
-    from gpuops.setup.project import installs_itself, names_extra_index
+    from gpuops.project.read import installs_itself, names_extra_index
 
     texts = {"requirements.txt": "-r requirements/base.txt\n-e .\n", "requirements/base.txt":
              "# pinned\n--extra-index-url=https://a.example/simple  # ours\nsix==1.16.0\n",

@@ -13,8 +13,10 @@ from support.cloud import TYPE
 from support.pipeline import run_process, write_script
 from support.recovery import billing, records, wait_run
 
-# argv: steps, delay, delay once resumed, a tag for its weights, the checkpoint folder. Each checkpoint written under
-# a temporary name then renamed; the weights name the run (the tag) that wrote them.
+# argv: steps, delay, delay once resumed, a tag for its weights, the checkpoint folder, and (optional) HOLD: a job not
+# resumed stops after checkpoint-HOLD and waits there until its instance is ended (a fault the test brings lands while
+# it trains, whatever the load). Each checkpoint written under a temporary name then renamed; the weights name the run
+# (the tag) that wrote them.
 TAGGED = """\
 import os, sys, time
 steps, delay, tag, d = int(sys.argv[1]), float(sys.argv[2]), sys.argv[4], sys.argv[5]
@@ -31,6 +33,9 @@ for s in range(start + 1, steps + 1):
     open(f"{tmp}/model.bin", "w").write(f"weights of step {s} by run {tag}")
     os.replace(tmp, f"{d}/checkpoint-{s}")
     print(f"step {s} saved", flush=True)
+    if not src and len(sys.argv) > 6 and s == int(sys.argv[6]):
+        while True:
+            time.sleep(1)
 """
 
 
@@ -58,7 +63,7 @@ def test_two_runs_in_one_project_folder_each_resume_from_their_own_checkpoint(cl
     shared ./checkpoints), and each run's checkpoints are in its own folder."""
     write_script(text=TAGGED)
     a = run_process(cloud, "--script", "train.py", "--fetch", "checkpoints", "--json", "--recover", "1", "--name", "runa",
-             "--", "12", "8", "0.3", "A", "checkpoints")
+             "--", "12", "0.5", "0.3", "A", "checkpoints", "2")
     wait_run(lambda: _checkpoint_step("runa") >= 2, what="run A's checkpoint-2 fetched", p=a)
     (first,) = [i["id"] for i in billing(cloud)]  # A's
     b = run_process(cloud, "--script", "train.py", "--fetch", "checkpoints", "--json", "--name", "runb",
@@ -88,7 +93,7 @@ def test_a_stale_step_folder_in_the_project_is_never_resumed_from(cloud):
     (stale / "step").write_text("99")
     (stale / "model.bin").write_text("weights of an earlier experiment")
     p = run_process(cloud, "--script", "train.py", "--fetch", "ckpt", "--json", "--recover", "1",
-             "--", "6", "4.5", "0.3", "A", "ckpt")
+             "--", "6", "0.5", "0.3", "A", "ckpt", "2")
     wait_run(lambda: _checkpoint_step("train") >= 2, what="checkpoint-2 fetched", p=p)
     (first,) = [i["id"] for i in billing(cloud)]
     assert not (cloud.home(first) / Path.cwd().name / "ckpt" / "checkpoint-99").exists()  # never uploaded
@@ -112,7 +117,7 @@ def test_a_gpu_failure_that_kills_the_job_at_once_is_recovered_not_reported_as_t
     from the newest complete checkpoint."""
     write_script(text=TAGGED)
     p = run_process(cloud, "--script", "train.py", "--fetch", "checkpoints", "--json", "--recover", "1",
-             "--", "6", "4.5", "0.3", "A", "checkpoints")
+             "--", "6", "4.5", "0.3", "A", "checkpoints")  # not held: a job dying mid-step
     wait_run(lambda: _checkpoint_step("train") >= 2, what="checkpoint-2 fetched", p=p)
     (first,) = [i["id"] for i in billing(cloud)]
     cloud.gpu_fault(first, "xid=79", kill_jobs=True)
@@ -268,7 +273,7 @@ def test_with_fs_the_checkpoints_live_on_the_filesystem_and_a_replacement_resume
     cloud.capacity(TYPE, ["us-east-1"])
     write_script(text=TAGGED)
     p = run_process(cloud, "--script", "train.py", "--fs", "work", "--json", "--recover", "1",
-             "--", "6", "4.5", "0.3", "A", "checkpoints")
+             "--", "6", "0.5", "0.3", "A", "checkpoints", "2")
     wait_run(lambda: _checkpoint_step("train") >= 2, what="checkpoint-2 judged complete on the filesystem", p=p)
     (first,) = [i["id"] for i in billing(cloud)]
     assert _on_instance(cloud, first, "checkpoints").is_symlink()

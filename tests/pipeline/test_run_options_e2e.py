@@ -75,8 +75,9 @@ def test_idle_and_guard_are_given_to_the_instance(cloud, gpuops):
 
 def test_force_launches_past_the_gate_as_its_hint_says(cloud, gpuops):
     (Path.cwd() / "train.py").write_text("import surely_not_installed_xq\n")
-    r = _run(gpuops, cloud, "--script", "train.py")
-    assert r.code == 1 and "not launched" in r.err and "--force" in r.err, r.all
+    r = _run(gpuops, cloud, "--script", "train.py")  # the local plan refuses it before any launch request (#34)
+    assert r.code == 1 and "nothing was launched" in r.err and "--force" in r.err, r.all
+    assert cloud.launch_requests() == 0
     r = _run(gpuops, cloud, "--script", "train.py", "--force")
     assert r.code == 1, r.all  # launched, and the job fails on its import
     doc = json.loads(r.out)

@@ -206,12 +206,12 @@ def test_a_gpu_that_falls_off_the_bus_on_another_node_replaces_the_fleet(cloud):
 
 
 def _fleet_training_with_a_checkpoint(cloud):
-    """A `gpuops run --nodes 2 --recover 1` process whose job trains on both nodes (slowly) and whose checkpoint-2
+    """A `gpuops run --nodes 2 --recover 1` process whose job trains on both nodes (held at step 2), checkpoint-2
     was fetched from node 0 meanwhile: (the process, the instance ids in rank order)."""
     cloud.capacity(TYPE, ["us-east-1"])
     write_script(text=RESUMABLE)
     p = run_process(cloud, "--nodes", "2", "--launcher", "none", "--script", "train.py", "--fetch", "checkpoints", "--json",
-             "--recover", "1", "--", str(STEPS), "6", "0.5")
+             "--recover", "1", "--", str(STEPS), "0.5", "0.5", "2")  # both nodes' first jobs hold at checkpoint-2
     wait_run(lambda: ((records() or [{}])[0].get("checkpoint") or {}).get("step", 0) >= 2,
           what="checkpoint-2 fetched", p=p)
     first = list((records()[0].get("instance") or {}).get("ids") or [])  # rank order

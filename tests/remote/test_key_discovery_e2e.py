@@ -12,6 +12,8 @@ from pathlib import Path
 import pytest
 import yaml
 
+from support import wait_for
+
 
 def _profile(sandbox, name: str, drop=("key",), **over) -> None:
     data = yaml.safe_load(sandbox["profile"].read_text())
@@ -66,11 +68,7 @@ def test_ssh_agent(sandbox, gpuops, tmp_path, monkeypatch):
     sock = tmp_path / "agent.sock"
     agent = subprocess.Popen(["ssh-agent", "-D", "-a", str(sock)], stdout=subprocess.DEVNULL)
     try:
-        for _ in range(100):
-            if sock.exists():
-                break
-            import time
-            time.sleep(0.05)
+        wait_for(sock.exists, timeout=60, what="ssh-agent's socket")
         key = _private_copy(sandbox["dir"] / "client_ed25519", tmp_path / "agent-only.key")
         monkeypatch.setenv("SSH_AUTH_SOCK", str(sock))
         subprocess.run(["ssh-add", "-q", str(key)], check=True, capture_output=True)
@@ -115,12 +113,7 @@ def test_loose_default_key_is_skipped_when_the_agent_has_the_key(sandbox, gpuops
     sock = tmp_path / "agent.sock"
     agent = subprocess.Popen(["ssh-agent", "-D", "-a", str(sock)], stdout=subprocess.DEVNULL)
     try:
-        import time
-
-        for _ in range(100):
-            if sock.exists():
-                break
-            time.sleep(0.05)
+        wait_for(sock.exists, timeout=60, what="ssh-agent's socket")
         key = _private_copy(sandbox["dir"] / "client_ed25519", tmp_path / "agent-only.key")
         monkeypatch.setenv("SSH_AUTH_SOCK", str(sock))
         subprocess.run(["ssh-add", "-q", str(key)], check=True, capture_output=True)

@@ -107,12 +107,15 @@ class TlsIndex:
         threading.Thread(target=self.server.serve_forever, daemon=True).start()
 
     def add(self, whl: Path, project: str) -> None:
+        """List `whl` on `project`'s page (beside the versions added before)."""
         d = self.folder / "simple" / project
         d.mkdir(parents=True, exist_ok=True)
         shutil.copy(whl, self.folder / "files" / whl.name)
         digest = hashlib.sha256(whl.read_bytes()).hexdigest()
-        (d / "index.html").write_text(f'<html><body><a href="../../files/{whl.name}#sha256={digest}">{whl.name}</a>'
-                                      "</body></html>\n")
+        page = d / "index.html"
+        links = page.read_text().split("<body>", 1)[1].rsplit("</body>", 1)[0] if page.is_file() else ""
+        links += f'<a href="../../files/{whl.name}#sha256={digest}">{whl.name}</a>'  # every version a project has
+        page.write_text(f"<html><body>{links}</body></html>\n")
 
     def close(self) -> None:
         self.server.shutdown()

@@ -14,7 +14,9 @@ STEPS = 6
 
 
 # Resumes from GPUOPS_RESUME_FROM; each checkpoint written under a temporary name, then renamed (complete or absent).
-# The first job is slow (a fault lands while it trains, whatever the machine's load), the resumed one quick.
+# argv: steps, the first job's delay per step, the resumed job's, and (optional) HOLD: the first job stops after
+# checkpoint-HOLD and waits there until its instance is ended, so a fault the test brings lands while it trains
+# whatever the machine's load, without a slow first job; the resumed job runs to the end.
 RESUMABLE = """\
 import os, sys, time
 steps, delay = int(sys.argv[1]), float(sys.argv[2])
@@ -32,6 +34,10 @@ for s in range(start + 1, steps + 1):
                                         f"from {src or 'scratch'}")
     os.replace(tmp, f"checkpoints/checkpoint-{s}")
     print(f"step {s} saved", flush=True)
+    if not src and len(sys.argv) > 4 and s == int(sys.argv[4]):
+        print(f"holding at step {s}", flush=True)
+        while True:
+            time.sleep(1)
 """
 
 
@@ -53,7 +59,8 @@ def training_with_a_checkpoint(cloud, *args: str, step: int = 2, text: str = RES
     """A `gpuops run --recover` process whose job trains on its first instance and whose checkpoint-<step> was
     fetched and verified meanwhile: (the process, the instance id)."""
     write_script(text=text)
-    p = run_process(cloud, "--script", "train.py", "--fetch", "checkpoints", "--json", *args, "--", str(STEPS), "4.5", "0.5")
+    p = run_process(cloud, "--script", "train.py", "--fetch", "checkpoints", "--json", *args,
+                    "--", str(STEPS), "0.5", "0.5", str(step))  # the first job holds at checkpoint-<step>
     wait_run(lambda: (records() or [{}])[0].get("checkpoint", {}) and
           (records()[0]["checkpoint"] or {}).get("step", 0) >= step, what=f"checkpoint-{step} fetched", p=p)
     (iid,) = [i["id"] for i in live_instances(cloud)]

@@ -275,8 +275,9 @@ def test_cli_diff_bad_input(gpuops, saved):
 def test_cli_matrix_from_saved(gpuops, saved):
     r = gpuops("matrix", "--from", "snapA", "--from", "snapB", "--out", "docs/environment.md")
     assert r.code == 0, r.all
-    assert "| PyTorch | 2.9.0+cu128 | 2.8.0+cu126 |" in r.out
-    assert (saved / "docs" / "environment.md").read_text().startswith("## Environment matrix")
+    text = (saved / "docs" / "environment.md").read_text()  # -o: the file, not stdout (#36)
+    assert "| PyTorch | 2.9.0+cu128 | 2.8.0+cu126 |" in text and r.out == ""
+    assert text.startswith("## Environment matrix")
     r = gpuops("matrix", "--from", "snapA", "--json")
     assert json.loads(r.out)["rows"][0]["component"] == "OS"
 

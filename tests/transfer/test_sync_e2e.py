@@ -387,7 +387,7 @@ def test_sync_makes_one_ssh_connection_rsync_and_its_checks_share(sandbox, gpuop
     assert (remote_project(sandbox) / "train.py").read_text() == "print(1)\n"
 
 
-def test_the_shared_connection_lives_in_a_private_folder_and_is_gone_after(sandbox, tmp_path, monkeypatch):
+def test_the_shared_connection_lives_in_a_private_folder_and_is_gone_after(sandbox, short_tmp, monkeypatch):
     """The master's control socket is in a folder of its own (0700); close() ends the master and removes the folder.
     A plain sync runs its checks on rsync's remote side: no remote execution of gpuops' own; --delete runs them (the
     guard) as one execution before rsync."""
@@ -398,8 +398,7 @@ def test_the_shared_connection_lives_in_a_private_folder_and_is_gone_after(sandb
     from gpuops.remote.connection import connect, shared
     from gpuops.transfer.sync import sync_project
 
-    tmp = tmp_path / "tmp"
-    tmp.mkdir()
+    tmp = short_tmp  # the control socket's path must fit a Unix socket's 104 bytes
     monkeypatch.setattr(tempfile, "tempdir", str(tmp))
     prof = profiles.resolve("sandbox")
     connect(prof, announce=lambda s: None).close()  # trust the host key

@@ -24,7 +24,8 @@ def alarms(checks):
     return {i: (c["status"], c["measured"]) for i, c in checks.items() if i in HEALTH and c["status"] in ("warn", "fail")}
 
 
-@pytest.mark.parametrize("model", ["h100-pcie", "h100-sxm5", "h200", "a100", "rtx6000ada", "b200", "rtxpro6000", "gh200"])
+@pytest.mark.parametrize("model", ["h100-pcie", "h100-sxm5", "h200", "a100", "rtx6000ada", "b200", "rtxpro6000", "gh200",
+                                   "a10"])
 def test_healthy_hosts_stay_quiet(sandbox, gpuops, model):
     host.up(gpu=model, gpus=2, driver="580.159.04", cuda="13.0")
     code, checks, doc = verify_json(gpuops)

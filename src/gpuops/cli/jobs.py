@@ -27,7 +27,9 @@ def train(
     env: List[str] = typer.Option([], "--env", "-e", help="NAME=VALUE for the job (repeatable; wins over the "
                                                           "preset and the profile). NAME= unsets NAME. A NAME holding "
                                                           "TOKEN, KEY, SECRET, PASSWORD or CREDENTIAL is a secret: "
-                                                          "never printed nor recorded."),
+                                                          "never printed nor recorded. Put secrets in .env instead: "
+                                                          "a value here is seen by ps and kept in your shell's "
+                                                          "history."),
     no_sync: bool = typer.Option(False, "--no-sync", help="Do not sync the project first."),
     force: bool = typer.Option(False, "--force", help="Launch even if preflight finds another gpuops run, no "
                                                       "GPU, too little disk, a broken stack (CPU-only torch, CUDA "
@@ -383,29 +385,48 @@ def _status_lines(out, prof, doc: dict) -> None:
     def money(r) -> str:
         return "-" if r.get("cost") is None else f"${r['cost']:.2f}"
 
-    if out.rich:
+    cols = _status_columns(rows, priced, out.console.width) if out.rich else None
+    if cols:
         from rich.table import Table
 
         t = Table(title=f"runs on {prof.name}")
-        for col in ("run", "script", "state", "started", "elapsed", "exit") + (("cost",) if priced else ()):
-            t.add_column(col)
+        for col in cols:  # the id whole on one line (it is pasted into watch and stop), the script path gives way
+            t.add_column(col, no_wrap=col != "script", overflow="fold",
+                         min_width=max(len(r["run_id"]) for r in rows) if col == "run" else None)
         colour = {"running": "cyan", "succeeded": "green", "failed": "red", "stopped": "yellow", "lost": "red"}
         for r in rows:
-            t.add_row(r["run_id"], str(r["script"] or "-"), f"[{colour.get(r['state'], 'white')}]{r['state']}[/]",
-                      when(r["started"]), fmt_duration(r["elapsed"]),
-                      "-" if r["exit_code"] is None else str(r["exit_code"]), *((money(r),) if priced else ()))
+            cell = {"run": r["run_id"], "script": str(r["script"] or "-"), "started": when(r["started"]),
+                    "state": f"[{colour.get(r['state'], 'white')}]{r['state']}[/]", "elapsed": fmt_duration(r["elapsed"]),
+                    "exit": "-" if r["exit_code"] is None else str(r["exit_code"]), "cost": money(r)}
+            t.add_row(*(cell[c] for c in cols))
         out.render(t)
         _signal_lines(out, rows)
         return
-    width = max([6] + [len(str(r["script"] or "-")) for r in rows])  # the column grows: paths stay whole
-    out.print(f"{'RUN':<36} {'SCRIPT':<{width}} {'STATE':<10} {'STARTED':<19} {'ELAPSED':>9} EXIT"
+    width = max([6] + [len(str(r["script"] or "-")) for r in rows])  # the columns grow: ids and paths stay whole
+    ids = max([36] + [len(r["run_id"]) for r in rows])  # (until #36 a longer id pushed its row out of line)
+    out.print(f"{'RUN':<{ids}} {'SCRIPT':<{width}} {'STATE':<10} {'STARTED':<19} {'ELAPSED':>9} EXIT"
               + ("  COST" if priced else ""))
     for r in rows:
-        out.print(f"{r['run_id']:<36} {str(r['script'] or '-'):<{width}} {r['state']:<10} "
+        out.print(f"{r['run_id']:<{ids}} {str(r['script'] or '-'):<{width}} {r['state']:<10} "
                   f"{when(r['started']):<19} {fmt_duration(r['elapsed']):>9} "
                   + (f"{'-' if r['exit_code'] is None else r['exit_code']:<4}  {money(r)}" if priced else
                      f"{'-' if r['exit_code'] is None else r['exit_code']}"))
     _signal_lines(out, rows)
+
+
+def _status_columns(rows: list, priced: bool, width: int) -> Optional[list]:
+    """The rich table's columns at a terminal this wide: all of them when they fit with the script path folded to
+    12 characters, else without `started` (elapsed says it), then without the script; None when even that does not
+    fit: plain lines then, whose ids the terminal keeps whole. Until #36 rich cut long ids with '…'."""
+    need = {"run": max(len(r["run_id"]) for r in rows),
+            "script": min(12, max(len(str(r["script"] or "-")) for r in rows)),
+            "state": 9, "started": 19, "elapsed": 9, "exit": 4, "cost": 8}
+    cols = ["run", "script", "state", "started", "elapsed", "exit"] + (["cost"] if priced else [])
+    for drop in ((), ("started",), ("started", "script")):
+        kept = [c for c in cols if c not in drop]
+        if sum(need[c] + 3 for c in kept) + 1 <= width:
+            return kept
+    return None
 
 
 def _signal_lines(out, rows: list) -> None:

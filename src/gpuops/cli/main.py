@@ -24,6 +24,7 @@ from . import run as _run  # noqa: E402,F401  (run)
 from . import fs as _fs  # noqa: E402,F401  (fs ls|create|rm)
 from . import dashboard as _dashboard  # noqa: E402,F401  (dashboard)
 from . import ssh as _ssh  # noqa: E402,F401  (ssh)
+from . import plan as _plan  # noqa: E402,F401  (plan)
 
 
 def run(argv: list[str] | None = None) -> int:

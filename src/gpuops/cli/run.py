@@ -83,10 +83,26 @@ DATA_OPT = typer.Option(None, "--data", metavar="SOURCE", help="Data the job rea
                         "only what changed), https://...#sha256=HEX or hf://ORG/NAME "
                         "(hf://datasets/ORG/NAME; HF_TOKEN a secret): downloaded by the instance, "
                         "never through this machine (docs/fs.md).", show_default=False)
+PREP_OPT = typer.Option(None, "--prep", metavar="CMD", help="A preparation run first, on its own "
+                        "instance in the --fs filesystem's region (the cheapest type with capacity there, "
+                        "or --prep-type): the project synced and set up as the job's, CMD run in it "
+                        "(`python prepare.py`), what it writes under each --prep-out moved whole onto "
+                        "the filesystem, its instance terminated; then the training instance, with "
+                        "those paths linked where the job expects them. Kept: a later run with the "
+                        "same command, files and outputs skips it; an edited script prepares again. "
+                        "Needs --fs (docs/run.md).", show_default=False)
+PREP_TYPE_OPT = typer.Option(None, "--prep-type", metavar="TYPE", help="The preparation's instance type "
+                             "(default: the cheapest with capacity in the filesystem's region).",
+                             show_default=False)
+PREP_OUT_OPT = typer.Option([], "--prep-out", metavar="PATH", help="What the preparation writes that the job "
+                            "reads (repeatable): a path in the project (data/train.bin, data) or under the "
+                            "instance's home ('~/data'); kept on the filesystem, linked at that path on the "
+                            "training instance.", show_default=False)
 ENV_OPT = typer.Option([], "--env", "-e", metavar="NAME=VALUE",
                        help="For the job, as `gpuops train --env` takes it (repeatable; wins over the "
                             "preset and the profile; NAME= unsets NAME). Kept in a 0600 file beside the "
-                            "run's record, never in the record itself.", show_default=False)
+                            "run's record, never in the record itself. Put secrets in .env instead: a value "
+                            "here is seen by ps and kept in your shell's history.", show_default=False)
 SEED_OPT = typer.Option(None, "--seed", help="Export GPUOPS_SEED and PYTHONHASHSEED (gpuops train "
                                              "--seed); recorded.", show_default=False)
 FORCE_OPT = typer.Option(False, "--force", help="Launch past what the launch gate refuses (gpuops train "
@@ -132,6 +148,9 @@ def run(
     run_id: Optional[str] = RUN_ID_OPT,
     fs: Optional[str] = FS_OPT,
     data: Optional[str] = DATA_OPT,
+    prep: Optional[str] = PREP_OPT,
+    prep_type: Optional[str] = PREP_TYPE_OPT,
+    prep_out: List[str] = PREP_OUT_OPT,
     env: List[str] = ENV_OPT,
     seed: Optional[int] = SEED_OPT,
     force: bool = FORCE_OPT,
@@ -149,7 +168,9 @@ def run(
     the job started on every node (torchrun by default), every node terminated at the end. SIGTERM and SIGHUP
     count as one Ctrl-C (the run detaches at once; during `up`, what was launched is terminated). --recover N: an
     instance that ends under the run, stays unreachable or whose GPU fails is replaced and the job resumed from the
-    newest checkpoint fetched (GPUOPS_RESUME_FROM; docs/run.md shows a script that resumes)."""
+    newest checkpoint fetched (GPUOPS_RESUME_FROM; docs/run.md shows a script that resumes). --prep CMD --prep-out
+    PATH --fs NAME: the data preparation first, on the cheapest instance in the filesystem's region, its outputs kept
+    on the filesystem and linked for the job (a later run with the same preparation skips it)."""
     import time
 
     from ..pipeline import runner as run_ops
@@ -166,7 +187,8 @@ def run(
                    "--wait-for-capacity": wait_for_capacity, "--script": script, "--region": region, "--ttl": ttl, "--key": key,
                    "--name": name, "--nodes": nodes != 1, "--launcher": launcher != "auto",
                    "--nproc-per-node": nproc != "auto", "--from": from_, "--unreachable": unreachable, "ARGS": args,
-                   "--env": env, "--seed": seed is not None, "--idle": idle, "--guard": guard, "--fs": fs, "--data": data}
+                   "--env": env, "--seed": seed is not None, "--idle": idle, "--guard": guard, "--fs": fs, "--data": data,
+                   "--prep": prep, "--prep-type": prep_type, "--prep-out": prep_out}
         rec, lock = _resumed(out, project, run_id, new_run, fetch=fetch_names, keep=keep, max_cost=max_cost,
                              recover=recover, force=force)
     else:
@@ -174,12 +196,15 @@ def run(
                        script=script, region=region, fetch=fetch_names, keep=keep, ttl=ttl, max_cost=max_cost, key=key,
                        name=name, nodes=nodes, launcher=launcher, nproc=nproc, from_=from_, args=args,
                        recover=recover or 0, unreachable=unreachable, fs=fs, data=data, env=env, seed=seed,
-                       force=force, idle=idle, guard=guard, confirm=_confirmer(yes))
+                       force=force, idle=idle, guard=guard, confirm=_confirmer(yes),
+                       prep={"command": prep, "type": prep_type, "outs": prep_out} if prep or prep_type or prep_out
+                       else None)
         lock = pl.RunLock(rec.id, project).acquire()  # held while this process runs it: one process per run
 
     runner = run_ops.Runner(rec, out, project, lambda: make_context(out, project_dir=project,
                                                                     with_key=rec.guard == "on-instance"),
-                            confirm=_confirmer(yes), create_fs=fs_question(yes), env=None if resume else env)
+                            confirm=_confirmer(yes), create_fs=fs_question(yes), env=None if resume else env,
+                            data=None if resume else data)
     with lock, as_interrupt():
         code = runner.run()
         doc = render_summary(out, runner.rec, runner.fetched, time.time())
@@ -231,7 +256,7 @@ def _new_run(out, project: Path, *, types: list, gpu: Optional[str], max_price: 
              launcher: str, nproc: str, from_: Optional[str], args: Optional[list], recover: int = 0,
              unreachable: Optional[str] = None, fs: Optional[str] = None, data: Optional[str] = None,
              env: Optional[list] = None, seed: Optional[int] = None, force: bool = False, idle: Optional[str] = None,
-             guard: Optional[str] = None, confirm=None):
+             guard: Optional[str] = None, confirm=None, prep: Optional[dict] = None):
     """A new run's record, every option checked (and a --from template read) before anything is launched; what the
     sync will send said (and a large upload asked with `confirm`) before the record is written."""
     from ..cloud import decisions as d
@@ -245,6 +270,12 @@ def _new_run(out, project: Path, *, types: list, gpu: Optional[str], max_price: 
     from ..pipeline import stages as pl
     from ..pipeline.bringup import run_template
 
+    if prep is not None:  # --prep without --fs: nowhere to keep what it writes (said before anything else)
+        from ..pipeline.prep import check_outs, refuse_runs_inside_outs, refuse_without_fs
+
+        refuse_without_fs(prep["command"], fs, prep["type"], prep["outs"])
+        prep = {**prep, "outs": check_outs(prep["outs"])}
+        refuse_runs_inside_outs(prep["command"], prep["outs"], project)
     if not script:
         raise UsageError("--script is needed, with --type or --gpu (or --resume)")
     d.want_from(types=types, gpu=gpu, max_price=max_price, regions=region, project_dir=project)  # checked up front
@@ -278,17 +309,31 @@ def _new_run(out, project: Path, *, types: list, gpu: Optional[str], max_price: 
     template, note = run_template(template_for(from_, project), from_)
     if note:
         out.info(note)
-    prelaunch.check(project, script, out, template)  # a job that cannot run is refused before anything bills
+    plan = prelaunch.check(project, script, out, template, force=force)  # refused before anything bills
     _before_launch(out, project, script, template, confirm, data)
     out.info(ttl_said)
-    return run_ops.new_record(types=types, gpu=gpu, max_price=max_price, wait_for_capacity_s=wait_s, script=script,
+    rec = run_ops.new_record(types=types, gpu=gpu, max_price=max_price, wait_for_capacity_s=wait_s, script=script,
                               args=args or [], regions=region, nodes=nodes, fetch=fetch, keep=keep,
                               ttl_s=ttl_s, max_cost=max_cost,
                               key=(key or Path("~/.ssh/id_ed25519")).expanduser(), name=pl.run_name(name, script),
                               launcher=launcher, nproc=nproc, template=template, recover=recover,
                               unreachable_s=d.parse_limit(unreachable, "--unreachable") if unreachable else None,
-                              file_systems=[fs] if fs else [], data=data, seed=seed, env_names=env_names,
-                              force=force, idle_s=idle_s, guard=guard, project=project)
+                              file_systems=[fs] if fs else [], data=_shown_data(data, project), seed=seed,
+                              env_names=env_names,
+                              force=force, idle_s=idle_s, guard=guard, project=project, prep=prep)
+    rec.plan = plan  # the local plan travels with the run (what setup installs; the summary's --json)
+    return rec
+
+
+def _shown_data(data: Optional[str], project: Path) -> Optional[str]:
+    """--data as the run's record keeps it: a URL's credentials as **** (the URL itself waits in a 0600 file beside
+    the record: Runner, issue #36)."""
+    if not data:
+        return data
+    from ..transfer.dataplan import parse
+
+    src = parse(data, project)
+    return f"{src.shown}#sha256={src.sha256}" if src.kind == "url" else data
 
 
 def _before_launch(out, project: Path, script: str, template: Optional[dict], confirm,

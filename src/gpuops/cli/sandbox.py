@@ -15,7 +15,7 @@ app.add_typer(sandbox_app, name="sandbox")
 @sandbox_app.command("up")
 def up(
     gpu: str = typer.Option("h100-pcie", "--gpu", help="GPU model: h100-pcie, h100-sxm5 (alias h100-sxm), h200, a100, "
-                                                      "rtx6000ada, b200, rtxpro6000, gh200."),
+                                                      "rtx6000ada, b200, rtxpro6000, gh200, a10."),
     gpus: int = typer.Option(1, "--gpus", min=0, max=16, help="Number of emulated GPUs."),
     port: Optional[int] = typer.Option(None, "--port", help="Port for sshd (default: a free one, kept across restarts)."),
     driver: str = typer.Option("570.148.08", "--driver", help="Driver version the emulated nvidia-smi reports."),
@@ -25,7 +25,9 @@ def up(
     header: str = typer.Option("legacy", "--header", help="nvidia-smi header style: legacy ('CUDA Version') or "
                                                           "kmd (R610+: 'KMD Version', 'CUDA UMD Version')."),
     python: Optional[str] = typer.Option(None, "--python", help="Remote Python for the sandbox profile "
-                                                                "(e.g. a venv with torch; default: python3)."),
+                                                                "(e.g. a venv with torch). Default: none written, "
+                                                                "as for an instance: commands use python3, setup "
+                                                                "makes ~/.venvs/gpuops from it."),
     image: Optional[str] = typer.Option(None, "--image", metavar="NAME",
                                         help="An emulated instance image: lambda-stack (python3 holds a CUDA torch "
                                              "2.9.0+cu128 and pip, as Lambda Stack's does). With --cloud: the image "

@@ -35,6 +35,7 @@ def setup(
     if fleet_prof.is_fleet and host is None:
         raise typer.Exit(_setup_fleet(fleet_prof, out, dry_run=dry_run, verify=not no_verify, force=force))
     prof = fleet_prof.node(host)
+    _local_plan(prof, out)
     notes_shown = []
 
     def on_plan(plan) -> None:
@@ -64,6 +65,15 @@ def setup(
 
     profiles.remember(prof, Path.cwd())
     raise typer.Exit(code)
+
+
+def _local_plan(prof, out) -> None:
+    """What the project's files say before setup connects (gpuops.project): dependency files setup will not install
+    (a setup.py no requirements file installs, requirements/*.txt setup is not told about), said as warnings."""
+    from ..project.plan import Settings, local_plan
+    from ..project.verdict import report
+
+    report(local_plan(Path.cwd(), "", Settings.of_profile(prof), image=None, resolve=False), out, quiet=True)
 
 
 def _setup_fleet(prof, out, *, dry_run: bool, verify: bool, force: bool = False) -> int:

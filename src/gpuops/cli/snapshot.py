@@ -160,7 +160,8 @@ def matrix(
                                                   "for a column per profile.", show_default=False),
     from_: Optional[List[Path]] = typer.Option(None, "--from", help="Saved snapshot (folder, environment.json or "
                                                "run folder); repeatable.", show_default=False),
-    out_file: Optional[Path] = typer.Option(None, "--out", "-o", help="Also write the Markdown to this file."),
+    out_file: Optional[Path] = typer.Option(None, "--out", "-o", help="Write the Markdown to this file instead of "
+                                             "stdout."),
     json_: bool = JsonOpt,
 ) -> None:
     """The environment matrix in Markdown (component, version, how verified) for a project's docs, from live
@@ -196,6 +197,6 @@ def matrix(
         out.success(f"wrote {out_file}")
     if json_:
         out.emit_json({**m, "markdown": text})
-    else:
+    elif not out_file:  # -o FILE: the file is the output (as sort -o, curl -o); until #36 stdout got it too
         out.print(text.rstrip("\n"))
     raise typer.Exit(0)

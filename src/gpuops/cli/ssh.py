@@ -56,12 +56,19 @@ def ssh(
         raise UsageError("-N forwards ports only: it takes no command", hint="drop -N, or the command after --")
     if forward_only and not local:
         raise UsageError("-N without -L forwards nothing", hint="gpuops ssh -L 6006 -N")
-    forwards = [interactive.forward(x) for x in local]
+    forwards = interactive.unique([interactive.forward(x) for x in local])
+    for f in forwards:  # known here: said before connecting, as ssh would only say it after
+        if interactive.local_port_taken(f.local):
+            raise UsageError(f"this machine's 127.0.0.1:{f.local} is already in use (another tunnel, a server)",
+                             hint=f"choose another local port: -L {f.local + 1}:{f.remote}")
     out = output()
     prof = pick_profile(names[0] if names else None, profile, out).node(node, "--node")
     argv = interactive.ssh_argv(prof, forwards=forwards, forward_only=forward_only, command=command, tty=tty)
-    for f in forwards:
-        out.info(f"forwarding http://127.0.0.1:{f.local} → {prof.host}'s 127.0.0.1:{f.remote}"
-                 + (" (Ctrl-C ends it)" if forward_only else ""))
-    code = interactive.session(prof, argv, announce=out.info)
+
+    def said() -> None:  # once the host key, the key and the host are judged: never a line a refusal contradicts
+        for f in forwards:
+            out.info(f"forwarding http://127.0.0.1:{f.local} → {prof.host}'s 127.0.0.1:{f.remote}"
+                     + (" (Ctrl-C ends it)" if forward_only else ""))
+
+    code = interactive.session(prof, argv, announce=out.info, on_ready=said)
     raise typer.Exit(code)

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import base64
 import hashlib
+import math
 import re
 from dataclasses import dataclass
 from typing import Callable, Iterable, Optional
@@ -353,6 +354,16 @@ def launched_expect(itype, template_expect: Optional[dict] = None, project_dir=N
     return expect
 
 
+def launched_preset(itype, project_dir=None) -> Optional[str]:
+    """The env preset of the type's GPU (gpus.yaml `preset`), the one `sandbox up --gpu` gives its profile for the same
+    GPU: what a profile `up` or `run` writes names (issue #36: a rehearsal ran with another environment). None when
+    the table knows no preset for it."""
+    from ..verify import gpus
+
+    hit = gpus.for_lambda_type(itype.gpu_description, itype.name, itype.gpus, project_dir)
+    return hit[0].preset if hit is not None else None
+
+
 def readiness_deadline(gpus: int) -> float:
     return EIGHT_GPU_READY_S if gpus >= 8 else ONE_GPU_READY_S
 
@@ -455,12 +466,41 @@ def launch_tags(launch_id: str, profile: str, ttl_deadline: Optional[float] = No
     return tags
 
 
+LAST_TIME = 253402300799.0  # 9999-12-31T23:59:59Z: a deadline past it is not a time any clock here can show
+
+
 def tag_deadline(tags: dict) -> Optional[float]:
-    """The TTL deadline an instance carries in its tags (set by the gpuops that launched it), or None."""
+    """The TTL deadline an instance carries in its tags (set by the gpuops that launched it), or None. A tag is
+    untrusted input (anyone with the account's key writes tags): a value that is not a finite epoch time between
+    1970 and 9999 (`inf`, `1e400`, `nan`, garbage) is None, as no tag; `bad_tag_deadline` says why."""
     try:
-        return float(tags[TAG_TTL])
+        value = float(tags[TAG_TTL])
     except (KeyError, TypeError, ValueError):
         return None
+    return value if math.isfinite(value) and 0 < value <= LAST_TIME else None
+
+
+def shown_tag(value: object, limit: int = 40) -> str:
+    """A tag's value as a message may quote it: printable (repr's escapes), cut to `limit` characters."""
+    text = repr(str(value))
+    return text if len(text) <= limit else text[:limit - 4] + "...'"
+
+
+TAG_NAME_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")  # profiles.model.NAME_RE: a profile's file name
+
+
+def tag_profile(tags: dict) -> Optional[str]:
+    """The profile name an instance's tag gives, when it is one a profile can have (it is pasted into `gpuops down
+    NAME` hints and looked up as a file), else None."""
+    value = tags.get(TAG_PROFILE)
+    return value if isinstance(value, str) and TAG_NAME_RE.fullmatch(value) and ".." not in value else None
+
+
+def bad_tag_deadline(tags: dict) -> Optional[str]:
+    """Why the instance's TTL tag is ignored (it is there and tag_deadline found no time in it), or None."""
+    if TAG_TTL not in tags or tag_deadline(tags) is not None:
+        return None
+    return f"its tag {TAG_TTL}={shown_tag(tags[TAG_TTL])} is not a time (epoch seconds); ignored"
 
 
 def adopt(instances: Iterable, launch_id: str) -> list:
@@ -500,7 +540,7 @@ def ls_rows(instances: list, records: list, profiles: dict[str, dict], now: floa
         if rec is not None and rec.instance_id not in (None, inst.id):
             rec = None  # the launch id names another instance (a duplicate the launch created): judged by its tags
         managed = rec is not None or bool(tagged)
-        profile = rec.profile if rec else inst.tags.get(TAG_PROFILE)
+        profile = rec.profile if rec else tag_profile(inst.tags)
         price = inst.type.price_per_hour if inst.type else (rec.price_cents_per_hour / 100 if rec else None)
         since = (rec.launched_at or rec.created_at) if rec else None
         ttl = rec.ttl_deadline if rec and rec.ttl_deadline is not None else tag_deadline(inst.tags)
@@ -542,6 +582,13 @@ def ls_rows(instances: list, records: list, profiles: dict[str, dict], now: floa
         for f in flags:
             alerts.append(f"instance {inst.id} ({inst.type_name}, ${price or 0:.2f}/h, profile {profile or '-'}): {f}"
                           f"{ttl_note}: `{end}` ends it")
+        if rec is None and TAG_PROFILE in inst.tags and profile is None:
+            alerts.append(f"instance {inst.id}: its tag {TAG_PROFILE}={shown_tag(inst.tags[TAG_PROFILE])} is not a "
+                          f"profile name; ignored: `{end}` ends it")
+        bad_ttl = bad_tag_deadline(inst.tags) if rec is None or rec.ttl_deadline is None else None
+        if bad_ttl:
+            alerts.append(f"instance {inst.id} (profile {profile or '-'}): {bad_ttl}, so no TTL ends it here: "
+                          f"`{end}` ends it")
         if g.expired:
             alerts.append(f"instance {inst.id} (profile {profile}) is past its limit: {'; '.join(g.reasons())} — "
                           f"`{end}` or `gpuops reap`")

@@ -70,7 +70,7 @@ def down_target(target: str, ctx: Context, project_dir: Path | None = None) -> D
                              "gpuops does not terminate what it did not launch",
                              hint="terminate it in Lambda's console if it is yours")
         owner = _profile_of_instance(target)
-        tgt = DownTarget(name=(owner.name if owner else inst.tags.get(d.TAG_PROFILE) or (rec.profile if rec else target)),
+        tgt = DownTarget(name=(owner.name if owner else d.tag_profile(inst.tags) or (rec.profile if rec else target)),
                          profile=owner, ids=[target], whole_profile=owner is None or owner.cloud.instance_ids == [target],
                          price_per_hour=inst.type.price_per_hour if inst.type else 0.0)
         if owner is None and inst.ip:

@@ -73,6 +73,9 @@ def write_profile(name: str, insts: list[Instance], key: Path, itype, cloud: dic
         settings["setup"] = setup
     # what was launched (its GPU, count and memory), over the template's other expectations
     expect = d.launched_expect(itype, settings.pop("expect", None))
+    preset = d.launched_preset(itype)  # the GPU's env preset, as `sandbox up --gpu` names it; a template's wins
+    if preset and "env_preset" not in settings:
+        settings["env_preset"] = preset
     doc.update(settings)
     if expect:
         doc["expect"] = expect

@@ -32,10 +32,25 @@ def resolve(run: Optional[str], prof, project: Path) -> dict:
     try:
         return core.resolve_run(run, prof.name, project)
     except UsageError:
+        if run:  # launched through another profile that names this very host: the same run (issue #36)
+            same = [m for m in core.local_runs(None, project) if m["run_id"] == run and same_host(m, prof)]
+            if same:
+                return same[0]
         if not run or any(m["run_id"] == run for m in core.local_runs(None, project)):
             raise
         return {"run_id": run, "profile": prof.name, "remote_run_dir": run_dir_of(prof.remote_dir_for(project), run),
                 "price_per_hour": prof.price_per_hour}
+
+
+def same_host(meta: dict, prof) -> bool:
+    """Does the profile reach the host a run's meta says it was launched on (address, port and user; rank 0's for a
+    fleet)?"""
+    try:
+        port = int(meta.get("port") or 22)
+    except (TypeError, ValueError):
+        return False
+    return (meta.get("host") == prof.host and port == prof.port
+            and (meta.get("user") in (None, prof.user)))
 
 
 class _Gate:
@@ -43,32 +58,36 @@ class _Gate:
     files) and the module -> distribution table (playbooks/modules.yaml)."""
 
     def __init__(self, project: Path, script_rel: str, plan: envplan.EnvPlan):
-        from . import script_imports as ji
         from .. import knowledge as kb
+        from ..project.judge import namespaces
+        from ..project.needs import job_needs
 
         self.project, self.script, self.env = project, script_rel, envplan.job_env(plan)
-        self.table = kb.load_playbook("modules", project).get("modules") or []
-        self.needs = ji.job_needs(project, script_rel, ji.namespaces(self.table))
+        self.tables = kb.load_playbook("modules", project)
+        self.table = self.tables.get("modules") or []
+        self.needs = job_needs(project, script_rel, namespaces(self.table))
 
     def preflight(self, remote, node, remote_dir: str, packages: list[str], *, force: bool, sync: bool,
                   launcher: str = "none"):
         """One remote execution (remote/launch.preflight), then the verdict: the stack (gate.gate_results), the GPUs
         the job will see held by other processes (gate.gpu_holders), the modules its python cannot find. Sets
         pf.job_gpus, the GPUs the job is given."""
-        from . import script_imports as ji
         from .. import knowledge as kb
+        from ..project import gatefix as ji
+        from ..project.needs import probe_groups
         from . import scripts as rl
 
         script_rel = self.script
         pf, found = rl.preflight(remote, remote_dir, script_rel, node.python, packages,
-                                 launch_gate.gate_params(node, remote_dir, env=self.env, modules=ji.probe_groups(self.needs)))
+                                 launch_gate.gate_params(node, remote_dir, env=self.env, modules=probe_groups(self.needs)))
         pf.job_gpus = launch_gate.job_gpu_count(pf.facts, self.env, len(pf.gpus))
         extra = launch_gate.gpu_holders(pf.facts, pf.active_pids, self.env, active_ids=pf.active)
         gone = ji.missing(self.needs, launch_gate.found_modules(pf.facts))
         if gone:
             extra += ji.problems(gone, python=node.python, declared_names=ji.declared(self.project), table=self.table,
                                  project_table=ji.has_project_table(self.project),
-                                 extras=ji.extras_only(self.project), wanted_extras=node.setup.extras)
+                                 extras=ji.extras_only(self.project), wanted_extras=node.setup.extras,
+                                 tables=self.tables)
         verdict = launch_gate.judge_preflight(pf, script_found=found, script=script_rel, remote_dir=remote_dir,
                                        min_disk_gb=node.expect.min_disk_gb, force=force, synced=sync,
                                        stack=launch_gate.gate_results(pf.facts, node, kb.knowledge(self.project), self.env),
@@ -90,7 +109,7 @@ def _prepare_run(prof, out, project: Path, *, script: str, name: Optional[str], 
     from ..profiles import model as profiles
 
     script_rel = core.script_path(script, project, must_exist=sync)
-    refuse_script(project, script_rel, "nothing was synced or launched")
+    refuse_script(project, script_rel, "nothing was synced or launched", prof=prof, out=out)
     if sync:  # a file the script names that the sync leaves out: said before anything is sent
         from ..transfer.sync import warn_script_exclusions
 
@@ -107,18 +126,24 @@ def _prepare_run(prof, out, project: Path, *, script: str, name: Optional[str], 
                          profile_name=prof.name, seed=seed, dotenv_names=list(dotenv))
     for w in plan.warnings + dotenv_warnings(project / ".env", plan.secret_origin):
         out.warn(w)
+    for w in profiles.dotenv_problems(project / ".env"):  # a line the job would not get: said
+        out.warn_once(w)
     return script_rel, presets_doc, started, rid, plan
 
 
-def refuse_script(project: Path, script_rel: str, done: str) -> None:
-    """A script no host can run as it is (Windows line endings, relative imports run as a file), refused before
-    anything is done (`done` says what was not): script_imports.script_problems."""
-    from ..errors import ChecksFailed
-    from .script_imports import script_problems
+def refuse_script(project: Path, script_rel: str, done: str, *, prof=None, out=None) -> None:
+    """What the job's own files decide, before anything is done (`done` says what was not): the local plan
+    (project/plan.py) for a host whose image is not known here: every script the launch line reaches (Windows line
+    endings in any), the import closure at any depth (a name the project's own package does not have), a conda
+    switch; its warnings said through `out`. Modules are left to the gate, which asks the host."""
+    from ..project.plan import Settings, local_plan
+    from ..project.verdict import enforce, report
 
-    found = script_problems(project, script_rel)
-    if found:
-        raise ChecksFailed("; ".join(p for p, _ in found) + f"; {done}", hint="\n".join(f for _, f in found))
+    settings = Settings.of_profile(prof) if prof is not None else Settings()
+    plan = local_plan(project, script_rel, settings, image=None, resolve=False)
+    if out is not None:
+        report(plan, out, quiet=True)
+    enforce(plan, force=False, done=done, out=out)
 
 
 def dotenv_warnings(dotenv: Path, origins: dict[str, str]) -> list[str]:
@@ -280,7 +305,7 @@ class _FleetLaunch:
             for w in (r.value[1] if r.value else []):
                 self.out.warn(f"host #{r.rank}: {w}")
         if bad:
-            raise _fleet_error("not launching", bad)
+            raise _fleet_error("not launching", bad, last=True)
         return [r.value[0].job_gpus for r in prepared]  # the GPUs each node's job is given (CUDA_VISIBLE_DEVICES)
 
     def layout(self, counts: list[int], nproc: str) -> int:
@@ -376,14 +401,20 @@ class _FleetLaunch:
                 self.out.warn(f"host #{node.rank}: stop failed: {getattr(exc, 'message', exc)}")
 
 
-def _fleet_error(what: str, bad: list):
+def _fleet_error(what: str, bad: list, *, last: bool = False):
+    """One error for the hosts that failed: `what: host #0 (...): ...; host #1 ...`, or with `last` the hosts first
+    and `; what` once at the end (each host's own "; not launching" said once for all: issue #36's "not launched:
+    not launching: host #0 ...; not launching")."""
     from .. import fleet
     from ..errors import GpuopsError
 
     code = fleet.worst_code(r.code for r in bad)
-    detail = "; ".join(f"host #{r.rank} ({r.host}): {r.message}" for r in bad)
+    ending = f"; {what}"
+    detail = "; ".join(f"host #{r.rank} ({r.host}): {r.message.removesuffix(ending) if last else r.message}"
+                       for r in bad)
     hints = [getattr(r.error, "hint", None) for r in bad]
-    return GpuopsError(f"{what}: {detail}", hint=next((h for h in hints if h), None), code=code)
+    return GpuopsError(f"{detail}{ending}" if last else f"{what}: {detail}", hint=next((h for h in hints if h), None),
+                       code=code)
 
 
 def _snapshot(remote, prof, out, project: Path, rid: str, run_dir: str, seed: Optional[int]) -> None:
@@ -418,27 +449,37 @@ def watch_once(prof, out, project: Path, meta: dict, dash, lines: int) -> dict:
     return {"events": events, "code": 0 if dash.state in (core.RUNNING, core.SUCCEEDED) else 1, "error": None}
 
 
-def follow(prof, out, project: Path, meta: dict, dash, *, lines: int, samples: bool, interval: float,
+def follow(prof, out, project: Path, meta: dict, dash, *, lines: Optional[int], samples: bool, interval: float,
            on_event: Callable[[dict], None], extras=None, give_up_after: Optional[float] = None) -> dict:
-    """watch / logs -f: replay the last N log lines, then follow the run to its end, reconnecting when the connection
+    """watch / logs -f: replay the last N log lines (None: every line from the first), then follow the run to its end, reconnecting when the connection
     drops (for give_up_after seconds at most). extras: what the stream samples beyond the GPU line (watch.Extras).
     Returns {"interrupted" (Ctrl-C: the job keeps running), "info" (the final state or None), "code"}."""
     from . import watch as w
 
     rid, run_dir = meta["run_id"], meta["remote_run_dir"]
     remote = connect(prof, out)
+    rec = None
     try:
         info, start = w.start_position(remote, rid, run_dir, lines)
         fs = w.FollowState(offset=start, info=info)
         first = [remote]
+        rec = _recorder(project, meta, info, start, remote, out)
 
         def reconnect():
             return first.pop() if first else connect(prof, out)
 
+        def recorded(ev: dict) -> None:
+            if ev.get("type") == "log" and (ev.get("offset") or 0) <= info.log_size:
+                ev["replay"] = True  # written before following began: read back now, its time unknown
+            rec.event(ev)
+            on_event(ev)
+
         ended = w.follow_to_end(reconnect, rid, run_dir, fs, dash, interval=interval, samples=samples,
-                                on_event=on_event, extras=extras,
+                                on_event=recorded, extras=extras,
                                 give_up_after=w.GIVE_UP_S if give_up_after is None else give_up_after)
     finally:
+        if rec is not None:
+            rec.close(wait=10.0)
         remote.close()
     if not ended:
         return {"interrupted": True, "info": None, "code": 130}
@@ -446,6 +487,17 @@ def follow(prof, out, project: Path, meta: dict, dash, *, lines: int, samples: b
         core.save_local_state(rid, fs.info, project)
     _remember(prof, project)
     return {"interrupted": False, "info": fs.info, "code": 1 if fs.info is None else core.exit_for_state(fs.info)}
+
+
+def _recorder(project: Path, meta: dict, info, start: int, remote, out):
+    """The run's history (jobs.history) kept while it is followed, the log before `start` read back in the
+    background on the same connection where no follower saw it."""
+    from . import history
+    from .scripts import stream_from
+
+    rec = history.Recorder(project, meta["run_id"], live_from=info.log_size, warn=out.warn)
+    rec.fill(lambda lo, hi: stream_from(remote, meta["remote_run_dir"], lo, hi), start, background=True)
+    return rec
 
 
 class FleetSampler:

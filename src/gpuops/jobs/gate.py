@@ -154,7 +154,7 @@ def gate_results(facts_doc: Optional[dict], profile, knowledge: dict,
     if facts.python_ok:
         out += [r for r in ck.check_torch_cuda_build(c) if r.status == ck.FAIL]
         if c.installed("torch"):
-            out += [r for r in ck.check_cuda_runtime(c) if r.status == ck.FAIL and r.id == "cuda.runtime"]
+            out += [with_cause(r, c) for r in ck.check_cuda_runtime(c) if r.status == ck.FAIL and r.id == "cuda.runtime"]
         out += [r for r in ck.check_imports(c) if r.status == ck.FAIL and r.id == "packages.flash_attn"]
     out += [r for r in ck.check_gpu_count(c) if r.status == ck.FAIL]
     rt = facts.cuda_runtime or {}
@@ -170,6 +170,49 @@ def gate_results(facts_doc: Optional[dict], profile, knowledge: dict,
                                   remediation="CUDA_VISIBLE_DEVICES hides some GPUs (check the profile's env: and "
                                               "--env), or a GPU is unusable"))
     return out
+
+
+def torch_origin(rt: dict) -> str:
+    """Which torch the job's python imports, and whether it is the image's: `torch 2.14.1+cu130 from
+    ~/.venvs/gpuops/lib/python3.10/site-packages/torch (the job's environment's, installed there by setup: not the
+    image's)`. rt: the probe's cuda_runtime fact."""
+    import posixpath
+
+    version, where = rt.get("version") or "?", rt.get("file") or ""
+    folder = posixpath.dirname(where) if where else ""
+    prefix, base = rt.get("prefix") or "", rt.get("base_prefix") or ""
+    if folder and prefix and base and prefix != base and folder.startswith(prefix.rstrip("/") + "/"):
+        whose = "the job's environment's, installed there by setup: not the image's, which it shadows"
+    elif folder and base and (folder.startswith(base.rstrip("/") + "/") or folder.startswith("/usr/")):
+        whose = "the image's: the system python's"
+    else:
+        whose = "" if not folder else "a folder outside the job's environment"
+    return f"torch {version}" + (f" from {folder}" if folder else "") + (f" ({whose})" if whose else "")
+
+
+def with_cause(r, c):
+    """The CUDA test's failure with verify's cause and fix (issue 34): the CUDA the job's torch is built for against
+    the driver (cuda.driver_compat: CUDA 13.0 needs driver 580, the host has 570), and which torch the job would use
+    and whether it is the image's."""
+    from ..verify import checks as ck
+
+    compat = next((x for x in ck.check_driver_compat(c) if x.status == ck.FAIL), None)
+    rt = c.f.cuda_runtime or {}
+    origin = torch_origin(rt) if rt.get("imported") else ""
+    if compat is None and not origin:
+        return r
+    measured = r.measured
+    fix = r.remediation or ""
+    if compat is not None:
+        measured = f"{r.measured}: {compat.measured} ({compat.detail})" if compat.detail else \
+            f"{r.measured}: {compat.measured}"
+        fix = compat.remediation or fix
+    if origin:
+        measured += f"; the job imports {origin}"
+        if "not the image's" in origin:
+            fix += ("; or keep the image's torch: pin the project's torch, torchvision and torchaudio to the ones that "
+                    "match it (`gpuops plan --script ...` shows what setup installs, before anything is launched)")
+    return ck.CheckResult(r.id, r.title, r.status, measured, r.expected, remediation=fix, detail=r.detail)
 
 
 APPS_COMMAND = "nvidia-smi --query-compute-apps=pid,process_name,used_memory --format=csv"

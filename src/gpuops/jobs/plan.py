@@ -296,7 +296,8 @@ def local_runs(profile_name: Optional[str] = None, project_dir: Path | None = No
         if profile_name and meta.get("profile") != profile_name:
             continue
         out.append(meta)
-    out.sort(key=lambda m: (m.get("started_ts") or 0, m["run_id"]), reverse=True)
+    out.sort(key=lambda m: (m["started_ts"] if isinstance(m.get("started_ts"), (int, float)) else 0, str(m["run_id"])),
+             reverse=True)  # a record edited by hand (a start that is not a number) sorts last, never an error
     return out
 
 

@@ -296,9 +296,22 @@ def launch_bundle(*, run_id: str, remote_dir: str, meta: dict, launcher: str, se
 def launch(remote, *, run_id: str, remote_dir: str, meta: dict, launcher: str, secrets: dict[str, str],
            python: str, force: bool = False) -> tuple[int, str]:
     """Start the job; returns (pid, absolute remote run folder)."""
+    from ..errors import ConnectError
+
     bundle = launch_bundle(run_id=run_id, remote_dir=remote_dir, meta=meta, launcher=launcher, secrets=secrets,
                            python=python, force=force)
-    res = remote.run("sh -s", stdin=bundle, timeout=60)
+    before = remote.exec_count
+    try:
+        res = remote.run("sh -s", stdin=bundle, timeout=60)
+    except ConnectError as exc:  # say whether anything was launched (issue #36: it said only "connection lost")
+        host, name = remote.profile.host, getattr(remote.profile, "name", "")
+        if remote.exec_count == before:  # the launch never started on the host
+            raise ConnectError(f"connection to {host} was lost before the launch of {run_id}: nothing was launched "
+                               "(the checks had passed)", hint="run the same command again once the host answers "
+                               f"(`gpuops verify{' -p ' + name if name else ''}` checks it)") from exc
+        raise ConnectError(f"connection to {host} was lost during the launch of {run_id}: whether the job started is "
+                           "not known", hint=f"`gpuops status{' -p ' + name if name else ''}` lists the host's runs "
+                           f"({run_id} among them if it started); nothing of it is recorded here") from exc
     lines = res.stdout.splitlines()
     for i, line in enumerate(lines):
         if line.startswith("@busy "):

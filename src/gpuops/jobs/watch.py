@@ -117,7 +117,7 @@ while :; do
     exit 0
   fi
   if [ $((n % {every})) = 0 ]; then {each}{procs}; fi
-  if [ $((n % {HEARTBEAT_TICKS})) = 0 ]; then {beat}echo "H $(date +%s)" >&2; fi
+  if [ $((n % {HEARTBEAT_TICKS})) = 0 ]; then {beat}echo "H $(date +%s) $(wc -c < "$D/log" 2>/dev/null || echo 0)" >&2; fi
   n=$((n+1))
   sleep {tick}
 done
@@ -137,12 +137,15 @@ echo "@log"
 """
 
 
-def start_offset_command(run_id: str, run_dir: str, lines: int) -> str:
+def start_offset_command(run_id: str, run_dir: str, lines: Optional[int]) -> str:
     """State, then the byte offset where the last N lines of the log begin (both measured on the same first `sz`
-    bytes, so a job writing meanwhile cannot move the offset into the middle of a line)."""
+    bytes, so a job writing meanwhile cannot move the offset into the middle of a line); lines=None: the log's
+    first byte (`gpuops run` prints the job's lines from the first)."""
     from .scripts import STATE_FN
 
     D = shell_path(run_dir)
+    if lines is None:
+        return STATE_FN + f"\ngpuops_state {D} {shlex.quote(run_id)}\necho 'START 0'\n"
     return STATE_FN + f"""
 gpuops_state {D} {shlex.quote(run_id)}
 if [ -f {D}/log ]; then
@@ -154,7 +157,7 @@ fi
 """
 
 
-def start_position(remote, run_id: str, run_dir: str, lines: int) -> tuple[RunInfo, int]:
+def start_position(remote, run_id: str, run_dir: str, lines: Optional[int]) -> tuple[RunInfo, int]:
     """The run's state and the log offset that replays its last N lines; RemoteError when the run does not exist."""
     res = remote.run("sh -s", stdin=start_offset_command(run_id, run_dir, lines), timeout=60)
     info, start = None, 0
@@ -239,7 +242,12 @@ def parse_stderr_line(line: str) -> Optional[dict]:
         parts = line.split()
         return {"type": "checkpoints", "sig": tuple(parts[1:3])} if len(parts) >= 3 else None
     if line.startswith("H "):
-        return {"type": "heartbeat"}
+        parts = line.split()  # H <the host's clock> [<the log's size>]: how far behind a follower reads
+        try:
+            return {"type": "heartbeat", "at": float(parts[1]),
+                    **({"size": int(parts[2])} if len(parts) > 2 and parts[2].isdigit() else {})}
+        except (ValueError, IndexError):
+            return {"type": "heartbeat"}
     if line.strip() == "END":
         return {"type": "end"}
     return None
@@ -334,7 +342,7 @@ class StreamModel:
         events = []
         for raw in self.tags.feed(data):
             ev = parse_stderr_line(raw.decode("utf-8", "replace"))
-            if ev is None or ev["type"] == "heartbeat":
+            if ev is None:
                 continue
             if ev["type"] == "state":
                 self.fs.info = ev["info"]
@@ -458,6 +466,8 @@ def follow_to_end(connect: Callable[[], object], run_id: str, run_dir: str, fs: 
     try:
         for ev in follow(connect, run_id, run_dir, fs, interval=interval, samples=samples, extras=extras,
                          give_up_after=give_up_after):
+            if ev["type"] == "sample" and fs.info is not None and fs.info.exists and not fs.info.alive:
+                continue  # the run has ended: a GPU sample now is another job's
             dash.apply(ev)
             on_event(ev)
     except KeyboardInterrupt:

@@ -91,6 +91,8 @@ class UpStage:
                 return  # nothing bills while no instance exists (--wait-for-capacity)
             if rec.billed_from is None:
                 rec.billed_from = self.seams.clock()
+                self.out.info(f"run {rec.id}: launched; gpuops run --resume --id {rec.id} continues it if this "
+                              "process ends")
             rec.price_per_hour = info["price_per_hour"]
             if pl.over_budget(rec, self.seams.clock()):
                 raise BudgetReached(f"--max-cost ${rec.max_cost:.2f} reached while bringing the instance up")
@@ -118,7 +120,7 @@ class UpStage:
             if not again and not [r for r in ctx.ledger.records() if r.profile == rec.profile]:
                 # refused before any launch request (the options, the key, the user's no): no run to resume
                 (pl.records_dir(self.project) / f"{rec.id}.json").unlink(missing_ok=True)
-                self._env_file().unlink(missing_ok=True)
+                self._forget_secrets()
                 self.out.info(f"nothing was launched: run {rec.id}'s record is removed")
             raise
         rec.price_per_hour = res["price_per_hour"]

@@ -8,6 +8,7 @@ from typing import Callable, Optional
 
 from ..errors import GpuopsError
 from . import checkpoints as ck, stages as pl
+from .prep import run_excludes as prep_excludes
 
 
 def fleet_verify_lines(text: str) -> list[tuple[str, str]]:
@@ -56,6 +57,11 @@ class HostStages:
         bad = [r for r in got if not r.ok]
         return "; ".join(f"host #{r.rank}: {r.message}" for r in bad) if bad else None
 
+    def resolution(self) -> Optional[dict]:
+        """The local plan's resolution (made before the launch, carried by the record): setup installs its pins."""
+        res = (self.rec.plan or {}).get("resolution")
+        return res if isinstance(res, dict) and res.get("available") else None
+
     def stage_setup(self) -> None:
         from ..setup.apply import setup
         from ..verify.host import exit_code, show
@@ -67,7 +73,8 @@ class HostStages:
             from ..verify.host import run_fleet_verify
 
             failed = self._failed_hosts(self._every_node(
-                prof, lambda node, node_out: setup(node, node_out, self.project, verify=False)))
+                prof, lambda node, node_out: setup(node, node_out, self.project, verify=False,
+                                                   resolution=self.resolution())))
             if failed:
                 self._end("setup", ok=False, detail=failed)
                 return
@@ -86,7 +93,7 @@ class HostStages:
                 self.out.warn(note)
 
         try:
-            doc = setup(prof, self.out, self.project, verify=True, on_plan=on_plan)
+            doc = setup(prof, self.out, self.project, verify=True, on_plan=on_plan, resolution=self.resolution())
         except GpuopsError as exc:
             self._end("setup", ok=False, detail=exc.message)
             self._raise_if_lost()  # an instance ended under the run: that is the first line, not the failure it caused
@@ -95,8 +102,7 @@ class HostStages:
         code = exit_code(doc["verify"]) if doc.get("verify") else 0
         if code and doc.get("verify_results") is not None and not self.out.json_mode:
             show(self.out, doc["verify"], doc["verify_results"])
-        self._end("setup", ok=code == 0, detail="the host matches the profile" if code == 0 else
-                  "verify fails after setup: the host does not match the profile")
+        self._end("setup", ok=code == 0, detail=pl.setup_detail(doc, verified=code == 0))
 
     def stage_sync(self) -> None:
         from ..remote.connection import connect
@@ -108,11 +114,12 @@ class HostStages:
         # them; a replacement gets the checkpoint it resumes from through `push`
         fprof = self._fetch_profile()
         excludes = ck.sync_excludes(ck.names(self.rec.fetch, self._mount(fprof)), fprof.fetch)
+        excludes += prep_excludes(self.rec.prep)  # --prep-out: linked from the filesystem, never a stale copy
         if self.rec.data:  # a data folder inside the project goes to its own place (_put_data), not with the project
             from ..transfer.dataplan import parse, project_exclude
 
             try:
-                excludes += [x for x in [project_exclude(parse(self.rec.data, self.project), self.project)] if x]
+                excludes += [x for x in [project_exclude(parse(self._data_text(), self.project), self.project)] if x]
             except GpuopsError:
                 pass  # gone since the launch (a --resume): _put_data says so, and the stage fails there
 
@@ -142,15 +149,16 @@ class HostStages:
             return
         self._end("sync", ok=True, detail=f"{s['files']} files, {s['bytes_sent']} bytes sent")
 
-    def _put_data(self, node, node_out) -> str:
+    def _put_data(self, node, node_out, prof=None) -> str:
         """--data on this node: on the run's filesystem when it has one (GPUOPS_FS/gpuops/data/NAME), else on the
-        instance's disk; a URL or hf:// repo downloaded by the instance. Returns GPUOPS_DATA."""
+        instance's disk; a URL or hf:// repo downloaded by the instance. Returns GPUOPS_DATA. prof: the instance's
+        profile (the run's by default; the preparation's puts it there first)."""
         from ..profiles.model import environment
         from ..remote.connection import connect
         from ..transfer import data, dataplan
 
-        src = dataplan.parse(self.rec.data, self.project)
-        fss = self._profile().cloud.filesystems
+        src = dataplan.parse(self._data_text(), self.project)
+        fss = (prof or self._profile()).cloud.filesystems
         here = environment(self.project) if src.kind == "hf" else {}
         if here.get("HF_TOKEN"):  # a secret: scrubbed from every message from here on, as the API key is
             from ..cloud.api import Secret, redact
@@ -160,7 +168,7 @@ class HostStages:
             try:
                 return data.put(node, remote, node_out, src, fss[0].mount_point if fss else None,
                                 token=here.get("HF_TOKEN"), endpoint=here.get("HF_ENDPOINT"),
-                                tick=self._download_tick(src.text, node_out))["path"]
+                                tick=self._download_tick(src.shown or src.text, node_out))["path"]
             except GpuopsError as exc:
                 raise GpuopsError(redact(exc.message) if here.get("HF_TOKEN") else exc.message, hint=exc.hint,
                                   code=exc.code) from None
@@ -204,6 +212,7 @@ class HostStages:
             return
         try:
             self._link_checkpoints(prof)  # run --fs: checkpoints/ is the run's folder on the filesystem
+            self._link_prep(prof)  # run --prep: its outputs, where the job expects them (pipeline/prepstage.py)
         except GpuopsError as exc:
             self.out.error(f"not launched: {exc.message}", exc.hint)
             self._end("train", ok=False, detail=exc.message)
@@ -220,8 +229,7 @@ class HostStages:
         except GpuopsError as exc:  # the launch gate refused a broken stack, or the launch failed
             self._end("train", ok=False, detail=exc.message)
             self._raise_if_lost()
-            said = exc.message.removesuffix("; not launching")  # the gate's own ending, said once by the prefix
-            self.out.error(f"not launched: {said}", pl.refusal_hint(exc.hint, kept=rec.keep))
+            self.out.error(*pl.launch_failure(exc.message, exc.hint, kept=rec.keep))
             return
         rec.run_id = res["run_id"]
         self._end("train", ok=True, detail=f"run {res['run_id']}")

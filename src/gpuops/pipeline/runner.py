@@ -13,9 +13,9 @@ an instance lost, unreachable or whose GPU fails is replaced instead (pipeline/r
 with the run's.
 
 This module is the Runner's loop: the order of the stages, the instance's fate asked of the API, Ctrl-C, the end. The
-stages are mixins, one module per family: bringup.py (up), hoststages.py (setup, sync, train), watching.py (watch),
-ending.py (fetch, down), recovery.py (recover, push); what stops a stage early is in stops.py, the closing summary in
-summary.py.
+stages are mixins, one module per family: prepstage.py (--prep: the preparation, first, on its own instance),
+bringup.py (up), hoststages.py (setup, sync, train), watching.py (watch), ending.py (fetch, down), recovery.py
+(recover, push); what stops a stage early is in stops.py, the closing summary in summary.py.
 """
 from __future__ import annotations
 
@@ -30,6 +30,7 @@ from ..errors import ExitCode, GpuopsError, UsageError
 from .bringup import UpStage
 from .ending import EndStages
 from .hoststages import HostStages
+from .prepstage import PrepStage
 from .recovery import RecoveryStages
 from .stops import InstanceLost, _ConnectionGaveUp
 from .watching import WatchStage
@@ -55,7 +56,7 @@ def new_record(*, script: str, args: list, regions: list, nodes: int, fetch: lis
                max_price: Optional[float] = None, wait_for_capacity_s: float = 0.0, recover: int = 0,
                unreachable_s: Optional[float] = None, file_systems: Optional[list] = None, data: Optional[str] = None,
                seed: Optional[int] = None, env_names: Optional[list] = None, force: bool = False,
-               idle_s: Optional[float] = None, guard: Optional[str] = None,
+               idle_s: Optional[float] = None, guard: Optional[str] = None, prep: Optional[dict] = None,
                clock: Callable[[], float] = time.time, project: Optional[Path] = None,
                token: Callable[[], str] = lambda: uuid.uuid4().hex[:4]) -> pl.Record:
     """A new run's record. Its id, `<name>-<YYYYmmdd-HHMMSS>-<4 random hex digits>`, is not one of a record already
@@ -80,7 +81,8 @@ def new_record(*, script: str, args: list, regions: list, nodes: int, fetch: lis
                      keep=keep, ttl_s=ttl_s,
                      max_cost=max_cost, key=str(key) if key else None, created=clock(), recover=recover,
                      unreachable_s=unreachable_s, file_systems=list(file_systems or []), data=data, seed=seed,
-                     env_names=list(env_names or []), force=force, idle_s=idle_s, guard=guard)
+                     env_names=list(env_names or []), force=force, idle_s=idle_s, guard=guard,
+                     prep=dict(prep, stage={}, instances=[]) if prep else None)
 
 
 def amend_for_resume(rec: pl.Record, *, fetch: list, keep: bool, max_cost: Optional[float],
@@ -116,15 +118,17 @@ def amend_for_resume(rec: pl.Record, *, fetch: list, keep: bool, max_cost: Optio
         rec.hardware, rec.stop_reason, rec.job_state, rec.outcome = None, None, None, pl.RUNNING
 
 
-class Runner(UpStage, HostStages, WatchStage, EndStages, RecoveryStages):
+class Runner(PrepStage, UpStage, HostStages, WatchStage, EndStages, RecoveryStages):
     """One `gpuops run`: drives the stages of a record, saving it as it goes."""
 
     def __init__(self, rec: pl.Record, out, project: Path, ctx_factory, seams: Optional[Seams] = None,
                  confirm: Optional[Callable[[str], bool]] = None,
-                 create_fs: Optional[Callable[[str], Optional[bool]]] = None, env: Optional[list] = None):
+                 create_fs: Optional[Callable[[str], Optional[bool]]] = None, env: Optional[list] = None,
+                 data: Optional[str] = None):
         self.rec, self.out, self.project = rec, out, project
         self.create_fs = create_fs  # --fs NAME missing: asked before creating it (cli.fs.fs_question)
         self._env_given = list(env or [])  # --env NAME=VALUE of a new run: written to the 0600 file, never the record
+        self._data_given = data if data and data != rec.data else None  # --data with credentials: its 0600 file
         self.ctx_factory = ctx_factory  # () -> cloud lifecycle Context (client, ledger, out)
         self.seams = seams or Seams()
         self.confirm = confirm
@@ -166,6 +170,19 @@ class Runner(UpStage, HostStages, WatchStage, EndStages, RecoveryStages):
     def _env_file(self) -> Path:
         return pl.records_dir(self.project) / f"{self.rec.id}.env"
 
+    def _data_file(self) -> Path:
+        return pl.records_dir(self.project) / f"{self.rec.id}.data"
+
+    def _data_text(self) -> Optional[str]:
+        """--data as given: from its 0600 file when the URL holds credentials (the record keeps it redacted)."""
+        f = self._data_file()
+        return f.read_text() if f.is_file() else self.rec.data
+
+    def _forget_secrets(self) -> None:
+        """The run is over (or never launched): no launch needs its --env values or --data URL again."""
+        self._env_file().unlink(missing_ok=True)
+        self._data_file().unlink(missing_ok=True)
+
     def _job_env(self) -> list:
         """The run's --env NAME=VALUE (its 0600 file: values may be secrets), for every launch of the job."""
         import json
@@ -180,9 +197,15 @@ class Runner(UpStage, HostStages, WatchStage, EndStages, RecoveryStages):
             from ..paths import write_private
 
             write_private(self._env_file(), json.dumps(self._env_given))
+        if self._data_given:
+            from ..paths import write_private
+
+            write_private(self._data_file(), self._data_given)
         pl.save(self.rec, self.project)
-        self.out.info(f"run {self.rec.id}: record {pl.records_dir(self.project) / (self.rec.id + '.json')} "
-                      f"(gpuops run --resume --id {self.rec.id} continues it)")
+        # a new run is resumable once something was launched (bringup says it then): a run refused before any launch
+        # request removes its record, and a --resume line for it was false (issue #36)
+        self.out.info(f"run {self.rec.id}: record {pl.records_dir(self.project) / (self.rec.id + '.json')}"
+                      + (f" (gpuops run --resume --id {self.rec.id} continues it)" if self.rec.stages else ""))
         home = ck.home(self.rec.id, self.rec.fetch)
         if home is not None and not self.rec.stages:
             self.out.info(f"what --fetch names lands in runs/{self.rec.id}/ (checkpoints: {home.local}), a folder "
@@ -377,6 +400,9 @@ class Runner(UpStage, HostStages, WatchStage, EndStages, RecoveryStages):
         from ..interrupts import received
 
         rec = self.rec
+        if stage == "prep":  # its instance is already terminated (prepstage): nothing else was launched
+            self.out.warn(self.prep_interrupted_text())
+            return False
         if stage == "recover":
             r = rec.recovering or {}
             ids = ", ".join(r.get("instance_ids") or []) or "the instance"
@@ -434,10 +460,9 @@ class Runner(UpStage, HostStages, WatchStage, EndStages, RecoveryStages):
     def _finish_after_stop(self) -> None:
         """After a stop (budget, second Ctrl-C): the job is over; fetch what exists, then down (unless --keep)."""
         rec = self.rec
-        for name in ("train", "watch"):
-            st = rec.stage(name)
-            if st.ended is None:
-                st.started = st.started or self.seams.clock()
+        for name in ("train", "watch"):  # only a stage that had started ends with the stop; one that never started
+            st = rec.stages.get(name)   # is no row (until #36: "FAILED interrupted twice" for stages never begun)
+            if st is not None and st.started is not None and st.ended is None:
                 st.ended, st.ok, st.detail = self.seams.clock(), False, rec.stop_reason
         pl.save(rec, self.project)
 
@@ -445,8 +470,10 @@ class Runner(UpStage, HostStages, WatchStage, EndStages, RecoveryStages):
         rec = self.rec
         fetch = rec.stages.get("fetch")
         down = rec.stages.get("down")
-        if rec.recovering:
-            rec.outcome = pl.KEPT  # the instance to replace could not be terminated: still billing, said loudly
+        if rec.recovering or (rec.prep or {}).get("billing"):
+            rec.outcome = pl.KEPT  # the instance to replace (or the preparation's) could not be terminated: said loudly
+        elif rec.prep is not None and (rec.prep.get("stage") or {}).get("ok") is False:
+            rec.outcome = pl.FAILED  # the preparation failed: no training instance was launched
         elif rec.terminated_by:
             rec.outcome = pl.ENDED
         elif rec.lost:
@@ -462,7 +489,7 @@ class Runner(UpStage, HostStages, WatchStage, EndStages, RecoveryStages):
         else:
             rec.outcome = pl.FAILED
         pl.save(rec, self.project)
-        self._env_file().unlink(missing_ok=True)  # the run is over: no launch needs its --env values again
+        self._forget_secrets()  # the run is over: no launch needs its --env values or --data URL again
         if rec.outcome == pl.KEPT and rec.keep and down is None:
             per_hour = (rec.price_per_hour or 0) * max(1, rec.nodes)
             self.out.warn(f"--keep: {rec.profile} is KEPT, billing ${per_hour:.2f}/h{self._until()}; gpuops down "

@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Optional
 
 from ..errors import UsageError
+from . import prep
 
 # sync first: setup installs from the synced files; push (the checkpoint a replaced instance left) only on a relaunch
 STAGES = ("up", "sync", "setup", "push", "train", "watch", "fetch", "down")
@@ -34,6 +35,18 @@ _SETUP_AGAIN = re.compile(r"(,? then|,? and) (?:run )?(`?)gpuops setup\2(?: agai
 
 
 _PROFILES = re.compile(r"the profile's (setup\.extras|expect\.packages|env:)")
+
+
+def launch_failure(message: str, hint: Optional[str], *, kept: bool) -> tuple[str, Optional[str]]:
+    """The train stage's error line when the launch failed: "not launched: ..." once (the gate's own "; not
+    launching" ending dropped; a cut before the launch already says "nothing was launched"), and never "not launched"
+    for a launch whose start is not known (issue #36): the run terminates the instance, and with it anything that
+    started."""
+    if "whether the job started is not known" in message:
+        return message, (hint if kept else "the run goes on to terminate the instance: anything that started ends "
+                         "with it; start gpuops run again")
+    said = message.removesuffix("; not launching")
+    return (said if "nothing was launched" in said else f"not launched: {said}"), refusal_hint(hint, kept=kept)
 
 
 def refusal_hint(hint: Optional[str], *, kept: bool) -> Optional[str]:
@@ -119,6 +132,10 @@ class Record:
     file_systems: list = field(default_factory=list)  # --fs: attached to every instance (replacements too)
     data: Optional[str] = None  # --data SOURCE as given (transfer.dataplan.parse)
     data_path: Optional[str] = None  # where the data is on the instance (GPUOPS_DATA), once put there
+    plan: Optional[dict] = None  # the local plan made before the launch (project/plan.py's JSON document)
+    # --prep CMD: the preparation, first, on its own instance (pipeline/prep.py, prepstage.py): {command, outs, type,
+    # key, folder, path, state, stage {started, ended, ok, detail}, instances [...], job, log, ...}
+    prep: Optional[dict] = None
 
     def stage(self, name: str) -> Stage:
         st = self.stages.get(name)
@@ -157,6 +174,10 @@ def next_stage(rec: Record) -> Optional[str]:
     st = rec.stages
     if rec.recovering:  # (after `down` too: a job that died with its GPU, resumed with --recover N)
         return "recover"
+    if prep.pending(rec.prep):  # the preparation first: no training instance before it is complete
+        return "prep"
+    if prep.failed(rec.prep):  # a failed preparation (or its instance still billing) launches nothing
+        return None
     if st.get("down") is not None and st["down"].ok:
         return None
     if rec.lost:
@@ -216,7 +237,7 @@ def attempt_cost(att: dict) -> float:
 
 def spend(rec: Record, now: float) -> float:
     """Dollars spent so far on every instance of the run, every node (0 before `up` or without a price)."""
-    past = sum(attempt_cost(a) for a in rec.attempts + rec.reclaimed)
+    past = sum(attempt_cost(a) for a in rec.attempts + rec.reclaimed) + prep.spend(rec.prep, now)
     start = billed_since(rec)
     if start is None or not rec.price_per_hour:
         return past
@@ -252,7 +273,8 @@ def summary(rec: Record, now: float) -> list[dict]:
         rows += _stage_rows({k: Stage(**v) for k, v in att["stages"].items()}, per_s, att["ended"],
                             order.index(id(att)) + 1, att.get("started"))
     per_s = (rec.price_per_hour or 0.0) * max(1, rec.nodes) / 3600.0
-    return rows + _stage_rows(rec.stages, per_s, now, len(order) + 1, rec.billed_from, rec.lost_at)
+    first = [r for r in [prep.row(rec.prep, now) if rec.prep else None] if r]  # its own instance: its own price
+    return first + rows + _stage_rows(rec.stages, per_s, now, len(order) + 1, rec.billed_from, rec.lost_at)
 
 
 def _launch_order(rec: Record) -> list:
@@ -262,7 +284,8 @@ def _launch_order(rec: Record) -> list:
 
 
 def instances(rec: Record, now: float) -> list[dict]:
-    """Each instance of the run, in launch order: its ids, type, region, billed time and cost, and how it ended."""
+    """Each instance of the run, in launch order: its ids, type, region, billed time and cost, and how it ended. The
+    preparation's instances (--prep) come first, numbered 0 with `role` prep; the training's are numbered from 1."""
     rows = []
     # in launch order: a reclaimed bring-up came before the instance launched after it
     for att in sorted(rec.attempts + rec.reclaimed, key=lambda a: a.get("started") or a.get("ended") or 0.0):
@@ -289,7 +312,7 @@ def instances(rec: Record, now: float) -> list[dict]:
                      "seconds": round(secs, 1),
                      "cost": round(secs / 3600.0 * (rec.price_per_hour or 0.0) * max(1, rec.nodes), 4),
                      "ended": ended})
-    return rows
+    return prep.instance_rows(rec.prep, now) + rows
 
 
 def overhead(rec: Record) -> dict:
@@ -413,6 +436,8 @@ class RunLock:
         import os
 
         if self.fd is not None:
+            if not self.path.with_suffix(".json").exists():  # the record was removed (nothing was launched):
+                self.path.unlink(missing_ok=True)           # its lock goes too, while still held (issue #36)
             os.close(self.fd)  # the lock goes with the descriptor
             self.fd = None
 
@@ -429,6 +454,16 @@ def begin(rec: Record, name: str, project: Path, clock=time.time) -> None:
     st = rec.stage(name)
     st.started, st.ended, st.ok, st.detail = st.started or clock(), None, None, None
     save(rec, project)
+
+
+def setup_detail(doc: dict, *, verified: bool) -> str:
+    """The setup row of the summary: what setup did (its steps, or nothing), then verify's word. Until #36 it read
+    "the host matches the profile" after installing 36 to 120 packages."""
+    steps = [s.get("title", "") for s in ((doc.get("plan") or {}).get("steps") or [])] if doc.get("ran") else []
+    did = ("re-attached to the setup running there" if doc.get("attached") else
+           f"{len(steps)} step{'s' if len(steps) != 1 else ''} done: {'; '.join(steps)}" if steps else
+           "nothing to install")
+    return f"{did}; verify passes" if verified else f"{did}; verify fails after setup: the host does not match the profile"
 
 
 def run_name(name: Optional[str], script: str) -> str:

@@ -6,7 +6,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Optional
 
-from . import checkpoints as ck, stages as pl
+from . import checkpoints as ck, prep, stages as pl
 
 
 def _rel(path: Optional[str], project: Path) -> Optional[str]:
@@ -40,19 +40,22 @@ def _holds_files(path: Path) -> bool:
         return False
 
 
-def checkpoints_doc(rec: pl.Record, project: Optional[Path] = None) -> Optional[dict]:
+def checkpoints_doc(rec: pl.Record, fetched: Optional[dict] = None, project: Optional[Path] = None) -> Optional[dict]:
     """Where this run's checkpoints are (pipeline.checkpoints.home), the newest that counts and the evidence that
-    vouched for it, for the summary. `fetched` only when the final fetch brought them here and they are here;
-    `local` only when the folder here holds fetched files; on a filesystem and not fetched: how to get them later."""
+    vouched for it, for the summary. `fetched` only when the fetch brought them here (`fetched`: what the fetch stage
+    brought, or a fetch stage that ended ok) and they are here; `local` only when the folder here holds fetched
+    files; on a filesystem and not fetched: how to get them later. None when the job never started: there are none
+    (until #36 a run stopped during setup named runs/<id>/checkpoints, where nothing was ever fetched)."""
     home = ck.home(rec.id, rec.fetch, mount=rec.ck_filesystem)
-    if home is None:
+    if home is None or not rec.run_id:
         return None
     newest = rec.checkpoint or {}
     st = rec.stages.get("fetch")
     here = (project or Path.cwd()) / home.local
     has = _holds_files(here)
+    brought = home.name in (fetched or {}) or (st is not None and bool(st.ok))
     doc = {**home.to_json(), "local": home.local if has else None, "newest": ck.where(newest),
-           "step": newest.get("step"), "fetched": bool(home.name in rec.fetch and st is not None and st.ok and has),
+           "step": newest.get("step"), "fetched": bool(home.name in rec.fetch and brought and has),
            "evidence": list(newest.get("evidence") or []) if newest else None,
            "evidence_said": ck.said(newest.get("evidence"), ck.book(project)) if newest.get("evidence") else None}
     if home.filesystem and not doc["fetched"]:
@@ -72,31 +75,39 @@ def render_summary(out, rec: pl.Record, fetched: dict, now: float) -> dict:
            "stages": rows, "instances": insts, "total_cost": round(total, 4), "fetched": fetched,
            "environment": str(env) if env and env.is_dir() else None, "overhead": pl.overhead(rec),
            "stop_reason": rec.stop_reason, "recoveries": len(rec.attempts), "resumed_from": rec.resume_from,
-           "checkpoint": ck.where(rec.checkpoint), "checkpoints": checkpoints_doc(rec, Path.cwd()), "ttl_s": rec.ttl_s,
+           "checkpoint": ck.where(rec.checkpoint), "checkpoints": checkpoints_doc(rec, fetched, Path.cwd()),
+           "ttl_s": rec.ttl_s,
            "ttl_deadline_at": (datetime.fromtimestamp(rec.ttl_deadline).astimezone().isoformat(timespec="seconds")
                                if rec.ttl_deadline else None),
-           "warnings": list(dict.fromkeys(out.warnings))}  # every warning said on stderr, once each
+           "prep": prep.summary_doc(rec.prep, now),
+           "warnings": list(dict.fromkeys(out.warnings)),  # every warning said on stderr, once each
+           "plan": rec.plan}
     if out.json_mode:
         from .. import jsonvocab
 
         out.emit_json(jsonvocab.run(doc))  # docs/json.md's names; the caller reads `doc` under the runner's own
         return doc
     out.print(f"gpuops run {rec.id}: {rec.outcome}" + (f" (job {rec.job_state})" if rec.job_state else ""))
-    many = len(insts) > 1
+    many = len([i for i in insts if i.get("role") != "prep"]) > 1
     for r in rows:
         mark = "ok" if r["ok"] else ("--" if r["ok"] is None else "FAILED")
-        label = (f"#{r['instance']} " if many else "") + r["label"]
+        label = (f"#{r['instance']} " if many and r["instance"] else "") + r["label"]
         out.print(f"  {label:<32} {r['seconds']:>8.1f} s  ${r['cost']:>8.4f}  {mark}"
                   + (f"  {r['detail']}" if r["detail"] else ""))
-    if many:
+    if many or rec.prep:
         for i in insts:
-            head = f"instance #{i['instance']} {', '.join(i['ids']) or '?'}"
+            if not many and i.get("role") != "prep":
+                continue
+            head = (f"instance #{i['instance']}" if i.get("role") != "prep" else "preparation's instance") + \
+                f" {', '.join(i['ids']) or '?'}"
             when = f"{_hms(i['started'])}-{_hms(i['ended_at']) if i['ended_at'] else 'now'}" if i["started"] else ""
             out.print(f"  {head:<32} {i['seconds']:>8.1f} s  ${i['cost']:>8.4f}  {i['type'] or ''}"
                       f"{', ' + i['region'] if i['region'] else ''} {when}: {i['ended']}")
     out.print(f"  {'total':<32} {sum(r['seconds'] for r in rows):>8.1f} s  ${total:>8.4f}")
     for name, where in fetched.items():
         out.print(f"  {name}: {where} (verified)")
+    for line in prep.summary_lines(doc["prep"]):
+        out.print("  " + line)
     if doc["checkpoints"]:
         c = doc["checkpoints"]
         if c["filesystem"]:

@@ -24,6 +24,9 @@ class WatchStage:
         from ..jobs import watch as w
 
         rec = self.rec
+        # the job's lines from the first (a traceback printed while the launch stage ran, longer than 5 lines, never
+        # reached the terminal: issue #36); a watch taken up again (--resume) replays the last 5, as `watch` does
+        resumed = bool(rec.stages.get("watch") and rec.stages["watch"].started)
         self._begin("watch")
         fleet_prof = self._profile()
         fleet_meta = lifecycle.resolve(rec.run_id, fleet_prof, self.project)
@@ -62,8 +65,8 @@ class WatchStage:
 
         try:
             with others or contextlib.nullcontext(), status:
-                res = lifecycle.follow(prof, self.out, self.project, meta, dash, lines=5, samples=True,
-                                       interval=self.seams.poll_s, on_event=on_event, extras=extras,
+                res = lifecycle.follow(prof, self.out, self.project, meta, dash, lines=5 if resumed else None,
+                                       samples=True, interval=self.seams.poll_s, on_event=on_event, extras=extras,
                                        give_up_after=rec.unreachable_s)
         except BudgetReached:
             return self._budget_stop()

@@ -356,26 +356,44 @@ def check_env_name(name: str, where: str) -> str:
 
 
 # -- .env and ${VAR} -----------------------------------------------------------------
-def read_dotenv(path: Path) -> dict[str, str]:
-    """Parse KEY=VALUE lines (optional `export`, quotes, comments). Never logs values."""
-    values: dict[str, str] = {}
+def _dotenv_bindings(path: Path) -> tuple[dict[str, str], list[str]]:
+    """The project's .env as python-dotenv reads it (the parser `load_dotenv` uses, so `.env` means here what it means
+    to the job's own code): `export`, quotes, comments after a value, multi-line quoted values (a PEM key, a JSON
+    credential), `${VAR}` expanded. Returns (values, problems): a line it cannot read, or a name that is not a
+    variable name, is left out and named by its line number, never its text (it may hold a secret)."""
+    import io
+
+    from dotenv.main import resolve_variables
+    from dotenv.parser import parse_stream
+
     if not path.is_file():
-        return values
-    for raw in path.read_text(encoding="utf-8", errors="replace").splitlines():
-        line = raw.strip()
-        if not line or line.startswith("#") or "=" not in line:
-            continue
-        if line.startswith("export "):
-            line = line[len("export "):].lstrip()
-        key, _, value = line.partition("=")
-        key, value = key.strip(), value.strip()
-        if len(value) >= 2 and value[0] == value[-1] and value[0] in "'\"":
-            value = value[1:-1]
-        elif " #" in value:
-            value = value.split(" #", 1)[0].rstrip()
-        if re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", key):
-            values[key] = value
-    return values
+        return {}, []
+    try:
+        text = path.read_text(encoding="utf-8", errors="replace")
+    except OSError as exc:
+        return {}, [f"{path}: cannot be read ({exc.strerror or exc}); its variables are left out"]
+    pairs, problems = [], []
+    for b in parse_stream(io.StringIO(text)):
+        if b.error:
+            problems.append(f"{path}: line {b.original.line} cannot be read as NAME=VALUE (an unclosed quote, or no "
+                            "`=`); it is left out")
+        elif b.key is not None and not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", b.key):
+            problems.append(f"{path}: line {b.original.line}: {b.key[:40]!r} is not a variable name (letters, digits "
+                            "and _, not starting with a digit); it is left out")
+        elif b.key is not None and b.value is not None:  # `NAME` alone declares nothing
+            pairs.append((b.key, b.value))
+    values = resolve_variables(pairs, override=True)  # what python-dotenv's dotenv_values does
+    return {k: v for k, v in values.items() if v is not None}, problems
+
+
+def read_dotenv(path: Path) -> dict[str, str]:
+    """The variables of a .env file as python-dotenv reads them (see _dotenv_bindings). Never logs values."""
+    return _dotenv_bindings(path)[0]
+
+
+def dotenv_problems(path: Path) -> list[str]:
+    """One warning per line of a .env file that read_dotenv leaves out, naming the line (never its text)."""
+    return _dotenv_bindings(path)[1]
 
 
 def environment(project_dir: Path | None = None) -> dict[str, str]:
@@ -577,14 +595,21 @@ def resolve(name: str | None = None, project_dir: Path | None = None) -> Profile
         if name and name not in found:
             name = None
     if not name:
-        mine = available(project_dir, examples=False)
+        # a terminated instance's profile (kept for its history) is never "the only one": four finished runs left
+        # four such profiles beside the one a user means (issue #36)
+        everything = available(project_dir, examples=False)
+        ended = [n for n, f in everything.items() if terminated(f)]
+        mine = {n: f for n, f in everything.items() if n not in ended}
         if len(mine) == 1:
             name = next(iter(mine))
         else:
             listing = ", ".join(mine) if mine else "none"
-            examples = ", ".join(n for n in found if n not in mine)
+            examples = ", ".join(n for n in found if n not in everything)
+            gone = (f"; not counted: {len(ended)} of terminated instances ({', '.join(ended[:6])}"
+                    f"{', ...' if len(ended) > 6 else ''}; `gpuops profiles prune` removes them)") if ended else ""
             raise ProfileError(
-                f"which profile? found {len(mine)}: {listing}" + (f" (examples: {examples})" if examples else ""),
+                f"which profile? found {len(mine)}: {listing}" + (f" (examples: {examples})" if examples else "")
+                + gone,
                 hint="name one (gpuops verify NAME, or -p NAME), or set GPUOPS_PROFILE; "
                      "`gpuops sandbox up` writes a local one named 'sandbox'",
             )

@@ -275,6 +275,20 @@ def _known_hosts():
     return hit[1]
 
 
+class LostDuringAuth(EOFError):
+    """The connection ended while the host was judging the key (paramiko says "Authentication failed: transport shut
+    down or saw EOF"): a lost connection, not a refusal."""
+
+
+def _lost_during_auth(conn, exc: BaseException) -> bool:
+    """Did paramiko's AuthenticationException come from the connection ending rather than the host's answer? A host
+    that refuses a key answers and keeps the connection open; a cut leaves the transport dead."""
+    if "transport shut down or saw EOF" in str(exc):
+        return True
+    transport = getattr(getattr(conn, "client", None), "get_transport", lambda: None)()
+    return transport is not None and not transport.is_active()
+
+
 def _transient(exc: BaseException) -> bool:
     import paramiko
 
@@ -340,7 +354,11 @@ def connect(profile, *, announce=print, attempts: int = 3, tried: int = 0) -> Re
             conn.close()
             raise hostkeys.changed_key_error(profile.name, tg.host, tg.port, exc) from exc
         except paramiko.AuthenticationException as exc:
+            lost = _lost_during_auth(conn, exc)
             conn.close()
+            if lost:  # neither accepted nor refused: transient (retried), said as a lost connection
+                raise LostDuringAuth("the connection was lost during authentication, before the host accepted or "
+                                     "refused the key") from exc
             raise AuthError(
                 f"{tg.user}@{tg.host} refused authentication with {offered or 'no key'}: {exc}",
                 hint="check 'user:' and 'key:' in the profile (Lambda instances use user 'ubuntu')",

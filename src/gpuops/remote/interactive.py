@@ -45,6 +45,35 @@ def forward(text: str) -> Forward:
                           "the host's 8888")
 
 
+def unique(forwards: list[Forward]) -> list[Forward]:
+    """The forwards asked, each once (`-L 6006 -L 6006` is one forward); one local port asked for two remote ones
+    is a usage error (ssh would refuse the second bind)."""
+    by_local: dict[int, Forward] = {}
+    for f in forwards:
+        seen = by_local.setdefault(f.local, f)
+        if seen != f:
+            raise UsageError(f"local port {f.local} is given twice: -L {seen.local}:{seen.remote} and "
+                             f"-L {f.local}:{f.remote}", hint="give each forward its own local port: -L 8000:8888 "
+                                                              "-L 8001:9999")
+    return list(by_local.values())
+
+
+def local_port_taken(port: int) -> bool:
+    """Does something on this machine already listen on 127.0.0.1:port (ssh's bind would fail)? Bound as ssh binds
+    (SO_REUSEADDR), so a connection closing in TIME_WAIT does not count."""
+    import socket
+
+    s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    try:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        s.bind(("127.0.0.1", port))
+        return False
+    except OSError:
+        return True
+    finally:
+        s.close()
+
+
 def ssh_argv(profile, *, forwards: list[Forward] = (), forward_only: bool = False, command: list[str] = (),
              tty: bool = False) -> list[str]:
     """The OpenSSH command for `gpuops ssh`. A command's words are joined as ssh joins them (the remote shell reads
@@ -64,14 +93,17 @@ def ssh_argv(profile, *, forwards: list[Forward] = (), forward_only: bool = Fals
     return argv
 
 
-def session(profile, argv: list[str], *, announce=print) -> int:
+def session(profile, argv: list[str], *, announce=print, on_ready=None) -> int:
     """Judge the host through gpuops' own connection (host key, key file, reachability), then run `argv` with this
-    terminal. Returns ssh's exit code: the remote command's, or 255 when ssh itself failed."""
+    terminal. `on_ready()` is called once the host is judged, before ssh starts (what `-L` says: never before the
+    host key is checked). Returns ssh's exit code: the remote command's, or 255 when ssh itself failed."""
     import subprocess
 
     from .connection import connect
 
     connect(profile, announce=announce).close()
+    if on_ready is not None:
+        on_ready()
     proc = subprocess.Popen(argv)
     terminated = []
 

@@ -60,6 +60,8 @@ try:
         sys.exit(0)
     out["version"] = torch.__version__
     out["cuda"] = torch.version.cuda
+    out["file"] = getattr(torch, "__file__", None)  # which torch the job imports: the environment's or the image's
+    out["prefix"], out["base_prefix"] = sys.prefix, sys.base_prefix
     out["available"] = bool(torch.cuda.is_available())
     n = torch.cuda.device_count() if out["available"] else 0
     out["device_count"] = n

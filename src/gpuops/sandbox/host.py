@@ -30,7 +30,7 @@ from pathlib import Path
 from ..errors import GpuopsError, UsageError
 from ..paths import config_dir, state_dir, write_atomic, write_private
 
-GPU_MODELS = ("h100-pcie", "h100-sxm", "h100-sxm5", "h200", "a100", "rtx6000ada", "b200", "rtxpro6000", "gh200")
+GPU_MODELS = ("h100-pcie", "h100-sxm", "h100-sxm5", "h200", "a100", "rtx6000ada", "b200", "rtxpro6000", "gh200", "a10")
 FAIL_MODES = ("none", "driver-not-loaded", "version-mismatch", "no-devices", "gpu-lost", "hang")
 PROFILE_NAME = "sandbox"
 
@@ -193,9 +193,10 @@ def start(d: Path, *, address: str = "127.0.0.1", port: int | None = None, gpu: 
         state = _start_sshd(d, address, port)
         state["port_moved_from"] = moved_from
     state.update(gpu=gpu_state, dir=str(d), python=python or "python3")  # every `up` states the whole host
-    # an image's host gets the profile a launched instance gets (`gpuops up` writes no python:): setup makes the
-    # job's environment from the image's python3, as on Lambda; an explicit --python is written as given
-    state["profile_python"] = python or (None if image_python else "python3")
+    # every host gets the profile a launched instance gets (`gpuops up` writes no python:): commands use python3,
+    # setup makes the job's environment from it (and records it), as on Lambda; an explicit --python is written as
+    # given. Until #36 the default host's profile said `python: python3`, and `setup -p sandbox` refused it (exit 2)
+    state["profile_python"] = python or None
     state["client_key"] = str(d / "client_ed25519") if authorized_keys is None else None
     write_atomic(d / "state.json", json.dumps({k: v for k, v in state.items() if k not in ("started", "port_moved_from")},
                                               indent=1))
@@ -326,10 +327,13 @@ export HOME PATH GPUOPS_SANDBOX_DIR
 {SESSION_MARK}={shlex.quote(_session_mark(d))}; export {SESSION_MARK}
 unset VIRTUAL_ENV PYTHONPATH PYTHONHOME
 cd "$HOME" || exit 1
-if [ -z "$SSH_ORIGINAL_COMMAND" ]; then exec /bin/sh -l; fi
+# a login shell's /etc/profile sets PATH anew; an interactive sh reads $ENV after it: the tools come back first
+if [ -z "$SSH_ORIGINAL_COMMAND" ]; then ENV={shlex.quote(str(d / 'bin' / 'shrc'))}; export ENV; exec /bin/sh -l; fi
 if [ "$SSH_ORIGINAL_COMMAND" = "internal-sftp" ]; then exec /usr/lib/openssh/sftp-server; fi
 exec /bin/sh -c "$SSH_ORIGINAL_COMMAND"
 """
+    write_atomic(d / "bin" / "shrc", f"# gpuops sandbox: the interactive shell's PATH, as its sessions have it\n"
+                                     f"PATH={shlex.quote(path)}; export PATH\n")
     write_atomic(d / "bin" / "session", session)
     os.chmod(d / "bin" / "session", 0o755)
 

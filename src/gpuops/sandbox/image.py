@@ -11,6 +11,10 @@ from the executable's real location, so `sys.prefix` is the image's.
 Used by the sandbox host (`start(image_python=...)`: the image's python3 comes first on the session's PATH) and the
 Lambda emulator's instance images. The image's torch has a `torch.distributed.run` and the image a `bin/torchrun` run
 by the image's python (sandbox/image_torchrun.py), as Lambda Stack's /usr/bin/torchrun is the system python's.
+
+Its packages are playbooks/images.yaml's for the image family it stands for (issue 34): each installed as a
+distribution pip and uv see (a dist-info with its version), torch as the emulated CUDA build, the others as an empty
+module that says its version. So what the local plan resolves against is what a rehearsal's setup finds.
 """
 from __future__ import annotations
 
@@ -22,9 +26,21 @@ import sysconfig
 from pathlib import Path
 
 IMAGES = {
-    # Lambda Stack on Ubuntu 22.04 (seeds/002: torch 2.9.0+cu128 in /usr/bin/python3, with pip)
-    "lambda-stack": {"torch": "2.9.0+cu128", "cuda": "12.8"},
+    # Lambda Stack on Ubuntu 22.04 (seeds/002: torch 2.9.0+cu128 in /usr/bin/python3, with pip): its packages are
+    # images.yaml's lambda-stack-22-04 row
+    "lambda-stack": {"family": "lambda-stack-22-04", "torch": "2.9.0+cu128", "cuda": "12.8"},
 }
+
+
+def packages(name: str) -> dict[str, str]:
+    """The packages the emulated image `name` carries: images.yaml's row of its family (torch at least)."""
+    from ..project import images as known
+
+    spec = IMAGES[name]
+    row = known.image_for(known.load(), spec["family"]) if spec.get("family") else None
+    found = dict(row.packages) if row is not None else {}
+    found.setdefault("torch", spec["torch"])
+    return found
 
 
 def _base() -> tuple[Path, str, Path]:
@@ -41,9 +57,11 @@ def _base() -> tuple[Path, str, Path]:
 def build(dest: Path, name: str = "lambda-stack") -> Path:
     """Make (once) the image `name` in `dest`; returns the path of its python3. Idempotent."""
     spec = IMAGES[name]
+    carried = packages(name)
+    stamp = "ok " + " ".join(f"{k}=={v}" for k, v in sorted(carried.items())) + "\n"
     py3 = dest / "bin" / "python3"
     done = dest / ".complete"
-    if done.exists() and py3.exists():
+    if done.exists() and py3.exists() and done.read_text() == stamp:
         return py3
     if dest.exists():
         shutil.rmtree(dest)
@@ -67,14 +85,17 @@ def build(dest: Path, name: str = "lambda-stack") -> Path:
     pip_home = _pip_home(exe)
     for entry in list(pip_home.glob("pip")) + list(pip_home.glob("pip-*.dist-info")):
         os.symlink(entry, site / entry.name)
-    _install_torch(site, spec["torch"], spec["cuda"])
+    _install_torch(site, carried["torch"], spec["cuda"])
     _install_torchrun(site, dest / "bin")
+    for pkg, version in sorted(carried.items()):
+        if pkg != "torch":
+            _install_package(site, pkg, version)
     r = subprocess.run([str(py3), "-c", "import sys, torch, pip; print(sys.prefix)"], stdout=subprocess.PIPE,
                        stderr=subprocess.PIPE, text=True, env={**os.environ, "PYTHONNOUSERSITE": "1"})
     if r.returncode != 0 or Path(r.stdout.strip()) != dest:
         raise RuntimeError(f"the emulated image's python did not start as its own installation: "
                            f"{(r.stderr or r.stdout).strip()[-300:]}")
-    done.write_text("ok\n")
+    done.write_text(stamp)
     return py3
 
 
@@ -112,6 +133,21 @@ def _install_torch(site: Path, version: str, cuda: str) -> None:
     (dist / "METADATA").write_text(f"Metadata-Version: 2.1\nName: torch\nVersion: {version}\n"
                                    "Summary: emulated CUDA build (gpuops sandbox image)\n")
     (dist / "INSTALLER").write_text("image\n")
+    (dist / "RECORD").write_text("")
+
+
+def _install_package(site: Path, name: str, version: str) -> None:
+    """A package of the image as pip and uv see it installed (dist-info with its version, INSTALLER `image`) and
+    as an import finds it: a module that says its version, and that it is the emulated image's."""
+    module = name.replace("-", "_")
+    (site / module).mkdir(exist_ok=True)
+    (site / module / "__init__.py").write_text(f"__version__ = {version!r}\nEMULATED = True  # gpuops sandbox image\n")
+    dist = site / f"{module}-{version}.dist-info"
+    dist.mkdir(exist_ok=True)
+    (dist / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n"
+                                   "Summary: emulated (gpuops sandbox image)\n")
+    (dist / "INSTALLER").write_text("image\n")
+    (dist / "top_level.txt").write_text(module + "\n")
     (dist / "RECORD").write_text("")
 
 

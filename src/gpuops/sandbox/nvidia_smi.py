@@ -38,6 +38,8 @@ CATALOG = {
              "max_sm": 1965, "pcie_gen": 5},
     "rtxpro6000": {"name": "NVIDIA RTX PRO 6000 Blackwell Server Edition", "memory": 97887, "cc": "12.0",
                    "power_limit": 600.0, "bus": "00000000:01:00.0", "max_sm": 2617, "pcie_gen": 5},
+    "a10": {"name": "NVIDIA A10", "memory": 23028, "cc": "8.6", "power_limit": 150.0, "bus": "00000000:06:00.0",
+            "max_sm": 1695, "pcie_gen": 4, "no_mig": True},
     "gh200": {"name": "NVIDIA GH200 480GB", "memory": 97871, "cc": "9.0", "power_limit": 900.0, "bus": "00000009:01:00.0",
               "max_sm": 1980, "pcie_gen": 5, "arch": "aarch64"},
 }

@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Callable, Optional
 
 from . import plan as sp
-from ..errors import ChecksFailed, ConnectError
+from ..errors import ChecksFailed, ConnectError, GpuopsError
 
 
 def _packages(prof) -> list[str]:
@@ -28,6 +28,20 @@ def with_environment(prof):
     if "python" in prof.model_fields_set or any(h.python for h in prof.hosts):
         return prof, False
     return prof.model_copy(update={"python": sp.DEFAULT_ENV_PYTHON}), True
+
+
+def _sandbox_hint(prof) -> Optional[str]:
+    """The fix for a system python in a profile `gpuops sandbox up` wrote: that command, not the file it rewrites."""
+    src = prof.source
+    try:
+        head = Path(src).read_text()[:200] if src else ""
+    except OSError:
+        return None
+    if "Written by `gpuops sandbox up`" not in head:
+        return None
+    return (f"`gpuops sandbox up` rewrites this profile each time: run it without --python (its profile then names "
+            f"no python:, and setup makes {sp.DEFAULT_ENV_PYTHON} and records it), or with --python "
+            f"{sp.DEFAULT_ENV_PYTHON}")
 
 
 def record_environment(prof, out) -> None:
@@ -61,14 +75,18 @@ def _local_lock(project: Path, facts) -> Optional[str]:
 
 
 def setup(prof, out, project: Path, *, dry_run: bool = False, verify: bool = True, force: bool = False,
-          on_plan: Optional[Callable[[sp.Plan], None]] = None) -> dict:
-    """Returns {"plan", "attached", "ran", "rc", "executions", "verify": report or None}."""
+          on_plan: Optional[Callable[[sp.Plan], None]] = None, resolution: Optional[dict] = None) -> dict:
+    """Returns {"plan", "attached", "ran", "rc", "executions", "verify": report or None}. `resolution`: the local
+    plan's (project/resolve.py Resolution.to_dict()): setup installs exactly its pins (setup/pinned.py)."""
     from .. import knowledge as kb
     from . import scripts as rs
     from ..remote.connection import connect
 
     prof, adopted = with_environment(prof)
-    sp.env_dir_of(prof.python)  # a profile error before connecting
+    try:
+        sp.env_dir_of(prof.python)  # a profile error before connecting
+    except GpuopsError as exc:
+        raise type(exc)(exc.message, hint=_sandbox_hint(prof) or exc.hint, code=exc.code) from None
     remote_dir = prof.remote_dir_for(project)
     setup_dir = rs.setup_dir_of(remote_dir)
     knowledge = kb.knowledge(project)
@@ -91,7 +109,8 @@ def setup(prof, out, project: Path, *, dry_run: bool = False, verify: bool = Tru
         else:
             plan = sp.make_plan(facts, prof, knowledge, remote_dir=remote_dir, force=force,
                                 lock_text=_local_lock(project, facts),
-                                tools=kb.load_playbook("images", project).get("project_tools") or [])
+                                tools=kb.load_playbook("images", project).get("project_tools") or [],
+                                resolution=resolution)
             doc["plan"] = plan.to_dict()
             if on_plan:
                 on_plan(plan)
@@ -105,8 +124,8 @@ def setup(prof, out, project: Path, *, dry_run: bool = False, verify: bool = Tru
                                    hint=plan.blocked_hint)
             if plan.cannot:
                 raise ChecksFailed(f"setup cannot start on {prof.name}: {plan.cannot}; nothing was installed",
-                                   hint="set setup.base_python to an interpreter the host has (`ls /usr/bin/python3*` "
-                                        "on it), or install one there")
+                                   hint=plan.cannot_hint or "set setup.base_python to an interpreter the host has "
+                                                            "(`ls /usr/bin/python3*` on it), or install one there")
             if plan.refusal:
                 raise ChecksFailed(f"setup would not fit on {prof.name}: {plan.refusal}; nothing was installed",
                                    hint="free space on the host, or point setup.cache_dir at a bigger disk; "
@@ -119,7 +138,8 @@ def setup(prof, out, project: Path, *, dry_run: bool = False, verify: bool = Tru
     finally:
         remote.close()
     if doc["rc"] != 0:
-        raise _failure(prof, doc, setup_dir, tail, knowledge.get("setup_error_lines") or [])
+        raise _failure(prof, doc, setup_dir, tail, knowledge.get("setup_error_lines") or [],
+                       knowledge.get("setup_causes") or [])
     if adopted:
         record_environment(prof, out)
     if verify:
@@ -132,20 +152,26 @@ def setup(prof, out, project: Path, *, dry_run: bool = False, verify: bool = Tru
     return doc
 
 
-def _failure(prof, doc: dict, setup_dir: str, tail: list[str], patterns=()) -> ChecksFailed:
+def _failure(prof, doc: dict, setup_dir: str, tail: list[str], patterns=(), causes=()) -> ChecksFailed:
     """A failed setup, said plainly: which step, its exit code (or that the script was killed before it could end),
-    the most telling line of its output (sp.telling_line), its last lines."""
+    a known cause naming the package (setup/failure.py known_cause) or the most telling line of its output, matched
+    on whole lines (telling_line), its last lines, shortened as printed."""
+    from .failure import known_cause, shorten
+
     at = f" at step {doc['failed_step']}" if doc.get("failed_step") else ""
-    cause = sp.telling_line(tail, patterns)
-    last = (f": {cause}" if cause else "") + (f"; its last lines: {' | '.join(tail[-3:])}" if tail else "")
+    known = known_cause(tail, causes)
+    cause = known[0] if known else sp.telling_line(tail, patterns)
+    last = (f": {cause}" if cause else "") + (f"; its last lines: {' | '.join(shorten(t, 0, 200) for t in tail[-3:])}"
+                                              if tail else "")
     if doc["rc"] == -1:
         return ChecksFailed(f"setup on {prof.name} was killed before it finished{at} (its script left no exit code: "
                             f"out of memory, a reboot, or a kill){last}",
                             hint=f"the whole log is {setup_dir}/log on the host (and `dmesg` for the out-of-memory "
                                  "killer); run `gpuops setup` again: finished steps are not repeated")
     return ChecksFailed(f"setup failed on {prof.name}{at} (exit {doc['rc']}){last}",
-                        hint=f"the whole log is {setup_dir}/log on the host; fix the cause, then run "
-                             "`gpuops setup` again (finished steps are not repeated)")
+                        hint=(f"{known[1]}; " if known and known[1] else "")
+                        + f"the whole log is {setup_dir}/log on the host; fix the cause, then run "
+                          "`gpuops setup` again (finished steps are not repeated)")
 
 
 TAIL = 80  # lines of the step's output kept for the failure summary (the telling one is rarely among the last)
@@ -187,4 +213,6 @@ def _stream(remote, out, remote_dir: str, prof) -> tuple[int, Optional[str], lis
                            hint="run `gpuops setup` again to re-attach to it")
     if rc == -1 and failed is None:
         failed = current
-    return rc, failed, [re.sub(r"\s+", " ", t)[:200] for t in tail]
+    from .failure import kept
+
+    return rc, failed, [kept(t) for t in tail]  # whole lines: matched whole, shortened only as printed

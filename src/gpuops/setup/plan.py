@@ -35,6 +35,8 @@ from .project import (Project, Req, _norm, installs_itself, marker_env, names_ex
                       parse_pyproject, parse_requirements, python_meets, read_project, requires_python, tool_project,
                       tool_refusal)
 from .render import PIP_TO_ENV, PIPCONF, render_script  # noqa: F401  (setup's script: setup/render.py)
+from . import pinned
+from .failure import telling_line  # noqa: F401  (setup's failure summary: setup/failure.py)
 
 SETUP_SUBDIR = ".gpuops/setup"
 TORCH_FAMILY = ("torch", "torchvision", "torchaudio")
@@ -64,6 +66,7 @@ class HostFacts:
     env_venv: bool = False  # the profile's python is a virtual environment's (pyvenv.cfg)
     env_system_site: bool = False  # ... made with --system-site-packages
     env_torch_path: Optional[str] = None
+    env_stale: Optional[str] = None  # the profile's python does not run, and its folder holds: "venv" (pyvenv.cfg), "other"
     packages: dict[str, Optional[str]] = field(default_factory=dict)  # in the profile's python
     flash_attn_import: Optional[str] = None  # "ok" or the import error; None when not checked
     files: dict[str, str] = field(default_factory=dict)  # dependency file (and includes) -> sha256, remote project
@@ -84,7 +87,7 @@ class HostFacts:
 
 _FLAGS = {"pip_user_ok", "env_python", "base_pip", "env_pip", "env_venv", "env_system_site", "running"}
 _TEXT = {"home", "user", "uv", "python3", "env_python_version", "base_python_version", "base_torch",
-         "base_torch_path", "arch", "env_torch_path", "cuda_driver"}
+         "base_torch_path", "arch", "env_torch_path", "cuda_driver", "env_stale"}
 
 
 def parse_facts(text: str) -> HostFacts:
@@ -250,14 +253,16 @@ class Plan:
     free_mb: Optional[int] = None
     refusal: Optional[str] = None  # the plan cannot fit: setup refuses before it starts
     cannot: Optional[str] = None  # the plan cannot start (no interpreter to make the environment from)
+    cannot_hint: Optional[str] = None  # what to do about it, when not the base python's fix
     blocked: Optional[str] = None  # the project cannot be installed or run here (a tool's lock, requires-python)
     blocked_hint: Optional[str] = None  # what to do about it (never "run setup again": nothing it can change)
     notes: list[str] = field(default_factory=list)
     stamp: dict = field(default_factory=dict)
+    pins: str = ""  # the local plan's resolution, as setup installs with it (-c, setup/pinned.py)
 
     @property
     def nothing_to_do(self) -> bool:
-        return not self.steps and not self.blocked
+        return not self.steps and not self.blocked and not self.cannot
 
     def lines(self) -> list[str]:
         """The plan as plain lines: each step with its reason, which torch the job will import, the installer, the
@@ -303,22 +308,7 @@ class Plan:
                 "pip_config": self.pip_config, "cache_dir": self.cache_dir, "disk_mb": self.disk_mb,
                 "free_mb": self.free_mb, "refusal": self.refusal, "cannot": self.cannot, "blocked": self.blocked,
                 "blocked_hint": self.blocked_hint, "notes": self.notes,
-                "nothing_to_do": self.nothing_to_do}
-
-
-def telling_line(lines: list[str], patterns) -> Optional[str]:
-    """The most telling line of a failed step's output: the last line that the first matching pattern of
-    `patterns` (knowledge.yaml setup_error_lines, regular expressions, most telling first) matches; None when none
-    does. A line is shown at most 300 characters long."""
-    for pat in patterns or []:
-        try:
-            rx = re.compile(str(pat))
-        except re.error:
-            continue
-        hits = [ln for ln in lines if rx.search(ln)]
-        if hits:
-            return hits[-1].strip()[:300]
-    return None
+                "nothing_to_do": self.nothing_to_do, "pins": self.pins.splitlines()}
 
 
 def redact_url(url: Optional[str]) -> Optional[str]:
@@ -365,7 +355,7 @@ def _torch_wants(profile, facts: HostFacts, knowledge: dict) -> dict[str, str]:
     return wants
 
 
-def _sha_key(facts: HostFacts, profile) -> dict:
+def _sha_key(facts: HostFacts, profile, pins: str = "") -> dict:
     """What the last install read: every dependency file (includes too), the extras, the indexes, the host's pip
     configuration, the python and how its environment was made. A change in any of them installs again."""
     S = profile.setup
@@ -373,7 +363,8 @@ def _sha_key(facts: HostFacts, profile) -> dict:
     return {"files": dict(sorted(facts.files.items())), "extras": S.extras if S.extras == "all" else sorted(S.extras),
             "index_url": hashlib_hex(S.index_url) if S.index_url else None,
             "extra_index_url": hashlib_hex(" ".join(S.extra_index_url)) if S.extra_index_url else None,
-            "pip_config": cfg, "python": profile.python, "requirements": list(S.requirements)}
+            "pip_config": cfg, "python": profile.python, "requirements": list(S.requirements),
+            **({"pins": hashlib_hex(pins)} if pins else {})}
 
 
 def hashlib_hex(text: str) -> str:
@@ -414,6 +405,7 @@ class _Ctx:
     force: bool = False
     lock_text: Optional[str] = None
     repin: bool = False  # expect.packages pins torch: pinned again if the project's install runs
+    resolution: dict = field(default_factory=dict)  # the local plan's, as a document
 
     @property
     def disk(self) -> dict:
@@ -425,15 +417,20 @@ class _Ctx:
 
 
 def make_plan(facts: HostFacts, profile, knowledge: dict, *, remote_dir: str, force: bool = False,
-              lock_text: Optional[str] = None, tools: Optional[list] = None) -> Plan:
+              lock_text: Optional[str] = None, tools: Optional[list] = None,
+              resolution: Optional[dict] = None) -> Plan:
     """The ordered steps that bring the host to the profile; none when it already matches (unless `force`).
     lock_text: the project's uv.lock when this machine has the same file (for the disk estimate); tools: the project
-    tools setup does not drive (images.yaml project_tools). A project it cannot install or run is `blocked`: no step."""
+    tools setup does not drive (images.yaml project_tools). A project it cannot install or run is `blocked`: no step.
+    resolution: the local plan's (project/resolve.py Resolution.to_dict()): installed exactly (setup/pinned.py)."""
     S = profile.setup
     plan = Plan(python=profile.python, env_dir=env_dir_of(profile.python), base_python=S.base_python or "python3",
                 index_url=S.index_url, extra_index_urls=list(S.extra_index_url), pip_config=dict(facts.pipconf))
-    c = _Ctx(facts, profile, knowledge, remote_dir, plan, read_project(facts, S), force=force, lock_text=lock_text)
+    c = _Ctx(facts, profile, knowledge, remote_dir, plan, read_project(facts, S), force=force, lock_text=lock_text,
+             resolution=resolution or {})
     plan.notes += c.project.notes
+    if c.project.kind in ("requirements", "pyproject"):  # a uv.lock decides by itself
+        plan.pins = pinned.pins_text(resolution, skip=tuple(_torch_wants(profile, facts, knowledge)))
     if _plan_blocked(c, tools or []):
         return plan
     _plan_uv(c)
@@ -450,7 +447,7 @@ def make_plan(facts: HostFacts, profile, knowledge: dict, *, remote_dir: str, fo
         plan.steps.append(late_torch or _pin_step(c, "pinned again after the project's dependencies"))
     _plan_flash_attn(c)
     _plan_disk(c)
-    plan.stamp = {"deps": _sha_key(facts, profile)}
+    plan.stamp = {"deps": _sha_key(facts, profile, plan.pins)}
     return plan
 
 
@@ -505,6 +502,16 @@ def _plan_environment(c: _Ctx) -> None:
             plan.notes.append(f"the environment {plan.env_dir} does not see the image's torch {f.base_torch} (it was "
                               "made without --system-site-packages); remove it and run setup again to use the image's")
         return
+    if f.env_stale and not _removable(plan.env_dir):
+        plan.cannot = f"{plan.env_dir} exists on the host and its python does not run"
+        plan.cannot_hint = ("setup does not remove a folder this close to / or the home: name another python: in the "
+                            f"profile (setup makes {DEFAULT_ENV_PYTHON} when it names none)")
+        return
+    if f.env_stale == "other":
+        plan.cannot = f"{plan.env_dir} exists on the host and is not a virtual environment (no pyvenv.cfg)"
+        plan.cannot_hint = ("setup never removes such a folder: move it away on the host, or name another python: in "
+                            "the profile")
+        return
     c.created = True
     uv = f.uv or c.uv_planned
     how = "uv venv" if uv else "python3 -m venv"
@@ -519,10 +526,25 @@ def _plan_environment(c: _Ctx) -> None:
     site = " --system-site-packages" if plan.system_site else ""
     sees = (f"; it sees {plan.base_python}'s packages" + (f" (the image's torch {f.base_torch})" if f.base_torch else "")
             if plan.system_site else "")
+    make = (f'if [ -n "$UV" ]; then "$UV" venv{site} --python "$(command -v {B})" {E}; '
+            f"else {B} -m venv{site} {E}; fi")
+    if f.env_stale == "venv":  # made again on top, it failed in ensurepip (uv: "already exists"): issue #36
+        plan.steps.append(Step("environment", f"make the environment {plan.env_dir} anew",
+                               f"it exists, but its python does not run (another python made it, since removed or "
+                               f"changed): removed and made again ({how}{site}){sees}",
+                               f"rm -rf {E} && {make}", disk_mb=int(c.disk.get("environment", 100))))
+        return
     plan.steps.append(Step("environment", f"create the environment {plan.env_dir}",
-                           f"{plan.python} does not exist ({how}{site}){sees}",
-                           f'if [ -n "$UV" ]; then "$UV" venv{site} --python "$(command -v {B})" {E}; '
-                           f"else {B} -m venv{site} {E}; fi", disk_mb=int(c.disk.get("environment", 100))))
+                           f"{plan.python} does not exist ({how}{site}){sees}", make,
+                           disk_mb=int(c.disk.get("environment", 100))))
+
+
+def _removable(env_dir: str) -> bool:
+    """May setup remove this environment folder to make it anew? Never the home, / or a folder right under /."""
+    parts = [p for p in env_dir.split("/") if p not in ("", ".")]
+    if env_dir.startswith("~"):
+        return len(parts) >= 2 and parts[0] in ("~", "$HOME") and ".." not in parts
+    return len(parts) >= 2 and ".." not in parts
 
 
 def _choose_installer(c: _Ctx) -> None:
@@ -647,7 +669,7 @@ def _plan_deps(c: _Ctx) -> bool:
     """The project's own dependencies, from the synced project; True when that step is planned."""
     f, p, plan = c.facts, c.project, c.plan
     P = shell_path(c.remote_dir)
-    changed = c.created or c.force or not f.stamp or f.stamp.get("deps") != _sha_key(f, c.profile)
+    changed = c.created or c.force or not f.stamp or f.stamp.get("deps") != _sha_key(f, c.profile, plan.pins)
     why = ("--force" if c.force else "the environment is new" if c.created else
            "not installed yet" if not f.stamp else "the files it installs from changed since the last setup")
     if p.kind == "none":
@@ -665,7 +687,8 @@ def _plan_deps(c: _Ctx) -> bool:
         plan.steps.append(Step("deps", "install the project's dependencies (uv sync --locked" + ex + ")", why, cmd,
                                long=True))
         return True
-    parts = [f"gpuops_install -r {shlex.quote(r)}" for r in p.requirements]
+    with_pins = f' -c "$D/{pinned.PINS_FILE}"' if plan.pins else ""
+    parts = [f"gpuops_install -r {shlex.quote(r)}{with_pins}" for r in p.requirements]
     titles = [f"-r {r}" for r in p.requirements]
     itself = next((x for x in (installs_itself(f.texts, r) for r in p.requirements) if x), None)
     if p.kind == "pyproject" and itself:  # `-e .` in a requirements file installs the project: once is enough
@@ -674,12 +697,13 @@ def _plan_deps(c: _Ctx) -> bool:
                                     if p.extras else ""))
     elif p.kind == "pyproject":
         spec = "." + (f"[{','.join(p.extras)}]" if p.extras else "")
-        parts.append(f"gpuops_install -e {shlex.quote(spec)}")
+        parts.append(f"gpuops_install -e {shlex.quote(spec)}{with_pins}")
         titles.append(f"-e {spec} (editable: the job runs the synced source)")
     # --extra-index-url in a requirements file is pip's setting: pip searches every index for the best version, uv
     # only up to the first index that has the package; give uv pip's semantics (unless the host chose otherwise)
     several = next((x for x in (names_extra_index(f.texts, r) for r in p.requirements) if x), None)
     strategy = 'export UV_INDEX_STRATEGY="${UV_INDEX_STRATEGY:-unsafe-best-match}" && ' if several else ""
+    _plan_builds(c)
     plan.steps.append(Step("deps", f"install {' and '.join(titles)} ({plan.installer})", why,
                            f"cd {P} && {strategy}" + " && ".join(parts), long=True))
     return True
@@ -713,6 +737,8 @@ def _plan_disk(c: _Ctx) -> None:
         if any(s.id == "torch" for s in plan.steps) or (plan.installer == "pip" and _visible_torch(c)[0]):
             skip |= set(TORCH_FAMILY) | set(TORCH_CUDA_DEPS)  # counted in the torch step, or already there
         est = lock_estimate_mb(c.lock_text, f.arch, skip=frozenset(skip)) if p.kind == "uv-lock" else None
+        if est is None and plan.pins and c.resolution.get("install_bytes") is not None:  # the wheels it resolved
+            est = int(int(c.resolution["install_bytes"]) * 2 / 2**20)  # installed: about twice the wheels
         if est is None:
             names = [r.name for r in p.reqs if not _skipped(r.name, frozenset(skip))]
             est = names_estimate_mb(names, c.knowledge, torch_mb=c.torch_mb(plan.torch_index))
@@ -745,23 +771,28 @@ def _flash_step(profile, facts: HostFacts, knowledge: dict, spec: str, reason: s
                     f"gpuops_install {shlex.quote(S.flash_attn_wheel)}", long=True,
                     disk_mb=int(disk.get("flash_attn_wheel", 800)))
     version = spec if spec[:1].isdigit() else str(knowledge.get("flash_attn_version") or "2.8.3")
-    template = knowledge.get("flash_attn_wheel") or ""
+    template = str(knowledge.get("flash_attn_wheel") or "").replace("{version}", version)
     arch = ";".join(sorted(set(facts.capabilities))) or "8.0;9.0"
-    url = (template.replace("{version}", version).replace("{cuda_major}", "$cu").replace("{torch_mm}", "$tmm")
-           .replace("{abi}", "$abi").replace("{py}", "$py"))
-    req = shlex.quote(f"flash-attn=={version}")
-    probe = ("import sys, torch; print('cp%d%d' % sys.version_info[:2], '.'.join(torch.__version__.split('.')[:2]), "
-             "(torch.version.cuda or '').split('.')[0], str(torch._C._GLIBCXX_USE_CXX11_ABI).upper())")
-    cmd = (f'set -- $("$GPUOPS_PY" -c {shlex.quote(probe)}); py=$1; tmm=$2; cu=$3; abi=$4\n'
-           f'url="{url}"\n'
-           'if [ -n "$cu" ] && [ -n "$abi" ] && echo "trying the prebuilt wheel $url" && gpuops_install "$url"; then :\n'
-           "else\n"
-           f'  echo "no prebuilt wheel for torch $tmm cu$cu $py abi=$abi: building (MAX_JOBS={S.max_jobs}, '
-           f'TORCH_CUDA_ARCH_LIST={arch})"\n'
-           "  gpuops_install packaging ninja psutil wheel setuptools\n"
-           f"  MAX_JOBS={S.max_jobs} NVCC_APPEND_FLAGS='--threads 2' TORCH_CUDA_ARCH_LIST={shlex.quote(arch)} "
-           f"FLASH_ATTENTION_FORCE_BUILD=TRUE gpuops_install --no-build-isolation {req}\n"
-           "fi")
+    cmd = pinned.wheel_or_build(requirement=f"flash-attn=={version}", template=template,
+                                build_requires=["packaging", "ninja", "psutil", "wheel", "setuptools"],
+                                env={"NVCC_APPEND_FLAGS": "--threads 2", "FLASH_ATTENTION_FORCE_BUILD": "TRUE"},
+                                arch_list=arch, max_jobs=S.max_jobs)
     return Step("flash-attn", f"install flash-attn {version}", reason + "; a prebuilt wheel when one matches torch, "
                 f"Python and the C++ ABI, else built with MAX_JOBS={S.max_jobs}, --no-build-isolation, "
                 f"TORCH_CUDA_ARCH_LIST={arch}", cmd, long=True, disk_mb=int(disk.get("flash_attn_build", 3000)))
+
+
+def _plan_builds(c: _Ctx) -> None:
+    """The packages the local plan says build against torch, before the project's files (which then find them)."""
+    expected = tuple(n for n in ("flash-attn",) if _flash_wanted(c.profile))  # _plan_flash_attn installs that one
+    arch = ";".join(sorted(set(c.facts.capabilities))) or "8.0;9.0"
+    for b in pinned.builds(c.resolution, skip=expected):
+        sid, title, why, cmd = pinned.build_step(b, resolution=c.resolution, arch_list=arch,
+                                                 max_jobs=c.profile.setup.max_jobs)
+        c.plan.steps.append(Step(sid, title, why, cmd, long=True,
+                                 disk_mb=int(c.disk.get("flash_attn_build" if b["how"] != "wheel" else
+                                                        "flash_attn_wheel", 800))))
+
+
+def _flash_wanted(profile) -> bool:
+    return any(n in profile.expect.packages for n in FLASH) or "flash_attn" in profile.expect.imports

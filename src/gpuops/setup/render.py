@@ -6,6 +6,7 @@ import json
 import shlex
 
 from ..remote.shell import shell_command, shell_path
+from .pinned import PINS_FILE
 
 # pip's configuration as pip reads it for `pip install`: the global files, the user's (unless PIP_CONFIG_FILE names
 # a file), the environment's own pip.conf, PIP_CONFIG_FILE (os.devnull: no file at all), then PIP_* variables. pip
@@ -147,6 +148,9 @@ def render_script(plan: Plan, *, setup_dir: str) -> str:
         '  exit "$1"',
         "}",
     ]
+    if plan.pins:  # the local plan's resolution: every install of the project's files is constrained by it
+        pins = " ".join(shlex.quote(p) for p in plan.pins.splitlines())
+        lines.append(f"printf '%s\\n' {pins} > \"$D/{PINS_FILE}\"")
     if plan.cache_dir:
         C = shell_path(plan.cache_dir)
         lines += [f"mkdir -p {C}/uv {C}/pip",

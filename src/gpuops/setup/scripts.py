@@ -127,6 +127,9 @@ def facts_script(remote_dir: str, python: str, packages: list[str], check_flash:
                 "except Exception:\n    pass\n")
     reqs = json.dumps(list(requirements if requirements is not None else ["requirements.txt"]))
     env = env_dir_or_none(python) or ""
+    E = shell_path(env) if env else ""
+    stale = (f'  if [ -f {E}/pyvenv.cfg ]; then echo env_stale=venv; '
+             f'elif [ -n "$(ls -A {E} 2>/dev/null)" ]; then echo env_stale=other; fi\n') if env else ""
     flash = ""
     if check_flash:
         flash = (f'  if o=$({py} -c {shlex.quote(FA_IMPORT)} 2>&1); then echo flash_attn=ok; '
@@ -147,7 +150,7 @@ if {py} -c 'import sys' >/dev/null 2>&1; then
   {py} -c {shlex.quote(pkg_code)} {pkgs} 2>/dev/null
 {flash}else
   echo env_python=0
-fi
+{stale}fi
 D={D}
 [ -f "$D/done.json" ] && echo "@stamp $(tr -d '\\n' < "$D/done.json")"
 p=$(cat "$D/pid" 2>/dev/null)

@@ -50,14 +50,16 @@ def put(profile, remote, out, src: dp.Source, fs_mount: Optional[str], *, token:
         if stale:
             out.warn(stale[0] + "; " + stale[1])
         return {"path": dest, "bytes_here": sent, "bytes_remote": 0, "skipped": False}
-    out.step(f"the instance downloads {src.text} into {dest}")
+    shown = src.shown or src.text  # a URL's credentials are secrets: never said
+    out.step(f"the instance downloads {shown} into {dest}")
     doc, lines = _download(remote, dp.fetch_params(src, dest, token, endpoint), tick)
     if not doc.get("ok"):
         why = doc.get("error") or (lines[-1][:300] if lines else "no answer")
-        raise GpuopsError(f"--data {src.text}: the instance could not get it: {why}", code=ExitCode.FAILED,
+        why = dp.scrub(why, dp.url_secrets(src.text)) if src.kind == "url" else why
+        raise GpuopsError(f"--data {shown}: the instance could not get it: {why}", code=ExitCode.FAILED,
                           hint=doc.get("hint") or "check the URL and its sha256 (or the repo name and HF_TOKEN) from "
                                                   "the instance")
-    out.info(f"data {src.text} → {dest}: " + ("already there (checksum matches), nothing downloaded"
+    out.info(f"data {shown} → {dest}: " + ("already there (checksum matches), nothing downloaded"
                                               if doc.get("skipped") else
                                               f"{tr.human_bytes(doc.get('bytes', 0))} downloaded by the instance"))
     return {"path": dest, "bytes_here": 0, "bytes_remote": doc.get("bytes", 0), "skipped": bool(doc.get("skipped"))}

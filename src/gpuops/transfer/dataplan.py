@@ -38,6 +38,63 @@ class Source:
     repo_id: Optional[str] = None  # hf
     repo_type: Optional[str] = None  # hf: model / dataset / space
     revision: Optional[str] = None  # hf
+    shown: str = ""  # `text` as it may be shown or stored: a URL's credentials as **** (shown_url)
+
+
+# A query parameter whose value is a credential: a presigned URL's signature (S3's X-Amz-Signature, GCS's
+# X-Goog-Signature, CloudFront's Signature, Azure's sig), its credential and session token, an API key or token.
+SECRET_PARAM = re.compile(r"signature|credential|token|secret|password|passwd|^sig$|^key$|^api[-_]?key$|^auth",
+                          re.I)
+
+
+def _query_parts(query: str) -> list[tuple[str, str, bool]]:
+    """(key, value, secret?) of each `k=v` of a query, in order, as written."""
+    from urllib.parse import unquote_plus
+
+    out = []
+    for part in query.split("&") if query else []:
+        k, eq, v = part.partition("=")
+        out.append((k, v if eq else None, bool(eq) and bool(SECRET_PARAM.search(unquote_plus(k)))))
+    return out
+
+
+def shown_url(url: str) -> str:
+    """A URL as it may be shown or stored: its userinfo (`user:pass@`) and the values of its signature-like query
+    parameters replaced by ****; the rest as written (issue #36)."""
+    from urllib.parse import urlsplit, urlunsplit
+
+    try:
+        u = urlsplit(url)
+    except ValueError:
+        return "****"
+    netloc = ("****@" + u.netloc.rpartition("@")[2]) if "@" in u.netloc else u.netloc
+    query = "&".join(k if v is None else f"{k}={'****' if secret else v}" for k, v, secret in _query_parts(u.query))
+    return urlunsplit((u.scheme, netloc, u.path, query, ""))
+
+
+def url_secrets(url: str) -> list[str]:
+    """The secret pieces of a URL (userinfo, its password, the secret parameters' values), as written and decoded:
+    what a message from the download must never hold."""
+    from urllib.parse import unquote, unquote_plus, urlsplit
+
+    try:
+        u = urlsplit(url)
+    except ValueError:
+        return [url]
+    found = []
+    if "@" in u.netloc:
+        info = u.netloc.rpartition("@")[0]
+        found += [info, info.partition(":")[2], unquote(info), unquote(info.partition(":")[2])]
+    for _k, v, secret in _query_parts(u.query):
+        if secret and v:
+            found += [v, unquote_plus(v)]
+    return sorted({s for s in found if len(s) >= 4}, key=len, reverse=True)
+
+
+def scrub(text: str, secrets: list[str]) -> str:
+    for s in secrets:
+        text = text.replace(s, "****")
+    return text
 
 
 def _clean(name: str) -> str:
@@ -49,15 +106,18 @@ def parse(text: str, project_dir: Path) -> Source:
     raw = (text or "").strip()
     if raw.startswith(("https://", "http://")):
         url, _, frag = raw.partition("#")
+        shown = shown_url(url)  # every message: the credentials are secrets
         m = re.fullmatch(r"sha256=([0-9a-fA-F]{64})", frag)
         if not m:
-            raise UsageError(f"--data {raw}: a download needs its checksum, as URL#sha256=HEX (64 hex digits)",
+            raise UsageError(f"--data {shown}: a download needs its checksum, as URL#sha256=HEX (64 hex digits)",
                              hint="sha256sum FILE gives it; the instance checks it before the job sees the data")
-        filename = url.rstrip("/").rsplit("/", 1)[-1].split("?", 1)[0]
+        from urllib.parse import urlsplit
+
+        filename = urlsplit(url).path.rstrip("/").rsplit("/", 1)[-1]  # never the host (nor a user:pass@ before it)
         if not filename:
-            raise UsageError(f"--data {raw}: the URL names no file")
+            raise UsageError(f"--data {shown}: the URL names no file")
         stem = next((filename[: -len(a)] for a in ARCHIVES if filename.endswith(a)), filename)
-        return Source("url", url, _clean(stem), sha256=m.group(1).lower(), filename=filename)
+        return Source("url", url, _clean(stem), sha256=m.group(1).lower(), filename=filename, shown=shown)
     if raw.startswith("hf://"):
         m = HF.match(raw)
         if not m:
@@ -65,14 +125,14 @@ def parse(text: str, project_dir: Path) -> Source:
                              "if needed")
         kind = {"datasets": "dataset", "spaces": "space"}.get(m.group(1) or "", "model")
         return Source("hf", raw, _clean(m.group(2).replace("/", "--")), repo_id=m.group(2), repo_type=kind,
-                      revision=m.group(3))
+                      revision=m.group(3), shown=raw)
     if "://" in raw:
-        raise UsageError(f"--data {raw}: a local folder, https://...#sha256=HEX or hf://ORG/NAME")
+        raise UsageError(f"--data {shown_url(raw)}: a local folder, https://...#sha256=HEX or hf://ORG/NAME")
     path = (project_dir / raw).resolve() if raw else None
     if path is None or not path.is_dir():
         raise UsageError(f"--data {raw!r}: no such folder", hint="a local folder, https://...#sha256=HEX or "
                                                                   "hf://ORG/NAME")
-    return Source("local", raw, _clean(path.name), path=path)
+    return Source("local", raw, _clean(path.name), path=path, shown=raw)
 
 
 def project_exclude(src: Source, project_dir: Path) -> Optional[str]:
@@ -126,9 +186,10 @@ def target(src: Source, fs_mount: Optional[str]) -> str:
 def fetch_params(src: Source, dest: str, token: Optional[str] = None, endpoint: Optional[str] = None) -> dict:
     """The download script's parameters (sent on stdin: the token never on a command line). `endpoint`: this
     machine's HF_ENDPOINT (a Hub mirror), given to huggingface_hub on the instance."""
-    return {"kind": src.kind, "url": src.text, "sha256": src.sha256, "filename": src.filename, "dest": dest,
-            "repo_id": src.repo_id, "repo_type": src.repo_type, "revision": src.revision, "token": token,
-            "endpoint": endpoint}
+    return {"kind": src.kind, "url": src.text, "shown": src.shown or src.text, "sha256": src.sha256,
+            "filename": src.filename, "dest": dest, "repo_id": src.repo_id, "repo_type": src.repo_type,
+            "revision": src.revision, "token": token, "endpoint": endpoint,
+            "secrets": url_secrets(src.text) if src.kind == "url" else []}
 
 
 # Runs on the instance (python3, stdlib; huggingface_hub for hf://): stdin is the JSON parameters' line, then this
@@ -149,6 +210,8 @@ def say(doc):
 def done(**kw):
     say(dict({"ok": True, "skipped": False, "bytes": 0, "error": ""}, **kw)); os._exit(0)
 def fail(msg, hint=None):
+    for s in p.get("secrets") or []:  # a URL's credentials never leave in a message
+        msg = msg.replace(s, "****")
     say({"ok": False, "skipped": False, "bytes": state["n"], "error": msg, "hint": hint}); os._exit(0)
 def beat():  # progress a second; a download that receives nothing for stall_s is ended; no reader: it ends
     stall = float(p.get("stall_s") or 300)
@@ -193,8 +256,19 @@ def check_zip(z):
         if why:
             fail("refused to unpack %s: member %r is %s" % (p["filename"], i.filename, why),
                  "an archive whose members stay inside the data folder (gpuops checks every member)")
+def request(url):
+    # user:pass@ as HTTP Basic authentication (urllib would take "user:pass@host" for the host name)
+    import base64, urllib.parse
+    u = urllib.parse.urlsplit(url)
+    if "@" not in u.netloc:
+        return url
+    info, _, host = u.netloc.rpartition("@")
+    user, _, pw = info.partition(":")
+    auth = base64.b64encode(("%s:%s" % (urllib.parse.unquote(user), urllib.parse.unquote(pw))).encode()).decode()
+    return urllib.request.Request(urllib.parse.urlunsplit((u.scheme, host, u.path, u.query, "")),
+                                  headers={"Authorization": "Basic " + auth})
 if p["kind"] == "url":
-    want = p["sha256"] + " " + p["url"]
+    want = p["sha256"] + " " + p.get("shown", p["url"])  # the mark on the folder (a shared filesystem) holds no secret
     try:
         if open(mark).read().strip() == want:
             done(skipped=True)
@@ -204,7 +278,7 @@ if p["kind"] == "url":
     fd, tmp = tempfile.mkstemp(prefix=".gpuops-download-", dir=dest)
     h = hashlib.sha256()
     try:
-        with os.fdopen(fd, "wb") as out, urllib.request.urlopen(p["url"], timeout=float(p.get("stall_s") or 300)) as r:
+        with os.fdopen(fd, "wb") as out, urllib.request.urlopen(request(p["url"]), timeout=float(p.get("stall_s") or 300)) as r:
             length = r.headers.get("Content-Length")
             state["total"] = int(length) if length and length.isdigit() else None
             read = getattr(r, "read1", None) or r.read

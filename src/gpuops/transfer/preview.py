@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Iterable, Optional, Sequence
 
-from .plan import ORIGIN_CLI, ORIGIN_IGNORE, ORIGIN_PROFILE, human_bytes
+from .plan import FETCHED_FILE, ORIGIN_CLI, ORIGIN_FETCHED, ORIGIN_IGNORE, ORIGIN_PROFILE, human_bytes
 
 LARGE_BYTES = 500 * 1000 * 1000  # an upload above this is previewed (and asked at a terminal)
 FAR_MORE = 50  # ... or one whose non-code bytes are this many times the code's, above DATA_FLOOR
@@ -270,9 +270,32 @@ def named_paths(text: str, *, shell: bool) -> list[str]:
     return found
 
 
+# A line that writes the path it names (the job makes that file: it needs nothing sent). Python: open(...) in a
+# write mode, the usual savers; shell: a redirection, tee, -o/--output.
+_PY_WRITE = re.compile(r"""open\([^#]*?(?:mode\s*=\s*)?['"][rb]?[wax]\+?b?['"]|"""
+                       r"""\b(?:save|save_pretrained|save_file|save_model|save_checkpoint|write_text|write_bytes|"""
+                       r"""savefig|to_csv|to_parquet|to_json|to_pickle|dump|savez|savez_compressed|"""
+                       r"""makedirs|mkdir)\s*\(""")
+_SH_WRITE = r"""(?:>>?|\btee(?:\s+-a)?|(?:^|\s)(?:-o|--output(?:=|\s+)|--out(?:=|\s+)))\s*['"]?(?:\./)?"""
+
+
+def writes_only(text: str, rel: str, *, shell: bool) -> bool:
+    """Does the script name `rel` only where it writes it (every line naming it is a write)? Then the job makes the
+    file and the sync leaving a local copy out is right (issue #36: the docs' rehearsal, trained again after `gpuops
+    fetch` brought checkpoints/step_1/model.bin back)."""
+    names = re.compile(r"(?<![\w./-])(?:\./)?" + re.escape(rel) + r"(?![\w./-])")
+    lines = [ln for ln in text.splitlines() if names.search(ln)]
+    if not lines:
+        return False
+    if shell:
+        return all(re.search(_SH_WRITE + re.escape(rel), ln) for ln in lines)
+    return all(_PY_WRITE.search(ln) for ln in lines)
+
+
 def silent_exclusions(project: Path, script_rel: str, rules: Iterable[tuple[str, str]]) -> list[tuple[str, str, str]]:
     """(path, pattern, origin) of each local file the script names that the sync's rules leave out: the job would
-    not find it on the host. Files only (a folder the job writes into, like checkpoints/, is rightly left out)."""
+    not find it on the host. Files only (a folder the job writes into, like checkpoints/, is rightly left out), and
+    never one the script only writes (writes_only)."""
     project = Path(project)
     script = project / script_rel
     try:
@@ -281,7 +304,10 @@ def silent_exclusions(project: Path, script_rel: str, rules: Iterable[tuple[str,
         return []
     m = Matcher(rules)
     out = []
-    for rel in named_paths(text, shell=not script_rel.endswith(".py")):
+    shell = not script_rel.endswith(".py")
+    for rel in named_paths(text, shell=shell):
+        if writes_only(text, rel, shell=shell):
+            continue
         for base in (project, script.parent):  # relative to the project (the job's folder) or to the script
             p = base / rel
             if p.is_file():
@@ -307,7 +333,10 @@ def exclusion_warning(script_rel: str, path: str, pattern: str, origin: str, *, 
                "brought back with a ! line)")
     elif origin == ORIGIN_CLI:
         how = f"drop --exclude {pattern}"
+    elif origin == ORIGIN_FETCHED:
+        how = (f"copy the file to a folder that is sent (gpuops fetch wrote it here, and a folder fetch writes into "
+               f"is never sent back, so a sync cannot overwrite the job's newer files; {FETCHED_FILE} lists them)")
     else:
-        how = "gpuops never sends it; move the file to a folder that is sent"
+        how = "move the file to a folder that is sent (gpuops never sends its own folders)"
     return (f"{script_rel} names {path}, which sync leaves out (rule '{pattern}' of {origin}): the job will not "
             f"find it on the host; to send it: {how}")

@@ -752,7 +752,10 @@ def log_to_wandb_unbounded(snapshot_dir: Path | str, snapshot: dict, *, run_name
     started = run is None
     try:
         if started:
+            # x_disable_meta: W&B's metadata is the process's argv (`--env API_TOKEN=...`, a `--data` URL with its
+            # credentials), host and program; none of it is W&B's to keep (issue #36)
             settings = wandb.Settings(silent=True, console="off", x_disable_stats=True, x_save_requirements=False,
+                                      x_disable_meta=True, x_disable_machine_info=True,
                                       disable_git=True, save_code=False, mode=mode,
                                       init_timeout=max(1.0, float(init_timeout)))
             run = wandb.init(project=project, entity=entity or None, name=run_name, job_type=job_type, group=group,

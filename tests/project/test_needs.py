@@ -1,4 +1,5 @@
-"""What a job imports (job_imports.py), read from crafted local projects, and the fix worded for a missing module."""
+"""What a job imports (project/needs.py over launch.py and closure.py), read from crafted local projects, and the
+gate's fix worded for a missing module (project/gatefix.py)."""
 from __future__ import annotations
 
 import json
@@ -6,8 +7,26 @@ import subprocess
 import sys
 from pathlib import Path
 
-from gpuops.jobs import script_imports as ji
+from types import SimpleNamespace
+
 from gpuops import knowledge
+from gpuops.project import closure, gatefix, judge, launch, needs as jneeds
+
+
+def _shell_invocations(text: str):
+    import tempfile
+
+    with tempfile.TemporaryDirectory() as d:
+        (Path(d) / "job.sh").write_text(text)
+        return launch.read_launch(Path(d), "job.sh").runs
+
+
+ji = SimpleNamespace(required_imports=closure.required_imports, check_name=closure.check_name,
+                     job_needs=jneeds.job_needs, project_module_names=closure.project_module_names,
+                     shell_invocations=_shell_invocations, probe_groups=jneeds.probe_groups,
+                     declared=gatefix.declared, has_project_table=gatefix.has_project_table,
+                     problems=gatefix.problems, missing=gatefix.missing, Need=closure.Need,
+                     namespaces=judge.namespaces)
 
 TABLE = knowledge.load_playbook("modules", Path("/nonexistent")).get("modules")
 NS = ji.namespaces(TABLE)
@@ -89,7 +108,7 @@ else:
     assert ji.check_name("torch.nn.functional", NS) == "torch"
 
 
-def test_the_projects_own_modules_one_level_deep_and_layouts(tmp_path):
+def test_the_projects_own_modules_at_any_depth_and_layouts(tmp_path):
     root = project(tmp_path, {
         "train.py": "import mylib\nfrom pkg import sub\nfrom pkg.util import helper\nimport mypkg\nimport numpy\n",
         "mylib.py": "import wandb\nimport deeper\n",
@@ -100,10 +119,12 @@ def test_the_projects_own_modules_one_level_deep_and_layouts(tmp_path):
         "src/mypkg/__init__.py": "import PIL\n",
     })
     got = needs(root, "train.py")
-    assert [g[0] for g in got] == ["mylib", "pkg", "mypkg", "numpy", "wandb", "deeper", "einops", "sklearn", "PIL"]
+    assert [g[0] for g in got] == ["mylib", "pkg", "mypkg", "numpy", "wandb", "deeper", "einops", "sklearn", "PIL",
+                                   "never_read"]
     assert ("wandb", "mylib.py (imported by train.py)", "imports", "") in got
     assert ("sklearn", "pkg/sub.py (imported by train.py)", "imports", "") in got
-    assert "never_read" not in names(root, "train.py")  # one level only
+    assert ("never_read", "deeper.py (imported by mylib.py <- train.py)", "imports", "") in got  # depth 2
+    assert "lazy" not in names(root, "train.py")  # inside a function
     own = {n.module: (n.local, n.local_root) for n in ji.job_needs(root, "train.py", NS) if n.local}
     assert own == {"mylib": ("mylib.py", ""), "pkg": ("pkg/__init__.py", ""), "mypkg": ("src/mypkg/__init__.py", "src"),
                    "deeper": ("deeper.py", "")}
@@ -161,16 +182,20 @@ cd sub && python in_sub.py
 cd "$(dirname "$0")"
 python -m after_unknown_cd
 """
-    got = [(i.kind, i.target, i.torchrun, i.cwd) for i in ji.shell_invocations(text)]
+    got = [(i.kind, i.target, i.launcher == "torchrun", i.cwd) for i in ji.shell_invocations(text)
+           if i.kind != "command"]
     assert got == [
         ("script", "train.py", False, None), ("module", "pkg.mod", False, None),
         ("script", "scripts/eval.py", False, None), ("script", "other.py", False, None),
         ("script", "tool.py", False, None), ("module", "amodule", False, None),
         ("script", "dist.py", True, None), ("script", "ddp.py", True, None), ("module", "pkg.launch", True, None),
+        ("script", "with_path.py", False, None),  # PYTHONPATH=src is read: src is searched too
         ("script", "in_sub.py", False, "sub"), ("module", "after_unknown_cd", False, None)]
+    assert [r.pythonpath for r in ji.shell_invocations(text) if r.target == "with_path.py"] == [("src",)]
     assert ji.shell_invocations("source .venv/bin/activate\npython train.py\n") == []
     assert ji.shell_invocations("conda activate rl\npython train.py\n") == []
-    assert ji.shell_invocations("echo hello\nls -la\n") == []
+    assert [r.kind for r in ji.shell_invocations("echo hello\nls -la\n")] == ["command"]  # ls: judged only if a
+    #                                                                    console script of modules.yaml
 
 
 def test_a_shell_jobs_needs_follow_its_scripts_and_modules(tmp_path):
@@ -183,7 +208,7 @@ def test_a_shell_jobs_needs_follow_its_scripts_and_modules(tmp_path):
     })
     got = needs(root, "run.sh")
     assert ("wandb", "train.py (run by run.sh)", "imports", "") in got
-    assert ("datasets", "mylib.py (imported by train.py)", "imports", "") in got
+    assert ("datasets", "mylib.py (imported by train.py <- run.sh)", "imports", "") in got
     assert ("pkg", "run.sh", "runs python -m", "") in got
     assert ("peft", "pkg/mod.py (run by run.sh)", "imports", "") in got
     assert ("trl", "pkg/mod.py (run by run.sh)", "imports", "") in got  # it runs as __main__

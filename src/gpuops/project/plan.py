@@ -1,0 +1,203 @@
+"""The local plan (pure but for reading the project's files and the resolver it is handed): what the job's files
+decide, judged on this machine before anything is launched (issue 34).
+
+Built from the launch line (launch.py: every script it reaches, the python runs and commands), the import closure
+through the project's own modules at any depth (closure.py), the dependency files (read.py: requirements with their
+includes and index lines, pyproject, setup.py, PEP 723 blocks, uv.lock) and a resolution of them for the image
+(resolve.py, with the image's packages as constraints). The verdict: refusals, each with its fix; warnings; hints.
+
+A module is judged against the RESOLVED set (what the resolution installs, plus the image's packages, plus what
+torch brings), not the names the files declare, so a module a dependency brings (tensordict -> orjson) is never
+refused. When no resolution is available (this machine cannot reach the index, uv is missing, a timeout), the plan
+says so and falls back: a module no file declares is a warning, and the launch gate asks the instance; the plan
+never refuses on a guess. What needs no resolution is refused all the same: Windows line endings in any script the
+launch line reaches, an import of a name the project's own package does not have, a torch pin the image's torch
+does not meet, a requires-python the image's python does not meet, a project setup cannot install."""
+from __future__ import annotations
+
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable, Optional
+
+from . import judge
+from .judge import ModuleVerdict
+from .images import Image
+from .needs import JobNeeds, job_needs_full
+from .read import LocalFiles, local_files, read_project
+from .resolve import Resolution, ResolveRequest
+
+NEVER_REFUSED = {"pkg_resources", "setuptools", "pip", "wheel", "distutils", "_distutils_hack"}  # the environment has
+
+
+@dataclass
+class Settings:
+    """What the profile (or the run's --from template) says of setup: the files it installs, the extras, the
+    python it builds the environment from, the packages it installs itself (expect.packages: flash-attn)."""
+    requirements: list[str] = field(default_factory=lambda: ["requirements.txt"])
+    extras: object = field(default_factory=list)  # a list, or "all"
+    base_python: Optional[str] = None
+    expect_packages: dict[str, str] = field(default_factory=dict)
+
+    @classmethod
+    def of_profile(cls, prof) -> "Settings":
+        """A profile's (profiles.model.Profile) setup: and expect.packages."""
+        return cls(requirements=list(prof.setup.requirements), extras=prof.setup.extras,
+                   base_python=prof.setup.base_python, expect_packages=dict(prof.expect.packages))
+
+    @classmethod
+    def of(cls, setup: Optional[dict] = None, expect: Optional[dict] = None) -> "Settings":
+        setup = setup or {}
+        reqs = setup.get("requirements") or ["requirements.txt"]
+        return cls(requirements=[reqs] if isinstance(reqs, str) else list(reqs), extras=setup.get("extras") or [],
+                   base_python=setup.get("base_python"),
+                   expect_packages=dict((expect or {}).get("packages") or {}))
+
+
+@dataclass
+class Plan:
+    """The local plan's verdict, and what it was built from."""
+    script: str
+    image: Optional[str] = None
+    python: Optional[str] = None
+    runs: list[dict] = field(default_factory=list)
+    scripts: list[str] = field(default_factory=list)
+    files: int = 0
+    depth: int = 0
+    modules: list[ModuleVerdict] = field(default_factory=list)
+    declared: list[str] = field(default_factory=list)  # the requirements the resolution was asked for
+    index_lines: list[str] = field(default_factory=list)
+    resolution: Optional[Resolution] = None
+    refusals: list[tuple[str, str]] = field(default_factory=list)  # (problem, fix)
+    certain: list[tuple[str, str]] = field(default_factory=list)  # refusals no --force passes (no host runs them)
+    warnings: list[str] = field(default_factory=list)
+    hints: list[str] = field(default_factory=list)
+    seconds: float = 0.0
+
+    @property
+    def refused(self) -> bool:
+        return bool(self.refusals or self.certain)
+
+    def to_json(self) -> dict:
+        r = self.resolution
+        res = r.to_dict() if r is not None else None  # setup installs its pins (setup/pinned.py)
+        return {"script": self.script, "image": self.image, "python": self.python, "runs": self.runs,
+                "scripts": self.scripts, "files_read": self.files, "import_depth": self.depth,
+                "modules": [m.to_json() for m in self.modules], "requirements": self.declared,
+                "index_lines": self.index_lines, "resolution": res,
+                "refusals": [{"problem": p, "fix": f} for p, f in self.certain + self.refusals],
+                "warnings": self.warnings, "hints": self.hints, "verdict": "refuse" if self.refused else "launch",
+                "seconds": round(self.seconds, 3)}
+
+
+def image_of(images_doc: dict, family: Optional[str] = None, arch: str = "x86_64") -> Optional[Image]:
+    """The image a launch boots (the first of images.yaml `launched`), or `family`, as the plan judges against
+    (project/images.py: its python, platform, preinstalled packages, the ones kept)."""
+    from .images import image_for, launched
+
+    if family:
+        return image_for(images_doc, family, arch)
+    return next(iter(launched(images_doc, arch)), None)
+
+
+def with_expected(image: Optional[Image], settings: Settings) -> Optional[Image]:
+    """The image as the profile makes it: a torch (torchvision, torchaudio) that expect.packages pins to a version is
+    installed by setup on purpose, and the plan resolves against it instead of the image's."""
+    import re
+
+    if image is None:
+        return None
+    pinned = {k: str(v).lstrip("=") for k, v in settings.expect_packages.items()
+              if str(k).lower() in ("torch", "torchvision", "torchaudio") and
+              re.fullmatch(r"=?=?\d+(\.\d+)*([+.][A-Za-z0-9.]+)?", str(v))}
+    return image.with_packages(pinned) if pinned else image
+
+
+def image_known(images_doc: dict, family: str) -> bool:
+    """Does images.yaml list the image's preinstalled packages (then a project that installs nothing is judged
+    against them alone)?"""
+    row = next((i for i in images_doc.get("images") or [] if isinstance(i, dict) and i.get("family") == family), {})
+    return isinstance(row.get("packages"), (dict, list)) and bool(row.get("packages"))
+
+
+def _runs_json(jn: JobNeeds) -> list[dict]:
+    return [{"kind": r.kind, "target": r.target, "launcher": r.launcher, "by": " <- ".join(r.via) or None,
+             "line": r.line or None}
+            for r in jn.launch.runs]
+
+
+def build(project: Path, script: str, *, image: Optional[Image], settings: Settings, tables: dict,
+          images_doc: Optional[dict] = None, resolver: Optional[Callable[..., Resolution]] = None,
+          timeout_s: float = 20.0) -> Plan:
+    """The plan for `--script` (relative to the project) on `image` (None: a host whose image is not known here:
+    no resolution, the static judgement only). tables: playbooks/modules.yaml. resolver: resolve.resolve (tests
+    may hand another real one); None: no resolution."""
+    t0 = time.monotonic()
+    image = with_expected(image, settings)
+    plan = Plan(script, image=image.name if image else None, python=image.python if image else None)
+    arch = (image.platform.split("-", 1)[0] if image else None) or None
+    lf: LocalFiles = local_files(project, settings.requirements, image.python if image else None, arch)
+    proj = read_project(lf, settings)
+    jn = job_needs_full(project, script, judge.namespaces(tables.get("modules") or []))
+    plan.runs, plan.scripts = _runs_json(jn), list(jn.launch.scripts)
+    plan.files, plan.depth = len(jn.files), jn.depth
+    plan.certain += jn.problems
+    plan.warnings += jn.launch.unread
+    ctx = judge.Context.of(project, lf, proj, jn, settings, tables, image)
+    plan.declared = list(ctx.requirements)
+    plan.index_lines = list(ctx.index_lines)
+    judge.project_problems(plan, ctx, images_doc or {})
+    if image is not None and ctx.opaque:  # what a path, URL or checkout installs is known once installed
+        f, line = ctx.opaque[0]
+        plan.resolution = Resolution(available=False, why=f"{f} installs {line}, which names no distribution the plan "
+                                                          "can resolve here")
+    elif image is not None and resolver is not None and (ctx.requirements or ctx.lock):
+        request = ResolveRequest(tuple(ctx.requirements), tuple(ctx.index_lines), lock=ctx.lock,
+                                 extras=tuple(ctx.extras))
+        try:
+            plan.resolution = resolver(request, image, timeout_s=timeout_s)
+        except Exception as e:  # noqa: BLE001 - the plan never blocks on its own resolver
+            plan.resolution = Resolution(available=False, why=f"the resolver failed: {e}")
+    elif image is not None and not (ctx.requirements or ctx.lock) and image_known(images_doc or {}, image.name):
+        plan.resolution = Resolution(available=True, install_bytes=0)  # nothing to install: the image's packages
+    elif image is not None:
+        plan.resolution = Resolution(available=False, why="no resolver" if ctx.requirements else
+                                     "nothing to resolve, and images.yaml does not list the image's packages")
+    judge.resolution_verdict(plan, ctx)
+    judge.modules_verdict(plan, ctx, jn, stdlib=stdlib_names(image.python if image else None))
+    judge.commands_verdict(plan, ctx, jn)
+    judge.launcher_configs(plan, ctx, jn, project)
+    plan.seconds = time.monotonic() - t0
+    return plan
+
+
+def stdlib_names(python: Optional[str]) -> set[str]:
+    """The standard library's top-level modules as this python knows them (a module the image's older or newer
+    python lacks is counted in: never a refusal), with tomllib only from 3.11."""
+    names = set(getattr(sys, "stdlib_module_names", ())) | set(sys.builtin_module_names)
+    if python and tuple(int(x) for x in python.split(".")[:2] if x.isdigit()) < (3, 11):
+        names.discard("tomllib")
+    return names | NEVER_REFUSED
+
+
+def tables(project: Optional[Path] = None) -> dict:
+    """The knowledge the plan judges with: playbooks/modules.yaml, and knowledge.yaml's torch_companions."""
+    from .. import knowledge as kb
+
+    doc = dict(kb.load_playbook("modules", project))
+    doc["torch_family"] = kb.knowledge(project).get("torch_companions") or []
+    return doc
+
+
+def local_plan(project: Path, script: str, settings: Settings, *, image: Optional[str] = "launched",
+               resolve: bool = True, timeout_s: float = 20.0) -> Plan:
+    """The plan as `gpuops run`, `train`, `setup` and `plan` build it: the playbooks loaded, the image a launch boots
+    (image="launched"), a named one, or None (a host whose image is not known: no resolution)."""
+    from .. import knowledge as kb
+    from .resolve import resolve as resolver
+
+    images_doc = kb.load_playbook("images", project)
+    img = image_of(images_doc, None if image == "launched" else image) if image else None
+    return build(project, script, image=img, settings=settings, tables=tables(project), images_doc=images_doc,
+                 resolver=resolver if resolve else None, timeout_s=timeout_s)

@@ -1,0 +1,57 @@
+"""The local plan said and enforced: its summary, warnings and hints through the command's Output, its refusals as
+one ChecksFailed (exit 1) with every fix, before anything is launched, synced or installed. `run`, `train`, `setup`
+and `plan` all go through here, so they say the same plan in the same words."""
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from .plan import Plan
+
+
+def _gb(n) -> str:
+    return f"{n / 1e9:.2f} GB" if n is not None else "size unknown"
+
+
+def summary(plan: "Plan") -> str:
+    """One line: what was read, and what the resolution found."""
+    parts = [f"{len(plan.scripts) or 1} script(s), {plan.files} python file(s) read (imports {plan.depth} deep)",
+             f"{len([m for m in plan.modules if m.status not in ('stdlib', 'project')])} module(s) judged"]
+    r = plan.resolution
+    if r is not None and r.available:
+        parts.append(f"setup installs {len(r.packages)} package(s), {_gb(r.install_bytes)}, resolved for "
+                     f"{plan.image} in {r.seconds:.1f} s")
+    elif r is not None:
+        parts.append(f"not resolved ({r.why or 'unavailable'})")
+    return f"local plan for {plan.script}" + (f" on {plan.image}" if plan.image else "") + ": " + "; ".join(parts) + \
+        f" ({plan.seconds:.1f} s)"
+
+
+def report(plan: "Plan", out, *, quiet: bool = False) -> None:
+    """The plan's summary line (unless quiet), its warnings and hints, through `out` (stderr; nothing in JSON)."""
+    if not quiet:
+        out.info(summary(plan))
+    for w in plan.warnings:
+        out.warn(w)
+    for h in plan.hints:
+        out.info(h)
+
+
+def enforce(plan: "Plan", *, force: bool, done: str, out=None) -> None:
+    """Refuse what the plan refuses: ChecksFailed (exit 1) naming every problem, the fixes as the hint. `done` says
+    what was not done ("nothing was launched"). With force, the refusals a --force may pass (a torch another than the
+    image's, a module this machine's resolution does not find) become warnings; the certain ones (what no host runs)
+    never do."""
+    from ..errors import ChecksFailed
+
+    refusals = list(plan.certain)
+    if force and plan.refusals and out is not None:
+        for p, _ in plan.refusals:
+            out.warn(f"{p} (--force: going on anyway)")
+    elif not force:
+        refusals += plan.refusals
+    if refusals:
+        hint = "\n".join(f for _, f in refusals)
+        if plan.refusals and not force and not plan.certain:
+            hint += "\nto go on anyway: --force"
+        raise ChecksFailed("; ".join(p for p, _ in refusals) + f"; {done}", hint=hint)
