@@ -100,3 +100,6 @@ def test_ctrl_c_while_waiting_for_capacity_says_nothing_was_launched(cloud):
     doc = json.loads(out)
     assert doc["outcome"] == "failed" and doc["total_cost"] == 0 and doc["instances"] == [], doc
     assert cloud.launch_requests() == 0
+    from gpuops.cloud.ledger import Ledger
+
+    assert not [x for x in Ledger().records() if x.open]  # the record reserved for the wait is closed

@@ -438,12 +438,14 @@ class Runner(PrepStage, UpStage, HostStages, WatchStage, EndStages, RecoveryStag
         return bool(st and st.ok)
 
     def _nothing_launched(self) -> bool:
-        """No launch request of this run ever created a record (each is recorded before it is sent): nothing bills."""
+        """No launch request of this run was ever sent (each is recorded before it is: the regions it tried, then
+        the instance it got; a record reserved for the wait for capacity has neither): nothing bills."""
         from ..cloud.ledger import Ledger
 
         rec = self.rec
         return (not rec.attempts and rec.billed_from is None and not rec.instance
-                and not [r for r in Ledger().records() if r.profile == rec.profile])
+                and not [r for r in Ledger().records() if r.profile == rec.profile
+                         and (r.instance_id or r.regions_tried)])
 
     def _detached(self) -> int:
         st = self.rec.stages.get("up")
