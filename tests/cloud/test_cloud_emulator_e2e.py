@@ -416,6 +416,10 @@ def test_filesystems_attach_share_measure_and_refuse_deletion_while_mounted(api,
     assert status == 400 and doc["error"]["code"] == "filesystems/filesystem-in-use" and a in doc["error"]["message"]
     api("POST", "/instance-operations/terminate", {"instance_ids": [a, b]})
     assert (emu.fs_dir("shared-1") / "note").read_text() == "from-a\n"  # outlives the instances
+    # a terminating instance still holds it (Lambda refuses the deletion until it has ended): in use until then
+    deadline = time.monotonic() + 30
+    while api("GET", "/file-systems")[1]["data"][0]["is_in_use"] and time.monotonic() < deadline:
+        time.sleep(0.1)
     assert api("GET", "/file-systems")[1]["data"][0]["is_in_use"] is False
     folder = emu.fs_dir("shared-1")
     assert api("DELETE", f"/filesystems/{fs['id']}")[1] == {"data": {"deleted_ids": [fs["id"]]}}

@@ -84,6 +84,7 @@ def test_up_fs_tries_only_its_region_mounts_it_and_rm_is_refused_while_mounted(c
     mount = inst["file_system_mounts"][0]["mount_point"]
     p = _profile("withfs")
     assert p["env"]["GPUOPS_FS"] == mount and p["setup"]["cache_dir"] == f"{mount}/gpuops/cache"
+    assert p["env"]["HF_HOME"] == f"{mount}/gpuops/cache/huggingface"  # models and datasets: downloaded once
     assert p["cloud"]["filesystems"] == [{"name": "ckpts", "id": inst["file_system_mounts"][0]["file_system_id"],
                                          "mount_point": mount}]
     assert cloud.launch_requests() == 1
@@ -157,3 +158,17 @@ def test_a_fleet_attaches_the_filesystem_on_every_node(cloud, gpuops):
     [row] = json.loads(gpuops("fs", "ls", "--json").out)["filesystems"]
     assert sorted(i["id"] for i in row["instances"]) == sorted(i["id"] for i in live)
     assert gpuops("down", "pair", "--yes").code == 0
+
+
+def test_fs_rm_right_after_down_waits_for_the_terminating_instance(cloud, gpuops):
+    """Before: refused while the instance was still terminating, with the hint "end the instance first"."""
+    cloud.capacity(TYPE, ["us-east-1"])
+    cloud.terminate_seconds(4)
+    assert gpuops("fs", "create", "soon", "--region", "us-east-1").code == 0
+    assert _up(gpuops, cloud, "soonfs", "--fs", "soon").code == 0
+    [inst] = _live(cloud)
+    assert gpuops("down", inst["id"], "--yes").code == 0
+    r = gpuops("fs", "rm", "soon", "--yes")
+    assert r.code == 0, r.all
+    assert f"instance {inst['id']} mounting 'soon' is terminating: waiting for it to end" in r.err, r.err
+    assert "end it first" not in r.err

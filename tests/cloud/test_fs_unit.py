@@ -70,8 +70,11 @@ def test_launch_region_and_names():
 def test_data_sources(tmp_path):
     (tmp_path / "corpus").mkdir()
     s = dp.parse("corpus", tmp_path)
-    assert s.kind == "local" and s.name == "corpus" and dp.target(s, "/lambda/nfs/x") == "/lambda/nfs/x/gpuops/data/corpus"
-    assert dp.target(s, None) == "~/gpuops-data/corpus"
+    key = dp.source_key(s)
+    assert s.kind == "local" and s.name == "corpus" and dp.target(s, "/lambda/nfs/x") == f"/lambda/nfs/x/gpuops/data/corpus-{key}"
+    assert dp.target(s, None) == f"~/gpuops-data/corpus-{key}"
+    (tmp_path / "b" / "corpus").mkdir(parents=True)  # another folder of the same name: its own folder there
+    assert dp.source_key(dp.parse(str(tmp_path / "b" / "corpus"), tmp_path)) != key
     h = "ab" * 32
     u = dp.parse(f"https://h.example/sets/wiki.tar.gz#sha256={h}", tmp_path)
     assert (u.kind, u.name, u.filename, u.sha256, u.text) == ("url", "wiki", "wiki.tar.gz", h,
@@ -155,7 +158,8 @@ def test_a_failed_unpack_never_leaves_the_earlier_archives_mark_on_mixed_files(t
         assert _fetch(dp.fetch_params(a, str(dest)))["ok"]
         got = _fetch(dp.fetch_params(b, str(dest)))
         assert not got["ok"] and "could not unpack" in got["error"], got
-        assert (dest / "train.txt").read_text() == "version B\n"  # half of B is there
+        # every member is read (and checked) before any is unpacked: nothing of the cut B written over A
+        assert (dest / "train.txt").read_text() == "version A\n"
         again = _fetch(dp.fetch_params(a, str(dest)))
         assert again["ok"] and not again["skipped"], again
         assert (dest / "train.txt").read_text() == "version A\n"

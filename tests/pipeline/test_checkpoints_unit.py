@@ -28,14 +28,18 @@ def test_a_step_folder_from_before_the_job_never_counts():
     assert ck.resumable(steps, files=files, since=None, job="alive", quiet=True).dir == "global_step_99"
 
 
-def test_an_incomplete_first_checkpoint_does_not_count_once_the_job_died():
+def test_a_first_checkpoint_with_no_marker_counts_only_once_the_job_moved_past_it():
+    """Issue 35: the model written, the optimizer still gathered for longer than two samples (nothing open, the
+    listing still): held still is not complete. Before: rule (d) counted it, then resumed from it."""
     files, steps = listing(("checkpoint-1/model.bin", 10, 500.0))  # model written, optimizer not yet
     v = ck.resumable(steps, files=files, since=400.0, job="died", quiet=True)
-    assert v.dir is None and "the job died" in v.reasons()
+    assert v.dir is None and "counts once the job has moved past it" in v.reasons()
     assert ck.resumable(steps, files=files, since=400.0, job="alive", quiet=False).dir is None  # still changing
-    assert ck.resumable(steps, files=files, since=400.0, job="alive", quiet=True).dir == "checkpoint-1"
+    assert ck.resumable(steps, files=files, since=400.0, job="alive", quiet=True).dir is None  # held still: not enough
+    assert ck.resumable(steps, files=files, since=400.0, job="succeeded", quiet=False).evidence == ["succeeded"]
     files, steps = listing(("checkpoint-1/model.bin", 10, 500.0), ("checkpoint-1/COMPLETE", 0, 501.0))
-    assert ck.resumable(steps, files=files, since=400.0, job="died", quiet=False).dir == "checkpoint-1"  # marker
+    v = ck.resumable(steps, files=files, since=400.0, job="died", quiet=False)
+    assert v.dir == "checkpoint-1" and v.evidence == ["marker:gpuops"]
 
 
 def test_a_successor_completes_its_predecessor_and_a_short_newest_is_passed_over():
@@ -43,6 +47,7 @@ def test_a_successor_completes_its_predecessor_and_a_short_newest_is_passed_over
                            ("checkpoint-2/model.bin", 10, 510.0))
     v = ck.resumable(steps, files=files, since=400.0, job="died", quiet=False)
     assert v.dir == "checkpoint-1" and v.step == 1 and "checkpoint-2: lacks files" in v.reasons()
+    assert v.evidence == ["successor"]
     files, steps = listing(("checkpoint-1/model.bin", 10, 500.0), ("checkpoint-2/model.bin", 10, 510.0),
                            ("checkpoint-2/optim.pt", 10, 511.0))
     assert ck.resumable(steps, files=files, since=400.0, job="died", quiet=False).dir is None  # 1 lacks optim.pt

@@ -16,6 +16,7 @@ from pathlib import Path
 
 import pytest
 
+from gpuops.transfer import dataplan as dp
 from support.cloud import TYPE
 
 
@@ -66,10 +67,11 @@ def test_run_fs_with_a_local_folder_puts_it_once_and_the_job_sees_both(cloud, gp
     doc = json.loads(r.out)
     log = (Path.cwd() / doc["fetched"]["log"]).read_text()
     mount = next(i for i in cloud.instances())["file_system_mounts"][0]["mount_point"]
-    assert f"FS {mount}\n" in log and f"DATA {mount}/gpuops/data/corpus\n" in log and "READ hello data" in log
+    key = dp.source_key(dp.parse(str(corpus), Path.cwd()))  # a folder of its own per source
+    assert f"FS {mount}\n" in log and f"DATA {mount}/gpuops/data/corpus-{key}\n" in log and "READ hello data" in log
     fsdir = cloud.fs_dir("work")
     assert (fsdir / "job-was-here").read_text() == "yes"
-    assert (fsdir / "gpuops" / "data" / "corpus" / "big.bin").stat().st_size == 200_000
+    assert (fsdir / "gpuops" / "data" / f"corpus-{key}" / "big.bin").stat().st_size == 200_000
     assert "2 files changed" in r.err
     assert (fsdir / "gpuops" / "cache").is_dir()  # setup's uv/pip caches live on the filesystem
     assert not _live(cloud)
@@ -79,8 +81,8 @@ def test_run_fs_with_a_local_folder_puts_it_once_and_the_job_sees_both(cloud, gp
     r = _run(gpuops, cloud, "--fs", "work", "--data", str(corpus))
     assert r.code == 0, r.all
     assert "1 files changed" in r.err and "READ hello again" in (Path.cwd() / json.loads(r.out)["fetched"]["log"]).read_text()
-    assert f"1 file in {mount}/gpuops/data/corpus is not in {corpus}" in r.err and "too: big.bin" in r.err, r.err
-    assert (fsdir / "gpuops" / "data" / "corpus" / "big.bin").exists()
+    assert f"1 file in {mount}/gpuops/data/corpus-{key} is not in {corpus}" in r.err and "too: big.bin" in r.err, r.err
+    assert (fsdir / "gpuops" / "data" / f"corpus-{key}" / "big.bin").exists()
 
 
 def test_run_data_url_is_downloaded_by_the_instance_and_checked(cloud, gpuops, http_files):
@@ -99,7 +101,7 @@ def test_run_data_url_is_downloaded_by_the_instance_and_checked(cloud, gpuops, h
     assert r.code == 0, r.all
     assert "downloaded by the instance" in r.err
     log = (Path.cwd() / json.loads(r.out)["fetched"]["log"]).read_text()
-    assert "READ from the web" in log and "/gpuops/data/set\n" in log
+    assert "READ from the web" in log and f"/gpuops/data/set-{dp.source_key(dp.parse('https://x/set.tar.gz#sha256=' + digest, Path.cwd()))}\n" in log
     r = _run(gpuops, cloud, "--fs", "web", "--data", f"{http_files.base}/set.tar.gz#sha256={digest}")
     assert r.code == 0 and "already there (checksum matches)" in r.err, r.all
     # a wrong checksum: the data is refused, the job never starts, the instance is terminated
@@ -117,7 +119,7 @@ def test_run_data_without_fs_is_a_copy_on_the_instance_disk(cloud, gpuops):
     r = _run(gpuops, cloud, "--data", str(Path.cwd().parent / "plain"))
     assert r.code == 0, r.all
     log = (Path.cwd() / json.loads(r.out)["fetched"]["log"]).read_text()
-    assert "FS None\n" in log and "READ on the disk" in log and "/gpuops-data/plain\n" in log
+    assert "FS None\n" in log and "READ on the disk" in log and "/gpuops-data/plain-" in log
 
 
 HUB_FILES = {"config.json": b'{"hidden": 8}\n', "train.txt": b"from the hub\n"}
@@ -187,8 +189,10 @@ def test_run_data_hf_is_snapshot_downloaded_by_the_instance_with_the_token_as_a_
     r = _run(gpuops, cloud, "--fs", "models", "--data", "hf://datasets/org/set")
     assert r.code == 0, r.all
     log = (Path.cwd() / json.loads(r.out)["fetched"]["log"]).read_text()
-    assert "READ from the hub" in log and "/gpuops/data/org--set\n" in log
-    assert (cloud.fs_dir("models") / "gpuops" / "data" / "org--set" / "config.json").read_bytes() == HUB_FILES["config.json"]
+    key = dp.source_key(dp.parse("hf://datasets/org/set", Path.cwd()))
+    assert "READ from the hub" in log and f"/gpuops/data/org--set-{key}\n" in log
+    assert (cloud.fs_dir("models") / "gpuops" / "data" / f"org--set-{key}" / "config.json").read_bytes() == \
+        HUB_FILES["config.json"]
     assert ("GET", f"/datasets/org/set/resolve/{HUB_SHA}/train.txt", f"Bearer {HUB_TOKEN}") in hub.seen
     assert HUB_TOKEN not in r.all
     for f in Path.cwd().rglob("*"):  # the run's record, log and profile copies: never the token (.env is the user's)
@@ -250,4 +254,5 @@ def test_a_data_folder_inside_the_project_is_not_uploaded_with_the_project(cloud
     sync = next(s for s in doc["stages"] if s["stage"] == "sync")
     sent = int(sync["detail"].split(", ")[1].split()[0])
     assert sent < 100_000, sync  # the project's code, not the 300 KB corpus
-    assert (cloud.fs_dir("inproj") / "gpuops" / "data" / "corpus" / "big.bin").stat().st_size == 300_000
+    key = dp.source_key(dp.parse("./corpus", Path.cwd()))
+    assert (cloud.fs_dir("inproj") / "gpuops" / "data" / f"corpus-{key}" / "big.bin").stat().st_size == 300_000

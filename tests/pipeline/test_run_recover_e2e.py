@@ -66,7 +66,9 @@ def test_recover_0_ends_as_before(cloud):
     doc = json.loads(out)
     assert "Xid 79" in err and "the GPU is no longer usable" in err and "--recover" in err, err
     assert doc["outcome"] == "succeeded" and doc["recoveries"] == 0 and len(doc["instances"]) == 1
-    assert doc["checkpoint"] is None and cloud.launch_requests() == 1
+    # nothing fetched while training: the newest checkpoint is judged once, after the job succeeded
+    assert doc["checkpoints"]["evidence"] == ["succeeded"] and cloud.launch_requests() == 1
+    assert not [e for e in records()[0]["vouched"] if e["evidence"] != ["succeeded"]]
 
     p = run_process(cloud, "--script", "train.py", "--fetch", "checkpoints", "--json", "--recover", "0", "--", "30", "1",
              "0")

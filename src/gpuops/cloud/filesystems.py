@@ -14,7 +14,9 @@ from ..errors import ExitCode, GpuopsError, UsageError
 NAME_RE = re.compile(r"^[a-zA-Z]+[0-9a-zA-Z-]*$")  # FilesystemCreateRequest.name
 NAME_MAX = 60
 GIB = 1024 ** 3
-LIVE = ("booting", "active", "unhealthy")  # an instance in these states holds its filesystems mounted
+# an instance in these states holds its filesystems mounted (terminating: until it has ended, Lambda refuses to delete
+# the filesystem meanwhile: `fs rm` waits for it, cloud.fs_actions._after_terminating)
+LIVE = ("booting", "active", "unhealthy", "terminating")
 NO_PRICE = ("Lambda publishes no filesystem price gpuops can cite (its billing page gives one only as an example); "
             "put the price Lambda showed at creation in ./playbooks/filesystems.yaml to see costs")
 CACHE_DIR = "gpuops/cache"  # under the mount point: setup's caches (uv, pip) shared by every instance attaching it

@@ -55,7 +55,7 @@ def remove(ctx, name: str, confirm: Optional[Callable[[str], bool]]) -> dict:
         known = ", ".join(f.name for f in fss) or "none"
         raise UsageError(f"no filesystem named {name!r} (the account has: {known})",
                          hint="`gpuops fs ls` lists them")
-    users = fsd.users(fs, ctx.client.instances())
+    users = _after_terminating(ctx, fs, fsd.users(fs, ctx.client.instances()))
     if users:
         who = ", ".join(f"{i.id}" + (f" ({i.name})" if i.name else "") for i in users)
         raise GpuopsError(f"filesystem {name!r} is mounted by instance {who}: Lambda deletes a filesystem only when "
@@ -71,6 +71,30 @@ def remove(ctx, name: str, confirm: Optional[Callable[[str], bool]]) -> dict:
     except LambdaError as exc:
         raise fsd.fs_error(exc, name) from None
     return {"name": name, "id": fs.id, "region": fs.region, "deleted_ids": ids}
+
+
+TERMINATING_WAIT_S = 300.0  # `fs rm` right after `down`: how long it waits for an instance still terminating
+
+
+def _after_terminating(ctx, fs, users: list) -> list:
+    """The instances mounting the filesystem, once those only terminating have ended (Lambda deletes a filesystem
+    only when none mounts it): waited for, said, at most TERMINATING_WAIT_S; the ones still there are returned
+    (an instance still terminating past the limit said as such)."""
+    if not users or any(i.status != "terminating" for i in users):
+        return users
+    ids = ", ".join(i.id for i in users)
+    ctx.out.info(f"instance {ids} mounting {fs.name!r} is terminating: waiting for it to end (at most "
+                 f"{TERMINATING_WAIT_S / 60:.0f} min) before removing the filesystem")
+    deadline = ctx.clock() + TERMINATING_WAIT_S
+    while users and all(i.status == "terminating" for i in users) and ctx.clock() < deadline:
+        ctx.sleep(2.0)
+        users = fsd.users(fs, ctx.client.instances())
+    if users and all(i.status == "terminating" for i in users):
+        raise GpuopsError(f"filesystem {fs.name!r} is mounted by instance {ids}, still terminating after "
+                          f"{TERMINATING_WAIT_S / 60:.0f} min: Lambda deletes a filesystem only once no instance "
+                          "mounts it", hint=f"run `gpuops fs rm {fs.name}` again in a few minutes (`gpuops ls` shows "
+                          "when it has ended)", code=ExitCode.FAILED)
+    return users
 
 
 def attach(spec, ctx, types: dict, want) -> tuple:

@@ -64,7 +64,10 @@ def write_profile(name: str, insts: list[Instance], key: Path, itype, cloud: dic
     fss = cloud.get("filesystems") or []
     if fss:  # the job sees the first filesystem's mount point; setup's caches live on it (a replacement's setup is fast)
         mount = fss[0]["mount_point"]
-        settings["env"] = {**(settings.get("env") or {}), "GPUOPS_FS": mount}
+        # Hugging Face's models and datasets too (HF_HOME): a fresh instance does not download them again; a
+        # template's own HF_HOME is kept
+        settings["env"] = {"HF_HOME": f"{mount.rstrip('/')}/gpuops/cache/huggingface",
+                           **(settings.get("env") or {}), "GPUOPS_FS": mount}
         setup = dict(settings.get("setup") or {})
         setup.setdefault("cache_dir", f"{mount.rstrip('/')}/gpuops/cache")
         settings["setup"] = setup

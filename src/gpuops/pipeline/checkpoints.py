@@ -15,18 +15,22 @@ Where (issue #27):
   instance: a replacement attaches the same filesystem and resumes from there (no push; no checkpoint byte through
   this machine). `--fetch` still brings what it names here at the end; without --fetch nothing is fetched.
 
-Which count (`resumable`), checked on the instance's listing before anything is fetched:
+Which count (`resumable`), judged on the listing of the folder and what the SAME remote execution saw beside it
+(`Seen`: the files held open for writing by the job's processes, the contents of the frameworks' marker files, the
+files whose format says they are cut short), by the rules of playbooks/checkpoints.yaml, each with its source:
 - never a step folder whose newest file is older than the job's start (`since`, the instance's own clock): it was
   there before this job (pushed for it to resume from, or left there by something else), not written by it;
-- a step folder (global_step_N, checkpoint-N) counts as complete when
-  (a) it holds a marker file the job writes last (`COMPLETE` or `.complete`), or
-  (b) a newer step folder of its kind exists and it lacks no file that newer one has (the job moved past it), or
-  (c) the job has ended and succeeded, or
-  (d) the job is alive and the whole checkpoint folder's listing was the same in `QUIET_SAMPLES` samples in a row
-      of the watch (jobs.watch.CheckpointWatch) — never once the job has died: a folder it was writing when it died (model written,
-      optimizer not yet) is not complete, the first one included;
-- a newest step folder that lacks a file its predecessor has is incomplete whatever (d) says.
-A folder with no step folders is one checkpoint (the whole folder), judged by (a), (c) and (d) alike.
+- never a folder with a temporary name inside, a file open for writing by the job, a file cut short (a torch.save
+  zip without its end record, a safetensors file whose header does not match its size), or that lacks a file its
+  predecessor has;
+- then it counts by one piece of evidence, recorded with it (`Verdict.evidence`, the record's checkpoint entry):
+  a framework's marker (gpuops' COMPLETE, DeepSpeed's `latest`, Megatron's and verl's tracker file,
+  torch.distributed.checkpoint's .metadata, HF Trainer's trainer_state.json, Orbax's commit marker); a successor
+  (the job moved past it); the job's success; its predecessor's file set, none smaller (not for the first step
+  folder of its kind: that one waits for a marker, a successor or the job's end); or, timing only, the folder held
+  still for QUIET_SAMPLES samples while the job was alive (`quiet`). A job's death revokes what timing alone gave
+  (`after_death`): a replacement never resumes from such a folder.
+A folder with no step folders is one checkpoint (the whole folder): a marker, the job's success, or timing.
 """
 from __future__ import annotations
 
@@ -34,7 +38,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Optional
 
-MARKERS = ("COMPLETE", ".complete")  # a job may write one of these last in a step folder: it is complete
 QUIET_SAMPLES = 2  # the checkpoint folder's listing the same in this many watch samples in a row, job alive (rule d)
 DEFAULT_NAME = "checkpoints"
 
@@ -172,13 +175,13 @@ def sync_excludes(fetch: list, fetch_map: Optional[dict] = None) -> list[str]:
 
 
 def entry(name: str, sub: str, step_dir: Optional[str], step: Optional[int], at: float, run_id: str,
-          filesystem: Optional[str] = None) -> dict:
+          filesystem: Optional[str] = None, evidence: Optional[list] = None) -> dict:
     """A fetched checkpoint as the record keeps it: `path` on the instance (the fetch entry's own spelling: relative
     to the project folder, the job's working directory, unless absolute), `local` here (runs/<run id>/<name>/...);
     on a filesystem (filesystem: the run's folder there), `filesystem` instead of `local` (nothing fetched)."""
     base = sub.rstrip("/") or "."
     loc = local_dir(run_id, name)
-    e = {"name": name, "dir": step_dir, "step": step, "at": at,
+    e = {"name": name, "dir": step_dir, "step": step, "at": at, "evidence": list(evidence or []),
          "path": f"{base}/{step_dir}" if step_dir else base,
          "local": f"{loc}/{step_dir}" if step_dir else loc}
     if filesystem:
@@ -198,43 +201,141 @@ def newer(entry_a: Optional[dict], entry_b: Optional[dict]) -> bool:
     return (entry_a.get("at") or 0) >= (entry_b.get("at") or 0)
 
 
-# -- which count -----------------------------------------------------------------------------------------------
+# -- which count: evidence (playbooks/checkpoints.yaml) -----------------------------------------------------------
+@dataclass
+class Seen:
+    """What the listing's one remote execution saw beside the files (transfer.fetch's listing with evidence):
+    `open`: paths (relative to the folder) held open for writing by the job's processes; `invalid`: {path: why} for
+    files whose format says they are cut short; `contents`: {path: text} of the small marker files (latest, ...);
+    `pids`: how many of the job's processes were found (0: none alive, or the job's id unknown)."""
+    open: frozenset = frozenset()
+    invalid: dict = None
+    contents: dict = None
+    pids: int = 0
+
+    @classmethod
+    def from_listing(cls, doc: Optional[dict]) -> "Seen":
+        doc = doc or {}
+        return cls(open=frozenset(doc.get("open") or ()), invalid=dict(doc.get("invalid") or {}),
+                   contents=dict(doc.get("contents") or {}), pids=int(doc.get("pids") or 0))
+
+
 @dataclass
 class Verdict:
-    """The checkpoint a replacement may resume from: `dir` (a step folder, or "" for the whole folder) or None,
-    and why each newer candidate was passed over."""
+    """The checkpoint a replacement may resume from: `dir` (a step folder, or "" for the whole folder) or None, the
+    evidence that vouched for it (`evidence`: ids such as "marker:deepspeed", "successor", "quiet"), and why each
+    newer candidate was passed over."""
     dir: Optional[str]
     step: Optional[int] = None
     passed_over: list = None  # [(dir, reason)]
+    evidence: list = None
 
     def reasons(self) -> str:
         return "; ".join(f"{d or 'the folder'}: {why}" for d, why in (self.passed_over or []))
 
 
-def _kind(key: str) -> tuple[str, str]:
-    import re
+def book(project: Optional[Path] = None) -> dict:
+    """playbooks/checkpoints.yaml (the project's own playbooks/ overrides it)."""
+    from ..knowledge import load_playbook
 
+    return load_playbook("checkpoints", project)
+
+
+def evidence_spec(run_id: Optional[str], rules: dict) -> dict:
+    """What the listing's remote execution gathers beside the files (transfer.fetch's `evidence` spec): the job's
+    processes (by GPUOPS_RUN_ID), the marker files to read, the suffixes whose validity to check."""
+    read = sorted({f for m in rules.get("markers") or [] if m.get("names") for f in m.get("files") or []})
+    validate = {sfx: v["check"] for v in rules.get("validity") or [] for sfx in v.get("suffixes") or []}
+    return {"run_id": run_id, "read": read, "validate": validate}
+
+
+def durable(evidence: Optional[list], rules: Optional[dict] = None) -> bool:
+    """Does this vouching outlive the job's death? (a checkpoint recorded before evidence was: yes, as it counted)"""
+    if not evidence:
+        return True
+    keep = set((rules or {}).get("durable") or ("marker", "successor", "succeeded", "predecessor"))
+    return any(e.split(":", 1)[0] in keep for e in evidence)
+
+
+def said(evidence: Optional[list], rules: Optional[dict] = None) -> str:
+    """The evidence as the summary says it: "DeepSpeed's `latest`", "the job moved past it", ..."""
+    titles = {f"marker:{m['id']}": m.get("title") or m["id"] for m in (rules or {}).get("markers") or []}
+    words = {"successor": "the job moved past it", "succeeded": "the job succeeded",
+             "predecessor": "every file of the step before it, none smaller, valid",
+             "quiet": "held still while the job ran (timing only)"}
+    return ", ".join(titles.get(e) or words.get(e) or e for e in (evidence or [])) or "-"
+
+
+def _temporary(names, rules: dict) -> Optional[str]:
+    from fnmatch import fnmatchcase
+
+    pats = [t["pattern"] for t in rules.get("temporary") or []]
+    for n in sorted(names):
+        for part in n.split("/"):
+            if any(fnmatchcase(part, p) for p in pats):
+                return n
+    return None
+
+
+def _ruled_out(prefix: str, names, seen: Seen, rules: dict, job: str) -> Optional[str]:
+    """Why a folder cannot count whatever vouches for it: a temporary name, a file open for writing, a file cut
+    short. names: its files, relative to it; prefix: the folder's path in the listing ("" for the whole folder)."""
+    full = {(prefix + "/" + n) if prefix else n: n for n in names}
+    tmp = _temporary(names, rules)
+    if tmp:
+        return f"{tmp} has a temporary name (still being written)"
+    held = sorted(p for p in full if p in seen.open)
+    if held and job == "alive":
+        return f"{full[held[0]]} is open for writing by the job" + (f" (and {len(held) - 1} more)" if len(held) > 1
+                                                                    else "")
+    bad = sorted(p for p in full if p in (seen.invalid or {}))
+    if bad:
+        return f"{full[bad[0]]}: {seen.invalid[bad[0]]}"
+    return None
+
+
+def _markers(key: str, step: Optional[int], names, seen: Seen, rules: dict) -> list:
+    """The markers that vouch for folder `key` ("" the whole folder): one inside it, or one beside it naming it."""
     parent, _, base = key.rpartition("/")
-    return parent, re.sub(r"\d+$", "", base)
+    top = {n for n in names if "/" not in n}
+    found = []
+    for m in rules.get("markers") or []:
+        files = m.get("files") or []
+        if m.get("where", "inside") == "inside":
+            if top & set(files):
+                found.append(f"marker:{m['id']}")
+            continue
+        if not key:
+            continue
+        for f in files:
+            text = ((seen.contents or {}).get(f"{parent}/{f}" if parent else f) or "").strip()
+            if not text:
+                continue
+            if m.get("names") == "folder" and text == base:
+                found.append(f"marker:{m['id']}")
+            elif m.get("names") == "step" and text.isdigit() and step is not None and int(text) == step:
+                found.append(f"marker:{m['id']}")
+    return found
 
 
-def resumable(steps: dict, *, files: list, since: Optional[float], job: str, quiet: bool) -> Verdict:
-    """The newest checkpoint that counts (rules in the module's docstring). steps: transfer.plan.step_dirs of the
-    listing ({dir: {step, names, mtime, ...}}); files: the listing's rows (rel, size, mtime); since: the job's start
-    on the instance's clock (None: unknown); job: "alive", "succeeded" or "died"; quiet: the folder held still for
-    QUIET_SAMPLES samples while the job ran (only meaningful with job "alive")."""
+def _sizes(steps: dict, key: str, before: str, files: list) -> bool:
+    """Has every file of `before` a copy in `key` at least as big (a file cut short is smaller)?"""
+    size = {r[0]: int(r[1]) for r in files}
+    return all(size.get(f"{key}/{n}", -1) >= size.get(f"{before}/{n}", 0) for n in steps[before].get("names") or ())
+
+
+def resumable(steps: dict, *, files: list, since: Optional[float], job: str, quiet: bool,
+              seen: Optional[Seen] = None, rules: Optional[dict] = None) -> Verdict:
+    """The newest checkpoint that counts, and the evidence that vouched for it (playbooks/checkpoints.yaml says
+    each rule and its source). steps: transfer.plan.step_dirs of the listing ({dir: {step, names, mtime, ...}});
+    files: the listing's rows (rel, size, mtime); since: the job's start on the instance's clock (None: unknown);
+    job: "alive", "succeeded" or "died"; quiet: the folder held still for QUIET_SAMPLES samples while the job ran;
+    seen: what the same remote execution saw beside the files (open handles, validity, markers' contents)."""
+    rules = rules if rules is not None else book()
+    seen = seen or Seen()
+    if not steps:
+        return _whole(files, since=since, job=job, quiet=quiet, seen=seen, rules=rules)
     passed: list = []
-    if not steps:  # one checkpoint: the whole folder
-        if not files:
-            return Verdict(None, passed_over=[("", "empty")])
-        newest = max(float(f[2]) for f in files)
-        names = {f[0].rsplit("/", 1)[-1] for f in files}
-        if since is not None and newest < since:
-            return Verdict(None, passed_over=[("", "written before the job started")])
-        if names & set(MARKERS) or job == "succeeded" or (job == "alive" and quiet):
-            return Verdict("", None, passed)
-        return Verdict(None, passed_over=[("", "not known to be complete (no marker; the job died or was still "
-                                                 "writing)")])
     order = sorted(steps, key=lambda k: (steps[k]["step"], steps[k].get("mtime", 0.0), k))
     for i in range(len(order) - 1, -1, -1):
         key = order[i]
@@ -243,17 +344,68 @@ def resumable(steps: dict, *, files: list, since: Optional[float], job: str, qui
         if since is not None and float(st.get("mtime") or 0.0) < since:
             passed.append((key, "written before the job started (not this job's)"))
             continue
+        out = _ruled_out(key, names, seen, rules, job)
+        if out:
+            passed.append((key, out))
+            continue
         kin_before = [k for k in order[:i] if _kind(k) == _kind(key) and steps[k]["step"] < st["step"]]
-        if kin_before and set(steps[kin_before[-1]].get("names") or ()) - names:
+        before = kin_before[-1] if kin_before else None
+        if before is not None and set(steps[before].get("names") or ()) - names:
             passed.append((key, "lacks files its predecessor has (still being written, or cut short)"))
             continue
         kin_after = [k for k in order[i + 1:] if _kind(k) == _kind(key) and steps[k]["step"] > st["step"]]
-        if names & set(MARKERS):
-            return Verdict(key, st["step"], passed)
-        if any(not (set(steps[k].get("names") or ()) - names) for k in kin_after):
-            return Verdict(key, st["step"], passed)  # the job moved past it, and it has what the next one has
-        if job == "succeeded" or (job == "alive" and quiet and not kin_after):
-            return Verdict(key, st["step"], passed)
-        passed.append((key, "not known to be complete (no marker, no complete successor"
-                            + (", and the job died" if job == "died" else ", still changing") + ")"))
+        ev = _markers(key, st["step"], names, seen, rules)
+        if not ev and any(not (set(steps[k].get("names") or ()) - names) for k in kin_after):
+            ev = ["successor"]  # the job moved past it, and it has what the next one has
+        if not ev and job == "succeeded":
+            ev = ["succeeded"]
+        if not ev and before is not None and names == set(steps[before].get("names") or ()) and \
+                _sizes(steps, key, before, files):
+            ev = ["predecessor"]
+        if not ev and before is not None and job == "alive" and quiet and not kin_after:
+            ev = ["quiet"]
+        if ev:
+            return Verdict(key, st["step"], passed, ev)
+        passed.append((key, "the first checkpoint of its kind, with no marker: it counts once the job has moved "
+                            "past it" if before is None else
+                            "not the same files as its predecessor, or one smaller (cut short?)" + (
+                                "; the job died" if job == "died" else "")))
     return Verdict(None, passed_over=passed)
+
+
+def _whole(files: list, *, since: Optional[float], job: str, quiet: bool, seen: Seen, rules: dict) -> Verdict:
+    """A folder with no step folders: one checkpoint, the whole folder."""
+    if not files:
+        return Verdict(None, passed_over=[("", "empty")])
+    if since is not None and max(float(f[2]) for f in files) < since:
+        return Verdict(None, passed_over=[("", "written before the job started")])
+    names = {f[0] for f in files}
+    out = _ruled_out("", names, seen, rules, job)
+    if out:
+        return Verdict(None, passed_over=[("", out)])
+    ev = _markers("", None, names, seen, rules) or (["succeeded"] if job == "succeeded" else
+                                                    ["quiet"] if job == "alive" and quiet else [])
+    if ev:
+        return Verdict("", None, [], ev)
+    return Verdict(None, passed_over=[("", "not known to be complete (no marker; the job died or was still "
+                                           "writing)")])
+
+
+def after_death(vouched: list, rules: Optional[dict] = None) -> tuple[Optional[dict], list]:
+    """The job died (failed, killed, stopped, its instance or GPU lost): the checkpoints that counted only by timing
+    no longer do. vouched: every checkpoint entry that counted, oldest first. Returns (the newest one that still
+    counts, or None; those revoked)."""
+    keep = [e for e in vouched if durable(e.get("evidence"), rules)]
+    gone = [e for e in vouched if not durable(e.get("evidence"), rules)]
+    newest = None
+    for e in keep:
+        if newer(e, newest):
+            newest = e
+    return newest, gone
+
+
+def _kind(key: str) -> tuple[str, str]:
+    import re
+
+    parent, _, base = key.rpartition("/")
+    return parent, re.sub(r"\d+$", "", base)

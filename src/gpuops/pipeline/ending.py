@@ -54,12 +54,14 @@ class EndStages:
                     break
                 except GpuopsError as exc:
                     last = exc
+                    self._raise_if_lost()  # preempted meanwhile: said first (InstanceLost), nothing kept billing
                     self.out.warn(f"fetch {name} failed (attempt {attempt}/{FETCH_ATTEMPTS}): {exc.message}")
                     if attempt < FETCH_ATTEMPTS:
                         self.seams.sleep(min(30.0, 2.0 * attempt))
             if last is not None:
                 failed.append(f"{name}: {last.message}")
         if failed:
+            self._raise_if_lost()  # the instance gone under the run: that is the first line, not the failed fetch
             self._end("fetch", ok=False, detail="; ".join(failed))
             self.out.error(f"FETCH FAILED, so the instance is KEPT (it bills ${rec.price_per_hour or 0:.2f}/h"
                            f"{self._until()}): " + "; ".join(failed),
@@ -67,8 +69,42 @@ class EndStages:
                            f"(gpuops ls shows it)")
             return
         self.missing = absent
+        self._final_checkpoint(prof)
         self._end("fetch", ok=True, detail=", ".join([f"{k} -> {v}" for k, v in self.fetched.items()]
                                                      + [f"{n}: never created" for n in absent]) or "nothing named")
+
+    def _final_checkpoint(self, prof) -> None:
+        """The job succeeded: the newest checkpoint that counts now (and by what evidence), for the summary and a
+        later --resume: judged on the copy fetched here (verified against the instance's), or, on a filesystem
+        not fetched, on the filesystem (one execution)."""
+        from .recovery import judge
+
+        rec, home = self.rec, self._ck_home()
+        if home is None or rec.job_state != "succeeded":
+            return
+        try:
+            if home.name in self.fetched:
+                rows, contents = _local_listing(self.project / self.fetched[home.name], ck.book(self.project))
+                from ..transfer import plan as tr
+
+                v = ck.resumable(tr.step_dirs(rows), files=rows, since=None, job="succeeded", quiet=False,
+                                 seen=ck.Seen(contents=contents), rules=ck.book(self.project))
+            elif home.filesystem:
+                from ..remote.connection import connect
+
+                one = prof.model_copy(update={"fetch": {home.name: prof.fetch[home.name]}})
+                with connect(one, announce=self.out.info) as remote:
+                    v = judge(remote, one, self.project, home.name, since=None, job="succeeded")[0]
+            else:
+                return
+        except (GpuopsError, OSError):
+            return  # nothing there (the job wrote no checkpoint): the summary names none
+        if v.dir is None:
+            return
+        e = ck.entry(home.name, prof.fetch[home.name], v.dir or None, v.step, self.seams.clock(), rec.id,
+                     home.filesystem if home.name not in self.fetched else None, v.evidence)
+        if ck.newer(e, rec.checkpoint):
+            rec.checkpoint, rec.vouched = e, (rec.vouched + [e])[-50:]
 
     def _until(self) -> str:
         """The deadline of an instance the run leaves billing: its TTL (a tag on the instance and in the ledger)."""
@@ -129,3 +165,22 @@ class EndStages:
         text, billing = billing_said(ids, self._seen, price)
         return text + (self._until() if billing else ""), (None if billing else f"check: gpuops ls once the Lambda API answers (a revoked key: set a new "
                                            f"LAMBDA_API_KEY); gpuops down {self.rec.profile} ends it if it still runs")
+
+
+def _local_listing(root, rules: dict) -> tuple[list, dict]:
+    """A fetched folder's rows (relative path, size, mtime) and the contents of its marker files."""
+    import os
+
+    read = set(ck.evidence_spec(None, rules)["read"])
+    rows, contents = [], {}
+    for cur, dirs, files in os.walk(root):
+        dirs[:] = sorted(d for d in dirs if not d.startswith(".gpuops-"))
+        for f in sorted(files):
+            p = os.path.join(cur, f)
+            st = os.lstat(p)
+            rel = os.path.relpath(p, root).replace(os.sep, "/")
+            rows.append([rel, st.st_size, st.st_mtime])
+            if f in read and st.st_size <= 4096:
+                with open(p, encoding="utf-8", errors="replace") as fh:
+                    contents[rel] = fh.read()
+    return rows, contents

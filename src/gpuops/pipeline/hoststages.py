@@ -167,10 +167,38 @@ class HostStages:
         with connect(node, announce=node_out.info) as remote:
             try:
                 return data.put(node, remote, node_out, src, fss[0].mount_point if fss else None,
-                                token=here.get("HF_TOKEN"), endpoint=here.get("HF_ENDPOINT"))["path"]
+                                token=here.get("HF_TOKEN"), endpoint=here.get("HF_ENDPOINT"),
+                                tick=self._download_tick(src.shown or src.text, node_out))["path"]
             except GpuopsError as exc:
                 raise GpuopsError(redact(exc.message) if here.get("HF_TOKEN") else exc.message, hint=exc.hint,
                                   code=exc.code) from None
+
+    def _download_tick(self, what: str, out) -> Callable[[dict], None]:
+        """While the instance downloads --data: its progress said (bytes, rate) every few seconds, and --max-cost and
+        the run's TTL in force (a GpuopsError ends the download; the sync stage fails and the instance is
+        terminated)."""
+        from ..transfer.plan import human_bytes
+
+        rec, started, said = self.rec, self.seams.clock(), [0.0]
+
+        def tick(p: dict) -> None:
+            now = self.seams.clock()
+            n, total = int(p.get("progress") or 0), p.get("total")
+            got = human_bytes(n) + (f" of {human_bytes(total)} ({100 * n / total:.0f}%)" if total else "")
+            rate = f"{human_bytes(n / max(0.001, now - started))}/s"
+            if pl.over_budget(rec, now):
+                rec.stop_reason = f"--max-cost ${rec.max_cost:.2f} reached"
+                raise GpuopsError(f"{rec.stop_reason} while the instance downloaded --data {what} ({got} received, "
+                                  f"{rate}; {self._cost()}): download ended")
+            if rec.ttl_deadline is not None and now >= rec.ttl_deadline:
+                rec.stop_reason = "the run's --ttl reached"
+                raise GpuopsError(f"{rec.stop_reason} while the instance downloaded --data {what} ({got} received): "
+                                  "download ended")
+            if now - said[0] >= 5.0:
+                said[0] = now
+                out.info(f"data {what}: {got} downloaded, {rate} ({self._cost()})")
+
+        return tick
 
     def stage_train(self) -> None:
         from ..jobs import actions as lifecycle
@@ -264,22 +292,45 @@ class HostStages:
         self.out.info(f"checkpoints of this run: {home.remote}/ is {home.filesystem} on the filesystem (it "
                       "outlives the instance; nothing of it crosses this machine unless --fetch names it)")
         if rec.attempts and rows:
-            steps = tr.step_dirs(rows)
-            v = ck.resumable(steps, files=rows, since=None, job="died", quiet=False)
-            if v.dir is not None:
-                e = ck.entry(home.name, home.remote, v.dir or None, v.step, self.seams.clock(), rec.id,
-                             home.filesystem)
-                if ck.newer(e, rec.checkpoint):
-                    rec.checkpoint = e
-                rec.resume_from = rec.checkpoint["path"]
-            aside = ck.set_aside(steps, (rec.checkpoint or {}).get("step") if rec.resume_from else None)
-            if aside:  # the resumed job writes these steps again: what the lost job left of them is kept aside
-                stamp = datetime.fromtimestamp(self.seams.clock()).strftime("%Y%m%d-%H%M%S")
-                with connect(prof.node(0), announce=self.out.info) as remote:
-                    res = remote.run(ck.set_aside_command(home.filesystem, aside, stamp), timeout=120)
-                if res.rc != 0:
-                    raise GpuopsError(f"could not set aside {', '.join(aside)} on the filesystem: "
-                                      f"{(res.stderr.strip().splitlines() or ['exit ' + str(res.rc)])[-1]}")
-                self.out.warn(f"on the filesystem, not known complete when the job died: {', '.join(aside)}; set "
-                              f"aside into {home.filesystem}.passed-over/ (the job writes those steps again)")
+            self._resume_on_filesystem(prof, home)
+        elif rec.attempts and (rec.checkpoint or rec.resume_from):
+            self.out.warn(f"nothing in {home.filesystem}: the job starts from the beginning")
+            rec.checkpoint, rec.resume_from = None, None
         pl.save(rec, self.project)
+
+    def _resume_on_filesystem(self, prof, home) -> None:
+        """A replacement on the run's filesystem: the run's folder there judged once more (the lost job is dead: only
+        evidence that outlives it counts), and that verdict, not an earlier one, is what the job resumes from; the
+        step folders newer than it set aside."""
+        from ..remote.connection import connect
+        from ..transfer import plan as tr
+        from .recovery import judge
+
+        rec = self.rec
+        node = self._fetch_profile().node(0)
+        one = node.model_copy(update={"fetch": {home.name: node.fetch[home.name]}})
+        with connect(one, announce=self.out.info) as remote:
+            v, rows, path = judge(remote, one, self.project, home.name, since=None, job="died")
+        steps = tr.step_dirs(rows)
+        if v.dir is not None:
+            rec.checkpoint = ck.entry(home.name, home.remote, v.dir or None, v.step, self.seams.clock(), rec.id,
+                                      home.filesystem, v.evidence)
+            rec.vouched = (rec.vouched + [rec.checkpoint])[-50:]
+            rec.resume_from = rec.checkpoint["path"]
+        else:
+            if rec.resume_from or rec.checkpoint:
+                self.out.warn(f"no checkpoint in {path} counts now ({v.reasons()}): the job starts from the "
+                              "beginning")
+            rec.checkpoint, rec.resume_from = None, None
+        if v.passed_over and v.dir is not None:
+            self.out.warn(f"passed over in {path}: {v.reasons()}")
+        aside = ck.set_aside(steps, v.step if v.dir is not None else None)
+        if aside:  # the resumed job writes these steps again: what the lost job left of them is kept aside
+            stamp = datetime.fromtimestamp(self.seams.clock()).strftime("%Y%m%d-%H%M%S")
+            with connect(prof.node(0), announce=self.out.info) as remote:
+                res = remote.run(ck.set_aside_command(home.filesystem, aside, stamp), timeout=120)
+            if res.rc != 0:
+                raise GpuopsError(f"could not set aside {', '.join(aside)} on the filesystem: "
+                                  f"{(res.stderr.strip().splitlines() or ['exit ' + str(res.rc)])[-1]}")
+            self.out.warn(f"on the filesystem, not known complete when the job died: {', '.join(aside)}; set "
+                          f"aside into {home.filesystem}.passed-over/ (the job writes those steps again)")

@@ -38,33 +38,48 @@ def quiet_output():
     return Output(json_mode=True, stdout=io.StringIO(), stderr=io.StringIO())
 
 
+def judge(remote, one, project: Path, name: str, *, since: Optional[float], job: str, quiet: bool = False,
+          job_id: Optional[str] = None):
+    """ONE remote execution lists fetch entry `name` of profile `one` with what vouches for or rules out each
+    checkpoint (the job's open files, found by job_id, its run id; marker files' contents; files cut short), judged
+    by pipeline.checkpoints.resumable. Returns (the Verdict, the listing's rows, where it is on the host)."""
+    from ..transfer import plan as tr
+    from ..transfer.fetch import list_remote
+
+    rules = ck.book(project)
+    listing = list_remote(one, remote, project, rows=True,
+                          evidence={"names": [name], **ck.evidence_spec(job_id, rules)})[name]
+    if not listing["exists"] or not listing["files"]:
+        raise GpuopsError(f"nothing at {listing['path']} yet")
+    rows = listing.get("rows") or []
+    v = ck.resumable(tr.step_dirs(rows), files=rows, since=since, job=job, quiet=quiet,
+                     seen=ck.Seen.from_listing(listing.get("evidence")), rules=rules)
+    return v, rows, listing["path"]
+
+
 def fetch_checkpoint(prof, project: Path, name: str, out, run_id: str, *, since: Optional[float], job: str,
                      quiet: bool = False, clock: Callable[[], float] = time.time,
-                     filesystem: Optional[str] = None) -> Optional[dict]:
-    """The newest checkpoint under fetch entry `name` that counts (pipeline.checkpoints.resumable: this job's, and
-    complete), fetched and verified (transfer.fetch) into the run's own folder (checkpoints.local_dir); on a
-    filesystem (filesystem: the run's folder there) only judged, never fetched (it outlives the instance). Returns
-    the record's checkpoint entry, or None when none counts yet (said on `out`)."""
+                     filesystem: Optional[str] = None, job_id: Optional[str] = None) -> Optional[dict]:
+    """The newest checkpoint under fetch entry `name` that counts (`judge`: this job's, and complete by evidence
+    gathered in the listing's own remote execution), fetched and verified (transfer.fetch) into the run's own
+    folder (checkpoints.local_dir); on a filesystem (filesystem: the run's folder there) only judged, never fetched
+    (it outlives the instance). Returns the record's checkpoint entry (with the evidence that vouched for it), or
+    None when none counts yet (said on `out`)."""
     from ..remote.connection import connect
-    from ..transfer import plan as tr
-    from ..transfer.fetch import fetch, list_remote
+    from ..transfer.fetch import fetch
 
     one = prof.model_copy(update={"fetch": {name: prof.fetch[name]}})
     with connect(one, announce=out.info) as remote:
-        listing = list_remote(one, remote, project, rows=True)[name]
-        if not listing["exists"] or not listing["files"]:
-            raise GpuopsError(f"nothing at {listing['path']} yet")
-        rows = listing.get("rows") or []
-        v = ck.resumable(tr.step_dirs(rows), files=rows, since=since, job=job, quiet=quiet)
+        v, _, path = judge(remote, one, project, name, since=since, job=job, quiet=quiet, job_id=job_id)
         if v.dir is None:
-            out.info(f"no checkpoint of this job in {listing['path']} counts yet ({v.reasons()})")
+            out.info(f"no checkpoint of this job in {path} counts yet ({v.reasons()})")
             return None
         if v.passed_over:
-            out.warn(f"passed over in {listing['path']}: {v.reasons()}")
+            out.warn(f"passed over in {path}: {v.reasons()}")
         if filesystem is None:
             fetch(one, remote, out, name, step=v.step if v.dir else None,
                   dest=ck.fetch_dest(run_id, name, project), project_dir=project)
-    return ck.entry(name, prof.fetch[name], v.dir or None, v.step, clock(), run_id, filesystem)
+    return ck.entry(name, prof.fetch[name], v.dir or None, v.step, clock(), run_id, filesystem, v.evidence)
 
 
 class CheckpointFetcher:
@@ -138,7 +153,7 @@ class RecoveryStages:
         folder = fetch_sources(fprof, self.project)[name]
         self._fetcher = CheckpointFetcher(lambda: fetch_checkpoint(
             fprof, self.project, name, quiet_output(), rec.id, since=ck.since(rec.job_started, home), job="alive",
-            quiet=True, filesystem=home.filesystem))
+            quiet=True, filesystem=home.filesystem, job_id=rec.run_id))
         return w.Extras(health=True, checkpoints=folder, disk=disk), health, self._fetcher
 
     def _watch_event(self, ev: dict, health, fetcher) -> None:
@@ -198,15 +213,37 @@ class RecoveryStages:
                 continue  # none counts yet, or not later than the one kept
             said = ck.where(self.rec.checkpoint) == ck.where(entry)  # e.g. the one pushed back
             self.rec.checkpoint = entry
+            self.rec.vouched = (self.rec.vouched + [entry])[-50:]
             pl.save(self.rec, self.project)
             if not said:
                 self.out.info(f"checkpoint {ck.where(entry)} " + ("is complete on the filesystem" if entry.get(
                     "filesystem") else "fetched and verified") + " (a replacement instance resumes from it)")
 
+    def _job_gone(self, why: Optional[str]) -> None:
+        """The job died, was stopped, or its instance or GPU is gone: a checkpoint only timing vouched for (its
+        folder held still while the job ran) no longer counts; the newest one other evidence vouched for does
+        (pipeline.checkpoints.after_death). Said when it changes what counts."""
+        rec = self.rec
+        vouched = list(rec.vouched) or ([rec.checkpoint] if rec.checkpoint else [])
+        keep, gone = ck.after_death(vouched, ck.book(self.project))
+        if not gone:
+            return
+        rec.vouched = [e for e in vouched if e not in gone]
+        old, rec.checkpoint = rec.checkpoint, keep
+        if old is not None and old in gone:
+            self.out.warn(f"checkpoint {ck.where(old)} counted only because its folder held still while the job ran "
+                          f"(timing, no marker or other evidence); the job is gone ({why or 'it ended'}): it no "
+                          "longer counts" + (f"; the newest that does: {ck.where(keep)}" if keep else
+                                             "; no checkpoint of this run counts"))
+        pl.save(rec, self.project)
+
     def _end_fetcher(self) -> None:
         """A checkpoint fetch under way ends (its result kept) before the instance is fetched from or terminated."""
         if self._fetcher is not None:
             self._checkpoints_fetched(self._fetcher.finished(wait=True))
+            r = self.rec.recovering
+            if r or self.rec.job_state not in (None, "succeeded"):  # what timing vouched for while it ran: revoked
+                self._job_gone(r["reason"] if r else f"the job {self.rec.job_state}")
 
     def _health_now(self, prof) -> list[str]:
         """The job failed: the GPUs' health read once more (one execution) before the run decides, since the job
@@ -238,6 +275,7 @@ class RecoveryStages:
         rec = self.rec
         what = "; ".join(found)
         code = f" (exit {info.exit_code})" if info is not None and info.exit_code is not None else ""
+        self._job_gone(f"it died with its GPU: {what}")
         if pl.why_not_recover(rec, self.seams.clock()) is None:
             self._start_recovery("watch", "gpu", f"{rec.profile}: {what}: the job died with its GPU{code}")
             return
@@ -252,7 +290,7 @@ class RecoveryStages:
                 self._checkpoints_fetched([(fetch_checkpoint(self._fetch_profile(), self.project, home.name, self.out,
                                                              rec.id, since=ck.since(rec.job_started, home),
                                                              job="died", clock=self.seams.clock,
-                                                             filesystem=home.filesystem), None)])
+                                                             filesystem=home.filesystem, job_id=rec.run_id), None)])
             except GpuopsError as exc:
                 self.out.warn(f"the newest checkpoint could not be fetched: {exc.message}")
         self.out.error(f"job {rec.run_id} died with its GPU: {what}{code}. A hardware failure, not the job's; the "
@@ -286,6 +324,7 @@ class RecoveryStages:
         rec = self.rec
         if rec.recovering:
             return
+        self._job_gone(reason)
         now = self.seams.clock()
         ids = (rec.instance or {}).get("ids") or ([instance_id] if instance_id else [])
         rec.recovering = {"kind": kind, "reason": reason, "at": now, "stage": stage, "status": status,
@@ -366,8 +405,8 @@ class RecoveryStages:
                 if home is not None and name == home.name:  # the job died: only a checkpoint known complete counts
                     self._checkpoints_fetched([(fetch_checkpoint(prof, self.project, name, self.out, rec.id,
                                                                  since=ck.since(rec.job_started, home), job="died",
-                                                                 clock=self.seams.clock,
-                                                                 filesystem=home.filesystem), None)])
+                                                                 clock=self.seams.clock, filesystem=home.filesystem,
+                                                                 job_id=rec.run_id), None)])
                     continue
                 with connect(prof, announce=self.out.info) as remote:
                     s = fetch(prof, remote, self.out, name, dest=ck.fetch_dest(rec.id, name, self.project),

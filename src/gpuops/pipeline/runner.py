@@ -163,6 +163,8 @@ class Runner(PrepStage, UpStage, HostStages, WatchStage, EndStages, RecoveryStag
         self._progress(name)
 
     def _end(self, name: str, ok: bool, detail: Optional[str] = None) -> None:
+        if name == "watch" and not ok:  # the job did not succeed: what only timing vouched for no longer counts
+            self._job_gone(detail)
         pl.end(self.rec, name, self.project, ok=ok, detail=detail, clock=self.seams.clock)
 
     # -- the loop ------------------------------------------------------------------------------------------------
@@ -345,11 +347,9 @@ class Runner(PrepStage, UpStage, HostStages, WatchStage, EndStages, RecoveryStag
             rec.terminated_by = asked
             rec.lost = (f"instance {exc.instance_id} was terminated by `{'gpuops reap' if asked == 'reaped' else asked}`"
                         " from this machine, as asked: the run ends here (nothing is replaced or launched)")
-        unfetched = [n for n in rec.fetch if n not in self.fetched]
-        lost_what = ("the job " + (rec.run_id or "") + " ended with it" if rec.run_id else "nothing was trained yet")
-        disk = (f"what was only on its disk is lost ({', '.join(unfetched)} not fetched)" if unfetched else
-                "what was only on its disk is lost")
-        self.out.error(f"{rec.lost}; {lost_what}; {disk}")
+        if rec.lost_at is None and asked is None:  # Lambda stops billing it there: billed time ends when it was seen
+            rec.lost_at = self._seen.get(exc.instance_id, (None, self.seams.clock()))[1]
+        self.out.error(f"{rec.lost}; {self._lost_what()}")
         if rec.run_id and rec.job_state is None:
             rec.job_state = "lost"
         for name in pl.STAGES[:-1]:  # the stage it happened in, and the ones that will not run
@@ -357,6 +357,23 @@ class Runner(PrepStage, UpStage, HostStages, WatchStage, EndStages, RecoveryStag
             if st is not None and st.started is not None and st.ended is None:
                 self._end(name, ok=False, detail=rec.lost)
         pl.save(rec, self.project)
+
+    def _lost_what(self) -> str:
+        """What went with a lost instance: the job (or nothing: it had ended), what was only on its disk; the
+        checkpoints on the run's filesystem are intact there (and how to get them)."""
+        rec = self.rec
+        home = self._ck_home()
+        on_fs = home.name if home is not None and home.filesystem else None
+        unfetched = [n for n in rec.fetch if n not in self.fetched and n != on_fs]
+        lost_what = ("nothing was trained yet" if not rec.run_id else
+                     f"the job {rec.run_id} had {rec.job_state} before" if rec.job_state in ("succeeded", "failed") else
+                     f"the job {rec.run_id} ended with it")
+        disk = (f"what was only on its disk is lost ({', '.join(unfetched)} not fetched)" if unfetched else
+                "what was only on its disk is lost")
+        if on_fs:
+            disk += (f"; the checkpoints are intact on filesystem {rec.file_systems[0]} ({home.filesystem}); to get "
+                     f"them here later: {ck.get_later(home, rec.file_systems[0], (rec.instance or {}).get('type') or rec.instance_type)}")
+        return f"{lost_what}; {disk}"
 
     def _connection_lost(self, err: GpuopsError) -> int:
         """The instance is still there (or the API cannot tell) but unreachable: the run is left to resume, with
@@ -396,6 +413,10 @@ class Runner(PrepStage, UpStage, HostStages, WatchStage, EndStages, RecoveryStag
                           f"({bills}). gpuops run --resume --id {rec.id} goes on with the recovery; gpuops down "
                           f"{rec.profile} ends it")
             return False
+        if stage == "up" and self._nothing_launched():
+            self.out.warn(f"interrupted{f' ({received()})' if received() else ''} while waiting for capacity: "
+                          f"nothing was launched and nothing bills; gpuops run --resume --id {rec.id} waits again")
+            return False
         if stage == "up" or not self._instance_known():
             self.out.warn(f"interrupted{f' ({received()})' if received() else ''} while bringing the instance up: "
                           f"what was launched is terminated; gpuops run --resume --id {rec.id} starts again")
@@ -417,7 +438,24 @@ class Runner(PrepStage, UpStage, HostStages, WatchStage, EndStages, RecoveryStag
         st = self.rec.stages.get("up")
         return bool(st and st.ok)
 
+    def _nothing_launched(self) -> bool:
+        """No launch request of this run was ever sent (each is recorded before it is: the regions it tried, then
+        the instance it got; a record reserved for the wait for capacity has neither): nothing bills."""
+        from ..cloud.ledger import Ledger
+
+        rec = self.rec
+        return (not rec.attempts and rec.billed_from is None and not rec.instance
+                and not [r for r in Ledger().records() if r.profile == rec.profile
+                         and (r.instance_id or r.regions_tried)])
+
     def _detached(self) -> int:
+        st = self.rec.stages.get("up")
+        if st is not None and st.ended is None and self._nothing_launched():  # not detached: nothing runs
+            self.rec.stop_reason = "interrupted while waiting for capacity: nothing was launched"
+            self._end("up", ok=False, detail=self.rec.stop_reason)
+            self.rec.outcome = pl.FAILED
+            pl.save(self.rec, self.project)
+            return int(ExitCode.INTERRUPTED)
         self.rec.outcome = pl.DETACHED
         pl.save(self.rec, self.project)
         return int(ExitCode.INTERRUPTED)

@@ -102,6 +102,7 @@ class Record:
     stop_reason: Optional[str] = None  # max-cost, interrupted, ...
     hardware: Optional[str] = None  # the job died with its GPU (no --recover): what failed; --resume --recover N
     lost: Optional[str] = None  # why the instance is gone under the run (its status and what went with it)
+    lost_at: Optional[float] = None  # when the API first showed it gone (preempted, terminated): billing ended there
     terminated_by: Optional[str] = None  # the instance was ended on purpose from here: the ledger's note
     outcome: str = RUNNING
     stages: dict = field(default_factory=dict)  # name -> Stage (the current instance's)
@@ -117,7 +118,10 @@ class Record:
     unreachable_s: Optional[float] = None  # an instance unreachable this long (API: running) is given up on
     ttl_deadline: Optional[float] = None  # the run's --ttl: every instance it launches ends by then
     instance: Optional[dict] = None  # the current instance: {"ids", "type", "region"}, once `up` has it
-    checkpoint: Optional[dict] = None  # the newest checkpoint fetched and verified: {name, dir, step, path, local, at}
+    checkpoint: Optional[dict] = None  # the newest checkpoint that counts: {name, dir, step, path, local, at, evidence}
+    # every checkpoint that counted, oldest first, each with the evidence that vouched for it: a job's death revokes
+    # those only timing vouched for (pipeline.checkpoints.after_death)
+    vouched: list = field(default_factory=list)
     job_started: Optional[float] = None  # the current job's start on the instance's clock (its checkpoints are newer)
     ck_filesystem: Optional[str] = None  # run --fs: the mount point the run's checkpoint folder lives under
     resume_from: Optional[str] = None  # GPUOPS_RESUME_FROM of the next job: the checkpoint's path on the instance
@@ -217,11 +221,12 @@ def billed_since(rec: Record) -> Optional[float]:
 def billed_until(rec: Record, now: float) -> float:
     """The current instance bills until its termination was confirmed (at the end, or for its replacement)."""
     down = rec.stages.get("down")
+    until = now
     if down is not None and down.ended is not None and down.ok:
-        return down.ended
-    if rec.recovering and rec.recovering.get("ended"):
-        return rec.recovering["ended"]
-    return now
+        until = down.ended
+    elif rec.recovering and rec.recovering.get("ended"):
+        until = rec.recovering["ended"]
+    return min(until, rec.lost_at) if rec.lost_at is not None else until
 
 
 def attempt_cost(att: dict) -> float:
@@ -245,7 +250,7 @@ def over_budget(rec: Record, now: float) -> bool:
 
 
 def _stage_rows(stages: dict, per_s: float, now: float, instance: int,
-                billed_from: Optional[float] = None) -> list[dict]:
+                billed_from: Optional[float] = None, billed_to: Optional[float] = None) -> list[dict]:
     rows = []
     for name in STAGES + ("recover",):
         st = stages.get(name)
@@ -253,7 +258,8 @@ def _stage_rows(stages: dict, per_s: float, now: float, instance: int,
             continue
         end = st.ended if st.ended is not None else now
         secs = max(0.0, end - st.started)
-        billed = max(0.0, end - max(st.started, billed_from or 0.0))  # `up`: nothing bills before the launch
+        # `up`: nothing bills before the launch; nothing after the instance was seen gone (preempted)
+        billed = max(0.0, min(end, billed_to if billed_to is not None else end) - max(st.started, billed_from or 0.0))
         rows.append({"stage": name, "label": LABELS[name], "seconds": round(secs, 1), "cost": round(billed * per_s, 4),
                      "ok": st.ok, "detail": st.detail, "instance": instance})
     return rows
@@ -269,7 +275,7 @@ def summary(rec: Record, now: float) -> list[dict]:
                             order.index(id(att)) + 1, att.get("started"))
     per_s = (rec.price_per_hour or 0.0) * max(1, rec.nodes) / 3600.0
     first = [r for r in [prep.row(rec.prep, now) if rec.prep else None] if r]  # its own instance: its own price
-    return first + rows + _stage_rows(rec.stages, per_s, now, len(order) + 1, rec.billed_from)
+    return first + rows + _stage_rows(rec.stages, per_s, now, len(order) + 1, rec.billed_from, rec.lost_at)
 
 
 def _launch_order(rec: Record) -> list:
@@ -296,7 +302,8 @@ def instances(rec: Record, now: float) -> list[dict]:
     if start is not None and not (failed and rec.billed_from is None):  # a launch that never billed is no row
         inst = rec.instance or {}
         down = rec.stages.get("down")
-        ended = ("terminated" if down is not None and down.ok else rec.lost or
+        ended = (rec.lost if rec.lost and not rec.terminated_by else "terminated" if down is not None and down.ok
+                 else rec.lost or
                  ("replacing it: " + rec.recovering["reason"] if rec.recovering else
                   f"launch failed ({up.detail}); terminated by the launch" if failed else "running"))
         until = billed_until(rec, now) if not failed else (up.ended or now)
@@ -359,6 +366,7 @@ def archive(rec: Record, ended: float) -> dict:
     rec.ending = None
     rec.job_started = None
     rec.billed_from = None  # the next instance bills from its own launch
+    rec.lost_at = None
     return att
 
 

@@ -23,18 +23,42 @@ def _hms(t: float) -> str:
     return datetime.fromtimestamp(t).strftime("%H:%M:%S")
 
 
-def checkpoints_doc(rec: pl.Record, fetched: Optional[dict] = None) -> Optional[dict]:
-    """Where this run's checkpoints are (pipeline.checkpoints.home) and the newest that counts, for the summary;
-    on a filesystem and not fetched: how to get them later. None when the job never started: there are none (until
-    #36 a run stopped during setup named runs/<id>/checkpoints, where nothing was ever fetched). `fetched`: what the
-    fetch stage brought here (a name there: the checkpoints are here)."""
+def _resumable(c: dict) -> str:
+    if not c.get("newest"):
+        return ""
+    return f"; resumable from {c['newest']}" + (f" (complete by: {c['evidence_said']})" if c.get("evidence_said")
+                                                else "")
+
+
+def _holds_files(path: Path) -> bool:
+    """Does a fetch destination hold fetched files (not only a fetch's staging or recheck folder)?"""
+    from ..transfer.plan import STAGING_DIR
+
+    try:
+        return any(not p.name.startswith(STAGING_DIR) for p in path.iterdir())
+    except OSError:
+        return False
+
+
+def checkpoints_doc(rec: pl.Record, fetched: Optional[dict] = None, project: Optional[Path] = None) -> Optional[dict]:
+    """Where this run's checkpoints are (pipeline.checkpoints.home), the newest that counts and the evidence that
+    vouched for it, for the summary. `fetched` only when the fetch brought them here (`fetched`: what the fetch stage
+    brought, or a fetch stage that ended ok) and they are here; `local` only when the folder here holds fetched
+    files; on a filesystem and not fetched: how to get them later. None when the job never started: there are none
+    (until #36 a run stopped during setup named runs/<id>/checkpoints, where nothing was ever fetched)."""
     home = ck.home(rec.id, rec.fetch, mount=rec.ck_filesystem)
     if home is None or not rec.run_id:
         return None
     newest = rec.checkpoint or {}
-    here = home.name in (fetched if fetched is not None else rec.fetch)
-    doc = {**home.to_json(), "newest": ck.where(newest), "step": newest.get("step"), "fetched": here}
-    if home.filesystem and home.name not in rec.fetch:
+    st = rec.stages.get("fetch")
+    here = (project or Path.cwd()) / home.local
+    has = _holds_files(here)
+    brought = home.name in (fetched or {}) or (st is not None and bool(st.ok))
+    doc = {**home.to_json(), "local": home.local if has else None, "newest": ck.where(newest),
+           "step": newest.get("step"), "fetched": bool(home.name in rec.fetch and brought and has),
+           "evidence": list(newest.get("evidence") or []) if newest else None,
+           "evidence_said": ck.said(newest.get("evidence"), ck.book(project)) if newest.get("evidence") else None}
+    if home.filesystem and not doc["fetched"]:
         doc["get_later"] = ck.get_later(home, rec.file_systems[0], (rec.instance or {}).get("type") or
                                         rec.instance_type)
     return doc
@@ -51,7 +75,7 @@ def render_summary(out, rec: pl.Record, fetched: dict, now: float) -> dict:
            "stages": rows, "instances": insts, "total_cost": round(total, 4), "fetched": fetched,
            "environment": str(env) if env and env.is_dir() else None, "overhead": pl.overhead(rec),
            "stop_reason": rec.stop_reason, "recoveries": len(rec.attempts), "resumed_from": rec.resume_from,
-           "checkpoint": (rec.checkpoint or {}).get("local"), "checkpoints": checkpoints_doc(rec, fetched),
+           "checkpoint": ck.where(rec.checkpoint), "checkpoints": checkpoints_doc(rec, fetched, Path.cwd()),
            "ttl_s": rec.ttl_s,
            "ttl_deadline_at": (datetime.fromtimestamp(rec.ttl_deadline).astimezone().isoformat(timespec="seconds")
                                if rec.ttl_deadline else None),
@@ -94,15 +118,16 @@ def render_summary(out, rec: pl.Record, fetched: dict, now: float) -> dict:
         c = doc["checkpoints"]
         if c["filesystem"]:
             out.print(f"  checkpoints of this run: {c['filesystem']} on filesystem {rec.file_systems[0]}"
-                      + (f", fetched into {c['local']}" if c["fetched"] else ", not fetched (nothing of them crossed "
-                         f"this machine); to get them here later: {c['get_later']}")
-                      + (f"; resumable from {c['newest']}" if c.get("newest") else ""))
-        elif c["fetched"]:
-            out.print(f"  checkpoints of this run: {c['local']} here (on the instance: {c['remote']})"
-                      + (f"; resumable from {c['newest']}" if c.get("newest") else ""))
+                      + (f", fetched into {c['local']}" if c["fetched"] else
+                         f", not fetched ({'the fetch failed' if c['name'] in rec.fetch else 'no --fetch'}; they "
+                         f"are intact there); to get them here later: {c['get_later']}")
+                      + _resumable(c))
+        elif c["local"]:
+            out.print(f"  checkpoints of this run: {c['local']} here" + ("" if c["fetched"] else " (those fetched "
+                      "while it trained; the final fetch did not bring the rest)") + f" (on the instance: "
+                      f"{c['remote']})" + _resumable(c))
         else:
-            out.print(f"  checkpoints of this run: not fetched (on the instance: {c['remote']})"
-                      + (f"; resumable from {c['newest']}" if c.get("newest") else ""))
+            out.print(f"  checkpoints of this run: not fetched (on the instance: {c['remote']})" + _resumable(c))
     if doc["environment"]:
         out.print(f"  environment snapshot: {doc['environment']}")
     return doc

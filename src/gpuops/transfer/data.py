@@ -4,8 +4,9 @@ instance itself (never through this machine). Pure rules in `transfer/dataplan.p
 from __future__ import annotations
 
 import json
+import os
 import shlex
-from typing import Optional
+from typing import Callable, Optional
 
 from ..errors import GpuopsError, ExitCode
 from ..remote.shell import shell_path
@@ -13,13 +14,21 @@ from . import rsync as rs
 from . import dataplan as dp
 from . import plan as tr
 
-FETCH_TIMEOUT_S = 6 * 3600.0  # a large dataset over the instance's own link
+STALL_S = 300.0  # a download that receives no byte this long is ended (GPUOPS_DATA_STALL_S changes it)
+
+
+def stall_s() -> float:
+    try:
+        return float(os.environ.get("GPUOPS_DATA_STALL_S") or STALL_S)
+    except ValueError:
+        return STALL_S
 
 
 def put(profile, remote, out, src: dp.Source, fs_mount: Optional[str], *, token: Optional[str] = None,
-        endpoint: Optional[str] = None) -> dict:
+        endpoint: Optional[str] = None, tick: Optional[Callable[[dict], None]] = None) -> dict:
     """The source at its place on the instance. Returns {path (GPUOPS_DATA), bytes_here (crossed this machine),
-    bytes_remote (downloaded by the instance), skipped}."""
+    bytes_remote (downloaded by the instance), skipped}. tick(progress) is called about once a second while the
+    instance downloads ({"progress": bytes, "total": bytes or None}); it may raise (a budget reached) to end it."""
     if src.kind == "local":
         rs.require_local_rsync()
     made = remote.run(f"mkdir -p {shell_path(dp.target(src, fs_mount))} && cd {shell_path(dp.target(src, fs_mount))} "
@@ -43,18 +52,44 @@ def put(profile, remote, out, src: dp.Source, fs_mount: Optional[str], *, token:
         return {"path": dest, "bytes_here": sent, "bytes_remote": 0, "skipped": False}
     shown = src.shown or src.text  # a URL's credentials are secrets: never said
     out.step(f"the instance downloads {shown} into {dest}")
-    stdin = json.dumps(dp.fetch_params(src, dest, token, endpoint)) + "\n"
-    r = remote.run("python3 -c " + shlex.quote(dp.RUNNER), stdin=stdin + dp.FETCH_SCRIPT, timeout=FETCH_TIMEOUT_S)
-    try:
-        doc = json.loads((r.stdout.strip().splitlines() or ["{}"])[-1])
-    except ValueError:
-        doc = {}
-    if r.rc != 0 or not doc.get("ok"):
-        why = doc.get("error") or (r.stderr.strip().splitlines() or ["no answer"])[-1][:300]
+    doc, lines = _download(remote, dp.fetch_params(src, dest, token, endpoint), tick)
+    if not doc.get("ok"):
+        why = doc.get("error") or (lines[-1][:300] if lines else "no answer")
         why = dp.scrub(why, dp.url_secrets(src.text)) if src.kind == "url" else why
         raise GpuopsError(f"--data {shown}: the instance could not get it: {why}", code=ExitCode.FAILED,
-                          hint="check the URL and its sha256 (or the repo name and HF_TOKEN) from the instance")
+                          hint=doc.get("hint") or "check the URL and its sha256 (or the repo name and HF_TOKEN) from "
+                                                  "the instance")
     out.info(f"data {shown} → {dest}: " + ("already there (checksum matches), nothing downloaded"
                                               if doc.get("skipped") else
                                               f"{tr.human_bytes(doc.get('bytes', 0))} downloaded by the instance"))
     return {"path": dest, "bytes_here": 0, "bytes_remote": doc.get("bytes", 0), "skipped": bool(doc.get("skipped"))}
+
+
+def _download(remote, params: dict, tick: Optional[Callable[[dict], None]]) -> tuple[dict, list]:
+    """The instance's download, in ONE execution whose output is read as it comes: a progress line a second
+    ({"progress": bytes, "total": bytes or null}), handed to tick (which may raise: --max-cost, the run's TTL; the
+    execution then ends: its next progress line finds no reader), then the result line ({"ok", ...})."""
+    stall = stall_s()
+    params = dict(params, stall_s=stall)
+    chan = remote.stream("python3 -c " + shlex.quote(dp.RUNNER) + " 2>&1")
+    other: list = []
+    try:
+        chan.sendall((json.dumps(params) + "\n" + dp.FETCH_SCRIPT).encode())
+        chan.shutdown_write()
+        for line in remote.iter_lines(chan, idle_timeout=max(60.0, 3 * stall)):
+            try:
+                doc = json.loads(line)
+            except ValueError:
+                doc = None
+            if not isinstance(doc, dict):
+                if line.strip():
+                    other.append(line.strip())
+                continue
+            if "progress" in doc:
+                if tick is not None:
+                    tick(doc)
+                continue
+            return doc, other
+    finally:
+        chan.close()
+    return {}, other

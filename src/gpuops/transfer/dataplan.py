@@ -7,8 +7,9 @@ Sources:
   a tar/zip archive unpacked; a later run whose checksum matches the copy there downloads nothing;
 - `hf://ORG/NAME[@REVISION]` (a model repo) or `hf://datasets/ORG/NAME[@REVISION]`: huggingface_hub's
   snapshot_download on the instance (HF_TOKEN, when set here, travels on the command's stdin, never a command line).
-Where: with --fs, `<mount point>/gpuops/data/<name>` (on the filesystem: one copy for every instance attaching it);
-without, `~/gpuops-data/<name>` on each instance's own disk. The job reads it at GPUOPS_DATA."""
+Where: with --fs, `<mount point>/gpuops/data/<name>-<key>` (on the filesystem: one copy for every instance attaching
+it; the key tells sources of one name apart: `source_key`); without, `~/gpuops-data/<name>-<key>` on each instance's
+own disk. The job reads it at GPUOPS_DATA."""
 from __future__ import annotations
 
 import re
@@ -164,9 +165,22 @@ def data_root(fs_mount: Optional[str]) -> str:
     return f"{fs_mount.rstrip('/')}/{FS_DATA}" if fs_mount else LOCAL_DATA
 
 
+def source_key(src: Source) -> str:
+    """What tells two sources of the same name apart (issue 35: ./corpus of project A and ./corpus of project B met
+    in one folder, and B trained on A's files kept by rsync's quick check): a local folder by this machine and its
+    absolute path; a download by its content's sha256 (the same content shares a folder whatever the URL); a Hub
+    repo by its type, id and revision."""
+    import hashlib
+    import socket
+
+    ident = {"local": f"local:{socket.gethostname()}:{src.path}", "url": f"sha256:{src.sha256}",
+             "hf": f"hf:{src.repo_type}/{src.repo_id}@{src.revision or ''}"}.get(src.kind, src.text)
+    return hashlib.sha256(ident.encode()).hexdigest()[:10]
+
+
 def target(src: Source, fs_mount: Optional[str]) -> str:
-    """Where the source lands on the instance: GPUOPS_DATA."""
-    return f"{data_root(fs_mount)}/{src.name}"
+    """Where the source lands on the instance: GPUOPS_DATA, a folder of its own per source (`<name>-<key>`)."""
+    return f"{data_root(fs_mount)}/{src.name}-{source_key(src)}"
 
 
 def fetch_params(src: Source, dest: str, token: Optional[str] = None, endpoint: Optional[str] = None) -> dict:
@@ -183,17 +197,65 @@ def fetch_params(src: Source, dest: str, token: Optional[str] = None, endpoint: 
 # Prints one JSON line: {"ok", "skipped", "bytes", "error"}. Writes under a temporary name, renamed once checked.
 RUNNER = "import sys; PARAMS, _, BODY = sys.stdin.read().partition(chr(10)); exec(BODY)"
 FETCH_SCRIPT = r'''
-import hashlib, json, os, shutil, sys, tarfile, tempfile, time, urllib.request, zipfile
+import hashlib, json, os, shutil, socket, stat, sys, tarfile, tempfile, threading, time, urllib.request, zipfile
 p = json.loads(PARAMS)
 dest = os.path.expanduser(p["dest"])
 os.makedirs(dest, exist_ok=True)
 mark = os.path.join(dest, ".gpuops-source")
+lock = threading.Lock()
+state = {"n": 0, "total": None, "last": time.time()}
+def say(doc):
+    with lock:
+        sys.stdout.write(json.dumps(doc) + "\n"); sys.stdout.flush()
 def done(**kw):
-    print(json.dumps(dict({"ok": True, "skipped": False, "bytes": 0, "error": ""}, **kw))); sys.exit(0)
-def fail(msg):
+    say(dict({"ok": True, "skipped": False, "bytes": 0, "error": ""}, **kw)); os._exit(0)
+def fail(msg, hint=None):
     for s in p.get("secrets") or []:  # a URL's credentials never leave in a message
         msg = msg.replace(s, "****")
-    print(json.dumps({"ok": False, "skipped": False, "bytes": 0, "error": msg})); sys.exit(0)
+    say({"ok": False, "skipped": False, "bytes": state["n"], "error": msg, "hint": hint}); os._exit(0)
+def beat():  # progress a second; a download that receives nothing for stall_s is ended; no reader: it ends
+    stall = float(p.get("stall_s") or 300)
+    while True:
+        time.sleep(1.0)
+        try:
+            say({"progress": state["n"], "total": state["total"]})
+        except Exception:
+            os._exit(3)
+        if time.time() - state["last"] > stall:
+            stalled()
+def stalled():
+    fail("the download stalled: no byte received for %ds (%d bytes so far)" % (float(p.get("stall_s") or 300),
+                                                                             state["n"]),
+         "the server stopped sending; run again (GPUOPS_DATA_STALL_S changes the limit)")
+def escapes(name, link=None):
+    """Why an archive member would land outside dest (absolute, .., a link out), or None."""
+    if name.startswith(("/", "\\")) or (len(name) > 1 and name[1] == ":"):
+        return "an absolute path"
+    parts = name.replace("\\", "/").split("/")
+    if ".." in parts:
+        return "a '..' in its path"
+    if link is not None:
+        where = os.path.normpath(os.path.join(os.path.dirname(name), link)) if not link.startswith("/") else link
+        if link.startswith("/") or where == ".." or where.startswith("../"):
+            return "a link pointing outside the data folder (%s)" % link
+    return None
+def check_tar(t):
+    for m in t.getmembers():
+        why = escapes(m.name, m.linkname if (m.issym() or m.islnk()) else None)
+        if why is None and not (m.isfile() or m.isdir() or m.issym() or m.islnk()):
+            why = "a device, fifo or other special file"
+        if why:
+            fail("refused to unpack %s: member %r is %s" % (p["filename"], m.name, why),
+                 "an archive whose members stay inside the data folder (gpuops checks every member)")
+def check_zip(z):
+    for i in z.infolist():
+        link = None
+        if stat.S_ISLNK(i.external_attr >> 16):
+            link = z.read(i).decode("utf-8", "replace")
+        why = escapes(i.filename, link)
+        if why:
+            fail("refused to unpack %s: member %r is %s" % (p["filename"], i.filename, why),
+                 "an archive whose members stay inside the data folder (gpuops checks every member)")
 def request(url):
     # user:pass@ as HTTP Basic authentication (urllib would take "user:pass@host" for the host name)
     import base64, urllib.parse
@@ -212,17 +274,33 @@ if p["kind"] == "url":
             done(skipped=True)
     except OSError:
         pass
+    threading.Thread(target=beat, daemon=True).start()
     fd, tmp = tempfile.mkstemp(prefix=".gpuops-download-", dir=dest)
-    h, n = hashlib.sha256(), 0
+    h = hashlib.sha256()
     try:
-        with os.fdopen(fd, "wb") as out, urllib.request.urlopen(request(p["url"]), timeout=60) as r:
+        with os.fdopen(fd, "wb") as out, urllib.request.urlopen(request(p["url"]), timeout=float(p.get("stall_s") or 300)) as r:
+            length = r.headers.get("Content-Length")
+            state["total"] = int(length) if length and length.isdigit() else None
+            read = getattr(r, "read1", None) or r.read
             while True:
-                b = r.read(1 << 20)
+                try:
+                    b = read(1 << 16)
+                except socket.timeout:
+                    stalled()
+                except Exception as e:  # IncompleteRead: the connection closed before the announced length
+                    if state["total"] is not None and state["n"] < state["total"]:
+                        break
+                    raise
                 if not b:
                     break
-                h.update(b); out.write(b); n += len(b)
+                h.update(b); out.write(b); state["n"] += len(b); state["last"] = time.time()
     except Exception as e:
         os.unlink(tmp); fail("download failed: %s" % e)
+    n = state["n"]
+    if state["total"] is not None and n < state["total"]:
+        os.unlink(tmp)
+        fail("the download was cut short: %d of the %d bytes the server announced were received" % (n, state["total"]),
+             "the connection ended early: run again (nothing of it was kept)")
     if h.hexdigest() != p["sha256"]:
         os.unlink(tmp); fail("checksum mismatch: got sha256 %s, expected %s (%d bytes)" % (h.hexdigest(), p["sha256"], n))
     name = p["filename"]
@@ -231,11 +309,13 @@ if p["kind"] == "url":
     try:
         if name.endswith((".tar.gz", ".tgz", ".tar.bz2", ".tar.xz", ".tar")):
             with tarfile.open(tmp) as t:
+                check_tar(t)
                 kw = {"filter": "data"} if hasattr(tarfile, "data_filter") else {}
                 t.extractall(dest, **kw)
             os.unlink(tmp)
         elif name.endswith(".zip"):
             with zipfile.ZipFile(tmp) as z:
+                check_zip(z)
                 z.extractall(dest)
             os.unlink(tmp)
         else:
@@ -258,6 +338,8 @@ if p["kind"] == "hf":
         from huggingface_hub import snapshot_download
     except ImportError:
         fail("huggingface_hub is not installed in the instance's python3 (pip install huggingface_hub)")
+    threading.Thread(target=beat, daemon=True).start()
+    state["last"] = float("inf")  # the hub's own client times out its reads; the budget is checked meanwhile
     try:
         snapshot_download(repo_id=p["repo_id"], repo_type=p["repo_type"], revision=p["revision"], local_dir=dest)
     except Exception as e:

@@ -74,17 +74,98 @@ def sha(p):
                 break
             h.update(b)
     return h.hexdigest()
+def held(real, tag):
+    """Paths under `real` held open for writing by the processes whose environment carries `tag` (the job's)."""
+    found, pids = set(), 0
+    for pid in os.listdir("/proc"):
+        if not pid.isdigit():
+            continue
+        try:
+            with open("/proc/%s/environ" % pid, "rb") as fh:
+                if tag not in fh.read().split(b"\0"):
+                    continue
+            fds = os.listdir("/proc/%s/fd" % pid)
+        except OSError:
+            continue
+        pids += 1
+        for fd in fds:
+            try:
+                target = os.readlink("/proc/%s/fd/%s" % (pid, fd))
+                with open("/proc/%s/fdinfo/%s" % (pid, fd)) as fh:
+                    flags = [int(l.split()[1], 8) for l in fh if l.startswith("flags:")]
+            except (OSError, ValueError, IndexError):
+                continue
+            if flags and flags[0] & 3 and target.startswith(real + "/"):
+                found.add(os.path.relpath(target, real))
+    return found, pids
+def cut_short(p, size, kind):
+    """Why file p (of a format that says its own length) is cut short, or None."""
+    with open(p, "rb") as fh:
+        if kind == "zip":
+            if fh.read(4) != b"PK\x03\x04":
+                return None
+            n = min(size, 65557)
+            fh.seek(size - n)
+            tail = fh.read(n)
+            i = tail.rfind(b"PK\x05\x06")
+            if i < 0 or len(tail) - i < 22:
+                return "a zip (torch.save) without its end-of-central-directory record: cut short or still written"
+            return None
+        if kind == "safetensors":
+            head = fh.read(8)
+            if len(head) < 8:
+                return "a safetensors file shorter than its 8-byte header size"
+            n = int.from_bytes(head, "little")
+            if n > 100 * 2 ** 20 or 8 + n > size:
+                return "a safetensors header of %d bytes in a file of %d bytes: cut short" % (n, size)
+            try:
+                doc = json.loads(fh.read(n).decode("utf-8"))
+                end = max([v["data_offsets"][1] for k, v in doc.items() if k != "__metadata__"] or [0])
+            except (ValueError, KeyError, TypeError, IndexError, AttributeError):
+                return "a safetensors header that is not valid JSON: cut short or still written"
+            if 8 + n + end != size:
+                return "safetensors header + data make %d bytes, the file has %d: cut short" % (8 + n + end, size)
+    return None
+def evidence(full, files, ev):
+    """What vouches for or rules out a checkpoint, seen in this same execution as its listing: files held open for
+    writing by the job (read before and after the walk), marker files' contents, files cut short."""
+    real = os.path.realpath(full)
+    res = {"open": [], "invalid": {}, "contents": {}, "pids": 0}
+    if ev.get("run_id"):
+        tag = ("GPUOPS_RUN_ID=" + ev["run_id"]).encode()
+        got, res["pids"] = held(real, tag)
+        res["open"] = sorted(got | ev.pop("_before", set()))
+    read, validate = set(ev.get("read") or ()), ev.get("validate") or {}
+    for rel, size, _ in files[:20000]:
+        base = rel.rsplit("/", 1)[-1]
+        p = os.path.join(full, rel)
+        try:
+            if base in read and size <= 4096:
+                with open(p, "rb") as fh:
+                    res["contents"][rel] = fh.read().decode("utf-8", "replace")
+            kind = next((k for sfx, k in validate.items() if base.endswith(sfx)), None)
+            why = cut_short(p, size, kind) if kind else None
+        except OSError as exc:
+            why = "unreadable: %s" % exc
+        if why:
+            res["invalid"][rel] = why
+    return res
 out = {"rsync": shutil.which("rsync")}
 if "list" in spec:
     roots = {}
+    ev = spec.get("evidence") or {}
     for name, path in spec["list"].items():
         full = os.path.expanduser(path)
         r = {"path": full, "exists": os.path.exists(full), "is_dir": os.path.isdir(full)}
+        if name in (ev.get("names") or ()) and ev.get("run_id") and r["is_dir"]:
+            ev["_before"] = held(os.path.realpath(full), ("GPUOPS_RUN_ID=" + ev["run_id"]).encode())[0]
         if r["exists"]:
             try:
                 r["files"] = walk(full)
             except OSError as exc:
                 r["error"] = str(exc)
+        if name in (ev.get("names") or ()) and r["is_dir"]:
+            r["evidence"] = evidence(full, r.get("files") or [], ev)
         roots[name] = r
     out["roots"] = roots
 if "hash" in spec:
@@ -192,11 +273,14 @@ def fetch_sources(profile, project_dir: Path) -> dict[str, str]:
     return {name: tr.join_remote(base, sub) for name, sub in profile.fetch.items()}
 
 
-def list_remote(profile, remote, project_dir: Path, *, rows: bool = False) -> dict:
+def list_remote(profile, remote, project_dir: Path, *, rows: bool = False, evidence: Optional[dict] = None) -> dict:
     """{name: {path, exists, bytes, files, steps: [{dir, step, bytes, files}]}} for every name in profile.fetch;
-    rows: each also has "rows", the listing itself ([relative path, size, mtime] per file)."""
+    rows: each also has "rows", the listing itself ([relative path, size, mtime] per file); evidence ({names,
+    run_id, read, validate}: pipeline.checkpoints.evidence_spec): those names also have "evidence", what the same
+    execution saw (files open for writing by the job's processes, marker files' contents, files cut short)."""
     srcs = fetch_sources(profile, project_dir)
-    doc = _run_script(profile, remote, {"list": srcs}, timeout=300)
+    spec = {"list": srcs, **({"evidence": evidence} if evidence else {})}
+    doc = _run_script(profile, remote, spec, timeout=300)
     result = {}
     for name, path in srcs.items():
         r = doc.get("roots", {}).get(name, {})
@@ -210,6 +294,8 @@ def list_remote(profile, remote, project_dir: Path, *, rows: bool = False) -> di
         }
         if rows:
             result[name]["rows"] = files
+        if "evidence" in r:
+            result[name]["evidence"] = r["evidence"]
         if r.get("error"):
             result[name]["error"] = r["error"]
     return result

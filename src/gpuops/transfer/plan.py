@@ -26,7 +26,8 @@ OUT_PREFIX = "::gpuops:: "
 OUT_FORMAT = OUT_PREFIX + "%i %l %n"
 RSYNC_TIMEOUT_S = 60
 RETRY_EXIT_CODES = frozenset({10, 12, 30, 35, 255})
-STEP_RE = re.compile(r"^(?:global_step_|checkpoint-)(\d+)$")
+# step folders: global_step_N (verl), global_stepN (DeepSpeed's default tag), checkpoint-N (HF Trainer), iter_N (Megatron)
+STEP_RE = re.compile(r"^(?:global_step_?|checkpoint-|iter_)(\d+)$")
 
 # rsync must be installed on both ends. Cloud GPU images are Debian/Ubuntu, so the remote command is apt-get's.
 REMOTE_INSTALL = "sudo apt-get install -y rsync"

@@ -20,7 +20,7 @@ from . import catalog
 
 
 FS_NAME = re.compile(r"^[a-zA-Z]+[0-9a-zA-Z-]*$")
-LIVE_MOUNT = ("booting", "active", "unhealthy")  # an instance in these states holds its filesystems mounted
+LIVE_MOUNT = ("booting", "active", "unhealthy", "terminating")  # these hold their filesystems mounted (terminating: until it ends)
 
 
 def _iso(t: float) -> str:
