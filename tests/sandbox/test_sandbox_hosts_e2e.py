@@ -98,3 +98,29 @@ def _login_shell(user: str) -> str:
     import pwd
 
     return pwd.getpwnam(user).pw_shell
+
+
+def test_an_address_another_host_takes_before_sshd_binds_is_never_reported_as_ours(hosts, tmp_path, monkeypatch):
+    """Parallel runs (pytest-xdist workers, two emulators) probe 127.0.0.N as free, then start sshd, which binds only
+    after it has daemonised: when another host took that address meanwhile, ours exits and the other one answers
+    there. The host must move to the next address, not report the other host's (whose key is not the one pinned:
+    'host key ... has CHANGED' on the first connection, as seen under xdist)."""
+    from gpuops.sandbox import host
+
+    first = tmp_path / "first"
+    hosts.append(first)
+    a = host.start(first, address=host.AUTO, profile=None)
+    taken = a["address"]
+    free = next(c for c in host._loopback_candidates() if c != taken and host._bindable(c, 22))
+    # the race, made certain: the probe says the taken address is free, and it is tried first
+    monkeypatch.setattr(host, "_loopback_candidates", lambda: [taken, free])
+    monkeypatch.setattr(host, "_bindable", lambda address, port: True)
+    second = tmp_path / "second"
+    hosts.append(second)
+    b = host.start(second, address=host.AUTO, profile=None)
+    assert b["address"] == free, (b, taken)
+    assert host.sshd_pid(second) and host.sshd_pid(first)
+    keys = {d: (d / "host_ed25519_key.pub").read_text().split()[1] for d in (first, second)}
+    scanned = subprocess.run(["ssh-keyscan", "-t", "ed25519", "-p", "22", b["address"]], capture_output=True,
+                             text=True, timeout=20).stdout.split()
+    assert keys[second] in scanned and keys[first] not in scanned  # the address answers with the second's own key

@@ -269,13 +269,39 @@ def _start_sshd(d: Path, address: str, port: int | None) -> dict:
                 continue
             raise GpuopsError(f"sshd did not start: {last}", hint=f"see {d / 'sshd.log'}")
         deadline = time.monotonic() + 10
-        while not _listening(p, addr):
+        while True:
+            # Listening is not enough: sshd binds after it has daemonised, so when another host took the address
+            # between our probe and that bind, ours exits and THAT host answers here (another key: refused later).
+            mine = _listener_is_ours(d, addr, p) if _listening(p, addr) else None
+            if mine:
+                return {"address": addr, "port": p, "user": user, "started": True}
+            log = (d / "sshd.log").read_text()[-500:] if (d / "sshd.log").exists() else ""
+            gone = mine is False or (sshd_pid(d) is None and "Address already in use" in log)
+            if gone and address == AUTO and sshd_pid(d) is None:
+                last = f"{addr}:{p} taken by another host"
+                break  # the next address
             if time.monotonic() > deadline:
-                log = (d / "sshd.log").read_text()[-500:] if (d / "sshd.log").exists() else ""
                 raise GpuopsError(f"sshd did not start listening on {addr}:{p}. {log}")
             time.sleep(0.02)
-        return {"address": addr, "port": p, "user": user, "started": True}
     raise GpuopsError(f"sshd did not start on any free 127.0.0.N:{port}: {last}")
+
+
+def _listener_is_ours(d: Path, address: str, port: int) -> bool | None:
+    """Is the socket listening on address:port this host's sshd's (/proc/net/tcp's inode among its descriptors)?
+    None: not known yet (no pid file, or no such listener in the table)."""
+    pid = sshd_pid(d)
+    if pid is None:
+        return None
+    want = "%08X:%04X" % (int.from_bytes(socket.inet_aton(address), "little"), port)
+    try:
+        inodes = [f.split()[9] for f in Path("/proc/net/tcp").read_text().splitlines()[1:]
+                  if f.split()[1] == want and f.split()[3] == "0A"]
+        fds = {os.readlink(f"/proc/{pid}/fd/{n}") for n in os.listdir(f"/proc/{pid}/fd")}
+    except OSError:
+        return None
+    if not inodes:
+        return None
+    return any(f"socket:[{i}]" in fds for i in inodes)
 
 
 def _sshd_config(d: Path, address: str, port: int, user: str) -> str:
