@@ -149,3 +149,29 @@ def test_wandb_failure_is_warned_once(sandbox, gpuops, monkeypatch, kill_runs):
     r = gpuops("train", "-p", "sandbox", "--script", "job.py", "--no-sync")
     assert r.code == 0, r.all
     assert r.err.count("W&B logging failed") == 1 and "CommError" in r.err
+
+
+def test_a_run_being_launched_is_running_to_another_trains_preflight(sandbox, gpuops, kill_runs):
+    """Between a launch registering its run (~/.gpuops/active/<id>) and its launcher writing the pid, the launch lock
+    is held: another `train`'s preflight must count that run as running (not unlist it, which let a second launch
+    through, nor call its GPU process 'left over from a run which is not running'). A registration with no pid and
+    no lock is a crashed launch's: unlisted."""
+    put(sandbox, "forever.py", FOREVER)
+    home = sandbox["dir"] / "home"
+    rd = home / "launching-run"
+    rd.mkdir()
+    active = home / ".gpuops" / "active"
+    active.mkdir(parents=True, exist_ok=True)
+    (active / "train-20260101-000000-beef").write_text(f"{rd}\n")
+    lock = home / ".gpuops" / "launch.lock"
+    lock.mkdir()
+    try:
+        r = gpuops("train", "-p", "sandbox", "--script", "forever.py", "--no-sync", "--no-snapshot")
+        assert r.code == 1 and "another gpuops run is still running on the host: train-20260101-000000-beef" in r.err, \
+            r.all
+        assert (active / "train-20260101-000000-beef").exists()
+    finally:
+        lock.rmdir()
+    r = gpuops("train", "-p", "sandbox", "--script", "forever.py", "--no-sync", "--no-snapshot")
+    assert r.code == 0, r.all  # no lock: the registration was a crashed launch's
+    assert not (active / "train-20260101-000000-beef").exists()

@@ -144,13 +144,20 @@ T=; command -v timeout >/dev/null 2>&1 && T="timeout 20"
 echo @df
 d={P}; [ -d "$d" ] || d="$HOME"
 df -Pk "$d" 2>/dev/null | tail -n 1
-echo @active
+{check_script}{pkg}echo @active
+# after the probe (its gpu_apps): a run registers before its process starts, so a gpuops run's process seen above is
+# listed here. A run being launched (registered, no pid yet, the launch lock held) is running, never removed: only an
+# ended one (exit_code) or a dead one is, as a concurrent `train`'s preflight could otherwise unlist a launch.
 for f in {ACTIVE_DIR}/*; do
   [ -f "$f" ] || continue
   rd=$(cat "$f"); id=$(basename "$f")
-  if [ ! -f "$rd/exit_code" ] && gpuops_alive "$rd" "$id"; then echo "$id $(cat "$rd/pid" 2>/dev/null)"; else rm -f "$f"; fi
+  if [ -f "$rd/exit_code" ]; then rm -f "$f"
+  elif gpuops_alive "$rd" "$id"; then echo "$id $(cat "$rd/pid" 2>/dev/null)"
+  elif [ ! -s "$rd/pid" ] && [ -d {LAUNCH_LOCK} ]; then echo "$id"
+  else rm -f "$f"
+  fi
 done
-{check_script}{pkg}echo @end
+echo @end
 """
 
 
