@@ -309,7 +309,8 @@ def _new_run(out, project: Path, *, types: list, gpu: Optional[str], max_price: 
     template, note = run_template(template_for(from_, project), from_)
     if note:
         out.info(note)
-    plan = prelaunch.check(project, script, out, template, force=force)  # refused before anything bills
+    plan = prelaunch.check(project, script, out, template, force=force,  # refused before anything bills
+                           run=prelaunch.run_options(project, args, prep, data))
     _before_launch(out, project, script, template, confirm, data)
     out.info(ttl_said)
     rec = run_ops.new_record(types=types, gpu=gpu, max_price=max_price, wait_for_capacity_s=wait_s, script=script,

@@ -386,7 +386,12 @@ def _read_shell(project: Path, script: str, via: tuple[str, ...], out: Launch, e
                           "not judged here")
         return
     sh_dir = PurePosixPath(script).parent.as_posix()
-    sh_dir = "" if sh_dir == "." else sh_dir
+    _read_text(project, script, text, "" if sh_dir == "." else sh_dir, via, out, env, depth)
+
+
+def _read_text(project: Path, script: str, text: str, sh_dir: str, via: tuple[str, ...], out: Launch,
+               env: dict[str, str], depth: int) -> None:
+    """The commands of a shell text (a script's, or a command line given as `--prep CMD`), in order."""
     cwd: Optional[str] = None
     env_pythonpath: tuple[tuple[str, ...], bool] = ((), False)
     for words, line in _commands(text, env):
@@ -427,18 +432,28 @@ def _read_shell(project: Path, script: str, via: tuple[str, ...], out: Launch, e
         out.runs.append(replace(run, via=via, cwd=cwd, line=line))
 
 
-def read_launch(project: Path, script: str) -> Launch:
-    """What the job started with --script (relative to the project) runs: a .py script itself, or what a shell
-    script and every script it reaches run. A script that cannot be read here: an empty Launch."""
+def read_launch(project: Path, script: str, args: tuple[str, ...] = ()) -> Launch:
+    """What the job started with --script (relative to the project) runs: a .py script itself (with the run's
+    `args`), or what a shell script and every script it reaches run. A script that cannot be read here: an empty
+    Launch."""
     out = Launch()
     text = read_bytes(project / script)
     if text is None:
         return out
     if script.endswith(".py"):  # run by the profile's python whatever its #! line says (runs.job_argv)
-        out.runs.append(Run("script", script, line=f"python {script}"))
+        out.runs.append(Run("script", script, line=f"python {script}", args=tuple(args)))
         out.problems += script_problems(project, script)
     elif is_shell(script, text) or not text.startswith(b"#!"):
         _read_shell(project, script, (script,), out, {}, 0)
+    return out
+
+
+def read_command(project: Path, command: str, label: str) -> Launch:
+    """What a command line run by `sh -c` in the project folder runs (`gpuops run --prep CMD`), read as a one-line
+    shell script named `label` (how the plan says who runs what: `prepare.py (run by --prep)`): the scripts it
+    reaches, at any depth, as for --script."""
+    out = Launch()
+    _read_text(project, label, command, "", (label,), out, {}, 0)
     return out
 
 
