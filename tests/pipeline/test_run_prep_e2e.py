@@ -132,6 +132,19 @@ def test_a_failing_prep_launches_no_training_instance(cloud, gpuops):
     assert _launched_types(cloud) == [CHEAP]  # the training type was never asked for
     assert [i["role"] for i in doc["instances"]] == ["prep"] and not live_instances(cloud)
     assert [s["stage"] for s in doc["stages"]] == ["prep"]
+    # a preparation that dies of a cause the endings playbook knows says it as a training job's ending does
+    (Path.cwd() / "prepare.py").write_text("print('reading the corpus', flush=True)\n"
+                                           "open('shards/corpus-000.bin', 'rb').read()\n")
+    r = _run(gpuops, cloud, "--name", "missing-shard")
+    assert r.code == 1, r.all
+    prep = _valid(json.loads(r.out))["prep"]
+    assert prep["ending"]["cause"] == "file-missing", prep
+    assert prep["why"] == "the preparation exited 1: a file the job reads is not on the instance: " \
+                          "shards/corpus-000.bin", prep["why"]
+    assert "why it ended: a file the job reads is not on the instance: shards/corpus-000.bin" in r.err, r.err
+    assert "evidence: log: FileNotFoundError: [Errno 2] No such file or directory: 'shards/corpus-000.bin'" in r.err
+    assert "fix: was it synced?" in r.err and "no training instance was launched" in r.err
+    assert _launched_types(cloud) == [CHEAP, CHEAP] and not live_instances(cloud)
 
 
 def test_prep_without_fs_is_refused_before_anything(cloud, gpuops):
