@@ -73,6 +73,7 @@ def test_prep_runs_on_the_cheap_type_and_the_job_on_another_reads_it(cloud, gpuo
     assert r.code == 0, r.all
     doc = _valid(json.loads(r.out))
     assert doc["outcome"] == "succeeded"
+    assert "FileNotFoundError" not in r.err, r.err  # what the job reads is kept by --prep-out: no plan says otherwise
     prep = doc["prep"]
     assert prep["state"] == "ran" and prep["ok"] is True and prep["exit_code"] == 0, prep
     assert prep["type_used"] == CHEAP and prep["outputs"] == {"bytes": 1300, "files": 1}, prep

@@ -70,6 +70,14 @@ def test_a_read_of_data_the_project_lacks_is_said_with_the_prep_that_makes_it(tm
     assert not data_warnings(plan(tmp_path, "train.py"))
 
 
+def test_a_host_already_up_has_its_own_files(tmp_path):
+    """train/setup on a host whose image is not known here (and run's train stage, after its --prep-out were linked
+    there): the data is the host's; only a fresh instance's plan says it (said once, by run before the launch)."""
+    write(tmp_path, DATA_PREP)
+    p = pp.build(tmp_path, "train.py", image=None, settings=pp.Settings(), tables=TABLES, images_doc=IMAGES)
+    assert not data_warnings(p) and not p.refused
+
+
 def test_the_preparation_on_another_instance_reaches_the_job_only_through_prep_out(tmp_path):
     """--prep runs on its own instance: what it writes and --prep-out does not name is not there for the job."""
     write(tmp_path, {**DATA_PREP, "train.py": "import numpy as np\nnp.fromfile('data/train.bin')\n"

@@ -187,8 +187,9 @@ def build(project: Path, script: str, *, image: Optional[Image], settings: Setti
     provided, resolved = judge.provided_set(plan, ctx)
     if image is not None or resolved:
         judge.lazy_hints(plan, ctx, jn, provided, stdlib)
-    plan.warnings += dataread.warnings(project, jn, prep=run.prep, prep_outs=run.prep_outs, data_dir=run.data_dir,
-                                       data_given=run.data_given)
+    if image is not None:  # a fresh instance has the project's files only; a host already up has its own
+        plan.warnings += dataread.warnings(project, jn, prep=run.prep, prep_outs=run.prep_outs,
+                                           data_dir=run.data_dir, data_given=run.data_given)
     plan.seconds = time.monotonic() - t0
     return plan
 
