@@ -140,6 +140,13 @@ def test_nanogpts_memmap_through_its_configurator(tmp_path):
                                "torchrun --standalone --nproc_per_node=8 train.py config/train_shakespeare_char.py\n",
                      "data/shakespeare_char/prepare.py": "import numpy as np\nnp.arange(3).tofile('x.bin')\n"})
     assert not data_warnings(plan(tmp_path, "run.sh"))
+    # a launch script passing its arguments on ("$@", $1) to a child script and to train.py: the run's words count
+    write(tmp_path, {"go.sh": "#!/bin/bash\nset -e\nbash scripts/train.sh config/train_shakespeare_char.py \"$@\"\n",
+                     "scripts/train.sh": "#!/bin/bash\ntorchrun --standalone train.py $1 \"$@\"\n"})
+    (w,) = data_warnings(plan(tmp_path, "go.sh"))
+    assert "reads data/shakespeare_char/train.bin" in w, w
+    (w,) = data_warnings(plan(tmp_path, "go.sh", args=("--dataset=openwebtext",)))
+    assert "reads data/openwebtext/train.bin" in w, w
 
 
 def test_reads_of_known_shapes_and_what_is_never_said(tmp_path):
