@@ -459,6 +459,25 @@ def commands_verdict(plan: "Plan", c: Context, jn: "JobNeeds") -> None:
             plan.warnings.append(f"{problem} ({fix})")
 
 
+def bare_files(plan: "Plan", jn: "JobNeeds", project: Path) -> None:
+    """A line that names a file of the project as a command (`prepare.py`, `train.sh`, without `./` or an
+    interpreter): the shell looks it up on PATH, which holds no project folder, and stops there (`not found`, exit
+    127) on any host. Refused with the line that works (--force passes: a PATH of the host's own may have it)."""
+    said = set()
+    for run in jn.commands:
+        if not run.target.endswith((".py", ".sh", ".bash")) or run.target in said:
+            continue
+        if not any((project / d / run.target).is_file() for d in dict.fromkeys([run.cwd or "", ""])):
+            continue
+        said.add(run.target)
+        how = "python" if run.target.endswith(".py") else "bash"
+        who = run.source or plan.script
+        plan.refusals.append((f"{who} runs `{run.line or run.target}`: the shell looks {run.target} up on PATH, "
+                              "which holds no folder of the project, and stops there (`not found`, exit 127)",
+                              f"fix: run it with its interpreter, `{how} {run.target}`" + (
+                                  " (--prep '" + f"{how} {run.target}'" + ")" if who.startswith("--prep") else "")))
+
+
 def launcher_configs(plan: "Plan", c: Context, jn: "JobNeeds", project: Path) -> None:
     """What a launcher's config asks for: `accelerate launch --config_file X.yaml` with distributed_type DEEPSPEED
     (or --use_deepspeed) needs deepspeed in the job's environment."""

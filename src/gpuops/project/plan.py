@@ -184,6 +184,7 @@ def build(project: Path, script: str, *, image: Optional[Image], settings: Setti
     judge.modules_verdict(plan, ctx, jn, stdlib=stdlib)
     judge.commands_verdict(plan, ctx, jn)
     judge.launcher_configs(plan, ctx, jn, project)
+    judge.bare_files(plan, jn, project)
     provided, resolved = judge.provided_set(plan, ctx)
     if image is not None or resolved:
         judge.lazy_hints(plan, ctx, jn, provided, stdlib)
