@@ -351,8 +351,8 @@ def _before_launch(out, project: Path, script: str, template: Optional[dict], co
         from ..transfer.dataplan import parse, project_exclude
 
         data_exclude = project_exclude(parse(data, project), project)
-    excludes = list(sync.exclude) + ([data_exclude] if data_exclude else [])
-    local_preview(out, project, script, excludes, copy_links=sync.copy_links, confirm=confirm)
+    local_preview(out, project, script, list(sync.exclude), copy_links=sync.copy_links, confirm=confirm,
+                  data_exclude=data_exclude)  # a file in it the script names: the plan says where the job finds it
 
 
 def _confirmer(yes: bool):
