@@ -154,3 +154,17 @@ def test_setup_says_before_it_connects_what_the_files_name_and_setup_does_not_in
     assert ("setup installs nothing from this project, and setup.py's install_requires name(s) its dependencies "
             "(fix: setup does not install the folder") in r.err, r.all
     assert "holding `-e .`" in r.err
+
+
+def test_a_data_folder_of_the_project_is_said_where_the_job_finds_it(cloud, gpuops):
+    """--data data: the folder is left out of the project's upload and put at $GPUOPS_DATA. The plan says so before
+    the launch (a job reading data/train.bin stops there, as the run then shows), and nothing calls that rule the
+    profile's sync.exclude (no profile was given)."""
+    write({"data/train.bin": "hi", "train.py": "print(len(open('data/train.bin', 'rb').read()))\n"})
+    r = gpuops("run", "--type", TYPE, "--key", str(cloud.key), "--yes", "--json", "--script", "train.py",
+               "--data", "data")
+    assert ("warning: train.py (line 1) reads data/train.bin, inside the --data folder data: the instance has that "
+            "folder at $GPUOPS_DATA, not at data") in r.err, r.err
+    assert "sync.exclude" not in r.err, r.err
+    doc = json.loads(r.out)
+    assert r.code == 1 and doc["ending"]["cause"] == "file-missing", doc.get("ending")

@@ -236,3 +236,25 @@ def test_the_preparations_instances_count_in_the_spend_the_rows_and_the_budget()
     assert pl.spend(rec, 4000.0 + 3600.0) == pytest.approx(0.375 + 0.75)
     doc = pp.summary_doc(rec.prep, 7600.0)
     assert doc["cost"] == pytest.approx(1.125) and doc["duration_s"] == 1800.0
+
+
+def test_a_failed_preparation_says_its_cause_as_a_jobs_ending():
+    """The closing summary of a failed preparation: the ending's title, evidence and fix (jobs/endings.py's
+    contract), then the log's last lines."""
+    ending = {"cause": "module-missing", "title": "the job's python has no module tiktoken",
+              "evidence": ["log: ModuleNotFoundError: No module named 'tiktoken'", "exit code 1"],
+              "fix": "add the package that provides tiktoken", "source": "Python exceptions"}
+    prep = {"command": "python prepare.py", "outs": ["data"], "state": "failed", "ending": ending,
+            "why": "the preparation exited 1: the job's python has no module tiktoken",
+            "last_lines": ["ModuleNotFoundError: No module named 'tiktoken'"],
+            "stage": {"started": 0.0, "ended": 5.0, "ok": False}, "instances": []}
+    doc = pp.summary_doc(prep, 10.0)
+    assert doc["ending"] == ending
+    lines = pp.summary_lines(doc)
+    assert lines[:4] == ["preparation FAILED: the preparation exited 1: the job's python has no module tiktoken; no "
+                         "training instance was launched",
+                         "  why it ended: the job's python has no module tiktoken",
+                         "      evidence: log: ModuleNotFoundError: No module named 'tiktoken'",
+                         "      evidence: exit code 1"], lines
+    assert lines[4] == "      fix: add the package that provides tiktoken"
+    assert lines[5] == "  | ModuleNotFoundError: No module named 'tiktoken'"

@@ -73,6 +73,7 @@ def test_prep_runs_on_the_cheap_type_and_the_job_on_another_reads_it(cloud, gpuo
     assert r.code == 0, r.all
     doc = _valid(json.loads(r.out))
     assert doc["outcome"] == "succeeded"
+    assert "FileNotFoundError" not in r.err, r.err  # what the job reads is kept by --prep-out: no plan says otherwise
     prep = doc["prep"]
     assert prep["state"] == "ran" and prep["ok"] is True and prep["exit_code"] == 0, prep
     assert prep["type_used"] == CHEAP and prep["outputs"] == {"bytes": 1300, "files": 1}, prep
@@ -132,6 +133,19 @@ def test_a_failing_prep_launches_no_training_instance(cloud, gpuops):
     assert _launched_types(cloud) == [CHEAP]  # the training type was never asked for
     assert [i["role"] for i in doc["instances"]] == ["prep"] and not live_instances(cloud)
     assert [s["stage"] for s in doc["stages"]] == ["prep"]
+    # a preparation that dies of a cause the endings playbook knows says it as a training job's ending does
+    (Path.cwd() / "prepare.py").write_text("print('reading the corpus', flush=True)\n"
+                                           "open('shards/corpus-000.bin', 'rb').read()\n")
+    r = _run(gpuops, cloud, "--name", "missing-shard")
+    assert r.code == 1, r.all
+    prep = _valid(json.loads(r.out))["prep"]
+    assert prep["ending"]["cause"] == "file-missing", prep
+    assert prep["why"] == "the preparation exited 1: a file the job reads is not on the instance: " \
+                          "shards/corpus-000.bin", prep["why"]
+    assert "why it ended: a file the job reads is not on the instance: shards/corpus-000.bin" in r.err, r.err
+    assert "evidence: log: FileNotFoundError: [Errno 2] No such file or directory: 'shards/corpus-000.bin'" in r.err
+    assert "fix: was it synced?" in r.err and "no training instance was launched" in r.err
+    assert _launched_types(cloud) == [CHEAP, CHEAP] and not live_instances(cloud)
 
 
 def test_prep_without_fs_is_refused_before_anything(cloud, gpuops):
@@ -186,3 +200,41 @@ def test_sigterm_while_preparing_terminates_its_instance(cloud, gpuops):
     preps = [i for i in doc["instances"] if i.get("role") == "prep"]
     assert len(preps) == 2 and all(i["ended"].startswith("terminated") and i["cost"] > 0 for i in preps), preps
     assert _launched_types(cloud) == [CHEAP, CHEAP, TYPE] and not live_instances(cloud)
+
+
+def test_the_preparations_command_is_judged_before_any_launch_request(cloud, gpuops, wheel_index):
+    """The --prep command goes through the same local plan as --script, first: a script it reaches saved with
+    Windows line endings, a .py it runs with relative imports, a module nothing setup installs provides: refused
+    with no launch request at all (nothing billed), the fix said; the data the job reads from --prep-out is no
+    warning, the data nothing keeps for it is."""
+    cloud.capacity(TYPE, ["us-east-1"])
+    _project()
+    (Path.cwd() / "prep.sh").write_bytes(b"#!/bin/sh\r\nset -e\r\npython prepare.py\r\n")
+    r = gpuops("run", "--type", TYPE, "--key", str(cloud.key), "--yes", "--script", "job.py", "--fs", "work",
+               "--prep", "sh prep.sh", "--prep-out", "data/train.bin")
+    assert r.code == 1 and "prep.sh (run by --prep) has Windows line endings" in r.err, r.all
+    assert "sed -i 's/\\r$//' prep.sh" in r.err and "nothing was launched" in r.err and "Traceback" not in r.all
+    assert cloud.launch_requests() == 0
+    (Path.cwd() / "tok").mkdir()
+    (Path.cwd() / "tok" / "__init__.py").write_text("")
+    (Path.cwd() / "tok" / "run.py").write_text("from .vocab import size\n")
+    r = gpuops("run", "--type", TYPE, "--key", str(cloud.key), "--yes", "--script", "job.py", "--fs", "work",
+               "--prep", "python tok/run.py", "--prep-out", "data/train.bin")
+    assert r.code == 1 and "tok/run.py (run by --prep) uses relative imports" in r.err, r.all
+    assert "-m tok.run" in r.err and cloud.launch_requests() == 0
+    (Path.cwd() / "requirements.txt").write_text(f"--no-index\n--find-links {wheel_index}\nnumpy\n")
+    (Path.cwd() / "prepare.py").write_text("import tiktoken\n" + PREPARE)
+    r = gpuops("run", "--type", TYPE, "--key", str(cloud.key), "--yes", "--script", "job.py", "--fs", "work",
+               "--prep", "python prepare.py", "--prep-out", "data/train.bin")
+    assert r.code == 1 and "prepare.py (run by --prep) imports tiktoken, which nothing setup installs provides" \
+        in r.err, r.all
+    assert "fix: add tiktoken to requirements.txt" in r.err and cloud.launch_requests() == 0
+    assert not (Path.cwd() / "runs" / "pipelines").exists() or not list((Path.cwd() / "runs" / "pipelines").glob("*"))
+    # gpuops plan says the same, and what the job reads that --prep-out does not keep
+    (Path.cwd() / "job.py").write_text(JOB + "print(len(open('data/val.bin', 'rb').read()))\n")
+    r = gpuops("plan", "--script", "job.py", "--prep", "python prepare.py", "--prep-out", "data/train.bin", "--json")
+    doc = json.loads(r.out)
+    assert r.code == 1 and doc["prep"] == "python prepare.py" and doc["runs"][0]["by"] == "--prep", r.all
+    (w,) = [w for w in doc["warnings"] if "FileNotFoundError" in w]
+    assert w.startswith("job.py (line 5) reads data/val.bin, which the project does not have"), w
+    assert cloud.launch_requests() == 0

@@ -307,3 +307,18 @@ def test_a_distribution_named_around_the_module_is_no_refusal(tmp_path):
                                                        "absl": "installed", "tiktoken": "missing"}
     assert [x.split(" imports ")[1].split(",")[0] for x in problems(p)] == ["tiktoken"]
     assert "no distribution is known to provide it, and ai2-olmo-core may" in p.warnings[0]
+
+
+def test_a_project_file_named_as_a_command_is_refused_with_its_interpreter(tmp_path):
+    """`--prep prepare.py` (sh -c looks it up on PATH: `not found`, exit 127, after the preparation's instance
+    billed), or a `train.py` line in a .sh: refused before the launch, with the line that works; --force passes."""
+    write(tmp_path, {"prepare.py": "print('x')\n", "train.py": "print('y')\n", "run.sh": "#!/bin/bash\ntrain.py\n"})
+    p = pp.build(tmp_path, "train.py", image=IMAGE, settings=pp.Settings(), tables=TABLES, images_doc=IMAGES,
+                 run=pp.RunOptions(prep="prepare.py", prep_outs=("data",)))
+    (problem, fix), = p.refusals
+    assert problem.startswith("--prep runs `prepare.py`: the shell looks prepare.py up on PATH"), problem
+    assert fix == "fix: run it with its interpreter, `python prepare.py` (--prep 'python prepare.py')"
+    assert not p.certain  # a host's own PATH might have it: --force passes
+    (problem, fix), = plan(tmp_path, "run.sh").refusals
+    assert problem.startswith("run.sh runs `train.py`") and fix.endswith("`python train.py`")
+    assert not plan(tmp_path, "train.py").refused

@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Optional
+from typing import List, Optional
 
 import typer
 
@@ -20,15 +20,25 @@ def plan_cmd(
                                                                 "static checks only."),
     timeout: float = typer.Option(20.0, "--timeout", help="Seconds the resolution may take before the plan falls "
                                                           "back to the static checks."),
+    prep: Optional[str] = typer.Option(None, "--prep", metavar="CMD", help="Judge this preparation command too, "
+                                                                          "as `gpuops run --prep CMD` does (first)."),
+    prep_out: List[str] = typer.Option([], "--prep-out", metavar="PATH", help="What the preparation keeps for the "
+                                                                              "job, as `gpuops run --prep-out`."),
+    data: Optional[str] = typer.Option(None, "--data", metavar="SOURCE", help="The run's --data (a folder of the "
+                                                                               "project is at $GPUOPS_DATA, not at "
+                                                                               "its path)."),
+    args: Optional[List[str]] = typer.Argument(None, help="The script's arguments, after --, as `gpuops run` takes "
+                                                          "them.", show_default=False),
     json_: bool = JsonOpt,
 ) -> None:
     """Show what `gpuops run` would judge before it launches, and launch nothing: every script the launch line
     reaches, the modules the job imports at any depth and what provides each, the requirements resolved for the
     image (what setup installs, its size, what would replace the image's torch), refusals with their fixes, warnings
-    and hints. Exit 0 when `run` would launch, 1 when it would refuse."""
+    and hints; the data the job reads that the project lacks. Exit 0 when `run` would launch, 1 when it would
+    refuse."""
     from ..cloud.managed import template_for
     from ..jobs.plan import script_path
-    from ..pipeline.prelaunch import settings_of
+    from ..pipeline.prelaunch import run_options, settings_of
     from ..project.plan import local_plan
     from ..project.verdict import summary
 
@@ -36,8 +46,22 @@ def plan_cmd(
     project = Path.cwd()
     rel = script_path(script, project, must_exist=True)
     template = template_for(from_, project)
+    if prep is not None or prep_out:
+        from ..pipeline.prep import check_outs
+
+        if not (prep or "").strip():
+            from ..errors import UsageError
+
+            raise UsageError("--prep-out without --prep: give the preparation's command with --prep CMD"
+                             if prep is None else "--prep '': the preparation's command is empty")
+        prep_out = check_outs(prep_out)
+    if data:
+        from ..transfer.dataplan import parse
+
+        parse(data, project)  # checked as run checks it
     plan = local_plan(project, rel, settings_of(template), image=image or "launched", resolve=not no_resolve,
-                      timeout_s=timeout)
+                      timeout_s=timeout, run=run_options(project, args, {"command": prep, "outs": prep_out}
+                                                         if prep else None, data))
     if image and plan.image is None:
         from ..errors import UsageError
 

@@ -309,7 +309,8 @@ def _new_run(out, project: Path, *, types: list, gpu: Optional[str], max_price: 
     template, note = run_template(template_for(from_, project), from_)
     if note:
         out.info(note)
-    plan = prelaunch.check(project, script, out, template, force=force)  # refused before anything bills
+    plan = prelaunch.check(project, script, out, template, force=force,  # refused before anything bills
+                           run=prelaunch.run_options(project, args, prep, data))
     _before_launch(out, project, script, template, confirm, data)
     out.info(ttl_said)
     rec = run_ops.new_record(types=types, gpu=gpu, max_price=max_price, wait_for_capacity_s=wait_s, script=script,
@@ -350,8 +351,8 @@ def _before_launch(out, project: Path, script: str, template: Optional[dict], co
         from ..transfer.dataplan import parse, project_exclude
 
         data_exclude = project_exclude(parse(data, project), project)
-    excludes = list(sync.exclude) + ([data_exclude] if data_exclude else [])
-    local_preview(out, project, script, excludes, copy_links=sync.copy_links, confirm=confirm)
+    local_preview(out, project, script, list(sync.exclude), copy_links=sync.copy_links, confirm=confirm,
+                  data_exclude=data_exclude)  # a file in it the script names: the plan says where the job finds it
 
 
 def _confirmer(yes: bool):

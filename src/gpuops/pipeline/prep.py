@@ -445,7 +445,8 @@ def summary_doc(prep: Optional[dict], now: float) -> Optional[dict]:
     from ..jsonvocab import iso
 
     keys = ("command", "outs", "key", "folder", "path", "filesystem", "state", "exit_code", "job", "log",
-            "environment", "type", "type_used", "outputs", "why", "last_lines", "kept_by", "files", "verified")
+            "environment", "type", "type_used", "outputs", "why", "last_lines", "kept_by", "files", "verified",
+            "ending")
     doc = {k: prep.get(k) for k in keys}
     doc.update({"ok": st.get("ok"), "detail": st.get("detail"),
                 "duration_s": row(prep, now)["seconds"] if st.get("started") is not None else None,
@@ -484,7 +485,10 @@ def summary_lines(doc: Optional[dict]) -> list:
                      f"{outs} in {where}; not prepared again" + (f" (${doc['cost']:.4f} to look)" if doc.get("cost")
                                                                   else ""))
     elif state == "failed":
+        from ..jobs.watchtext import ending_lines
+
         lines.append(f"preparation FAILED: {doc.get('why')}; no training instance was launched")
+        lines += ["  " + ln for ln in ending_lines(doc.get("ending"), indent="    ")]  # the cause, as a job's
         lines += ["  | " + ln for ln in doc.get("last_lines") or []]
     else:
         lines.append(f"preparation: not complete ({(doc.get('ok') is False and 'interrupted') or 'not run'})")

@@ -20,11 +20,12 @@ from . import prep as pp, stages as pl
 
 
 class PrepFailed(Exception):
-    """The preparation did not complete: why (said, in the record and the summary)."""
+    """The preparation did not complete: why (said, in the record and the summary), its log's last lines, and what
+    its command died of when it ran (jobs/endings.py's verdict: cause, title, evidence, fix, source)."""
 
-    def __init__(self, why: str, lines: Optional[list] = None):
+    def __init__(self, why: str, lines: Optional[list] = None, ending: Optional[dict] = None):
         super().__init__(why)
-        self.why, self.lines = why, lines or []
+        self.why, self.lines, self.ending = why, lines or [], ending
 
 
 class PrepStage:
@@ -378,8 +379,21 @@ class PrepStage:
             what = (f"exited {info.exit_code}" if info is not None and info.exit_code is not None else
                     f"ended {info.state}" if info is not None else "was lost")
             lines = pp.last_lines(log)
-            raise PrepFailed(f"the preparation {what}" + (f": {lines[-1].strip()}" if lines else " (no output)"),
-                             lines)
+            ending = res.get("ending") or self._prep_ending(info, log)
+            said = ending["title"] if ending and ending["cause"] != "failed" else (lines[-1].strip() if lines else "")
+            raise PrepFailed(f"the preparation {what}" + (f": {said}" if said else " (no output)"), lines, ending)
+
+    def _prep_ending(self, info, log: str) -> Optional[dict]:
+        """What the command died of, from its exit code and its fetched log, when the stream that saw the death
+        judged nothing (it was cut): jobs/endings.py's classifier over those facts."""
+        from ..jobs import endings
+        from ..jobs.endfacts import TAIL_LINES, EndFacts
+
+        if info is None:
+            return None
+        f = EndFacts(run_id=info.run_id, exit_code=info.exit_code, alive=info.alive, stopped=info.stopped,
+                     started=info.started, ended=info.ended, log_tail=log.splitlines()[-TAIL_LINES:])
+        return endings.classify(f, endings.load(self.project), endings.xid_table(self.project))
 
     def _prep_log(self, prof, meta: dict) -> str:
         """The preparation's whole log into runs/<job id>/log (before its instance goes); its text."""
@@ -466,16 +480,21 @@ class PrepStage:
             self.out.warn(f"could not stop the preparation {job}: {exc.message} (its instance is terminated next)")
 
     def _prep_failed(self, exc: PrepFailed) -> None:
-        """The run ends here: the cause and the log's last lines said; nothing else is launched."""
+        """The run ends here: the cause (jobs/endings.py's verdict, as a training job's), its evidence and fix, and
+        the log's last lines said; nothing else is launched."""
+        from ..jobs.watchtext import ending_lines
+
         p = self.rec.prep
-        p.update(state="failed", why=exc.why, last_lines=exc.lines or None)
+        p.update(state="failed", why=exc.why, last_lines=exc.lines or None, ending=exc.ending)
+        cause = "".join("\n  " + line for line in ending_lines(exc.ending, fix=False))
+        fix = (f"fix: {exc.ending['fix']}\n" if exc.ending and exc.ending.get("fix") else "")
         if exc.lines:
-            self.out.error(f"the preparation failed: {exc.why}; its log's last lines:\n" +
+            self.out.error(f"the preparation failed: {exc.why}{cause}\nits log's last lines:\n" +
                            "\n".join("  | " + line for line in exc.lines),
-                           f"fix it, then start gpuops run again (its log: {p.get('log') or 'not fetched'}); no "
+                           f"{fix}then start gpuops run again (its log: {p.get('log') or 'not fetched'}); no "
                            "training instance was launched")
         else:
-            self.out.error(f"the preparation failed: {exc.why}", "no training instance was launched")
+            self.out.error(f"the preparation failed: {exc.why}{cause}", f"{fix}no training instance was launched")
         self._prep_end(False, f"failed: {exc.why}")
 
     # -- on the training instance -------------------------------------------------------------------------------

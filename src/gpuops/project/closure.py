@@ -101,14 +101,48 @@ class Import:
     line: int = 0
 
 
-def file_imports(source: str | bytes, *, as_main: bool = True) -> list[Import]:
+def _type_checking(test: ast.expr) -> bool:
+    return bool(_names(test) & {"TYPE_CHECKING"})
+
+
+def _optional_imports(body: Iterable[ast.stmt], found: list[Import]) -> None:
+    """The imports a body makes when it runs at all (a function's, an `if`'s): into `found`, except those under
+    `if TYPE_CHECKING:` (never run) or in a try that catches ImportError (the code has its own way without them)."""
+    for st in body:
+        if isinstance(st, ast.Import):
+            found.extend(Import(a.name, (), 0, st.lineno) for a in st.names)
+        elif isinstance(st, ast.ImportFrom):
+            found.append(Import(st.module or "", tuple(a.name for a in st.names if a.name != "*"), st.level,
+                                st.lineno))
+        elif isinstance(st, ast.If):
+            if not _type_checking(st.test):
+                _optional_imports(st.body, found)
+            _optional_imports(st.orelse, found)
+        elif isinstance(st, ast.Try) or type(st).__name__ == "TryStar":
+            if not _guarding(st.handlers):
+                _optional_imports(st.body, found)
+                _optional_imports(st.orelse, found)
+            _optional_imports(st.finalbody, found)
+        elif isinstance(st, (ast.With, ast.AsyncWith)):
+            if not any(_suppresses_import_error(i) for i in st.items):
+                _optional_imports(st.body, found)
+        elif isinstance(st, (ast.For, ast.AsyncFor, ast.While, ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            _optional_imports(st.body, found)
+            _optional_imports(getattr(st, "orelse", []), found)
+
+
+def file_imports(source: str | bytes, *, as_main: bool = True,
+                 optional: Optional[list[Import]] = None) -> list[Import]:
     """The imports that run when the file runs (as `__main__` or imported), relative ones included, in order.
-    Conditional ones (see the module's docstring) are left out. A file that does not parse: []."""
+    Conditional ones (see the module's docstring) are left out; given a list `optional`, the conditional ones that
+    run when their function or branch does (inside functions, under an `if`; not under `if TYPE_CHECKING:`, not in a
+    try that catches ImportError) are put there. A file that does not parse: []."""
     try:
         tree = ast.parse(source)
     except (SyntaxError, ValueError):
         return []
     found: list[Import] = []
+    lazy: list[Import] = optional if optional is not None else []
 
     def walk(body: Iterable[ast.stmt]) -> None:
         for st in body:
@@ -120,6 +154,10 @@ def file_imports(source: str | bytes, *, as_main: bool = True) -> list[Import]:
             elif isinstance(st, ast.If):
                 if _is_main_test(st.test):
                     walk(st.body if as_main else st.orelse)
+                elif optional is not None:
+                    _optional_imports([st], lazy)
+            elif optional is not None and isinstance(st, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                _optional_imports(st.body, lazy)
             elif isinstance(st, ast.Try) or type(st).__name__ == "TryStar":
                 if not _guarding(st.handlers):
                     walk(st.body)
@@ -261,11 +299,14 @@ def top_level_names(source: bytes) -> Optional[set[str]]:
 @dataclass
 class Closure:
     """What the job's python runs: the third-party modules it needs (with the chain that reached each), the
-    project's files it reads, and the certain ImportErrors found here (problem, fix)."""
+    project's files it reads, and the certain ImportErrors found here (problem, fix); the third-party modules its
+    files import only when a function or a branch runs (`lazy`: never required, said when only an extra has them)."""
     needs: list[Need] = field(default_factory=list)
     files: list[str] = field(default_factory=list)
     problems: list[tuple[str, str]] = field(default_factory=list)
     depth: int = 0
+    lazy: list[Need] = field(default_factory=list)
+    main: Optional[str] = None  # the file its python runs as __main__
 
 
 def _missing_name(init: Path, name: str) -> bool:
@@ -308,13 +349,16 @@ def closure(project: Path, starts: list[Start], *, path0: str, namespaces: list[
             continue
         seen.add(f)
         out.files.append(rel(project, f))
+        if st.main and out.main is None:
+            out.main = rel(project, f)
         out.depth = max(out.depth, depth)
         text = read_bytes(f) or b""
         f_loose = loose or bool(PATH_CHANGE.search(text))
         name = rel(project, f)
         via = _via(st.who)
         link = name + (f" <- {via.split(' by ', 1)[1]}" if via else "")
-        for imp in file_imports(text, as_main=st.main):
+        optional: list[Import] = []
+        for imp in file_imports(text, as_main=st.main, optional=optional):
             if imp.level and st.package is None:
                 continue  # run as a file, a relative import fails whatever it names (script_problems says so)
             dotted = absolute(imp, st.package or "")
@@ -351,6 +395,12 @@ def closure(project: Path, starts: list[Start], *, path0: str, namespaces: list[
                 out.needs.append(Need(top, top, st.who, "imports", path0,
                                       rel(project, files[0]) if files else rel(project, project / root / top), root,
                                       f_loose, dotted, imp.line))
+        for imp in optional:
+            top = check_name(imp.module, namespaces) if not imp.level and imp.module else ""
+            if top and top not in NEVER and top not in needed and f"lazy:{top}" not in needed and \
+                    find_module(project, roots, imp.module) is None:
+                needed.add(f"lazy:{top}")
+                out.lazy.append(Need(top, top, st.who, "imports", path0, None, "", f_loose, imp.module, imp.line))
     return out
 
 

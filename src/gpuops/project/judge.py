@@ -94,6 +94,8 @@ class Context:
     opaque: list[tuple[str, str]] = field(default_factory=list)  # (file, line): a path, URL or VCS requirement
     pyproject: dict = field(default_factory=dict)
     locked: set = field(default_factory=set)  # every distribution uv.lock names (any platform, extra or group)
+    extra_of: dict[str, list[str]] = field(default_factory=dict)  # name -> the project's extras that list it
+    extras_file: str = "pyproject.toml"  # where the extras are declared (setup.py's extras_require, or pyproject)
 
     @classmethod
     def of(cls, project: Path, lf, proj, jn: "JobNeeds", settings, tables: dict, image) -> "Context":
@@ -162,6 +164,11 @@ class Context:
         for extra, deps in (pp.get("optional") or {}).items():
             for d in deps:
                 where = pp.get("source", {}).get(d) or f"pyproject.toml's extra {extra}"
+                try:
+                    self.extra_of.setdefault(normalize(Requirement(d).name), []).append(extra)
+                    self.extras_file = where.split("'s ", 1)[0] if "'s " in where else self.extras_file
+                except InvalidRequirement:
+                    pass
                 if installs_folder:
                     put(d, where, f"add it to the profile's setup.extras (setup: {{extras: [{extra}]}}), so "
                                   f"setup installs the extra {extra}")
@@ -452,6 +459,25 @@ def commands_verdict(plan: "Plan", c: Context, jn: "JobNeeds") -> None:
             plan.warnings.append(f"{problem} ({fix})")
 
 
+def bare_files(plan: "Plan", jn: "JobNeeds", project: Path) -> None:
+    """A line that names a file of the project as a command (`prepare.py`, `train.sh`, without `./` or an
+    interpreter): the shell looks it up on PATH, which holds no project folder, and stops there (`not found`, exit
+    127) on any host. Refused with the line that works (--force passes: a PATH of the host's own may have it)."""
+    said = set()
+    for run in jn.commands:
+        if not run.target.endswith((".py", ".sh", ".bash")) or run.target in said:
+            continue
+        if not any((project / d / run.target).is_file() for d in dict.fromkeys([run.cwd or "", ""])):
+            continue
+        said.add(run.target)
+        how = "python" if run.target.endswith(".py") else "bash"
+        who = run.source or plan.script
+        plan.refusals.append((f"{who} runs `{run.line or run.target}`: the shell looks {run.target} up on PATH, "
+                              "which holds no folder of the project, and stops there (`not found`, exit 127)",
+                              f"fix: run it with its interpreter, `{how} {run.target}`" + (
+                                  " (--prep '" + f"{how} {run.target}'" + ")" if who.startswith("--prep") else "")))
+
+
 def launcher_configs(plan: "Plan", c: Context, jn: "JobNeeds", project: Path) -> None:
     """What a launcher's config asks for: `accelerate launch --config_file X.yaml` with distributed_type DEEPSPEED
     (or --use_deepspeed) needs deepspeed in the job's environment."""
@@ -482,3 +508,44 @@ def launcher_configs(plan: "Plan", c: Context, jn: "JobNeeds", project: Path) ->
                     fix = "fix: add deepspeed to the script's `# /// script` block"
                 (plan.refusals.append((problem, fix)) if resolved else
                  plan.warnings.append(f"{problem} ({fix})"))
+
+
+def lazy_hints(plan: "Plan", c: Context, jn: "JobNeeds", provided: set[str], stdlib: set[str]) -> None:
+    """Modules the job imports only inside a function or a branch (optional by rule: never refused) that nothing
+    setup installs provides and only an extra the project declares does (verl's `import vllm` in a function, vllm in
+    setup.py's extra vllm): the extras to install, as one hint; a warning for a module the launch line names
+    (`rollout.name=vllm`). Imports under `if TYPE_CHECKING:` or with an ImportError fallback are never said."""
+    table = c.tables.get("modules") or []
+    required = {n.module for n in jn.needs}
+    chosen = set(c.extras) | ({"*"} if c.settings.extras == "all" else set())
+    found: dict[str, tuple] = {}  # module -> (need, distribution, extra)
+    for n in jn.lazy:
+        top = n.module.split(".")[0]
+        if n.module in required or top in stdlib or top in found or provider(n.module, provided, table):
+            continue
+        if torch_brings(n.module, c.tables) and "torch" in provided:
+            continue
+        dist = next((normalize(d) for d in distributions(n.module, table) if normalize(d) in c.extra_of), None)
+        if dist is None or "*" in chosen or set(c.extra_of[dist]) & chosen:
+            continue
+        found[top] = (n, dist, c.extra_of[dist][0])
+    quiet = []
+    for top, (n, dist, extra) in found.items():
+        where = f"{n.source.split(' (', 1)[0]} line {n.line}"
+        fix = (f"name {dist} in the profile's expect.packages (it builds against torch)" if
+               builds_against_torch(n.module, table) else f"setup.extras [{extra}]")
+        named = next((f"{w}` ({r.source or plan.script})" for r in jn.launch.runs for w in r.args
+                      if re.search(rf"(^|[^\w]){re.escape(top)}([^\w]|$)", w)), None)
+        if named:
+            plan.warnings.append(f"the launch line says `{named[:160]}, and {where} imports "
+                                 f"{n.dotted or n.module} only when it takes that path; only the project's extra "
+                                 f"{extra} ({c.extras_file}) provides {dist}, which setup does not install: the job "
+                                 f"would stop at import (ModuleNotFoundError); fix: {fix} (in the profile given with "
+                                 "--from)")
+        else:
+            quiet.append((top, extra, where, fix))
+    if quiet:
+        plan.hints.append("imported only inside a function or a branch (optional, not refused), provided only by an "
+                          f"extra of {c.extras_file} that setup does not install: "
+                          + "; ".join(f"{t} ({w}): {f}" for t, _, w, f in quiet)
+                          + ". If the job takes that path, it stops at import (ModuleNotFoundError)")

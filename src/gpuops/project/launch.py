@@ -99,12 +99,27 @@ class Launch:
 
 
 # -- shell text -----------------------------------------------------------------------------------------------------
+ARGS = "\0@"  # the env key holding a script's own arguments (shell words), when they are known
+POSITIONAL = re.compile(r'"\$\{?[@*]\}?"|\$\{?[@*]\}?|"?\$\{?([1-9])\}?"?')
+
+
 def _expand(text: str, env: dict[str, str]) -> str:
-    """$NAME and ${NAME} replaced by what the script set earlier (others left as they are)."""
+    """$NAME and ${NAME} replaced by what the script set earlier (others left as they are); "$@", $*, $1... by the
+    script's own arguments when they are known (the run's, after --; a child script's, from the line that runs it)."""
     def sub(m: re.Match) -> str:
         name = m.group(1) or m.group(2)
         return env[name] if name in env else m.group(0)
 
+    if ARGS in env:
+        args = shlex.split(env[ARGS])
+
+        def positional(m: re.Match) -> str:
+            if m.group(1):
+                n = int(m.group(1))
+                return shlex.quote(args[n - 1]) if n <= len(args) else "''"
+            return env[ARGS]
+
+        text = POSITIONAL.sub(positional, text)
     return VAR.sub(sub, text)
 
 
@@ -386,7 +401,12 @@ def _read_shell(project: Path, script: str, via: tuple[str, ...], out: Launch, e
                           "not judged here")
         return
     sh_dir = PurePosixPath(script).parent.as_posix()
-    sh_dir = "" if sh_dir == "." else sh_dir
+    _read_text(project, script, text, "" if sh_dir == "." else sh_dir, via, out, env, depth)
+
+
+def _read_text(project: Path, script: str, text: str, sh_dir: str, via: tuple[str, ...], out: Launch,
+               env: dict[str, str], depth: int) -> None:
+    """The commands of a shell text (a script's, or a command line given as `--prep CMD`), in order."""
     cwd: Optional[str] = None
     env_pythonpath: tuple[tuple[str, ...], bool] = ((), False)
     for words, line in _commands(text, env):
@@ -410,8 +430,12 @@ def _read_shell(project: Path, script: str, via: tuple[str, ...], out: Launch, e
         elif first and ("/" in first or first.endswith((".sh", ".bash"))):
             child = _script_file(project, first, dirs)
         if child:
-            _read_shell(project, child, (child, *via), out, dict(env) if first not in ("source", ".") else env,
-                        depth + 1)
+            if first in ("source", "."):
+                _read_shell(project, child, (child, *via), out, env, depth + 1)
+            else:  # its own arguments: the words after it on the line
+                at = next(i for i, w in enumerate(rest) if not w.startswith("-")) if first in RUNS_SCRIPT else -1
+                after = rest[at + 1:]
+                _read_shell(project, child, (child, *via), out, {**env, ARGS: shlex.join(after)}, depth + 1)
             continue
         if first in ("source", ".", "export", "set", "echo", "printf", "cd", "mkdir", "exit", "return"):
             continue
@@ -427,18 +451,28 @@ def _read_shell(project: Path, script: str, via: tuple[str, ...], out: Launch, e
         out.runs.append(replace(run, via=via, cwd=cwd, line=line))
 
 
-def read_launch(project: Path, script: str) -> Launch:
-    """What the job started with --script (relative to the project) runs: a .py script itself, or what a shell
-    script and every script it reaches run. A script that cannot be read here: an empty Launch."""
+def read_launch(project: Path, script: str, args: tuple[str, ...] = ()) -> Launch:
+    """What the job started with --script (relative to the project) runs: a .py script itself (with the run's
+    `args`), or what a shell script and every script it reaches run. A script that cannot be read here: an empty
+    Launch."""
     out = Launch()
     text = read_bytes(project / script)
     if text is None:
         return out
     if script.endswith(".py"):  # run by the profile's python whatever its #! line says (runs.job_argv)
-        out.runs.append(Run("script", script, line=f"python {script}"))
+        out.runs.append(Run("script", script, line=f"python {script}", args=tuple(args)))
         out.problems += script_problems(project, script)
     elif is_shell(script, text) or not text.startswith(b"#!"):
-        _read_shell(project, script, (script,), out, {}, 0)
+        _read_shell(project, script, (script,), out, {ARGS: shlex.join(args)} if args else {}, 0)
+    return out
+
+
+def read_command(project: Path, command: str, label: str) -> Launch:
+    """What a command line run by `sh -c` in the project folder runs (`gpuops run --prep CMD`), read as a one-line
+    shell script named `label` (how the plan says who runs what: `prepare.py (run by --prep)`): the scripts it
+    reaches, at any depth, as for --script."""
+    out = Launch()
+    _read_text(project, label, command, "", (label,), out, {}, 0)
     return out
 
 

@@ -8,7 +8,18 @@ from pathlib import Path
 from typing import Iterable, Optional
 
 from .closure import NEVER, Closure, Need, Start, check_name, closure, find_module, project_module_names, rel
-from .launch import Launch, Run, normal_dir, read_launch
+from .launch import Launch, Run, normal_dir, read_command, read_launch, script_problems
+
+PREP = "--prep"  # how the plan names the preparation's command line (`prepare.py (run by --prep)`)
+
+
+@dataclass(frozen=True)
+class RunFiles:
+    """One python run (or command) of the launch line, in order, with the project's files its python reads and the
+    one it runs as __main__ (what dataread.py reads for the data a job expects)."""
+    run: Run
+    files: tuple[str, ...] = ()
+    main: Optional[str] = None
 
 
 @dataclass
@@ -19,6 +30,8 @@ class JobNeeds:
     problems: list[tuple[str, str]] = field(default_factory=list)  # certain failures: CRLF, ImportError here
     files: list[str] = field(default_factory=list)  # the project's python files the job reads
     depth: int = 0  # the deepest import chain through the project's own modules
+    lazy: list[Need] = field(default_factory=list)  # modules imported only in a function or a branch
+    order: list[RunFiles] = field(default_factory=list)  # every run, in the order the launch line makes them
 
 
 def _run_closure(project: Path, run: Run, namespaces: list[str]) -> tuple[list[Need], Optional[Closure]]:
@@ -45,6 +58,9 @@ def _run_closure(project: Path, run: Run, namespaces: list[str]) -> tuple[list[N
                 shown = f"{r} (run by {who.replace(' (run by ', ' <- ').rstrip(')')})" if who else r
                 c = closure(project, [Start(project / r, shown, True, None)], path0=path0, namespaces=namespaces,
                             extra_roots=run.pythonpath, loose=run.loose)
+                if run.via:  # a .py a shell line runs: relative imports fail there as for --script
+                    c.problems += [(p.replace(f"{r} uses", f"{shown} uses", 1), fix)
+                                   for p, fix in script_problems(project, r) if "relative imports" in p]
                 return needs + c.needs, c
         return needs, None
     if run.target.split(".")[0] in NEVER:
@@ -69,22 +85,33 @@ def _run_closure(project: Path, run: Run, namespaces: list[str]) -> tuple[list[N
     return needs + c.needs, c
 
 
-def job_needs_full(project: Path, script: str, namespaces: Iterable[str] = ()) -> JobNeeds:
-    """Everything the job started with --script needs, read here."""
+def job_needs_full(project: Path, script: str, namespaces: Iterable[str] = (), *,
+                   prep: Optional[str] = None, args: tuple[str, ...] = ()) -> JobNeeds:
+    """Everything the job started with --script (and the run's `args`) needs, read here; with `prep` (`gpuops run
+    --prep CMD`), what that command line needs too, first (it runs first, in the same environment: its runs are
+    `(run by --prep)`)."""
     namespaces = list(namespaces)
-    launch = read_launch(project, script)
+    launch = read_launch(project, script, tuple(args))
+    if prep:
+        first = read_command(project, prep, PREP)
+        launch = Launch(runs=first.runs + launch.runs, scripts=first.scripts + [s for s in launch.scripts
+                                                                                 if s not in first.scripts],
+                        problems=first.problems + launch.problems, unread=first.unread + launch.unread)
     out = JobNeeds(launch, problems=list(launch.problems))
     raw: list[Need] = []
     for run in launch.runs:
         if run.kind == "command":
             out.commands.append(run)
+            out.order.append(RunFiles(run))
             continue
         needs, c = _run_closure(project, run, namespaces)
         raw += needs
+        out.order.append(RunFiles(run, tuple(c.files) if c else (), c.main if c else None))
         if c is not None:
             out.problems += [p for p in c.problems if p not in out.problems]
             out.files += [f for f in c.files if f not in out.files]
             out.depth = max(out.depth, c.depth)
+            out.lazy += [n for n in c.lazy if n.module not in {x.module for x in out.lazy}]
     if any(n.loose for n in raw):
         names = project_module_names(project)
         raw = [n for n in raw if not n.loose or (names is not None and n.module.split(".")[0] not in names)]

@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Optional
 
-from . import judge
+from . import dataread, judge
 from .judge import ModuleVerdict
 from .images import Image
 from .needs import JobNeeds, job_needs_full
@@ -55,6 +55,18 @@ class Settings:
                    expect_packages=dict((expect or {}).get("packages") or {}))
 
 
+@dataclass(frozen=True)
+class RunOptions:
+    """What the run says beyond --script that the plan reads: the script's arguments (after --), the preparation's
+    command line (`--prep CMD`: judged with the job, first), its outputs (`--prep-out`), and `--data` (a folder of
+    the project, relative, or given at all)."""
+    args: tuple[str, ...] = ()
+    prep: Optional[str] = None
+    prep_outs: tuple[str, ...] = ()
+    data_dir: Optional[str] = None
+    data_given: bool = False
+
+
 @dataclass
 class Plan:
     """The local plan's verdict, and what it was built from."""
@@ -74,6 +86,7 @@ class Plan:
     warnings: list[str] = field(default_factory=list)
     hints: list[str] = field(default_factory=list)
     seconds: float = 0.0
+    prep: Optional[str] = None  # the --prep command judged with the job
 
     @property
     def refused(self) -> bool:
@@ -88,7 +101,7 @@ class Plan:
                 "index_lines": self.index_lines, "resolution": res,
                 "refusals": [{"problem": p, "fix": f} for p, f in self.certain + self.refusals],
                 "warnings": self.warnings, "hints": self.hints, "verdict": "refuse" if self.refused else "launch",
-                "seconds": round(self.seconds, 3)}
+                "seconds": round(self.seconds, 3), "prep": self.prep}
 
 
 def image_of(images_doc: dict, family: Optional[str] = None, arch: str = "x86_64") -> Optional[Image]:
@@ -129,17 +142,19 @@ def _runs_json(jn: JobNeeds) -> list[dict]:
 
 def build(project: Path, script: str, *, image: Optional[Image], settings: Settings, tables: dict,
           images_doc: Optional[dict] = None, resolver: Optional[Callable[..., Resolution]] = None,
-          timeout_s: float = 20.0) -> Plan:
+          timeout_s: float = 20.0, run: Optional[RunOptions] = None) -> Plan:
     """The plan for `--script` (relative to the project) on `image` (None: a host whose image is not known here:
     no resolution, the static judgement only). tables: playbooks/modules.yaml. resolver: resolve.resolve (tests
-    may hand another real one); None: no resolution."""
+    may hand another real one); None: no resolution. run: the run's arguments, --prep, --prep-out, --data."""
     t0 = time.monotonic()
+    run = run or RunOptions()
     image = with_expected(image, settings)
-    plan = Plan(script, image=image.name if image else None, python=image.python if image else None)
+    plan = Plan(script, image=image.name if image else None, python=image.python if image else None, prep=run.prep)
     arch = (image.platform.split("-", 1)[0] if image else None) or None
     lf: LocalFiles = local_files(project, settings.requirements, image.python if image else None, arch)
     proj = read_project(lf, settings)
-    jn = job_needs_full(project, script, judge.namespaces(tables.get("modules") or []))
+    jn = job_needs_full(project, script, judge.namespaces(tables.get("modules") or []), prep=run.prep,
+                        args=run.args)
     plan.runs, plan.scripts = _runs_json(jn), list(jn.launch.scripts)
     plan.files, plan.depth = len(jn.files), jn.depth
     plan.certain += jn.problems
@@ -165,9 +180,17 @@ def build(project: Path, script: str, *, image: Optional[Image], settings: Setti
         plan.resolution = Resolution(available=False, why="no resolver" if ctx.requirements else
                                      "nothing to resolve, and images.yaml does not list the image's packages")
     judge.resolution_verdict(plan, ctx)
-    judge.modules_verdict(plan, ctx, jn, stdlib=stdlib_names(image.python if image else None))
+    stdlib = stdlib_names(image.python if image else None)
+    judge.modules_verdict(plan, ctx, jn, stdlib=stdlib)
     judge.commands_verdict(plan, ctx, jn)
     judge.launcher_configs(plan, ctx, jn, project)
+    judge.bare_files(plan, jn, project)
+    provided, resolved = judge.provided_set(plan, ctx)
+    if image is not None or resolved:
+        judge.lazy_hints(plan, ctx, jn, provided, stdlib)
+    if image is not None:  # a fresh instance has the project's files only; a host already up has its own
+        plan.warnings += dataread.warnings(project, jn, prep=run.prep, prep_outs=run.prep_outs,
+                                           data_dir=run.data_dir, data_given=run.data_given)
     plan.seconds = time.monotonic() - t0
     return plan
 
@@ -191,7 +214,7 @@ def tables(project: Optional[Path] = None) -> dict:
 
 
 def local_plan(project: Path, script: str, settings: Settings, *, image: Optional[str] = "launched",
-               resolve: bool = True, timeout_s: float = 20.0) -> Plan:
+               resolve: bool = True, timeout_s: float = 20.0, run: Optional[RunOptions] = None) -> Plan:
     """The plan as `gpuops run`, `train`, `setup` and `plan` build it: the playbooks loaded, the image a launch boots
     (image="launched"), a named one, or None (a host whose image is not known: no resolution)."""
     from .. import knowledge as kb
@@ -200,4 +223,4 @@ def local_plan(project: Path, script: str, settings: Settings, *, image: Optiona
     images_doc = kb.load_playbook("images", project)
     img = image_of(images_doc, None if image == "launched" else image) if image else None
     return build(project, script, image=img, settings=settings, tables=tables(project), images_doc=images_doc,
-                 resolver=resolver if resolve else None, timeout_s=timeout_s)
+                 resolver=resolver if resolve else None, timeout_s=timeout_s, run=run)

@@ -23,7 +23,8 @@ def summary(plan: "Plan") -> str:
                      f"{plan.image} in {r.seconds:.1f} s")
     elif r is not None:
         parts.append(f"not resolved ({r.why or 'unavailable'})")
-    return f"local plan for {plan.script}" + (f" on {plan.image}" if plan.image else "") + ": " + "; ".join(parts) + \
+    what = plan.script + (f" (and --prep {plan.prep})" if plan.prep else "")
+    return f"local plan for {what}" + (f" on {plan.image}" if plan.image else "") + ": " + "; ".join(parts) + \
         f" ({plan.seconds:.1f} s)"
 
 

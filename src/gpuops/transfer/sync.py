@@ -157,24 +157,31 @@ def sync_project(profile, remote, out, project_dir: Path, *, delete: bool = Fals
 
 
 def warn_script_exclusions(out, project_dir: Path, script_rel: Optional[str], excludes_of_profile: Sequence[str],
-                           excludes: Sequence[str] = (), *, run: bool = False) -> list[tuple[str, str]]:
+                           excludes: Sequence[str] = (), *, run: bool = False,
+                           said_elsewhere: Sequence[str] = ()) -> list[tuple[str, str]]:
     """Each local file the script names that the sync leaves out, said with the rule and how to send it (run: in
-    `gpuops run`'s words). Returns the sync's labelled rules."""
+    `gpuops run`'s words), but for the rules `said_elsewhere` (a --data folder of the project: the local plan says
+    where the job finds it). Returns the sync's labelled rules."""
     labelled = sync_rules(excludes_of_profile, Path(project_dir), excludes)
     if script_rel:
         for path, pattern, origin in pv.silent_exclusions(Path(project_dir), script_rel, labelled):
-            out.warn(pv.exclusion_warning(script_rel, path, pattern, origin, run=run))
+            if pattern not in said_elsewhere:
+                out.warn(pv.exclusion_warning(script_rel, path, pattern, origin, run=run))
     return labelled
 
 
 def local_preview(out, project_dir: Path, script_rel: Optional[str], excludes_of_profile: Sequence[str], *,
-                  copy_links: bool = False, confirm: Optional[Callable[[str], bool]] = None) -> pv.Scan:
+                  copy_links: bool = False, confirm: Optional[Callable[[str], bool]] = None,
+                  data_exclude: Optional[str] = None) -> pv.Scan:
     """What `gpuops run` says on this machine before anything bills (train says the first through
     warn_script_exclusions, the others in sync_project): the files the script names that the sync leaves out,
     symlinks pointing outside the project, and a large upload of the whole project (a new instance has nothing yet;
-    asked with `confirm`: False raises, exit 1). Returns the scan."""
+    asked with `confirm`: False raises, exit 1). `data_exclude`: a --data folder of the project, left out of the
+    upload (it goes to $GPUOPS_DATA), never said as a rule of the profile's. Returns the scan."""
     project_dir = Path(project_dir).resolve()
-    labelled = warn_script_exclusions(out, project_dir, script_rel, excludes_of_profile, run=True)
+    rules = list(excludes_of_profile) + ([data_exclude] if data_exclude else [])
+    labelled = warn_script_exclusions(out, project_dir, script_rel, rules, run=True,
+                                      said_elsewhere=[data_exclude] if data_exclude else [])
     scan = pv.scan(project_dir, labelled)
     if scan.outside_links:  # in run's words: it has no --copy-links nor --exclude, its profile comes from --from
         out.warn(pv.links_warning(scan.outside_links, copying=copy_links, how=pv.RUN_LINKS_HOW))
