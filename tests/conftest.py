@@ -208,10 +208,23 @@ def browser():
 E2E_FIXTURES = frozenset({"sshd", "dist_python", "browser"})
 
 
+# The longest first: pytest-xdist hands tests out in this order as workers free up, so the long end-to-end runs
+# start early and the suite ends on short tests instead of one worker finishing a 30 s test alone (the folders'
+# order is what --durations shows: whole `gpuops run`s through the emulator, docs blocks, browsers, fleets...).
+SLOW_FIRST = ("pipeline", "docs", "dashboard", "fleet", "cloud", "jobs", "setup", "transfer", "verify")
+
+
+def _weight(item) -> tuple:
+    e2e = item.get_closest_marker("e2e") is not None
+    top = item.path.parent.name if item.path.parent.name != "tests" else ""
+    return (0 if e2e else 1, SLOW_FIRST.index(top) if top in SLOW_FIRST else len(SLOW_FIRST))
+
+
 def pytest_collection_modifyitems(config, items):
     for item in items:
         if E2E_FIXTURES.intersection(getattr(item, "fixturenames", ())):
             item.add_marker(pytest.mark.e2e)
+    items.sort(key=_weight)  # stable: a file's tests keep their order
 
 
 @pytest.fixture(autouse=True)
