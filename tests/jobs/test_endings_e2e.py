@@ -117,6 +117,7 @@ def test_the_kernels_oom_killer_is_told_apart_from_cuda_oom(sandbox, gpuops):
 
     rid = _train(sandbox, gpuops, "wait")
     pid = int(_wait_for(_remote(sandbox) / "job.pid"))
+    _wait_listed(sandbox, rid, pid)  # the launcher's list of the job's processes has it (its first half second)
     assert host.oom_kill(sandbox["dir"]) == pid  # the emulated kernel kills the job's process, and says so
     assert wait_ended(sandbox, rid) == 137
     code, docs = _watch_json(gpuops, rid)
@@ -126,10 +127,46 @@ def test_the_kernels_oom_killer_is_told_apart_from_cuda_oom(sandbox, gpuops):
                                  f"{pid} python")
     assert any(x.startswith(f"kernel log: Out of memory: Killed process {pid} (python") for x in e["evidence"]), e
     assert "exit code 137 (128 + 9: SIGKILL)" in e["evidence"] and "num_workers" in e["fix"]
+    assert f"process {pid} was one of the job's processes (the launcher's list, runs/<id>/pids)" in e["evidence"], e
     assert "kernel.org" in e["source"]
     # the same job's end, asked once more by `watch --once` (its own execution) and judged the same
     once = gpuops("watch", rid, "--once")
     assert "why it ended: killed by the kernel's OOM killer" in once.err, once.all
+
+
+def _wait_listed(sandbox, rid: str, pid: int, timeout: float = 20.0) -> None:
+    f = run_dir(sandbox, rid) / "pids"
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if f.is_file() and str(pid) in f.read_text().split():
+            return
+        time.sleep(0.05)
+    raise AssertionError(f"{pid} not in {f} within {timeout}s")
+
+
+def test_an_oom_kill_of_another_process_is_not_the_jobs_though_it_fell_in_its_lifetime(sandbox, gpuops):
+    """issue 35 (review): the kernel line names the pid it killed; a stranger's kill while the job ran, then the job
+    killed from outside: killed from outside, the stranger's kill said as not the job's."""
+    import subprocess
+
+    from gpuops.sandbox import host
+
+    rid = _train(sandbox, gpuops, "wait")
+    pid = int(_wait_for(_remote(sandbox) / "job.pid"))
+    _wait_listed(sandbox, rid, pid)
+    stranger = subprocess.Popen(["sleep", "60"])
+    try:
+        assert host.oom_kill(sandbox["dir"], pid=stranger.pid) == stranger.pid
+    finally:
+        stranger.kill()
+        stranger.wait()
+    os.kill(pid, signal.SIGKILL)
+    assert wait_ended(sandbox, rid) == 137
+    code, docs = _watch_json(gpuops, rid)
+    e = _ending_of(docs)
+    assert e["cause"] == "killed-outside", e
+    assert any(f"killed process {stranger.pid} (sleep) while the job ran, not one of the job's" in x
+               for x in e["evidence"]), e
 
 
 def test_cuda_oom_is_not_the_hosts(sandbox, gpuops):
