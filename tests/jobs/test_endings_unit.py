@@ -234,3 +234,14 @@ def test_the_launchers_own_killed_line_is_not_a_command_of_a_script():
     assert e["cause"] == "killed-in-script" and "line 4" in e["title"], e
     e = judge(log("step 3", "Killed", "cleanup done"), rc=1)  # a script went on after its command was killed
     assert e["cause"] == "killed-in-script", e
+
+
+def test_a_fleets_ending_is_the_first_host_whose_death_is_not_a_consequence_of_anothers():
+    nccl = {"cause": "nccl-timeout", "title": "an NCCL collective timed out", "evidence": [], "fix": "", "source": ""}
+    oom = {"cause": "host-oom", "title": "killed by the kernel's OOM killer", "evidence": [], "fix": "", "source": ""}
+    assert en.root({0: nccl, 1: oom}, SPEC) == {**oom, "host": 1}
+    assert en.root({0: nccl, 1: dict(nccl)}, SPEC) == {**nccl, "host": 0}  # only consequences: the lowest rank
+    assert en.root({1: oom}, SPEC)["host"] == 1 and en.root({}, SPEC) is None
+    from gpuops.jobs.watchtext import ending_lines
+
+    assert ending_lines({**oom, "host": 1})[0] == "why it ended: host #1: killed by the kernel's OOM killer"

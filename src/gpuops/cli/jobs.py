@@ -168,7 +168,7 @@ def watch(
     finally:
         if live:
             live.close()
-    res = _whole_fleet(fleet_prof, out, project, fleet_meta, res)
+    res = _whole_fleet(fleet_prof, out, project, {**fleet_meta, "node_rank": prof.rank}, res)
     if notify and not res["interrupted"] and res["info"] is not None:
         from ..notify import notify as say
 
@@ -206,7 +206,9 @@ def _whole_fleet(prof, out, project: Path, meta: dict, res: dict) -> dict:
 
     if res["interrupted"] or len(meta.get("nodes") or []) < 2:
         return res
-    return {**res, "code": max(res["code"], fleetactions.wait_fleet(prof, out, project, meta))}
+    code, _ = fleetactions.wait_fleet(prof, out, project, meta, followed=meta.get("node_rank") or 0,
+                                      json_lines=out.json_mode)
+    return {**res, "code": max(res["code"], code)}
 
 
 def _cloud_summary(prof, run_running: bool, utils: list) -> Optional[dict]:

@@ -361,6 +361,18 @@ def verdict(cause: str, spec: dict, evidence: list, values: Optional[dict] = Non
             "source": row.get("source", "")}
 
 
+def root(by_rank: dict, spec: dict) -> Optional[dict]:
+    """A fleet run's ending: of the nodes that did not succeed ({rank: ending}), the one whose cause is not what
+    another node's death does to the rest (settings.fleet_consequences: an NCCL timeout, a kill from outside by the
+    launcher of the other ranks, ...), the lowest rank first; the verdict with its `host`."""
+    later = set((spec.get("settings") or {}).get("fleet_consequences") or [])
+    ranked = sorted((r, e) for r, e in by_rank.items() if e)
+    if not ranked:
+        return None
+    rank, e = next(((r, e) for r, e in ranked if e.get("cause") not in later), ranked[0])
+    return {**e, "host": rank}
+
+
 def _context(j: Judge, cause: str, said: list) -> list:
     """What else the facts say about the death, after the row's own evidence: the exit code or signal, the last
     exception, an OOM kill or a full disk that did not name the cause, the kernel log unread."""
