@@ -338,8 +338,30 @@ if p["kind"] == "hf":
         from huggingface_hub import snapshot_download
     except ImportError:
         fail("huggingface_hub is not installed in the instance's python3 (pip install huggingface_hub)")
+    try:  # the client writes what it receives in chunks of this size: 1 MB, so that progress (and a stall) shows
+        import huggingface_hub.constants as hc
+        hc.DOWNLOAD_CHUNK_SIZE = min(int(getattr(hc, "DOWNLOAD_CHUNK_SIZE", 1 << 20)), 1 << 20)
+    except Exception:
+        pass
+    def tree_bytes():  # what the folder holds, the client's partial files (.cache/huggingface/download) included
+        total = 0
+        for a, _, fs in os.walk(dest):
+            for f in fs:
+                try:
+                    total += os.lstat(os.path.join(a, f)).st_size
+                except OSError:
+                    pass
+        return total
+    def grow():  # progress: the folder's growth, read every second (longer when the walk itself takes long)
+        base = tree_bytes()
+        while True:
+            t0 = time.time()
+            n = tree_bytes() - base
+            if n > state["n"]:
+                state["n"], state["last"] = n, time.time()
+            time.sleep(max(1.0, 5 * (time.time() - t0)))
+    threading.Thread(target=grow, daemon=True).start()
     threading.Thread(target=beat, daemon=True).start()
-    state["last"] = float("inf")  # the hub's own client times out its reads; the budget is checked meanwhile
     try:
         snapshot_download(repo_id=p["repo_id"], repo_type=p["repo_type"], revision=p["revision"], local_dir=dest)
     except Exception as e:
