@@ -168,10 +168,30 @@ class HostStages:
             try:
                 return data.put(node, remote, node_out, src, fss[0].mount_point if fss else None,
                                 token=here.get("HF_TOKEN"), endpoint=here.get("HF_ENDPOINT"),
-                                tick=self._download_tick(src.shown or src.text, node_out))["path"]
+                                tick=self._download_tick(src.shown or src.text, node_out), run=self.rec.id)["path"]
             except GpuopsError as exc:
                 raise GpuopsError(redact(exc.message) if here.get("HF_TOKEN") else exc.message, hint=exc.hint,
                                   code=exc.code) from None
+
+    def _data_changed_under(self, prof) -> None:
+        """The job has ended: a local --data folder that another run put again while this one ran (on a filesystem,
+        from any machine) is warned, naming the puts and what they changed (the summary keeps the warning)."""
+        from ..remote.connection import connect
+        from ..transfer import data
+
+        rec = self.rec
+        if not rec.data or not rec.data_path or "://" in rec.data:
+            return
+        try:
+            with connect(prof, announce=self.out.info) as remote:
+                later = data.puts_since(remote, rec.data_path, rec.id)
+        except GpuopsError:
+            return  # the instance is gone: the fetch says so
+        from ..transfer.dataplan import changed_under_warning
+
+        said = changed_under_warning(rec.data, rec.data_path, later)
+        if said:
+            self.out.warn(said)
 
     def _download_tick(self, what: str, out) -> Callable[[dict], None]:
         """While the instance downloads --data: its progress said (bytes, rate) every few seconds, and --max-cost and
