@@ -457,6 +457,7 @@ def test_every_hosts_death_is_explained_in_watch_and_status(sandbox, gpuops):
     assert ("host #1: failed (exit 1): an import failed: ImportError: cannot import name 'nothing_here' from "
             "'json'") in res.err, res.err
     assert "evidence: log: ImportError: cannot import name 'nothing_here'" in res.err
+    assert res.err.strip().splitlines()[-1] == f"run {rid}: failed (the hosts above say which, and why)", res.err
     res = gpuops("watch", rid, "-p", p, "--json", "--interval", "0.3")
     ends = [json.loads(x) for x in res.out.splitlines() if '"ending"' in x]
     assert {(e.get("rank"), e["cause"]) for e in ends} == {(1, "import-error"), (None, "file-missing")}, ends
