@@ -288,3 +288,24 @@ def test_a_stalled_hub_download_is_ended(sandbox, slow_hub, tmp_path, monkeypatc
     assert "the download stalled: no byte received for 3s" in e.value.message, e.value.message
     assert time.monotonic() - started < 9  # before the client's own read timeout (10 s) would have said anything
     assert seen and seen[-1]["progress"] >= 1 << 20, seen
+
+
+def test_a_local_folder_sent_by_rsync_is_under_the_budget_too(sandbox, tmp_path):
+    """review of #35: rsync's progress goes through the same tick (--max-cost, the TTL) as a download's; before, a
+    big local --data folder crossed with no budget checked."""
+    import os
+
+    corpus = Path.cwd() / "corpus"
+    corpus.mkdir()
+    (corpus / "big.bin").write_bytes(os.urandom(4 << 20))
+    seen = []
+
+    def budget(p):
+        seen.append(p)
+        raise GpuopsError("--max-cost reached")
+
+    prof = profiles.resolve("sandbox", Path.cwd())
+    out = Output(json_mode=True, stdout=io.StringIO(), stderr=io.StringIO())
+    with connect(prof) as remote, pytest.raises(GpuopsError, match="max-cost"):
+        data.put(prof, remote, out, dp.parse("corpus", Path.cwd()), str(tmp_path / "fs"), tick=budget)
+    assert seen and seen[0]["progress"] >= 0 and set(seen[0]) == {"progress", "total"}, seen

@@ -29,8 +29,8 @@ def put(profile, remote, out, src: dp.Source, fs_mount: Optional[str], *, token:
         run: Optional[str] = None) -> dict:
     """The source at its place on the instance. Returns {path (GPUOPS_DATA), bytes_here (crossed this machine),
     bytes_remote (downloaded by the instance), skipped, changed (a local folder: the files this put changed)}.
-    tick(progress) is called about once a second while the instance downloads ({"progress": bytes, "total": bytes
-    or None}); it may raise (a budget reached) to end it. A local folder's puts are kept beside its copy (`run`, when
+    tick(progress) is called about once a second while the instance downloads, or rsync sends a local folder
+    ({"progress": bytes, "total": bytes or None}); it may raise (a budget reached) to end it. A local folder's puts are kept beside its copy (`run`, when
     and what changed: dataplan.puts_file), so that a put that changes files names the earlier put, and a run whose
     data another run changed is told (puts_since)."""
     if src.kind == "local":
@@ -47,7 +47,9 @@ def put(profile, remote, out, src: dp.Source, fs_mount: Optional[str], *, token:
     if src.kind == "local":
         previous = (dp.parse_puts([x[5:] for x in lines[1:] if x.startswith("@put ")]) or [None])[-1]
         argv = tr.sync_args(remote.ssh_argv(), src.path, profile.host, dest, [])
-        res = rs.run(argv, host=profile.host)
+        # rsync's progress through tick too: --max-cost and the run's TTL in force while a big folder crosses
+        res = rs.run(argv, host=profile.host, on_progress=None if tick is None else lambda pr: tick(
+            {"progress": pr.bytes, "total": pr.total_estimate}))
         sent = res.stats.get("bytes_sent", 0)
         changed = sorted(c.path for c in res.items if c.kind != "dir" and c.change != "deleted")
         out.info(f"data {src.text} → {dest}: {res.stats.get('files_transferred', 0)} files changed, "
