@@ -155,6 +155,10 @@ def test_an_oom_kill_of_another_process_is_not_the_jobs_though_it_fell_in_its_li
     pid = int(_wait_for(_remote(sandbox) / "job.pid"))
     _wait_listed(sandbox, rid, pid)
     stranger = subprocess.Popen(["sleep", "60"])
+    comm = Path(f"/proc/{stranger.pid}/comm")
+    deadline = time.monotonic() + 10
+    while comm.read_text().strip() != "sleep" and time.monotonic() < deadline:  # exec'd (not the forked pytest)
+        time.sleep(0.01)
     try:
         assert host.oom_kill(sandbox["dir"], pid=stranger.pid) == stranger.pid
     finally:
@@ -166,7 +170,7 @@ def test_an_oom_kill_of_another_process_is_not_the_jobs_though_it_fell_in_its_li
     e = _ending_of(docs)
     assert e["cause"] == "killed-outside", e
     assert any(f"killed process {stranger.pid} (sleep) while the job ran, not one of the job's" in x
-               for x in e["evidence"]), e
+               for x in e["evidence"]), e["evidence"]
 
 
 def test_cuda_oom_is_not_the_hosts(sandbox, gpuops):
