@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import os
 import signal
+import sysconfig
 import time
 from pathlib import Path
 
@@ -255,3 +256,44 @@ def test_an_nccl_timeout_is_named_with_the_watchdogs_line(sandbox, gpuops):
     assert e["cause"] == "nccl-timeout" and e["title"] == "an NCCL collective timed out: a rank stopped answering", e
     assert any("Watchdog caught collective operation timeout" in x for x in e["evidence"])
     assert "exit code 134 (128 + 6: SIGABRT)" in e["evidence"] and "gpuops logs --all" in e["fix"]
+
+
+CAUSES = {  # review of #35: the causes the tests above do not produce, each through the sandbox host
+    "segfault": ("job.py", "import os, signal\nprint('step 1', flush=True)\nos.kill(os.getpid(), signal.SIGSEGV)\n",
+                 139, "it crashed with a segmentation fault"),
+    "command-not-found": ("job.sh", "#!/bin/bash\necho step 1\nno-such-trainer --epochs 3\n", 127,
+                          "a command was not found: job.sh: line 3: no-such-trainer: command not found"),
+    "killed-in-script": ("job.sh", "#!/bin/bash\necho step 1\npython3 -c 'import os, signal; "
+                                   "os.kill(os.getpid(), signal.SIGKILL)'\necho cleanup\nexit 3\n", 3,
+                         "a command of the script was killed: line 3: "),
+    "exception": ("job.py", "print('step 1', flush=True)\nraise RuntimeError('the reward model returned nothing')\n",
+                  1, "the job raised RuntimeError: the reward model returned nothing"),
+    "failed": ("job.py", "import sys\nprint('step 1', flush=True)\nsys.exit(3)\n", 3, "it exited with code 3"),
+    "hub-unreachable": ("job.py", "import os, sys\nsys.path.append(" + repr(sysconfig.get_paths()["purelib"]) + ")\n"
+                                  "os.environ['HF_ENDPOINT'] = 'http://127.0.0.1:9'\n"
+                                  "os.environ['HF_HOME'] = os.path.abspath('hf-home')\n"
+                                  "from huggingface_hub import snapshot_download\nsnapshot_download('org/model')\n", 1,
+                        "the Hugging Face Hub could not be reached: "),
+    "inodes-full": ("job.py", "print('step 1', flush=True)\nopen('/dev/full', 'wb').write(b'x' * 100000)\n", 1,
+                    "the disk ran out of inodes ("),
+}
+
+
+@pytest.mark.parametrize("cause", list(CAUSES))
+def test_each_other_cause_is_named_by_the_sandboxs_real_death(sandbox, gpuops, cause):
+    script, text, code, title = CAUSES[cause]
+    put(sandbox, script, text)
+    if script.endswith(".sh"):
+        os.chmod(_remote(sandbox) / script, 0o755)
+    if cause == "inodes-full":
+        from gpuops.sandbox import host
+
+        host.inject_fault(sandbox["dir"], "inodes-full")
+    rid = run_id_of(gpuops("train", "--script", script, "--no-sync", "--no-snapshot",
+                           *(["--force"] if cause in ("inodes-full", "hub-unreachable") else [])))
+    assert wait_ended(sandbox, rid) == code
+    res, docs = _watch_json(gpuops, rid)
+    e = _ending_of(docs)
+    assert e["cause"] == cause and e["title"].startswith(title), e
+    assert e["fix"] and e["source"] and e["evidence"], e
+    assert any(x.startswith(f"exit code {code}") for x in e["evidence"]), e
