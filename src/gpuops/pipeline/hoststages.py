@@ -181,8 +181,8 @@ class HostStages:
         from ..transfer import data
 
         rec = self.rec
-        if not rec.data or not rec.data_path or "://" in rec.data:
-            return
+        if not rec.data or not rec.data_path or "://" in rec.data or not rec.file_systems:
+            return  # on the instance's own disk only this run puts it: no round trip to ask
         try:
             with connect(prof, announce=self.out.info) as remote:
                 later = data.puts_since(remote, rec.data_path, rec.id)
