@@ -245,3 +245,10 @@ def test_a_fleets_ending_is_the_first_host_whose_death_is_not_a_consequence_of_a
     from gpuops.jobs.watchtext import ending_lines
 
     assert ending_lines({**oom, "host": 1})[0] == "why it ended: host #1: killed by the kernel's OOM killer"
+
+
+def test_a_full_list_of_the_jobs_pids_rules_nothing_out():
+    """The launcher keeps at most endfacts.PIDS_MAX pids: past that, a pid the list lacks may still be the job's."""
+    e = judge(log("step 3") + ["EN r F pids 4100 4101", "EN r F pids_full", dmesg(NOW - 6, OOM_KILL)], rc=137)
+    assert e["cause"] == "host-oom" and any("by time only" in x for x in e["evidence"]), e
+    assert "PIDS_MAX" not in ef.LAUNCHER_BEFORE and f"-ge {ef.PIDS_MAX} ]" in ef.LAUNCHER_BEFORE

@@ -25,6 +25,7 @@ TAIL_LINES = 60  # the log's last lines read at the death (playbooks/endings.yam
 TAIL_BYTES = 16000
 KERNEL_LINES = 40
 KERNEL_PATTERN = "Killed process|oom-kill:|invoked oom-killer|NVRM: Xid"
+PIDS_MAX = 5000  # the job's pids the launcher keeps (more: the list is partial, and a pid not in it is not ruled out)
 
 # launch.sh, before the job: the cgroup's OOM kills so far (v2: memory.events, counted for the cgroup and below it;
 # v1: memory.oom_control), to compare with the count once the job has ended
@@ -44,6 +45,7 @@ gpuops_pids() {  # the job's processes while it runs (those carrying GPUOPS_RUN_
   gpuops_i=0
   while [ ! -f "$D/exit_code" ]; do
     { cat "$D/pids" 2>/dev/null; grep -lzxF -- "GPUOPS_RUN_DIR=$D" /proc/[0-9]*/environ 2>/dev/null | sed 's#^/proc/##; s#/environ$##'; } | sort -un > "$D/pids.tmp" 2>/dev/null && mv -f "$D/pids.tmp" "$D/pids"
+    if [ "$(wc -l < "$D/pids")" -ge """ + str(PIDS_MAX) + r""" ]; then : > "$D/pids.full"; exit 0; fi  # a bounded list
     gpuops_i=$((gpuops_i+1)); gpuops_t=5; [ $gpuops_i -lt 20 ] && gpuops_t=0.5
     sleep $gpuops_t & gpuops_z=$!; wait $gpuops_z
   done
@@ -56,6 +58,7 @@ gpuops_pidw=$!"""
 LAUNCHER_AFTER = r"""kill "$gpuops_pidw" 2>/dev/null
 {
   echo "pids $(tr '\n' ' ' < "$D/pids" 2>/dev/null)"
+  [ -f "$D/pids.full" ] && echo "pids_full"
   echo "oom_kill ${gpuops_oom0:--} $(gpuops_oom || true)"
   [ -n "$gpuops_signal" ] && echo "signal $gpuops_signal"
   echo "at $(date +%s)"
@@ -128,6 +131,7 @@ class EndFacts:
     gpu_util: list = field(default_factory=list)  # utilisation samples taken while it ran (watch)
     stop_reason: Optional[str] = None  # who stopped it when gpuops did (run: --max-cost reached)
     pids: Optional[set] = None  # the job's processes the launcher saw (None: no list; an OOM kill tied by time)
+    pids_full: bool = False  # the list reached PIDS_MAX: a pid not in it may still have been the job's
 
     @property
     def boot(self) -> Optional[float]:
@@ -164,6 +168,8 @@ def _end_fact(f: EndFacts, line: str) -> None:
         f.oom_kill = (_num(a), _num(b.strip()))
     elif key == "signal":
         f.launcher_signal = rest.strip() or None
+    elif key == "pids_full":
+        f.pids_full = True
     elif key == "pids":
         got = {n for n in (_num(x) for x in rest.split()) if n is not None}
         f.pids = got or None

@@ -151,9 +151,9 @@ class Judge:
             if not m:
                 continue
             during = self._during(t)
-            if self.f.pids:
+            if self.f.pids and (int(m.group("pid")) in self.f.pids or not self.f.pids_full):
                 out.append((t, msg, raw, int(m.group("pid")) in self.f.pids and during is not False))
-            else:
+            else:  # no list, or a pid a full list lacks: by time
                 out.append((t, msg, raw, None if during or (during is None and killed) else False))
         return out
 
