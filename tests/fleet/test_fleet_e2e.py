@@ -459,9 +459,16 @@ def test_every_hosts_death_is_explained_in_watch_and_status(sandbox, gpuops):
     assert "evidence: log: ImportError: cannot import name 'nothing_here'" in res.err
     assert res.err.strip().splitlines()[-1] == f"run {rid}: failed (the hosts above say which, and why)", res.err
     res = gpuops("watch", rid, "-p", p, "--json", "--interval", "0.3")
-    ends = [json.loads(x) for x in res.out.splitlines() if '"ending"' in x]
+    from support.schemas import valid
+
+    docs = [json.loads(x) for x in res.out.splitlines() if x.strip()]
+    for d in docs:
+        valid("watch", d)
+    ends = [d for d in docs if d["type"] == "ending"]
+    assert docs[-1]["type"] == "ending"
     assert {(e.get("rank"), e["cause"]) for e in ends} == {(1, "import-error"), (None, "file-missing")}, ends
     st = json.loads(gpuops("status", "-p", p, "--json").out)
+    valid("status", st)
     causes = [[r.get("ending", {}).get("cause") for r in h["runs"] if r["run_id"] == rid] for h in st["hosts"]]
     assert causes == [["file-missing"], ["import-error"]], causes
     plain = gpuops("status", "-p", p).out
