@@ -128,7 +128,7 @@ def test_the_kernels_oom_killer_is_told_apart_from_cuda_oom(sandbox, gpuops):
                                  f"{pid} python")
     assert any(x.startswith(f"kernel log: Out of memory: Killed process {pid} (python") for x in e["evidence"]), e
     assert "exit code 137 (128 + 9: SIGKILL)" in e["evidence"] and "num_workers" in e["fix"]
-    assert f"process {pid} was one of the job's processes (the launcher's list, runs/<id>/pids)" in e["evidence"], e
+    assert f"process {pid} was one of the job's processes (the launcher's list: pids in the run's folder on the host)" in e["evidence"], e
     assert "kernel.org" in e["source"]
     # the same job's end, asked once more by `watch --once` (its own execution) and judged the same
     once = gpuops("watch", rid, "--once")
