@@ -44,7 +44,8 @@ gpuops_pids() {  # the job's processes while it runs (those carrying GPUOPS_RUN_
   trap 'kill $gpuops_z 2>/dev/null; exit 0' TERM
   gpuops_i=0
   while [ ! -f "$D/exit_code" ]; do
-    { cat "$D/pids" 2>/dev/null; grep -lzxF -- "GPUOPS_RUN_DIR=$D" /proc/[0-9]*/environ 2>/dev/null | sed 's#^/proc/##; s#/environ$##'; } | sort -un > "$D/pids.tmp" 2>/dev/null && mv -f "$D/pids.tmp" "$D/pids"
+    { cat "$D/pids" 2>/dev/null; grep -lzxF -- "GPUOPS_RUN_DIR=$D" /proc/[0-9]*/environ 2>/dev/null |
+        sed 's#^/proc/##; s#/environ$##'; } | sort -un > "$D/pids.tmp" 2>/dev/null && mv -f "$D/pids.tmp" "$D/pids"
     if [ "$(wc -l < "$D/pids")" -ge """ + str(PIDS_MAX) + r""" ]; then : > "$D/pids.full"; exit 0; fi  # a bounded list
     gpuops_i=$((gpuops_i+1)); gpuops_t=5; [ $gpuops_i -lt 20 ] && gpuops_t=0.5
     sleep $gpuops_t & gpuops_z=$!; wait $gpuops_z

@@ -190,7 +190,8 @@ class Judge:
         detail = None
         if kills:
             m = _OOM.search(kills[-1][1])
-            ev.append(f"process {m.group('pid')} was one of the job's processes (the launcher's list: pids in the run's folder on the host)"
+            ev.append(f"process {m.group('pid')} was one of the job's processes (the launcher's list: pids in the "
+                      "run's folder on the host)"
                       if kills[-1][3] else "tied to the job by time only: the kill fell in its lifetime (no list of "
                                            "its processes to name the pid)")
             rss = f", {_size(int(m.group('rss')))} resident" if m and m.group("rss") else ""

@@ -30,9 +30,9 @@ def put(profile, remote, out, src: dp.Source, fs_mount: Optional[str], *, token:
     """The source at its place on the instance. Returns {path (GPUOPS_DATA), bytes_here (crossed this machine),
     bytes_remote (downloaded by the instance), skipped, changed (a local folder: the files this put changed)}.
     tick(progress) is called about once a second while the instance downloads, or rsync sends a local folder
-    ({"progress": bytes, "total": bytes or None}); it may raise (a budget reached) to end it. A local folder's puts are kept beside its copy (`run`, when
-    and what changed: dataplan.puts_file), so that a put that changes files names the earlier put, and a run whose
-    data another run changed is told (puts_since)."""
+    ({"progress": bytes, "total": bytes or None}); it may raise (a budget reached) to end it. A local folder's
+    puts are kept beside its copy (`run`, when and what changed: dataplan.puts_file), so that a put that changes
+    files names the earlier put, and a run whose data another run changed is told (puts_since)."""
     if src.kind == "local":
         rs.require_local_rsync()
     target = shell_path(dp.target(src, fs_mount))
