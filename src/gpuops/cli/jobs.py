@@ -216,7 +216,7 @@ def _whole_fleet(prof, out, project: Path, meta: dict, res: dict) -> dict:
 
     if res["interrupted"] or len(meta.get("nodes") or []) < 2:
         return res
-    code, _ = fleetactions.wait_fleet(prof, out, project, meta, followed=meta.get("node_rank") or 0,
+    code, _, _ = fleetactions.wait_fleet(prof, out, project, meta, followed=meta.get("node_rank") or 0,
                                       json_lines=out.json_mode)
     return {**res, "code": max(res["code"], code)}
 

@@ -251,10 +251,11 @@ def node_ends(prof, out, meta: dict, *, project: Optional[Path] = None, parallel
 
 def wait_fleet(prof, out, project: Path, meta: dict, *, interval: float = 2.0,
                sleep: Callable[[float], None] = time.sleep, followed: int = 0,
-               json_lines: bool = False) -> tuple[int, dict]:
+               json_lines: bool = False) -> tuple[int, dict, list]:
     """After the followed node ended: wait until every node's job has ended; the worst outcome decides. Each other
     node that did not succeed is said with what its job died of (its evidence and fix; `json_lines`, watch --json:
-    an `ending` object with its `rank` on stdout). Returns (exit code, {rank: ending} of every node judged)."""
+    an `ending` object with its `rank` on stdout). Returns (exit code, {rank: ending} of every node judged, each
+    node's RunInfo or None)."""
     said: set[int] = set()
     while True:
         ends = node_ends(prof, out, meta, project=project)
@@ -262,7 +263,7 @@ def wait_fleet(prof, out, project: Path, meta: dict, *, interval: float = 2.0,
         running = [i for i, info in enumerate(infos) if info is not None and info.state == core.RUNNING]
         if not running:
             _say_nodes(out, ends, followed, json_lines)
-            return core.fleet_exit(infos), {i: e for i, (_, e) in enumerate(ends) if e}
+            return core.fleet_exit(infos), {i: e for i, (_, e) in enumerate(ends) if e}, infos
         for i in running:
             if i not in said:
                 out.info(f"waiting for host #{i}: its job is still running")
