@@ -9,6 +9,7 @@ import yaml
 
 from gpuops.cloud.ledger import Ledger
 from support.cloud import TYPE
+from support.schemas import valid
 
 
 def _live(cloud):
@@ -165,12 +166,19 @@ def test_run_on_two_nodes_where_one_node_fails_fetches_the_logs_and_ends_both(cl
     from pathlib import Path
 
     cloud.capacity(TYPE, ["us-east-1"])
-    (Path.cwd() / "train.py").write_text(NODE_TRAIN.replace('os.environ.get("FAIL_ON_1")', "True"))
+    (Path.cwd() / "train.py").write_text(NODE_TRAIN.replace('os.environ.get("FAIL_ON_1")', "True").replace(
+        "raise SystemExit(4)", "from json import nothing_here"))
     r = _run(gpuops, cloud, "--nodes", "2", "--launcher", "none", "--script", "train.py")
     assert r.code == 1, r.all
     doc = json.loads(r.out)
+    valid("run", doc)
     watch = next(s for s in doc["stages"] if s["stage"] == "watch")
-    assert watch["ok"] is False and "host #1: failed" in watch["detail"], watch
+    assert watch["ok"] is False and "host #1: failed (an import failed: ImportError" in watch["detail"], watch
+    # what host 1 died of, with its evidence: in the summary's ending (its host named) and said as the run waited
+    e = doc["ending"]
+    assert e["host"] == 1 and e["cause"] == "import-error", e
+    assert any("cannot import name 'nothing_here'" in x for x in e["evidence"]), e
+    assert "host #1: failed (exit 1): an import failed" in r.err, r.err
     assert doc["outcome"] == "failed"
     assert "node 1 of 2" in (Path.cwd() / doc["fetched"]["log.host1"]).read_text()
     assert not _live(cloud)

@@ -430,3 +430,46 @@ def test_watch_shows_every_hosts_gpus_and_host_0s_log(sandbox, gpuops):
     assert {d["rank"] for d in samples} == {0, 1}, samples  # host 1's GPUs through its own sample stream
     logs = [d["line"] for d in docs if d["type"] == "log"]
     assert "node 0 step 7" in logs and not any(line.startswith("node 1") for line in logs)  # host 0's log
+
+
+TWO_DEATHS = """\
+import os, time
+rank = os.environ["GPUOPS_NODE_RANK"]
+print("node", rank, flush=True)
+time.sleep(1.0)
+if rank == "1":
+    from json import nothing_here
+open("data/train.bin", "rb")
+"""
+
+
+def test_every_hosts_death_is_explained_in_watch_and_status(sandbox, gpuops):
+    """issue 35 (review): only the followed host got an ending; host 1's ImportError was `failed (exit 1)` alone,
+    and `status` showed host 0's cause for host 1 (one state.json for both)."""
+    p = fleet_profile(sandbox, 2)
+    write(Path.cwd() / "deaths.py", TWO_DEATHS)
+    res = gpuops("train", "-p", p, "--script", "deaths.py", "--no-snapshot", "--json")
+    assert res.code == 0, res.all
+    rid = json.loads(res.out)["run_id"]
+    res = gpuops("watch", rid, "-p", p, "--interval", "0.3", "--lines", "50")
+    assert res.code == 1, res.all
+    assert "why it ended: a file the job reads is not on the instance: data/train.bin" in res.err, res.err
+    assert ("host #1: failed (exit 1): an import failed: ImportError: cannot import name 'nothing_here' from "
+            "'json'") in res.err, res.err
+    assert "evidence: log: ImportError: cannot import name 'nothing_here'" in res.err
+    assert res.err.strip().splitlines()[-1] == f"run {rid}: failed (the hosts above say which, and why)", res.err
+    res = gpuops("watch", rid, "-p", p, "--json", "--interval", "0.3")
+    from support.schemas import valid
+
+    docs = [json.loads(x) for x in res.out.splitlines() if x.strip()]
+    for d in docs:
+        valid("watch", d)
+    ends = [d for d in docs if d["type"] == "ending"]
+    assert docs[-1]["type"] == "ending"
+    assert {(e.get("rank"), e["cause"]) for e in ends} == {(1, "import-error"), (None, "file-missing")}, ends
+    st = json.loads(gpuops("status", "-p", p, "--json").out)
+    valid("status", st)
+    causes = [[r.get("ending", {}).get("cause") for r in h["runs"] if r["run_id"] == rid] for h in st["hosts"]]
+    assert causes == [["file-missing"], ["import-error"]], causes
+    plain = gpuops("status", "-p", p).out
+    assert f"{rid}: why it ended: an import failed" in plain, plain

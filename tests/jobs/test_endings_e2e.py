@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import os
 import signal
+import sysconfig
 import time
 from pathlib import Path
 
@@ -117,6 +118,7 @@ def test_the_kernels_oom_killer_is_told_apart_from_cuda_oom(sandbox, gpuops):
 
     rid = _train(sandbox, gpuops, "wait")
     pid = int(_wait_for(_remote(sandbox) / "job.pid"))
+    _wait_listed(sandbox, rid, pid)  # the launcher's list of the job's processes has it (its first half second)
     assert host.oom_kill(sandbox["dir"]) == pid  # the emulated kernel kills the job's process, and says so
     assert wait_ended(sandbox, rid) == 137
     code, docs = _watch_json(gpuops, rid)
@@ -126,10 +128,50 @@ def test_the_kernels_oom_killer_is_told_apart_from_cuda_oom(sandbox, gpuops):
                                  f"{pid} python")
     assert any(x.startswith(f"kernel log: Out of memory: Killed process {pid} (python") for x in e["evidence"]), e
     assert "exit code 137 (128 + 9: SIGKILL)" in e["evidence"] and "num_workers" in e["fix"]
+    assert f"process {pid} was one of the job's processes (the launcher's list: pids in the run's folder on the host)" in e["evidence"], e
     assert "kernel.org" in e["source"]
     # the same job's end, asked once more by `watch --once` (its own execution) and judged the same
     once = gpuops("watch", rid, "--once")
     assert "why it ended: killed by the kernel's OOM killer" in once.err, once.all
+
+
+def _wait_listed(sandbox, rid: str, pid: int, timeout: float = 20.0) -> None:
+    f = run_dir(sandbox, rid) / "pids"
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if f.is_file() and str(pid) in f.read_text().split():
+            return
+        time.sleep(0.05)
+    raise AssertionError(f"{pid} not in {f} within {timeout}s")
+
+
+def test_an_oom_kill_of_another_process_is_not_the_jobs_though_it_fell_in_its_lifetime(sandbox, gpuops):
+    """issue 35 (review): the kernel line names the pid it killed; a stranger's kill while the job ran, then the job
+    killed from outside: killed from outside, the stranger's kill said as not the job's."""
+    import subprocess
+
+    from gpuops.sandbox import host
+
+    rid = _train(sandbox, gpuops, "wait")
+    pid = int(_wait_for(_remote(sandbox) / "job.pid"))
+    _wait_listed(sandbox, rid, pid)
+    stranger = subprocess.Popen(["sleep", "60"])
+    comm = Path(f"/proc/{stranger.pid}/comm")
+    deadline = time.monotonic() + 10
+    while comm.read_text().strip() != "sleep" and time.monotonic() < deadline:  # exec'd (not the forked pytest)
+        time.sleep(0.01)
+    try:
+        assert host.oom_kill(sandbox["dir"], pid=stranger.pid) == stranger.pid
+    finally:
+        stranger.kill()
+        stranger.wait()
+    os.kill(pid, signal.SIGKILL)
+    assert wait_ended(sandbox, rid) == 137
+    code, docs = _watch_json(gpuops, rid)
+    e = _ending_of(docs)
+    assert e["cause"] == "killed-outside", e
+    assert any(f"killed process {stranger.pid} (sleep) while the job ran, not one of the job's" in x
+               for x in e["evidence"]), e["evidence"]
 
 
 def test_cuda_oom_is_not_the_hosts(sandbox, gpuops):
@@ -214,3 +256,44 @@ def test_an_nccl_timeout_is_named_with_the_watchdogs_line(sandbox, gpuops):
     assert e["cause"] == "nccl-timeout" and e["title"] == "an NCCL collective timed out: a rank stopped answering", e
     assert any("Watchdog caught collective operation timeout" in x for x in e["evidence"])
     assert "exit code 134 (128 + 6: SIGABRT)" in e["evidence"] and "gpuops logs --all" in e["fix"]
+
+
+CAUSES = {  # review of #35: the causes the tests above do not produce, each through the sandbox host
+    "segfault": ("job.py", "import os, signal\nprint('step 1', flush=True)\nos.kill(os.getpid(), signal.SIGSEGV)\n",
+                 139, "it crashed with a segmentation fault"),
+    "command-not-found": ("job.sh", "#!/bin/bash\necho step 1\nno-such-trainer --epochs 3\n", 127,
+                          "a command was not found: job.sh: line 3: no-such-trainer: command not found"),
+    "killed-in-script": ("job.sh", "#!/bin/bash\necho step 1\npython3 -c 'import os, signal; "
+                                   "os.kill(os.getpid(), signal.SIGKILL)'\necho cleanup\nexit 3\n", 3,
+                         "a command of the script was killed: line 3: "),
+    "exception": ("job.py", "print('step 1', flush=True)\nraise RuntimeError('the reward model returned nothing')\n",
+                  1, "the job raised RuntimeError: the reward model returned nothing"),
+    "failed": ("job.py", "import sys\nprint('step 1', flush=True)\nsys.exit(3)\n", 3, "it exited with code 3"),
+    "hub-unreachable": ("job.py", "import os, sys\nsys.path.append(" + repr(sysconfig.get_paths()["purelib"]) + ")\n"
+                                  "os.environ['HF_ENDPOINT'] = 'http://127.0.0.1:9'\n"
+                                  "os.environ['HF_HOME'] = os.path.abspath('hf-home')\n"
+                                  "from huggingface_hub import snapshot_download\nsnapshot_download('org/model')\n", 1,
+                        "the Hugging Face Hub could not be reached: "),
+    "inodes-full": ("job.py", "print('step 1', flush=True)\nopen('/dev/full', 'wb').write(b'x' * 100000)\n", 1,
+                    "the disk ran out of inodes ("),
+}
+
+
+@pytest.mark.parametrize("cause", list(CAUSES))
+def test_each_other_cause_is_named_by_the_sandboxs_real_death(sandbox, gpuops, cause):
+    script, text, code, title = CAUSES[cause]
+    put(sandbox, script, text)
+    if script.endswith(".sh"):
+        os.chmod(_remote(sandbox) / script, 0o755)
+    if cause == "inodes-full":
+        from gpuops.sandbox import host
+
+        host.inject_fault(sandbox["dir"], "inodes-full")
+    rid = run_id_of(gpuops("train", "--script", script, "--no-sync", "--no-snapshot",
+                           *(["--force"] if cause in ("inodes-full", "hub-unreachable") else [])))
+    assert wait_ended(sandbox, rid) == code
+    res, docs = _watch_json(gpuops, rid)
+    e = _ending_of(docs)
+    assert e["cause"] == cause and e["title"].startswith(title), e
+    assert e["fix"] and e["source"] and e["evidence"], e
+    assert any(x.startswith(f"exit code {code}") for x in e["evidence"]), e

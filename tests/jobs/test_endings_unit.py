@@ -56,7 +56,8 @@ def test_every_row_has_a_title_a_fix_a_source_and_valid_patterns():
 def test_host_oom_placed_in_the_jobs_life_and_told_apart_from_cuda_oom():
     e = judge(log("step 3") + [dmesg(NOW - 6, OOM_KILL)], rc=137)
     assert e["cause"] == "host-oom" and "process 4242 python3, 77.5 GB resident" in e["title"]
-    assert e["evidence"] == [f"kernel log: {OOM_KILL}", "exit code 137 (128 + 9: SIGKILL)"]
+    assert e["evidence"] == [f"kernel log: {OOM_KILL}", "tied to the job by time only: the kill fell in its lifetime "
+                             "(no list of its processes to name the pid)", "exit code 137 (128 + 9: SIGKILL)"]
     # an OOM kill of another process an hour before the job started is not this job's
     e = judge(log("step 3") + [dmesg(NOW - 3600, OOM_KILL)], rc=137)
     assert e["cause"] == "killed-outside"
@@ -202,3 +203,52 @@ def test_the_docs_table_of_causes_is_the_playbooks():
     text = (ROOT / "docs" / "playbooks.md").read_text().split("## endings.yaml", 1)[1].split("\n## ", 1)[0]
     rows = [ln.split(" | ") for ln in text.splitlines() if ln.startswith("| `")]
     assert [(r[0].strip("| `"), r[1]) for r in rows] == [(c["id"], c["title"]) for c in SPEC["causes"]]
+
+
+def test_an_oom_kill_is_tied_to_the_job_by_its_pid_when_the_launcher_listed_the_jobs_processes():
+    """issue 35 (review): the kernel line names the pid it killed ("Killed process 4242 (python3)"); the launcher's
+    list of the job's processes (end.facts `pids`) ties the kill to the job, or not, whatever the clock says."""
+    ours = ["EN r F pids 4100 4242 4243"]
+    e = judge(log("step 3") + ours + [dmesg(NOW - 6, OOM_KILL)], rc=137)
+    assert e["cause"] == "host-oom"
+    assert any("process 4242 was one of the job's processes" in x for x in e["evidence"]), e
+    # the same kill in the job's lifetime, of a process that was not the job's: not its cause, but said
+    theirs = ["EN r F pids 4100 4101"]
+    e = judge(log("step 3") + theirs + [dmesg(NOW - 6, OOM_KILL)], rc=137)
+    assert e["cause"] == "killed-outside", e
+    assert any("not one of the job's processes" in x and "4242" in x for x in e["evidence"]), e
+    # a line that cannot be placed in time, of the job's process: the pid ties it
+    e = judge(log("step 3") + ours + [f"EN - K {OOM_KILL}"], rc=1)
+    assert e["cause"] == "host-oom", e
+    # no list (an older launcher, a host without /proc): by time, as before, and said so
+    e = judge(log("step 3") + [dmesg(NOW - 6, OOM_KILL)], rc=137)
+    assert e["cause"] == "host-oom" and any("by time only" in x for x in e["evidence"]), e
+
+
+def test_the_launchers_own_killed_line_is_not_a_command_of_a_script():
+    """review: launch.sh (dash) prints a bare `Killed` after its job died of SIGKILL; that is the job killed (from
+    outside, or by the OOM killer), not "a command of the script was killed"; bash's line inside a .sh job is."""
+    e = judge(log("step 3", "Killed"), rc=137)
+    assert e["cause"] == "killed-outside", e
+    e = judge(log("step 3", "train.sh: line 4:  4242 Killed                  python train.py", "done?"), rc=1)
+    assert e["cause"] == "killed-in-script" and "line 4" in e["title"], e
+    e = judge(log("step 3", "Killed", "cleanup done"), rc=1)  # a script went on after its command was killed
+    assert e["cause"] == "killed-in-script", e
+
+
+def test_a_fleets_ending_is_the_first_host_whose_death_is_not_a_consequence_of_anothers():
+    nccl = {"cause": "nccl-timeout", "title": "an NCCL collective timed out", "evidence": [], "fix": "", "source": ""}
+    oom = {"cause": "host-oom", "title": "killed by the kernel's OOM killer", "evidence": [], "fix": "", "source": ""}
+    assert en.root({0: nccl, 1: oom}, SPEC) == {**oom, "host": 1}
+    assert en.root({0: nccl, 1: dict(nccl)}, SPEC) == {**nccl, "host": 0}  # only consequences: the lowest rank
+    assert en.root({1: oom}, SPEC)["host"] == 1 and en.root({}, SPEC) is None
+    from gpuops.jobs.watchtext import ending_lines
+
+    assert ending_lines({**oom, "host": 1})[0] == "why it ended: host #1: killed by the kernel's OOM killer"
+
+
+def test_a_full_list_of_the_jobs_pids_rules_nothing_out():
+    """The launcher keeps at most endfacts.PIDS_MAX pids: past that, a pid the list lacks may still be the job's."""
+    e = judge(log("step 3") + ["EN r F pids 4100 4101", "EN r F pids_full", dmesg(NOW - 6, OOM_KILL)], rc=137)
+    assert e["cause"] == "host-oom" and any("by time only" in x for x in e["evidence"]), e
+    assert "PIDS_MAX" not in ef.LAUNCHER_BEFORE and f"-ge {ef.PIDS_MAX} ]" in ef.LAUNCHER_BEFORE

@@ -133,7 +133,8 @@ def test_the_listing_sees_files_cut_short_markers_and_the_jobs_open_handles(tmp_
         holder.wait()
     assert doc["open"] == ["checkpoint-1/optim.pt"] and doc["pids"] == 1
     assert other["open"] == [] and other["pids"] == 0  # another run's processes are not this job's
-    assert set(doc["invalid"]) == {"checkpoint-1/cut.pt", "checkpoint-1/half.safetensors"}
+    assert set(doc["invalid"]) == {"checkpoint-1/cut.pt", "checkpoint-1/half.safetensors",
+                                   "checkpoint-1/optim.pt"}  # (empty: held open, and nothing written yet)
     assert "end-of-central-directory" in doc["invalid"]["checkpoint-1/cut.pt"]
     assert "cut short" in doc["invalid"]["checkpoint-1/half.safetensors"]
     assert doc["contents"] == {"latest": "checkpoint-1"}
@@ -146,3 +147,34 @@ def test_the_listing_sees_files_cut_short_markers_and_the_jobs_open_handles(tmp_
 @pytest.mark.parametrize("name", ["checkpoint-3", "global_step3", "global_step_3", "iter_0000003"])
 def test_the_step_folders_of_each_framework_are_recognised(name):
     assert tr.step_of(name) == 3
+
+
+def test_files_cut_short_whatever_their_bytes_look_like(tmp_path):
+    """review of #35: an empty torch.save file (opened, nothing written when the job died) was valid; a zip cut
+    after bytes that hold another zip's end record (a checkpoint holding a zip: a tokenizer archive) was valid; a
+    safetensors file longer than its header says was said "cut short"."""
+    import io
+
+    root = tmp_path / "ckpt"
+    (root / "checkpoint-1").mkdir(parents=True)
+    (root / "checkpoint-1" / "optim.pt").write_bytes(b"")
+    (root / "checkpoint-1" / "rng.pth").write_bytes(b"PK")  # the first bytes of a zip, and no more
+    inner = io.BytesIO()
+    with zipfile.ZipFile(inner, "w") as z:
+        z.writestr("vocab.txt", b"a b c")
+    buf = io.BytesIO()
+    with zipfile.ZipFile(buf, "w", zipfile.ZIP_STORED) as z:
+        z.writestr("archive/data.pkl", inner.getvalue() + b"\0" * 40)
+        z.writestr("archive/data/0", b"\1" * 4000)
+    whole = buf.getvalue()
+    cut = whole.index(inner.getvalue()) + len(inner.getvalue()) + 30  # 30 bytes after the inner end record
+    (root / "checkpoint-1" / "model.pt").write_bytes(whole[:cut])
+    (root / "checkpoint-1" / "whole.pt").write_bytes(whole)
+    header = json.dumps({"w": {"dtype": "F32", "shape": [4], "data_offsets": [0, 16]}}).encode()
+    (root / "checkpoint-1" / "long.safetensors").write_bytes(struct.pack("<Q", len(header)) + header + b"\0" * 20)
+    inv = _listing(root, "job-x")["evidence"]["invalid"]
+    assert set(inv) == {"checkpoint-1/optim.pt", "checkpoint-1/rng.pth", "checkpoint-1/model.pt",
+                        "checkpoint-1/long.safetensors"}, inv
+    assert "empty" in inv["checkpoint-1/optim.pt"]
+    assert "end-of-central-directory" in inv["checkpoint-1/model.pt"]
+    assert "cut short" not in inv["checkpoint-1/long.safetensors"] and "more bytes" in inv["checkpoint-1/long.safetensors"]

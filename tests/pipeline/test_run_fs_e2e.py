@@ -12,6 +12,7 @@ import json
 import sys
 import tarfile
 import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -75,6 +76,8 @@ def test_run_fs_with_a_local_folder_puts_it_once_and_the_job_sees_both(cloud, gp
     assert "2 files changed" in r.err
     assert (fsdir / "gpuops" / "cache").is_dir()  # setup's uv/pip caches live on the filesystem
     assert not _live(cloud)
+    first_id = doc["run"]
+    assert "changed since the last put" not in r.err  # the first put: nothing to compare with
     # a second run: the data is there already; only what changed is sent
     (corpus / "train.txt").write_text("hello again\n")
     (corpus / "big.bin").unlink()  # deleted here: the copy keeps it (gpuops deletes nothing there), and says so
@@ -83,6 +86,9 @@ def test_run_fs_with_a_local_folder_puts_it_once_and_the_job_sees_both(cloud, gp
     assert "1 files changed" in r.err and "READ hello again" in (Path.cwd() / json.loads(r.out)["fetched"]["log"]).read_text()
     assert f"1 file in {mount}/gpuops/data/corpus-{key} is not in {corpus}" in r.err and "too: big.bin" in r.err, r.err
     assert (fsdir / "gpuops" / "data" / f"corpus-{key}" / "big.bin").exists()
+    # the folder changed since the last put (review of #35): said, naming the file and the put before
+    assert (f"data {corpus}: 1 file changed since the last put into {mount}/gpuops/data/corpus-{key} (run "
+            f"{first_id}, ") in r.err and "): train.txt;" in r.err, r.err
 
 
 def test_run_data_url_is_downloaded_by_the_instance_and_checked(cloud, gpuops, http_files):
@@ -256,3 +262,59 @@ def test_a_data_folder_inside_the_project_is_not_uploaded_with_the_project(cloud
     assert sent < 100_000, sync  # the project's code, not the 300 KB corpus
     key = dp.source_key(dp.parse("./corpus", Path.cwd()))
     assert (cloud.fs_dir("inproj") / "gpuops" / "data" / f"corpus-{key}" / "big.bin").stat().st_size == 300_000
+
+
+WAITS_FOR_ANOTHER_PUT = """\
+import os, time
+data = os.environ["GPUOPS_DATA"]
+deadline = time.time() + 120
+while time.time() < deadline:  # until another run has put the folder again (its ledger beside it has 2 lines)
+    try:
+        if len(open(data + ".puts").read().splitlines()) >= 2:
+            break
+    except OSError:
+        pass
+    time.sleep(0.2)
+print("READ", open(os.path.join(data, "train.txt")).read().strip(), flush=True)
+"""
+
+
+def test_a_run_whose_data_another_run_changed_under_it_is_warned(cloud, gpuops):
+    """review of #35 ("warn every run whose data changed under it"): run A reads ./corpus on the filesystem; run B,
+    started while A trains, puts a changed train.txt into the same folder; A's summary warns, naming B's put and
+    the file."""
+    import subprocess
+    import sys
+
+    cloud.capacity(TYPE, ["us-east-1"])
+    assert gpuops("fs", "create", "shared", "--region", "us-east-1").code == 0
+    (Path.cwd() / "job.py").write_text(WAITS_FOR_ANOTHER_PUT)
+    (Path.cwd() / "plain.py").write_text(JOB.replace('open(os.path.join(fs, "job-was-here"), "w").write("yes")', ""))
+    corpus = Path.cwd().parent / "corpus"
+    corpus.mkdir()
+    (corpus / "train.txt").write_text("version one\n")
+    key = dp.source_key(dp.parse(str(corpus), Path.cwd()))
+    ledger = cloud.fs_dir("shared") / "gpuops" / "data" / f"corpus-{key}.puts"
+    a = subprocess.Popen([sys.executable, "-m", "gpuops", "run", "--type", TYPE, "--key", str(cloud.key), "--yes",
+                          "--json", "--script", "job.py", "--fs", "shared", "--data", str(corpus)],
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 120
+        while not (ledger.is_file() and ledger.read_text().strip()) and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert ledger.is_file(), "run A never put its data"
+        (corpus / "train.txt").write_text("version two, longer\n")
+        r = gpuops("run", "--type", TYPE, "--key", str(cloud.key), "--yes", "--json", "--script", "plain.py",
+                   "--fs", "shared", "--data", str(corpus))
+        assert r.code == 0, r.all
+        b_id = json.loads(r.out)["run"]
+        out, err = a.communicate(timeout=180)
+    finally:
+        if a.poll() is None:
+            a.kill()
+    assert a.returncode == 0, err
+    doc = json.loads(out)
+    assert "READ version two" in (Path.cwd() / doc["fetched"]["log"]).read_text()
+    said = [w for w in doc["warnings"] if w.startswith("the data changed under this run")]
+    assert said and f"run {b_id} at " in said[0] and "changed 1 file (train.txt)" in said[0], doc["warnings"]
+    assert said[0] in err

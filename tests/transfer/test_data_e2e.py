@@ -185,3 +185,127 @@ def test_max_cost_is_in_force_while_the_instance_downloads(cloud, gpuops, web):
     assert "downloaded, " in r.err and "/s" in r.err, r.err  # progress: bytes and rate
     assert doc["total_cost"] < 0.03 and doc["outcome"] == "failed" and not doc.get("run_id"), doc
     assert not live_instances(cloud)
+
+
+HF_SHA = "beef" + "0" * 36
+HF_SIZE = 3 << 20  # 3 MB: the client writes 1 MB at a time (gpuops sets its chunk size), so progress shows
+
+
+class SlowHub(http.server.BaseHTTPRequestHandler):
+    """Enough of the Hugging Face Hub for snapshot_download of model repos org/slow (3 MB sent over ~4 s) and
+    org/stuck (1.5 MB, then nothing)."""
+    protocol_version = "HTTP/1.1"
+
+    def log_message(self, *a):
+        pass
+
+    def _head(self, code, length, headers=None):
+        self.send_response(code)
+        for k, v in (headers or {}).items():
+            self.send_header(k, v)
+        self.send_header("Content-Length", str(length))
+        self.end_headers()
+
+    def do_GET(self):
+        p = self.path.split("?")[0]
+        repo = p.split("/")[4] if p.startswith("/api/models/org/") else p.split("/")[2] if p.count("/") > 2 else ""
+        if p.startswith("/api/models/org/") and "/revision/" in p:
+            body = json.dumps({"id": f"org/{repo}", "sha": HF_SHA, "siblings": [{"rfilename": "w.bin"}]}).encode()
+            self._head(200, len(body))
+            return self.wfile.write(body)
+        if p.startswith("/api/models/org/") and "/tree/" in p:
+            body = json.dumps([{"type": "file", "path": "w.bin", "size": HF_SIZE, "oid": "1" * 40}]).encode()
+            self._head(200, len(body))
+            return self.wfile.write(body)
+        if p == f"/org/{repo}/resolve/{HF_SHA}/w.bin" or p == f"/org/{repo}/resolve/main/w.bin":
+            self._head(200, HF_SIZE, {"ETag": '"' + "1" * 40 + '"', "X-Repo-Commit": HF_SHA})
+            if self.command == "HEAD":
+                return
+            piece, sent = 1 << 18, 0
+            try:
+                while sent < HF_SIZE:
+                    if repo == "stuck" and sent >= (3 << 19):
+                        time.sleep(0.5)
+                        continue
+                    self.wfile.write(b"w" * piece)
+                    self.wfile.flush()
+                    sent += piece
+                    time.sleep(0.3)
+            except OSError:
+                return
+            return
+        body = b'{"error": "not found"}'
+        self._head(404, len(body), {"X-Error-Code": "EntryNotFound"})
+        self.wfile.write(body)
+
+    do_HEAD = do_GET
+
+
+@pytest.fixture
+def slow_hub(sandbox, monkeypatch):
+    """The hub above, and huggingface_hub for the sandbox host's python3 (its user site points at this test
+    environment's packages, as an image with huggingface_hub installed)."""
+    import sys
+    import sysconfig
+
+    site = Path(sandbox["dir"]) / "home" / ".local" / "lib" / f"python{sys.version_info.major}.{sys.version_info.minor}" \
+        / "site-packages"
+    site.mkdir(parents=True, exist_ok=True)
+    (site / "hub.pth").write_text(sysconfig.get_paths()["purelib"] + "\n")
+    srv = http.server.ThreadingHTTPServer(("127.0.0.1", 0), SlowHub)
+    srv.daemon_threads = True
+    threading.Thread(target=srv.serve_forever, daemon=True).start()
+    yield f"http://127.0.0.1:{srv.server_address[1]}"
+    srv.shutdown()
+    srv.server_close()
+    (site / "hub.pth").unlink()
+
+
+def _put_hf(sandbox, repo: str, endpoint: str, tmp_path, tick) -> dict:
+    prof = profiles.resolve("sandbox", Path.cwd())
+    out = Output(json_mode=True, stdout=io.StringIO(), stderr=io.StringIO())
+    with connect(prof) as remote:
+        return data.put(prof, remote, out, dp.parse(repo, Path.cwd()), str(tmp_path / "fs"), tick=tick,
+                        endpoint=endpoint)
+
+
+def test_a_hub_download_shows_its_progress(sandbox, slow_hub, tmp_path):
+    """review of #35: an hf:// download said 0 bytes until it ended."""
+    seen = []
+    res = _put_hf(sandbox, "hf://org/slow", slow_hub, tmp_path, seen.append)
+    assert (Path(res["path"]) / "w.bin").stat().st_size == HF_SIZE and res["bytes_remote"] == HF_SIZE
+    between = [s["progress"] for s in seen if 0 < s["progress"] < HF_SIZE]
+    assert between, seen  # bytes were told while it downloaded
+
+
+def test_a_stalled_hub_download_is_ended(sandbox, slow_hub, tmp_path, monkeypatch):
+    """review of #35: an hf:// download had no stall limit (only the client's own timeouts)."""
+    monkeypatch.setenv("GPUOPS_DATA_STALL_S", "3")
+    started = time.monotonic()
+    seen = []
+    with pytest.raises(GpuopsError) as e:
+        _put_hf(sandbox, "hf://org/stuck", slow_hub, tmp_path, seen.append)
+    assert "the download stalled: no byte received for 3s" in e.value.message, e.value.message
+    assert time.monotonic() - started < 9  # before the client's own read timeout (10 s) would have said anything
+    assert seen and seen[-1]["progress"] >= 1 << 20, seen
+
+
+def test_a_local_folder_sent_by_rsync_is_under_the_budget_too(sandbox, tmp_path):
+    """review of #35: rsync's progress goes through the same tick (--max-cost, the TTL) as a download's; before, a
+    big local --data folder crossed with no budget checked."""
+    import os
+
+    corpus = Path.cwd() / "corpus"
+    corpus.mkdir()
+    (corpus / "big.bin").write_bytes(os.urandom(4 << 20))
+    seen = []
+
+    def budget(p):
+        seen.append(p)
+        raise GpuopsError("--max-cost reached")
+
+    prof = profiles.resolve("sandbox", Path.cwd())
+    out = Output(json_mode=True, stdout=io.StringIO(), stderr=io.StringIO())
+    with connect(prof) as remote, pytest.raises(GpuopsError, match="max-cost"):
+        data.put(prof, remote, out, dp.parse("corpus", Path.cwd()), str(tmp_path / "fs"), tick=budget)
+    assert seen and seen[0]["progress"] >= 0 and set(seen[0]) == {"progress", "total"}, seen

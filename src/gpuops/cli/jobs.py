@@ -168,7 +168,7 @@ def watch(
     finally:
         if live:
             live.close()
-    res = _whole_fleet(fleet_prof, out, project, fleet_meta, res)
+    res = _fleet_end(out, fleet_prof, project, fleet_meta, prof, dash, res)
     if notify and not res["interrupted"] and res["info"] is not None:
         from ..notify import notify as say
 
@@ -200,13 +200,25 @@ def _node(prof, meta: dict, host: Optional[int]):
     return prof.node(host), node_meta(meta, host)
 
 
+def _fleet_end(out, fleet_prof, project: Path, fleet_meta: dict, prof, dash, res: dict) -> dict:
+    """A fleet run whose followed host's job ended: that host's end said first, then every other host's (each that
+    did not succeed with what it died of); the whole run's outcome is then the last word (`_ended`)."""
+    if len(fleet_meta.get("nodes") or []) < 2 or res["interrupted"] or res["info"] is None:
+        return res
+    out.info(f"{dash.state_text()} (host #{prof.rank})")
+    _say_ending(out, res.get("ending"))
+    return {**_whole_fleet(fleet_prof, out, project, {**fleet_meta, "node_rank": prof.rank}, res), "said": True}
+
+
 def _whole_fleet(prof, out, project: Path, meta: dict, res: dict) -> dict:
     """After the followed host's job ended: a fleet run ends when every host's job has, with the worst outcome."""
     from ..jobs import fleetactions
 
     if res["interrupted"] or len(meta.get("nodes") or []) < 2:
         return res
-    return {**res, "code": max(res["code"], fleetactions.wait_fleet(prof, out, project, meta))}
+    code, _, _ = fleetactions.wait_fleet(prof, out, project, meta, followed=meta.get("node_rank") or 0,
+                                      json_lines=out.json_mode)
+    return {**res, "code": max(res["code"], code)}
 
 
 def _cloud_summary(prof, run_running: bool, utils: list) -> Optional[dict]:
@@ -247,6 +259,9 @@ def _ended(out, meta: dict, dash, res: dict, *, what: str = "watching") -> None:
         rid = meta["run_id"]
         again = f" (gpuops watch {rid})" if what == "watching" else ""
         out.info(f"stopped {what}; run {rid} keeps running{again}")
+    elif res.get("said"):  # a fleet: each host said; the whole run's outcome is the last word
+        out.info(f"run {meta['run_id']}: " + ("every host's job succeeded" if res["code"] == 0 else
+                                             "failed (the hosts above say which, and why)"))
     elif res["info"] is not None:
         out.info(dash.state_text())
         _say_ending(out, res.get("ending"))
@@ -333,7 +348,7 @@ def logs(
 
     dash = w.Dashboard(meta, price_per_hour=prof.price_per_hour)
     res = lifecycle.follow(prof, out, project, meta, dash, lines=lines, samples=False, interval=2.0, on_event=show)
-    _ended(out, meta, dash, _whole_fleet(fleet_prof, out, project, fleet_meta, res), what="following the log")
+    _ended(out, meta, dash, _fleet_end(out, fleet_prof, project, fleet_meta, prof, dash, res), what="following the log")
 
 
 # -- status --------------------------------------------------------------------------------------------

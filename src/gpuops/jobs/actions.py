@@ -247,7 +247,7 @@ def watch_once(prof, out, project: Path, meta: dict, dash, lines: int) -> dict:
     if not dash.info or not dash.info.exists:
         return {"events": events, "code": 1, "error": RemoteError(f"run {rid} not found on {prof.name} ({run_dir})")}
     if dash.ending:
-        core.save_local_state(rid, dash.info, project, ending=dash.ending)
+        core.save_local_state(rid, dash.info, project, ending=dash.ending, rank=meta.get("node_rank"))
     _remember(prof, project)
     return {"events": events, "code": 0 if dash.state in (core.RUNNING, core.SUCCEEDED) else 1, "error": None}
 
@@ -287,7 +287,7 @@ def follow(prof, out, project: Path, meta: dict, dash, *, lines: Optional[int], 
     if not ended:
         return {"interrupted": True, "info": None, "code": 130, "ending": None}
     if fs.info is not None:
-        core.save_local_state(rid, fs.info, project, ending=dash.ending)
+        core.save_local_state(rid, fs.info, project, ending=dash.ending, rank=meta.get("node_rank"))
     _remember(prof, project)
     return {"interrupted": False, "info": fs.info, "code": 1 if fs.info is None else core.exit_for_state(fs.info),
             "ending": dash.ending}
@@ -428,7 +428,7 @@ def status(prof, out, project: Path) -> dict:
     from . import scripts as rl
 
     metas = {m["run_id"]: m for m in core.local_runs(prof.name, project)}
-    saved = {rid: core.local_state(rid, project) or {} for rid in metas}
+    saved = {rid: core.local_state(rid, project, prof.rank) or {} for rid in metas}  # this host's (a fleet's node)
     known = {rid: st.get("ending") for rid, st in saved.items()}
     judged = [rid for rid, st in saved.items() if st.get("ending") or st.get("state") == core.SUCCEEDED]
     remote = connect(prof, out)
@@ -445,7 +445,7 @@ def status(prof, out, project: Path) -> dict:
     endings = _endings(got, known, gpu_error, project)
     for rid, info in got["infos"].items():
         if rid in metas and info.exists and info.state in core.ENDED:
-            core.save_local_state(rid, info, project, ending=endings.get(rid))
+            core.save_local_state(rid, info, project, ending=endings.get(rid), rank=prof.rank)
     rows = core.status_rows(metas, got["infos"], time.time())
     for r in rows:
         if r["state"] in core.ENDED and endings.get(r["run_id"]):
@@ -524,6 +524,6 @@ def stop(prof, out, project: Path, meta: dict, grace: float) -> dict:
     if not info.exists:
         raise RemoteError(f"run {rid} not found on {prof.name} ({run_dir})")
     if info.exists:
-        core.save_local_state(rid, info, project)
+        core.save_local_state(rid, info, project, rank=meta.get("node_rank"))
     _remember(prof, project)
     return {"run_id": rid, "result": how, "state": info.state, "exit_code": info.exit_code}

@@ -4,7 +4,9 @@ Two places gather them, neither with an execution of its own:
   - the launcher (jobs/scripts.launcher_script), the job's parent, at the moment the job ends: the cgroup's OOM-kill
     count before and after (cgroup v2 memory.events, v1 memory.oom_control), the signal the launcher itself received,
     `df -Pk` and `df -Pi` of the folders the job writes (the project folder, $HOME, /tmp, GPUOPS_DATA, GPUOPS_FS,
-    HF_HOME), into <run dir>/end.facts, before it writes exit_code (so whoever sees the end sees them);
+    HF_HOME), and the job's processes (every pid that carried GPUOPS_RUN_DIR while it ran, sampled into <run
+    dir>/pids by a loop of the launcher: twice a second for 10 s, then every 5 s), into <run dir>/end.facts, before
+    it writes exit_code (so whoever sees the end sees them);
   - whatever notices the end (watch's stream, `watch --once`, `status`), in the execution it already runs: the
     kernel's OOM-killer and Xid lines (dmesg, else `journalctl -k -o short-unix`) with the host's clock and uptime to
     place them in time, when the log last changed, the log's last lines and end.facts. Tagged lines, one fact each:
@@ -23,6 +25,7 @@ TAIL_LINES = 60  # the log's last lines read at the death (playbooks/endings.yam
 TAIL_BYTES = 16000
 KERNEL_LINES = 40
 KERNEL_PATTERN = "Killed process|oom-kill:|invoked oom-killer|NVRM: Xid"
+PIDS_MAX = 5000  # the job's pids the launcher keeps (more: the list is partial, and a pid not in it is not ruled out)
 
 # launch.sh, before the job: the cgroup's OOM kills so far (v2: memory.events, counted for the cgroup and below it;
 # v1: memory.oom_control), to compare with the count once the job has ended
@@ -33,11 +36,30 @@ LAUNCHER_BEFORE = r"""gpuops_oom() {
   gpuops_cg=$(sed -n 's/^[0-9]*:[^:]*memory[^:]*://p' /proc/self/cgroup 2>/dev/null)
   [ -n "$gpuops_cg" ] && sed -n 's/^oom_kill //p' "/sys/fs/cgroup/memory$gpuops_cg/memory.oom_control" 2>/dev/null
 }
-gpuops_oom0=$(gpuops_oom)"""
+gpuops_oom0=$(gpuops_oom)
+gpuops_pids() {  # the job's processes while it runs (those carrying GPUOPS_RUN_DIR, as `stop` finds them), kept in
+  # $D/pids: an OOM kill in the kernel log is tied to the job by the pid it names; its own commands carry no mark of
+  # the run (neither `stop` nor a GPU tool counts them as the job's)
+  unset GPUOPS_RUN_DIR GPUOPS_RUN_ID
+  trap 'kill $gpuops_z 2>/dev/null; exit 0' TERM
+  gpuops_i=0
+  while [ ! -f "$D/exit_code" ]; do
+    { cat "$D/pids" 2>/dev/null; grep -lzxF -- "GPUOPS_RUN_DIR=$D" /proc/[0-9]*/environ 2>/dev/null |
+        sed 's#^/proc/##; s#/environ$##'; } | sort -un > "$D/pids.tmp" 2>/dev/null && mv -f "$D/pids.tmp" "$D/pids"
+    if [ "$(wc -l < "$D/pids")" -ge """ + str(PIDS_MAX) + r""" ]; then : > "$D/pids.full"; exit 0; fi  # a bounded list
+    gpuops_i=$((gpuops_i+1)); gpuops_t=5; [ $gpuops_i -lt 20 ] && gpuops_t=0.5
+    sleep $gpuops_t & gpuops_z=$!; wait $gpuops_z
+  done
+}
+gpuops_pids </dev/null >/dev/null 2>&1 &
+gpuops_pidw=$!"""
 
 # launch.sh, once the job has ended and before exit_code is written: end.facts (df bounded by `timeout`: a hung
 # network mount never keeps the launcher from recording the exit code)
-LAUNCHER_AFTER = r"""{
+LAUNCHER_AFTER = r"""kill "$gpuops_pidw" 2>/dev/null
+{
+  echo "pids $(tr '\n' ' ' < "$D/pids" 2>/dev/null)"
+  [ -f "$D/pids.full" ] && echo "pids_full"
   echo "oom_kill ${gpuops_oom0:--} $(gpuops_oom || true)"
   [ -n "$gpuops_signal" ] && echo "signal $gpuops_signal"
   echo "at $(date +%s)"
@@ -109,6 +131,8 @@ class EndFacts:
     gpu_error: Optional[str] = None  # nvidia-smi's failure when the end was seen ("GPU is lost")
     gpu_util: list = field(default_factory=list)  # utilisation samples taken while it ran (watch)
     stop_reason: Optional[str] = None  # who stopped it when gpuops did (run: --max-cost reached)
+    pids: Optional[set] = None  # the job's processes the launcher saw (None: no list; an OOM kill tied by time)
+    pids_full: bool = False  # the list reached PIDS_MAX: a pid not in it may still have been the job's
 
     @property
     def boot(self) -> Optional[float]:
@@ -145,6 +169,11 @@ def _end_fact(f: EndFacts, line: str) -> None:
         f.oom_kill = (_num(a), _num(b.strip()))
     elif key == "signal":
         f.launcher_signal = rest.strip() or None
+    elif key == "pids_full":
+        f.pids_full = True
+    elif key == "pids":
+        got = {n for n in (_num(x) for x in rest.split()) if n is not None}
+        f.pids = got or None
     elif key == "at":
         f.ended_at = _num(rest.strip(), float)
     elif key in ("df", "dfi"):

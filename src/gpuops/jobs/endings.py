@@ -91,6 +91,19 @@ def _size(kib: int) -> str:
     return f"{kib} KB"
 
 
+def _without_launchers_note(tail: list, signal: Optional[str]) -> list:
+    """The log's tail without the launcher's own word on a job killed by a signal: launch.sh (sh, dash) prints a bare
+    `Killed` (`Terminated`, ...) after its foreground job died of SIGKILL, which is not a command of a script being
+    killed (bash's `script.sh: line 3: 1234 Killed  python ...` is)."""
+    notes = {"SIGKILL": "Killed", "SIGTERM": "Terminated", "SIGHUP": "Hangup", "SIGABRT": "Aborted"}
+    lines = list(tail)
+    while lines and not lines[-1].strip():
+        lines.pop()
+    if signal in notes and lines and clean(lines[-1]) == notes[signal]:
+        lines.pop()
+    return lines
+
+
 class Judge:
     """The facts of one death, and the derived facts the playbook's `fact:` rows name."""
 
@@ -102,7 +115,8 @@ class Judge:
         self.code = f.exit_code
         self.signal = signal_name(f.exit_code)
         self.end = f.ended if f.ended is not None else (f.ended_at if f.ended_at is not None else f.now)
-        self.exception = last_exception(f.log_tail)
+        self.tail = _without_launchers_note(f.log_tail, self.signal)
+        self.exception = last_exception(self.tail)
         self.kernel = [kernel_time(x, f.boot, f.now) + (x,) for x in f.kernel]
         self.values = {"code": self.code, "signal": self.signal or (f"exit {self.code}" if self.code is not None
                                                                      else "a signal"),
@@ -117,15 +131,30 @@ class Judge:
         return self.f.started - 1 <= t <= end + self.window
 
     def oom_kills(self) -> list:
-        """The kernel's OOM-killer lines of the job's lifetime: [(time, message, raw)]. A line that cannot be placed
-        in time counts when the job died by SIGKILL or with its launcher (what the OOM killer leaves)."""
+        """The kernel's OOM-killer lines that were the job's: [(time, message, raw)]. With the launcher's list of the
+        job's processes (end.facts `pids`), a line naming a pid is the job's when the pid is in it (and its time, where
+        known, fits the job's life); without the list, by time: a line of the job's lifetime, or one that cannot be
+        placed in time when the job died by SIGKILL or with its launcher (what the OOM killer leaves)."""
+        return [k for k in self._oom_lines() if k[3] is not False]
+
+    def oom_others(self) -> list:
+        """OOM kills of the job's lifetime whose pid was not one of the job's: [(time, message, raw, False)]."""
+        return [k for k in self._oom_lines() if k[3] is False and self._during(k[0])]
+
+    def _oom_lines(self) -> list:
+        """[(time, message, raw, mine)]: mine True (its pid is the job's), None (tied by time), False (not the job's
+        pid, or not of its lifetime)."""
         killed = self.signal == "SIGKILL" or (self.code is None and not self.f.alive)
         out = []
         for t, msg, raw in self.kernel:
-            if _OOM.search(msg):
-                during = self._during(t)
-                if during or (during is None and killed):
-                    out.append((t, msg, raw))
+            m = _OOM.search(msg)
+            if not m:
+                continue
+            during = self._during(t)
+            if self.f.pids and (int(m.group("pid")) in self.f.pids or not self.f.pids_full):
+                out.append((t, msg, raw, int(m.group("pid")) in self.f.pids and during is not False))
+            else:  # no list, or a pid a full list lacks: by time
+                out.append((t, msg, raw, None if during or (during is None and killed) else False))
         return out
 
     def xids(self) -> list:
@@ -157,10 +186,14 @@ class Judge:
 
     def fact_host_oom(self):
         kills = self.oom_kills()
-        ev = [f"kernel log: {msg.strip()[:240]}" for _, msg, _ in kills[-2:]]
+        ev = [f"kernel log: {msg.strip()[:240]}" for _, msg, _, _ in kills[-2:]]
         detail = None
         if kills:
             m = _OOM.search(kills[-1][1])
+            ev.append(f"process {m.group('pid')} was one of the job's processes (the launcher's list: pids in the "
+                      "run's folder on the host)"
+                      if kills[-1][3] else "tied to the job by time only: the kill fell in its lifetime (no list of "
+                                           "its processes to name the pid)")
             rss = f", {_size(int(m.group('rss')))} resident" if m and m.group("rss") else ""
             detail = f"process {m.group('pid')} {m.group('name')}{rss}" if m else None
         oom = self.f.oom_kill
@@ -257,7 +290,7 @@ class Judge:
     # -- log rows ------------------------------------------------------------------------------------------------
     def _log_match(self, patterns: list) -> Optional[str]:
         """The newest line of the log's tail matching one of the patterns."""
-        for line in (clean(x) for x in reversed(self.f.log_tail)):
+        for line in (clean(x) for x in reversed(self.tail)):
             if line and any(re.search(p, line) for p in patterns):
                 return line[:300]
         return None
@@ -265,7 +298,7 @@ class Judge:
     def log_row(self, row: dict) -> Optional[tuple[str, dict]]:
         pats = row.get("match") or []
         pats = [pats] if isinstance(pats, str) else pats
-        lines = [self.exception] if row.get("scope") == "exception" else [clean(x) for x in reversed(self.f.log_tail)]
+        lines = [self.exception] if row.get("scope") == "exception" else [clean(x) for x in reversed(self.tail)]
         for line in lines:
             if not line:
                 continue
@@ -329,6 +362,18 @@ def verdict(cause: str, spec: dict, evidence: list, values: Optional[dict] = Non
             "source": row.get("source", "")}
 
 
+def root(by_rank: dict, spec: dict) -> Optional[dict]:
+    """A fleet run's ending: of the nodes that did not succeed ({rank: ending}), the one whose cause is not what
+    another node's death does to the rest (settings.fleet_consequences: an NCCL timeout, a kill from outside by the
+    launcher of the other ranks, ...), the lowest rank first; the verdict with its `host`."""
+    later = set((spec.get("settings") or {}).get("fleet_consequences") or [])
+    ranked = sorted((r, e) for r, e in by_rank.items() if e)
+    if not ranked:
+        return None
+    rank, e = next(((r, e) for r, e in ranked if e.get("cause") not in later), ranked[0])
+    return {**e, "host": rank}
+
+
 def _context(j: Judge, cause: str, said: list) -> list:
     """What else the facts say about the death, after the row's own evidence: the exit code or signal, the last
     exception, an OOM kill or a full disk that did not name the cause, the kernel log unread."""
@@ -344,6 +389,10 @@ def _context(j: Judge, cause: str, said: list) -> list:
     if cause != "host-oom":
         ok, ev, _ = j.fact_host_oom()
         out += ev if ok else []
+    for _, msg, _, _ in j.oom_others()[-2:]:
+        m = _OOM.search(msg)
+        out.append(f"the kernel's OOM killer killed process {m.group('pid')} ({m.group('name')}) while the job ran, "
+                   "not one of the job's processes (the launcher's list)")
     if cause not in ("disk-full", "inodes-full"):
         out += [j._disk_text(d) for d in j._full(False) + j._full(True)]
     if f.kernel_readable is False and cause in ("killed-outside", "killed-in-script", "failed", "hang"):

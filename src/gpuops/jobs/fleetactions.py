@@ -12,7 +12,7 @@ from typing import Callable, Iterable, Optional
 
 from . import envplan
 from . import plan as core
-from .actions import _Gate, _prepare_run, _remember, _snapshot, connect, status, stop
+from .actions import _Gate, _endings, _prepare_run, _remember, _snapshot, connect, status, stop
 from ..errors import RemoteError
 
 
@@ -217,6 +217,14 @@ def _fleet_error(what: str, bad: list, *, last: bool = False):
 # -- fleets: the other nodes of a run --------------------------------------------------------------------------------
 def fleet_states(prof, out, meta: dict, *, parallel: int = 8) -> list:
     """Each node's RunInfo of a fleet run (None where the host could not be asked), in rank order."""
+    return [info for info, _ in node_ends(prof, out, meta, parallel=parallel)]
+
+
+def node_ends(prof, out, meta: dict, *, project: Optional[Path] = None, parallel: int = 8) -> list:
+    """Each node's (RunInfo or None, ending or None), rank order. With `project`: a node whose job ended otherwise
+    than with exit 0 is judged (jobs/endings.py) on the facts of its death, gathered in the same execution as its
+    state, and its state and ending are kept in runs/<id>/state[.host<N>].json; a node's own playbook is the
+    project's."""
     from .. import fleet
     from . import scripts as rl
 
@@ -227,32 +235,58 @@ def fleet_states(prof, out, meta: dict, *, parallel: int = 8) -> list:
         nm = core.node_meta(meta, node.rank)
         remote = connect(node, out)
         try:
-            got = rl.query_states(remote, [(rid, nm["remote_run_dir"])])
+            got = rl.query_states(remote, [(rid, nm["remote_run_dir"])], endings=[rid] if project else ())
         finally:
             remote.close()
-        return got["infos"].get(rid)
+        info = got["infos"].get(rid)
+        if project is None or info is None or not info.exists or info.state not in core.ENDED:
+            return info, None
+        ending = _endings(got, {}, None, project).get(rid)
+        core.save_local_state(rid, info, project, ending=ending, rank=node.rank)
+        return info, ending
 
-    return [r.value for r in fleet.for_each(nodes[:len(meta.get("nodes") or [])], one, parallel=parallel)]
+    got = fleet.for_each(nodes[:len(meta.get("nodes") or [])], one, parallel=parallel)
+    return [r.value if r.value is not None else (None, None) for r in got]
 
 
 def wait_fleet(prof, out, project: Path, meta: dict, *, interval: float = 2.0,
-               sleep: Callable[[float], None] = time.sleep) -> int:
-    """After the followed node ended: wait until every node's job has ended; the worst outcome decides."""
+               sleep: Callable[[float], None] = time.sleep, followed: int = 0,
+               json_lines: bool = False) -> tuple[int, dict, list]:
+    """After the followed node ended: wait until every node's job has ended; the worst outcome decides. Each other
+    node that did not succeed is said with what its job died of (its evidence and fix; `json_lines`, watch --json:
+    an `ending` object with its `rank` on stdout). Returns (exit code, {rank: ending} of every node judged, each
+    node's RunInfo or None)."""
     said: set[int] = set()
     while True:
-        infos = fleet_states(prof, out, meta)
+        ends = node_ends(prof, out, meta, project=project)
+        infos = [info for info, _ in ends]
         running = [i for i, info in enumerate(infos) if info is not None and info.state == core.RUNNING]
         if not running:
-            for i, info in enumerate(infos):
-                if info is not None and info.state != core.SUCCEEDED:
-                    out.info(f"host #{i}: {info.state}" + (f" (exit {info.exit_code})" if info.exit_code is not None
-                                                           else ""))
-            return core.fleet_exit(infos)
+            _say_nodes(out, ends, followed, json_lines)
+            return core.fleet_exit(infos), {i: e for i, (_, e) in enumerate(ends) if e}, infos
         for i in running:
             if i not in said:
                 out.info(f"waiting for host #{i}: its job is still running")
                 said.add(i)
         sleep(interval)
+
+
+def _say_nodes(out, ends: list, followed: int, json_lines: bool) -> None:
+    """Each node that did not succeed: its state and exit code, and (a node not followed) what it died of."""
+    from .watchtext import ending_doc, ending_lines
+
+    for i, (info, ending) in enumerate(ends):
+        if info is not None and info.state == core.SUCCEEDED:
+            continue
+        state = info.state if info is not None else "unknown (the host could not be asked)"
+        code = f" (exit {info.exit_code})" if info is not None and info.exit_code is not None else ""
+        out.info(f"host #{i}: {state}{code}" + (f": {ending['title']}" if ending else ""))
+        if ending and i != followed:
+            if json_lines:
+                out.emit_json_line({**ending_doc(ending, time.time()), "rank": i})
+            else:
+                for line in ending_lines(ending, indent="    ")[1:]:
+                    out.info("  " + line)
 
 
 def tail_all(prof, out, project: Path, meta: dict, lines: int) -> list[tuple[int, str, str]]:

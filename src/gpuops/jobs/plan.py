@@ -269,28 +269,33 @@ def save_local(meta: dict, project_dir: Path | None = None) -> Path:
     return path
 
 
+def _state_file(run_id: str, project_dir: Path | None, rank: Optional[int]) -> Path:
+    """runs/<id>/state.json, or a fleet run's other host's: state.host<N>.json (each host's job ends its own way)."""
+    return registry_dir(project_dir) / run_id / ("state.json" if not rank else f"state.host{int(rank)}.json")
+
+
 def save_local_state(run_id: str, info: RunInfo, project_dir: Path | None = None,
-                     ending: Optional[dict] = None) -> None:
-    """runs/<id>/state.json: the run's last known state, and what it died of (jobs/endings.py) once judged (kept
-    when a later save does not know it)."""
+                     ending: Optional[dict] = None, rank: Optional[int] = None) -> None:
+    """runs/<id>/state.json (a fleet's host N: state.host<N>.json): the run's last known state, and what it died of
+    (jobs/endings.py) once judged (kept when a later save does not know it)."""
     from ..paths import write_atomic
 
     d = registry_dir(project_dir) / run_id
     if d.is_dir():
         doc = info.to_json()
-        known = ending or (local_state(run_id, project_dir) or {}).get("ending")
+        known = ending or (local_state(run_id, project_dir, rank) or {}).get("ending")
         if known and info.state in ENDED:
             doc["ending"] = known
         try:
-            write_atomic(d / "state.json", json.dumps(doc, indent=1) + "\n")
+            write_atomic(_state_file(run_id, project_dir, rank), json.dumps(doc, indent=1) + "\n")
         except OSError:
             pass
 
 
-def local_state(run_id: str, project_dir: Path | None = None) -> Optional[dict]:
-    """runs/<id>/state.json as saved, or None."""
+def local_state(run_id: str, project_dir: Path | None = None, rank: Optional[int] = None) -> Optional[dict]:
+    """runs/<id>/state.json (a fleet's host N: state.host<N>.json) as saved, or None."""
     try:
-        doc = json.loads((registry_dir(project_dir) / run_id / "state.json").read_text())
+        doc = json.loads(_state_file(run_id, project_dir, rank).read_text())
     except (OSError, ValueError):
         return None
     return doc if isinstance(doc, dict) else None

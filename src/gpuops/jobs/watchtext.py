@@ -130,11 +130,17 @@ def ending_lines(ending: Optional[dict], *, indent: str = "  ", fix: bool = True
     """What a job died of (jobs/endings.py's verdict) as lines: the cause's title, each piece of evidence, the fix."""
     if not ending:
         return []
-    lines = [f"why it ended: {ending['title']}"]
+    lines = [f"why it ended: {ending_title(ending)}"]
     lines += [f"{indent}evidence: {e}" for e in ending.get("evidence") or []]
     if fix and ending.get("fix"):
         lines.append(f"{indent}fix: {ending['fix']}")
     return lines
+
+
+def ending_title(ending: dict) -> str:
+    """The cause's title, after the host it names on a fleet (`host #1: ...`)."""
+    host = ending.get("host")
+    return (f"host #{host}: " if host is not None else "") + ending["title"]
 
 
 def ending_doc(ending: dict, ts: float) -> dict:

@@ -25,6 +25,7 @@ class EndStages:
         self._begin("fetch")
         self._end_fetcher()  # a checkpoint fetched while training: never two fetches into one folder
         prof = self._fetch_profile()
+        self._data_changed_under(prof)  # another run put --data again while this one ran: said
         failed = []
         if rec.run_id:
             from ..jobs import actions as lifecycle

@@ -168,18 +168,41 @@ class HostStages:
             try:
                 return data.put(node, remote, node_out, src, fss[0].mount_point if fss else None,
                                 token=here.get("HF_TOKEN"), endpoint=here.get("HF_ENDPOINT"),
-                                tick=self._download_tick(src.shown or src.text, node_out))["path"]
+                                tick=self._download_tick(src.shown or src.text, node_out, sent=src.kind == "local"),
+                                run=self.rec.id)["path"]
             except GpuopsError as exc:
                 raise GpuopsError(redact(exc.message) if here.get("HF_TOKEN") else exc.message, hint=exc.hint,
                                   code=exc.code) from None
 
-    def _download_tick(self, what: str, out) -> Callable[[dict], None]:
-        """While the instance downloads --data: its progress said (bytes, rate) every few seconds, and --max-cost and
-        the run's TTL in force (a GpuopsError ends the download; the sync stage fails and the instance is
-        terminated)."""
+    def _data_changed_under(self, prof) -> None:
+        """The job has ended: a local --data folder that another run put again while this one ran (on a filesystem,
+        from any machine) is warned, naming the puts and what they changed (the summary keeps the warning)."""
+        from ..remote.connection import connect
+        from ..transfer import data
+
+        rec = self.rec
+        if not rec.data or not rec.data_path or "://" in rec.data or not rec.file_systems:
+            return  # on the instance's own disk only this run puts it: no round trip to ask
+        try:
+            with connect(prof, announce=self.out.info) as remote:
+                later = data.puts_since(remote, rec.data_path, rec.id)
+        except GpuopsError:
+            return  # the instance is gone: the fetch says so
+        from ..transfer.dataplan import changed_under_warning
+
+        said = changed_under_warning(rec.data, rec.data_path, later)
+        if said:
+            self.out.warn(said)
+
+    def _download_tick(self, what: str, out, sent: bool = False) -> Callable[[dict], None]:
+        """While the instance downloads --data (`sent`: while rsync sends a local folder): its progress said (bytes,
+        rate) every few seconds, and --max-cost and the run's TTL in force (a GpuopsError ends the transfer; the sync
+        stage fails and the instance is terminated)."""
         from ..transfer.plan import human_bytes
 
         rec, started, said = self.rec, self.seams.clock(), [0.0]
+        doing = f"--data {what} was sent to the instance" if sent else f"the instance downloaded --data {what}"
+        done, ended = ("sent", "transfer ended") if sent else ("received", "download ended")
 
         def tick(p: dict) -> None:
             now = self.seams.clock()
@@ -188,15 +211,14 @@ class HostStages:
             rate = f"{human_bytes(n / max(0.001, now - started))}/s"
             if pl.over_budget(rec, now):
                 rec.stop_reason = f"--max-cost ${rec.max_cost:.2f} reached"
-                raise GpuopsError(f"{rec.stop_reason} while the instance downloaded --data {what} ({got} received, "
-                                  f"{rate}; {self._cost()}): download ended")
+                raise GpuopsError(f"{rec.stop_reason} while {doing} ({got} {done}, "
+                                  f"{rate}; {self._cost()}): {ended}")
             if rec.ttl_deadline is not None and now >= rec.ttl_deadline:
                 rec.stop_reason = "the run's --ttl reached"
-                raise GpuopsError(f"{rec.stop_reason} while the instance downloaded --data {what} ({got} received): "
-                                  "download ended")
+                raise GpuopsError(f"{rec.stop_reason} while {doing} ({got} {done}): {ended}")
             if now - said[0] >= 5.0:
                 said[0] = now
-                out.info(f"data {what}: {got} downloaded, {rate} ({self._cost()})")
+                out.info(f"data {what}: {got} {'sent' if sent else 'downloaded'}, {rate} ({self._cost()})")
 
         return tick
 

@@ -88,9 +88,10 @@ def render_summary(out, rec: pl.Record, fetched: dict, now: float) -> dict:
 
         out.emit_json(jsonvocab.run(doc))  # docs/json.md's names; the caller reads `doc` under the runner's own
         return doc
+    from ..jobs.watchtext import ending_lines, ending_title
+
     out.print(f"gpuops run {rec.id}: {rec.outcome}" + (f" (job {rec.job_state}" + (
-        f": {rec.ending['title']})" if rec.ending else ")") if rec.job_state else ""))
-    from ..jobs.watchtext import ending_lines
+        f": {ending_title(rec.ending)})" if rec.ending else ")") if rec.job_state else ""))
 
     for line in ending_lines(rec.ending, indent="    "):  # what it died of, the evidence and the fix
         out.print("  " + line)

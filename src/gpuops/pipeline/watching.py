@@ -92,19 +92,32 @@ class WatchStage:
                       + (f": {rec.ending['title']}" if rec.ending else ""))
         if len(fleet_meta.get("nodes") or []) > 1:  # the run ends when every node's job has, with the worst outcome
             try:
-                fleetactions.wait_fleet(fleet_prof, self.out, self.project, fleet_meta, interval=self.seams.poll_s,
-                                     sleep=self._budget_sleep)
+                _, by_rank, infos = fleetactions.wait_fleet(fleet_prof, self.out, self.project, fleet_meta,
+                                                            interval=self.seams.poll_s, sleep=self._budget_sleep)
             except BudgetReached:
                 return self._budget_stop()
-            infos = fleetactions.fleet_states(fleet_prof, self.out, fleet_meta)
-            bad = [(i, x) for i, x in enumerate(infos) if x is None or x.state != core.SUCCEEDED]
-            ok = not bad
-            rec.job_state = core.SUCCEEDED if ok else (bad[0][1].state if bad[0][1] is not None else "lost")
-            detail = rec.job_state if ok else "; ".join(f"host #{i}: {x.state if x else 'unknown'}" for i, x in bad)
-            self.out.info(f"job {rec.run_id} on {len(infos)} hosts: {detail}")
-            self._end("watch", ok=ok, detail=detail + (f": {rec.ending['title']}" if rec.ending else ""))
-            return
+            return self._fleet_ended(infos, by_rank)
         self._end("watch", ok=ok, detail=rec.job_state + (f": {rec.ending['title']}" if rec.ending else ""))
+
+    def _fleet_ended(self, infos: list, by_rank: dict) -> None:
+        """Every node's job has ended: the worst outcome is the run's, and its ending the first host's that is not
+        a consequence of another's death (jobs/endings.root: node 1's ImportError, not node 0's NCCL timeout)."""
+        from ..jobs import endings
+        from ..jobs import plan as core
+
+        rec = self.rec
+        bad = [(i, x) for i, x in enumerate(infos) if x is None or x.state != core.SUCCEEDED]
+        ok = not bad
+        rec.job_state = core.SUCCEEDED if ok else (bad[0][1].state if bad[0][1] is not None else "lost")
+        if rec.ending:
+            by_rank[0] = rec.ending  # host 0's, judged from its stream's facts (its GPU samples too)
+        if not ok:
+            rec.ending = endings.root(by_rank, endings.load(self.project)) or rec.ending
+        detail = rec.job_state if ok else "; ".join(
+            f"host #{i}: {x.state if x else 'unknown'}" + (f" ({by_rank[i]['title']})" if by_rank.get(i) else "")
+            for i, x in bad)
+        self.out.info(f"job {rec.run_id} on {len(infos)} hosts: {detail}")
+        self._end("watch", ok=ok, detail=detail)
 
     def _gave_up(self, exc: GpuopsError) -> None:
         """The watch could not reach the instance: the API first (never a stranger's fingerprint for an instance

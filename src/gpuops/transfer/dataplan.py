@@ -161,6 +161,83 @@ def stale_warning(src: Source, dest: str, extra: list[str], shown: int = 5) -> O
             "another name")
 
 
+PUTS_SUFFIX = ".puts"  # beside a local folder's copy: one JSON line per put ({run, at, host, changed, count})
+PUTS_KEPT = 200  # the lines read back (the newest)
+
+
+def puts_file(dest: str) -> str:
+    """The put ledger of a data folder: beside it, never in it (the job reads the folder; a `--delete` dry run of the
+    folder would list it)."""
+    return dest.rstrip("/") + PUTS_SUFFIX
+
+
+def put_line(run: Optional[str], at: float, host: str, changed: list[str], shown: int = 20) -> dict:
+    return {"run": run, "at": round(at, 3), "host": host, "count": len(changed), "changed": changed[:shown]}
+
+
+def parse_puts(lines: list[str]) -> list[dict]:
+    """The ledger's lines, oldest first (a line that is not a JSON object: skipped)."""
+    import json
+
+    out = []
+    for line in lines:
+        try:
+            doc = json.loads(line)
+        except ValueError:
+            continue
+        if isinstance(doc, dict):
+            out.append(doc)
+    return out
+
+
+def _when(at) -> str:
+    from datetime import datetime
+
+    try:
+        return datetime.fromtimestamp(float(at)).strftime("%Y-%m-%d %H:%M:%S")
+    except (TypeError, ValueError, OverflowError, OSError):
+        return "?"
+
+
+def _names(entry: dict) -> str:
+    names = list(entry.get("changed") or [])
+    more = int(entry.get("count") or len(names)) - len(names)
+    return ", ".join(names) + (f" and {more} more" if more > 0 else "")
+
+
+def changed_since_warning(src: Source, dest: str, changed: list[str], previous: Optional[dict],
+                          run: Optional[str]) -> Optional[tuple[str, str]]:
+    """This put changed files of a folder an earlier put filled (the local folder changed since): (message, hint),
+    naming the files and the earlier put, or None (nothing changed, or the first put)."""
+    if not changed or previous is None:
+        return None
+    who = "this run" if previous.get("run") and previous.get("run") == run else f"run {previous.get('run') or '?'}"
+    n = len(changed)
+    return (f"data {src.text}: {n} file{'s' if n != 1 else ''} changed since the last put into {dest} ({who}, "
+            f"{_when(previous.get('at'))}, from {previous.get('host') or '?'}): "
+            f"{_names(put_line(run, 0, '', changed))}",
+            "a run still reading that folder (on the filesystem: any instance attaching it) sees these files change "
+            "under it, and a run resumed from a checkpoint trains on other data than its predecessor")
+
+
+def changed_under(entries: list[dict], run: str) -> list[dict]:
+    """The puts that changed files after this run's own last put, by other runs: its data changed under it."""
+    mine = max((i for i, e in enumerate(entries) if e.get("run") == run), default=None)
+    if mine is None:
+        return []
+    return [e for e in entries[mine + 1:] if e.get("run") != run and int(e.get("count") or 0) > 0]
+
+
+def changed_under_warning(src_text: str, dest: str, later: list[dict]) -> Optional[str]:
+    """The warning for a run whose data changed under it, naming each later put and what it changed."""
+    if not later:
+        return None
+    said = "; ".join(f"run {e.get('run') or '?'} at {_when(e.get('at'))} changed {e.get('count')} file"
+                     f"{'s' if int(e.get('count') or 0) != 1 else ''} ({_names(e)})" for e in later[-3:])
+    return (f"the data changed under this run: {dest} (--data {src_text}) was put again while it ran: {said}; "
+            "the job may have read either version")
+
+
 def data_root(fs_mount: Optional[str]) -> str:
     return f"{fs_mount.rstrip('/')}/{FS_DATA}" if fs_mount else LOCAL_DATA
 
@@ -338,8 +415,30 @@ if p["kind"] == "hf":
         from huggingface_hub import snapshot_download
     except ImportError:
         fail("huggingface_hub is not installed in the instance's python3 (pip install huggingface_hub)")
+    try:  # the client writes what it receives in chunks of this size: 1 MB, so that progress (and a stall) shows
+        import huggingface_hub.constants as hc
+        hc.DOWNLOAD_CHUNK_SIZE = min(int(getattr(hc, "DOWNLOAD_CHUNK_SIZE", 1 << 20)), 1 << 20)
+    except Exception:
+        pass
+    def tree_bytes():  # what the folder holds, the client's partial files (.cache/huggingface/download) included
+        total = 0
+        for a, _, fs in os.walk(dest):
+            for f in fs:
+                try:
+                    total += os.lstat(os.path.join(a, f)).st_size
+                except OSError:
+                    pass
+        return total
+    def grow():  # progress: the folder's growth, read every second (longer when the walk itself takes long)
+        base = tree_bytes()
+        while True:
+            t0 = time.time()
+            n = tree_bytes() - base
+            if n > state["n"]:
+                state["n"], state["last"] = n, time.time()
+            time.sleep(max(1.0, 5 * (time.time() - t0)))
+    threading.Thread(target=grow, daemon=True).start()
     threading.Thread(target=beat, daemon=True).start()
-    state["last"] = float("inf")  # the hub's own client times out its reads; the budget is checked meanwhile
     try:
         snapshot_download(repo_id=p["repo_id"], repo_type=p["repo_type"], revision=p["revision"], local_dir=dest)
     except Exception as e:

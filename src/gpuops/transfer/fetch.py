@@ -102,13 +102,21 @@ def cut_short(p, size, kind):
     """Why file p (of a format that says its own length) is cut short, or None."""
     with open(p, "rb") as fh:
         if kind == "zip":
-            if fh.read(4) != b"PK\x03\x04":
+            head = fh.read(4)
+            if size == 0:
+                return "an empty file (torch.save had written nothing yet)"
+            if len(head) < 4 and b"PK\x03\x04".startswith(head):
+                return "the first %d bytes of a zip (torch.save): cut short or still written" % len(head)
+            if head != b"PK\x03\x04":
                 return None
             n = min(size, 65557)
             fh.seek(size - n)
             tail = fh.read(n)
-            i = tail.rfind(b"PK\x05\x06")
-            if i < 0 or len(tail) - i < 22:
+            i = tail.rfind(b"PK\x05\x06")  # the end record: 22 bytes and its comment, the last bytes of the file
+            while i >= 0 and not (len(tail) - i >= 22 and
+                                  i + 22 + int.from_bytes(tail[i + 20:i + 22], "little") == len(tail)):
+                i = tail.rfind(b"PK\x05\x06", 0, i)
+            if i < 0:
                 return "a zip (torch.save) without its end-of-central-directory record: cut short or still written"
             return None
         if kind == "safetensors":
@@ -123,8 +131,11 @@ def cut_short(p, size, kind):
                 end = max([v["data_offsets"][1] for k, v in doc.items() if k != "__metadata__"] or [0])
             except (ValueError, KeyError, TypeError, IndexError, AttributeError):
                 return "a safetensors header that is not valid JSON: cut short or still written"
-            if 8 + n + end != size:
+            if 8 + n + end > size:
                 return "safetensors header + data make %d bytes, the file has %d: cut short" % (8 + n + end, size)
+            if 8 + n + end < size:
+                return ("the file has more bytes (%d) than its safetensors header says (%d): not one safetensors "
+                        "file as written" % (size, 8 + n + end))
     return None
 def evidence(full, files, ev):
     """What vouches for or rules out a checkpoint, seen in this same execution as its listing: files held open for
