@@ -126,6 +126,7 @@
         }));
       }
       G.fit(Object.values(st.figs));
+      if (stepZoom) for (const k of ["loss", "rate"]) st.figs[k].chart.zoomTo(stepZoom[0], stepZoom[1]);  // kept
     }
     const positive = (pts) => pts.length > 0 && pts.every((p) => p[1] === null || p[1] > 0);
     new ResizeObserver(() => G.fit(Object.values(st.figs))).observe(G.main);
@@ -177,31 +178,39 @@
     const redraw = () => { if (!st.pending) { st.pending = true; requestAnimationFrame(draw); } };
 
     // -- ranges: a zoom on one chart is the range of its kind; a range asks the database for its every point -------
-    let stepTimer = null;
+    let stepTimer = null, stepZoom = null;  // the steps shown, while zoomed: kept through every refresh
     function stepZoomed(key, z) {
       const other = st.figs[key === "loss" ? "rate" : "loss"];
-      if (z) other.chart.zoomTo(z[0], z[1]);
+      other.chart.zoomTo(z ? z[0] : null, z ? z[1] : null);  // a double-click (all steps) too
+      stepZoom = z;
       fromIn.value = z ? Math.floor(z[0]) : ""; toIn.value = z ? Math.ceil(z[1]) : "";
       clearTimeout(stepTimer);
-      stepTimer = setTimeout(() => detail(z), 250);
+      stepTimer = setTimeout(() => detail([z]), 250);
     }
     function stepRange(lo, hi) {
       for (const k of ["loss", "rate"]) st.figs[k].chart.zoomTo(lo, hi);
-      if (lo === null && hi === null) { fromIn.value = toIn.value = ""; history(); return; }
-      detail([lo === null ? st.loss.length ? st.loss[0][0] : 0 : lo, hi === null ? 1e15 : hi]);
+      if (lo === null && hi === null) { fromIn.value = toIn.value = ""; stepZoom = null; history(); return; }
+      stepZoom = [lo === null ? st.loss.length ? st.loss[0][0] : 0 : lo, hi === null ? 1e15 : hi];
+      detail([stepZoom]);
     }
-    function detail(z) {
+    // ranges asked in one go and merged in their order: the whole history (thinned) first, then the zoomed range's
+    // every point, so a refresh never leaves the range a person looks at thinned
+    function detail(zs) {
       for (const key of ["loss", "rate"]) {
-        const q = z ? `&lo=${Math.floor(z[0])}&hi=${Math.ceil(z[1])}` : "";
-        G.getJSON(`/api/run/${enc}/series?metric=${key}${q}&limit=3000`).then(({ ok, doc }) => {
-          if (!ok) return;
-          st[key] = merge(st[key], doc.points, z ? z[0] : null, z ? z[1] : null);
-          if (key === "rate" && doc.unit) st.unit = doc.unit;
+        Promise.all(zs.map((z) => G.getJSON(`/api/run/${enc}/series?metric=${key}` +
+          (z ? `&lo=${Math.floor(z[0])}&hi=${Math.ceil(z[1])}` : "") + "&limit=3000")
+          .then(({ ok, doc }) => (ok ? doc : null), () => null))).then((docs) => {
+          docs.forEach((doc, i) => {
+            if (!doc) return;
+            const z = zs[i];
+            st[key] = merge(st[key], doc.points, z ? z[0] : null, z ? z[1] : null);
+            if (key === "rate" && doc.unit) st.unit = doc.unit;
+          });
           redraw();
-        }, () => {});
+        });
       }
     }
-    function history() { detail(null); }
+    function history() { detail(stepZoom ? [null, stepZoom] : [null]); }
     function merge(cur, got, lo, hi) {  // points of [lo, hi] replaced by those fetched; newer live ones kept
       const inside = (x) => (lo === null || x >= lo) && (hi === null || x <= hi);
       const last = got.length ? got[got.length - 1][0] : -Infinity;
