@@ -106,3 +106,46 @@ def test_a_dashboard_restarted_while_a_run_trains_shows_its_whole_loss_history_b
         ctx.close()
     finally:
         stop(proc)
+
+
+FLOOD = """\
+import sys, time
+i = 0
+while True:
+    i += 1
+    sys.stdout.write(f"step {i} | loss {3.0 / i ** 0.5:.4f} | t={time.time():.3f}\\n")
+    if i % 200 == 0:  # about 20,000 lines a second, as benchmarks/bench_dashboard.py's flood
+        sys.stdout.flush()
+        time.sleep(0.01)
+"""
+
+RECORD_LINK = """() => { window.__links = []; const note = () => { const l = document.getElementById('link');
+  if (l && window.__links[window.__links.length - 1] !== l.textContent) window.__links.push(l.textContent); };
+  document.addEventListener('DOMContentLoaded', () => {
+    note(); new MutationObserver(note).observe(document.getElementById('link'),
+                                             { childList: true, characterData: true, subtree: true }); }); }"""
+
+
+def test_a_log_flood_is_never_called_live_from_the_first_second(sandbox, gpuops, isolated, browser):
+    """A job printing about 20,000 lines a second, its page opened as it begins (as benchmarks/bench_dashboard.py does): everything the connection line says, from
+    the page's first paint, is recorded; it says it is behind and never "live" (no heartbeat says the stream keeps
+    up: the first one is only the baseline of the host's clock, the next shows the log outrunning its reader)."""
+    put(sandbox, "flood.py", FLOOD)
+    rid = run_id_of(gpuops("train", "--script", "flood.py", "--no-sync", "--no-snapshot"))
+    proc, url = start_dashboard(isolated)
+    try:
+        errors, requests = [], []
+        ctx = browser.new_context(viewport={"width": 1100, "height": 800})
+        ctx.add_init_script(f"({RECORD_LINK})()")
+        page = ctx.new_page()
+        watch_page(page, errors, requests)
+        page.goto(url)
+        page.goto(f"{url.split('/?')[0]}/run/{rid}")
+        expect(page.locator("#link")).to_contain_text("behind", timeout=60000)
+        said = page.evaluate("window.__links")
+        assert said and "live" not in said, said
+        assert not errors, errors
+        ctx.close()
+    finally:
+        stop(proc)
+        gpuops("stop", rid, "--grace", "0.1")
