@@ -149,3 +149,61 @@ def test_a_log_flood_is_never_called_live_from_the_first_second(sandbox, gpuops,
     finally:
         stop(proc)
         gpuops("stop", rid, "--grace", "0.1")
+
+
+BROKEN = """\
+import os, time
+for i in range(1, int(os.environ.get("N", "3")) + 1):
+    print(f"step {i} | loss {2.0 / i:.4f}", flush=True)
+    time.sleep(float(os.environ.get("DELAY", "0.05")))
+from json import loads_fast  # a name the installed version does not have
+"""
+
+
+def test_a_real_import_error_is_the_cause_on_the_overview_and_the_run_page(sandbox, gpuops, isolated, browser):
+    """Jobs that die of an ImportError on the sandbox host (issue 35's endings, read where the death is seen): one
+    that died before any dashboard ran, and one whose page is open when it dies. The overview's row and the run page
+    say failed, exit 1, and the cause with its evidence and fix, from what the follower recorded; never a made-up
+    record."""
+    put(sandbox, "broken.py", BROKEN)
+    early = run_id_of(gpuops("train", "--script", "broken.py", "--no-sync", "--no-snapshot"))
+    assert wait_ended(sandbox, early) == 1
+    cause = "an import failed: ImportError: cannot import name 'loads_fast' from 'json'"
+    proc, url = start_dashboard(isolated)
+    try:
+        errors, requests = [], []
+        ctx = browser.new_context(viewport={"width": 1280, "height": 800})
+        page = ctx.new_page()
+        watch_page(page, errors, requests)
+        page.goto(url)
+        base = url.split("/?")[0]
+        row = page.locator("table[aria-label=runs] tbody tr", has_text=early)
+        expect(row.locator("td").nth(4)).to_have_text("failed", timeout=30000)
+        expect(row.locator("td").nth(5)).to_have_text("1")
+        expect(row.locator("td").nth(6)).to_contain_text(re.compile(r"an import failed: .*cannot import name 'loads_fast'"))
+        late = run_id_of(gpuops("train", "--script", "broken.py", "--no-sync", "--no-snapshot", "-e", "N=40",
+                                "-e", "DELAY=0.2"))
+        page.goto(f"{base}/run/{late}")
+        expect(page.locator("#run-state")).to_have_text("running", timeout=30000)
+        expect(page.locator("#run-state")).to_contain_text("failed (exit 1): an import failed", timeout=60000)
+        assert cause in page.locator("#run-state").inner_text()
+        info = page.get_by_label("what this run is")
+        expect(info.locator("dd[data-k='exit code']")).to_have_text("1")
+        expect(info.locator("dd[data-k=cause]")).to_contain_text("cannot import name 'loads_fast'")
+        box = page.locator("details.ending")
+        expect(box).to_contain_text("ImportError: cannot import name 'loads_fast' from 'json'")  # the evidence
+        expect(box).to_contain_text("Fix: a version mismatch between packages")
+        expect(box).to_contain_text("Source: Python exceptions, ImportError")
+        page.reload()  # from the record now, not the live stream
+        expect(page.locator("#run-state")).to_contain_text(cause)
+        page.goto(base + "/")
+        row = page.locator("table[aria-label=runs] tbody tr", has_text=late)
+        expect(row.locator("td").nth(6)).to_contain_text("cannot import name 'loads_fast'")
+        expect(row.locator("td").nth(5)).to_have_text("1")
+        page.locator("#run-filter").fill("loads_fast")  # the cause is what a person filters by
+        expect(page.locator("table[aria-label=runs] tbody tr")).to_have_count(2)
+        assert not errors, errors
+        assert all(u.startswith(base + "/") or u.startswith("data:") for u in requests), requests
+        ctx.close()
+    finally:
+        stop(proc)
