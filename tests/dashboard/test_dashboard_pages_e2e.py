@@ -276,7 +276,7 @@ LABELS_INSIDE = """(key) => {
 
 
 def test_two_runs_side_by_side_by_step_with_smoothing_log_scale_zoom_and_hover(served, browser, isolated, tmp_path):
-    write_run(isolated, "t-a", state="succeeded", exit_code=0, steps=3000, loss=lambda s: 3.0 / math.sqrt(s))
+    write_run(isolated, "t-a", state="succeeded", exit_code=0, steps=6000, loss=lambda s: 3.0 / math.sqrt(s))
     write_run(isolated, "t-b", state="succeeded", exit_code=0, steps=2000, started=T0 + 3600,
               loss=lambda s: 2.0 / math.sqrt(s) + 0.05 * ((s * 7919) % 13) / 13)
     write_run(isolated, "t-c", state="succeeded", exit_code=0, steps=10, started=T0 + 7200, pipeline=False)
@@ -294,7 +294,8 @@ def test_two_runs_side_by_side_by_step_with_smoothing_log_scale_zoom_and_hover(s
     page.wait_for_url(re.compile(r"/compare\?run=t-a&run=t-b$"))
     page.wait_for_function("() => G.charts && G.charts.compare && G.charts.compare.data[0].length > 100")
     data = chart_data(page, "compare")
-    assert len(data) == 3 and data[0][0] == 1 and data[0][-1] == 3000  # both runs on one step axis
+    assert len(data) == 3 and data[0][0] == 1 and data[0][-1] == 6000  # both runs on one step axis (a's thinned)
+    assert len(data[0]) < 6000
     b_steps = [x for x, v in zip(data[0], data[2]) if v is not None]
     assert b_steps[-1] == 2000
     raw = page.evaluate("() => Array.from(G.charts.compare.data[2]).filter((v) => v !== null && v !== undefined)")
@@ -312,8 +313,13 @@ def test_two_runs_side_by_side_by_step_with_smoothing_log_scale_zoom_and_hover(s
     page.mouse.move(box["x"] + box["width"] * 0.4, box["y"] + box["height"] / 2, steps=5)
     page.mouse.up()
     lo, hi = page.evaluate("() => [G.charts.compare.scales.x.min, G.charts.compare.scales.x.max]")
-    assert 400 < lo < 800 and 1000 < hi < 1400, (lo, hi)
+    assert 800 < lo < 1600 and 2000 < hi < 2800, (lo, hi)
     expect(page.locator("#step-from")).to_have_value(str(math.floor(lo)))
+    # the dragged steps at full resolution: every step of run a's in the range, as the run page does
+    a, b = math.ceil(lo), math.floor(hi)
+    page.wait_for_function("""([a, b]) => Array.from(G.charts.compare.data[0]).filter((x) => x >= a && x <= b).length
+        === b - a + 1""", arg=[a, b])
+    assert page.evaluate("() => [G.charts.compare.scales.x.min, G.charts.compare.scales.x.max]") == [lo, hi]
     # values on hover: each run's value at the step under the pointer, with the time it was logged
     page.mouse.move(box["x"] + box["width"] * 0.3, box["y"] + box["height"] / 2)
     legend = page.locator("#chart-compare .u-legend")
@@ -325,6 +331,14 @@ def test_two_runs_side_by_side_by_step_with_smoothing_log_scale_zoom_and_hover(s
     page.locator("#step-to").fill("200")
     page.locator("#step-apply").click()
     page.wait_for_function("() => Math.round(G.charts.compare.scales.x.min) === 100 && Math.round(G.charts.compare.scales.x.max) === 200")
+    # the page's refresh every 5 s reads the range shown again, never the whole runs thinned in its place
+    with page.expect_request(lambda r: "/series?" in r.url, timeout=10000) as got:
+        pass
+    assert "lo=100&hi=200" in got.value.url, got.value.url
+    page.wait_for_timeout(300)
+    assert page.evaluate("() => Array.from(G.charts.compare.data[0]).filter((x) => x >= 100 && x <= 200).length") == 101
+    assert page.evaluate("() => [Math.round(G.charts.compare.scales.x.min), Math.round(G.charts.compare.scales.x.max)]") \
+        == [100, 200]
     p.clean()
 
 
