@@ -523,3 +523,28 @@ def test_a_run_page_zooms_where_a_person_drags_narrows_to_a_typed_range_and_says
     page.wait_for_function("() => G.charts.loss.scales.x.min <= 1 && G.charts.loss.scales.x.max >= 20000")
     expect(page.locator("#step-from")).to_have_value("")
     p.clean()
+
+
+DRAWN_AT = """([key, si]) => { const u = G.charts[key]; const xs = u.data[0], ys = u.data[si];
+  const i = ys.findIndex((v) => v !== null && v !== undefined); if (i < 0) return null;
+  const x = Math.round(u.valToPos(xs[i], 'x', true)), y = Math.round(u.valToPos(ys[i], 'y', true));
+  const px = u.ctx.getImageData(x - 4, y - 4, 9, 9).data;
+  for (let k = 0; k < px.length; k += 4) if (px[k + 3] > 0 && px[k + 2] > px[k] + 60) return true;  // a blue mark
+  return false; }"""
+
+
+def test_a_run_with_one_logged_step_shows_that_point_not_an_empty_chart(served, browser, isolated):
+    """A job that logged one step and died (the usual first failure): its loss header says 1, and its chart draws
+    that one point (a line of one point is nothing, and points are otherwise hidden so raw lines stay readable)."""
+    write_run(isolated, "t-one", steps=1, loss=lambda s: 1.0)
+    s = served()
+    p = Page(browser, s)
+    page = p.page
+    page.goto(f"{s.base}/run/t-one")
+    expect(page.locator("#latest-loss")).to_have_text("1")
+    page.wait_for_function("() => G.charts.loss.data[0].length === 1")
+    page.locator("#smoothing").fill("0")  # the raw series alone
+    page.wait_for_function("() => G.charts.loss.series.length === 2")
+    page.wait_for_function(f"() => ({DRAWN_AT})(['loss', 1]) === true", timeout=5000)
+    assert page.evaluate(DRAWN_AT, ["rate", 1]) is True
+    p.clean()

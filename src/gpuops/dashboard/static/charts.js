@@ -30,6 +30,18 @@
     return span > 2 * 86400 ? `${p(d.getMonth() + 1)}-${p(d.getDate())} ${hm}` : span < 600 ? `${hm}:${p(d.getSeconds())}` : hm;
   };
 
+  // A value with no neighbour (a run's only step, a point between two NaN gaps) is no line at all: draw it as a
+  // point. Points are otherwise hidden, so a long raw line stays readable.
+  // A chart that spans gaps (GPUs, by time) joins values across them: there only a series' one value is lonely.
+  const lonely = (spans) => (u, si) => {
+    const ys = u.data[si], out = [], got = (i) => ys[i] !== null && ys[i] !== undefined;
+    for (let i = 0; i < ys.length; i++) {
+      if (got(i) && (spans || ((i === 0 || !got(i - 1)) && (i === ys.length - 1 || !got(i + 1))))) out.push(i);
+      if (spans && out.length > 1) return null;
+    }
+    return out.length ? out : null;
+  };
+
   // o: {title, x: "step"|"time", labels, unit, yLabel, percent, log, width, height, times(idx) -> t (step charts),
   //     value(v, si, idx) -> text, strokes: [{color, width, dash, alpha}], onZoom([lo, hi] | null), marks() -> [t|step]}
   G.chart = function (holder, o) {
@@ -50,7 +62,7 @@
       const s = (o.strokes || [])[i] || {};
       series.push({
         label, stroke: s.color || G.COLORS[i % G.COLORS.length], width: s.width || 1.5, dash: s.dash, spanGaps: o.x === "time",
-        alpha: s.alpha, points: { show: false },
+        alpha: s.alpha, points: { show: false, filter: lonely(o.x === "time") },
         value: (u, v, si, idx) => (o.value ? o.value(v, si - 1, idx) : v === null || v === undefined ? "-" : G.num(v) + (o.unit || "")),
       });
     });
