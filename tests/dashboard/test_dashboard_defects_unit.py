@@ -258,3 +258,26 @@ def test_a_host_that_stops_answering_is_said_on_the_page_not_its_last_state():
                                                                "seq": seq - 1}]
     feed.record({"type": "connected", "attempts": 1}, 9.0)
     assert feed.journal[-2] == {"k": "reach", "unreachable": False, "seen_at": 1.0, "seq": feed.seq - 1}
+
+
+def test_an_ended_run_with_no_copy_of_its_log_says_why_its_lines_are_missing(isolated):
+    """`gpuops train`'s runs have no local log: the page's log reads the last lines from the host; where the host
+    cannot be asked (here its profile is gone) the log section says so, never an empty box or an error."""
+    from gpuops.dashboard.hub import Hub
+
+    d = isolated / "runs" / "t-g"
+    d.mkdir(parents=True)
+    (d / "meta.json").write_text(json.dumps({"run_id": "t-g", "profile": "gone", "script": "t.py",
+                                             "started_ts": time.time() - 600, "remote_run_dir": "~/p/r"}))
+    (d / "state.json").write_text(json.dumps({"run_id": "t-g", "state": "failed", "exit_code": 1,
+                                              "started": time.time() - 600, "ended": time.time() - 60}))
+    hub = Hub(isolated, follow=True)
+    feed = hub.feed("t-g")
+    assert feed.log[0] == ["(no copy of the log here: reading its last lines from the host...)", "note"]
+    deadline = time.monotonic() + 10
+    while len(feed.log) < 2:
+        assert time.monotonic() < deadline
+        time.sleep(0.05)
+    text, kind = feed.log[-1]
+    assert kind == "note" and text.startswith("(the log could not be read from the host: ") and "gone" in text
+    assert hub.streams_started == 0

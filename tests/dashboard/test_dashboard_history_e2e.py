@@ -162,12 +162,14 @@ from json import loads_fast  # a name the installed version does not have
 
 def test_a_real_import_error_is_the_cause_on_the_overview_and_the_run_page(sandbox, gpuops, isolated, browser):
     """Jobs that die of an ImportError on the sandbox host (issue 35's endings, read where the death is seen): one
-    that died before any dashboard ran, and one whose page is open when it dies. The overview's row and the run page
+    that died before any dashboard ran (`gpuops logs -f` saw it end), and one whose page is open when it dies. The overview's row and the run page
     say failed, exit 1, and the cause with its evidence and fix, from what the follower recorded; never a made-up
     record."""
     put(sandbox, "broken.py", BROKEN)
     early = run_id_of(gpuops("train", "--script", "broken.py", "--no-sync", "--no-snapshot"))
     assert wait_ended(sandbox, early) == 1
+    assert gpuops("logs", "-f", early).code == 1  # followed to its end here: its record says how it ended
+    assert json.loads((isolated / "runs" / early / "state.json").read_text())["state"] == "failed"
     cause = "an import failed: ImportError: cannot import name 'loads_fast' from 'json'"
     proc, url = start_dashboard(isolated)
     try:
@@ -181,6 +183,14 @@ def test_a_real_import_error_is_the_cause_on_the_overview_and_the_run_page(sandb
         expect(row.locator("td").nth(4)).to_have_text("failed", timeout=30000)
         expect(row.locator("td").nth(5)).to_have_text("1")
         expect(row.locator("td").nth(6)).to_contain_text(re.compile(r"an import failed: .*cannot import name 'loads_fast'"))
+        # its page: ended, and no copy of its log here (`gpuops train`): its last lines are read from the host
+        page.goto(f"{base}/run/{early}")
+        log = page.locator("#log")
+        expect(log).to_contain_text("ImportError: cannot import name 'loads_fast' from 'json'")
+        expect(log).to_contain_text("Traceback (most recent call last)")
+        expect(log).to_contain_text("step 3 | loss 0.6667")
+        expect(log).to_contain_text("read from the host")
+        page.goto(url)
         late = run_id_of(gpuops("train", "--script", "broken.py", "--no-sync", "--no-snapshot", "-e", "N=40",
                                 "-e", "DELAY=0.2"))
         page.goto(f"{base}/run/{late}")

@@ -273,6 +273,12 @@ class RunFeed:
         if dash is not None and t in ("state", "sample", "end"):
             self._state(dash)
 
+    def note(self, text: str) -> None:
+        """A line of the dashboard's own in the page's log (shown apart from the job's lines)."""
+        text = safe_line(text, self.redact)
+        self.log.append([text, "note"])
+        self._emit({"k": "log", "text": text, "kind": "note"})
+
     def _progress(self, p: dict, when: Optional[float]) -> None:
         prev = self.progress or {}
         self.progress = {k: js_number(v) for k, v in p.items() if k not in ("losses", "sparkline")}

@@ -310,15 +310,45 @@ class Hub:
         log = self.project / "runs" / rid / "log"
         for line in tail_lines(log, fd.LOG_LINES) if log.is_file() else []:
             feed.record({"type": "log", "line": line, "replay": True}, self.clock())
+        if not log.is_file():  # `gpuops train`'s runs: the log is on the host only (its traceback is why one looks)
+            feed.note("(no copy of the log here: reading its last lines from the host...)")
         f = _Follower(feed)
         f.done = True
         with self.lock:
             if rid in self.followers:
                 return self.followers[rid]
             self._keep(rid, f)
-        if log.is_file():  # read in the background: a page asks for its history again a few seconds after loading
-            threading.Thread(target=self._fill, args=(rid, log), name=f"gpuops-dashboard-fill-{rid}", daemon=True).start()
+        # read in the background: a page asks for its history again a few seconds after loading, and its log's
+        # lines come over its event stream
+        job, what = (self._fill, log) if log.is_file() else (self._host_tail, meta)
+        threading.Thread(target=job, args=(rid, what), name=f"gpuops-dashboard-fill-{rid}", daemon=True).start()
         return f
+
+    def _host_tail(self, rid: str, meta: dict) -> None:
+        """An ended run's last lines read from its host (one connection, as `gpuops logs` reads them), into its feed;
+        what could not be read is said there, never an error."""
+        from ..jobs import actions
+        from ..profiles.model import resolve
+
+        got = bytearray()
+        try:
+            prof = resolve(meta.get("profile"), self.project).node(None)
+            actions.tail(prof, self.out, self.project, meta, fd.LOG_LINES, got.extend)
+        except Exception as exc:
+            msg = getattr(exc, "message", None) or f"{type(exc).__name__}: {exc}"
+            with self.lock:
+                f = self.followers.get(rid)
+                if f is not None:
+                    f.feed.note(f"(the log could not be read from the host: {msg}; the full log link tries again)")
+            return
+        with self.lock:
+            f = self.followers.get(rid)
+            if f is None:
+                return
+            for line in got.decode("utf-8", "replace").splitlines()[-fd.LOG_LINES:]:
+                f.feed.record({"type": "log", "line": line, "replay": True}, self.clock())
+            f.feed.note("(the lines above: the log's end, read from the host)" if got else "(the log on the host is "
+                                                                                        "empty)")
 
     def _fill(self, rid: str, log: Path) -> None:
         from ..jobs.history import fill_from_file

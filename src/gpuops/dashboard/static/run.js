@@ -301,7 +301,7 @@
       showProgress(s.progress);
       for (const m of s.marks) addMark(m);
       addLogs(s.log.length || s.link !== "ended" ? s.log
-        : [["(no copy of the log here: the full log link reads it from the host while it exists)", "note"]]);
+        : [["(the log has no lines)", "note"]]);  // a log read from the host says so itself (its notes)
       showGrid(s.grid);
       showLink(s.link);
       redraw();
