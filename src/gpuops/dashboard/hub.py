@@ -75,6 +75,7 @@ class _Follower:
         self.thread: Optional[threading.Thread] = None
         self.failed_at: Optional[float] = None
         self.done = False
+        self.tail_pending = False  # an ended run's log to read from its host when its page first asks
 
     @property
     def active(self) -> bool:
@@ -313,15 +314,13 @@ class Hub:
         if not log.is_file():  # `gpuops train`'s runs: the log is on the host only (its traceback is why one looks)
             feed.note("(no copy of the log here: reading its last lines from the host...)")
         f = _Follower(feed)
-        f.done = True
+        f.done, f.tail_pending = True, not log.is_file()  # the host is asked only for the run's page (run_doc)
         with self.lock:
             if rid in self.followers:
                 return self.followers[rid]
             self._keep(rid, f)
-        # read in the background: a page asks for its history again a few seconds after loading, and its log's
-        # lines come over its event stream
-        job, what = (self._fill, log) if log.is_file() else (self._host_tail, meta)
-        threading.Thread(target=job, args=(rid, what), name=f"gpuops-dashboard-fill-{rid}", daemon=True).start()
+        if log.is_file():  # read in the background: a page asks for its history again a few seconds after loading
+            threading.Thread(target=self._fill, args=(rid, log), name=f"gpuops-dashboard-fill-{rid}", daemon=True).start()
         return f
 
     def _host_tail(self, rid: str, meta: dict) -> None:
@@ -431,9 +430,16 @@ class Hub:
         if feed is None:
             return None
         with self.lock:
+            f = self.followers.get(run_id)
+            tail = f is not None and f.tail_pending
+            if tail:
+                f.tail_pending = False
             snap = feed.snapshot()
             lay = feed.lay
         meta = self.meta(run_id) or {"run_id": run_id}
+        if tail:  # its lines come over the page's event stream
+            threading.Thread(target=self._host_tail, args=(run_id, meta), name=f"gpuops-dashboard-tail-{run_id}",
+                             daemon=True).start()
         st, _ = self._records(run_id)
         pipe = self._pipelines_raw().get(run_id)
         names = self.db.gpu_names(run_id) or [g.get("name") for g in feed.latest.values()]
