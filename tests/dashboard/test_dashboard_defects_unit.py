@@ -110,8 +110,10 @@ def test_a_stream_falling_behind_says_so_instead_of_live():
     assert model.tag_bytes(b"H 1700000005 9000000\n") == [{"type": "heartbeat", "at": 1700000005.0, "size": 9000000}]
     feed = fd.RunFeed("r")
     feed.record({"type": "sample", "gpu": {"index": 0, "util": 90.0}}, 1000.0)
-    assert feed.link == "live"
+    assert feed.link == "connecting"  # samples arrive, but no heartbeat has said the stream is in time
     feed.record({"type": "heartbeat", "at": 900.0}, 1000.5)  # the host's clock: 100.5 s off, not late
+    assert feed.link == fd.CHECKING  # the first heartbeat: the clock's baseline, nothing to judge its lateness by
+    assert feed.summary()["reachable"]
     feed.record({"type": "heartbeat", "at": 905.0}, 1030.5)  # this one waited 25 s behind the log
     assert feed.link.startswith("behind by 25 s") and not feed.summary()["link"] == "live"
     feed.record({"type": "sample", "gpu": {"index": 0, "util": 90.0}}, 1031.0)
@@ -219,3 +221,66 @@ def test_an_ended_run_is_shown_from_its_record_and_its_fetched_log_never_followe
         time.sleep(0.05)
     assert [p[0] for p in doc["loss"]] == list(range(1, 51)) and doc["log"][-1][0] == "Killed"
     assert doc["info"]["exit_code"] == 1 and doc["state"] == "failed" and doc["info"]["started"] is not None
+
+
+def test_never_live_before_a_heartbeat_says_so():
+    """The first seconds of a flood (issue 37's review): samples and a (re)connection never say "live"; the first
+    heartbeat sets the host clock's baseline (not "live" either: its lateness cannot be told), the next one on time
+    does; another host's heartbeat (a fleet's sample streams) is no measure of this stream."""
+    feed = fd.RunFeed("r")
+    links = []
+    for ev, now in (({"type": "state"}, 10.0), ({"type": "sample", "gpu": {"index": 0, "util": 90.0}}, 10.1),
+                    ({"type": "log", "line": "step 1", "offset": 100}, 10.2),
+                    ({"type": "heartbeat", "at": 5.0, "host": 1}, 10.3),
+                    ({"type": "sample", "gpu": {"index": 0, "util": 91.0}}, 12.0)):
+        feed.record(ev, now)
+        links.append(feed.link)
+    assert "live" not in links and feed.link == "connecting"
+    feed.record({"type": "heartbeat", "at": 8.0, "size": 100}, 12.5)
+    assert feed.link == fd.CHECKING
+    feed.record({"type": "heartbeat", "at": 13.0, "size": 150}, 17.6)
+    assert feed.link == "live"
+    feed.record({"type": "reconnecting", "attempt": 1, "error": "connection lost"}, 30.0)
+    feed.record({"type": "connected", "attempts": 1}, 32.0)
+    feed.record({"type": "sample", "gpu": {"index": 0, "util": 91.0}}, 32.1)
+    assert feed.link == fd.CHECKING and feed.summary()["reachable"]
+    feed.record({"type": "heartbeat", "at": 27.5, "size": 200}, 32.2)  # on time against the baseline
+    assert feed.link == "live"
+
+
+def test_a_host_that_stops_answering_is_said_on_the_page_not_its_last_state():
+    feed = fd.RunFeed("r")
+    feed.record({"type": "heartbeat", "at": 1.0}, 1.0)
+    feed.record({"type": "reconnecting", "attempt": 1, "error": "connection refused"}, 5.0)
+    seq = feed.seq
+    assert feed.snapshot()["unreachable"] and feed.snapshot()["seen_at"] == 1.0
+    assert [e for e in feed.journal if e["k"] == "reach"] == [{"k": "reach", "unreachable": True, "seen_at": 1.0,
+                                                               "seq": seq - 1}]
+    feed.record({"type": "connected", "attempts": 1}, 9.0)
+    assert feed.journal[-2] == {"k": "reach", "unreachable": False, "seen_at": 1.0, "seq": feed.seq - 1}
+
+
+def test_an_ended_run_with_no_copy_of_its_log_says_why_its_lines_are_missing(isolated):
+    """`gpuops train`'s runs have no local log: the page's log reads the last lines from the host; where the host
+    cannot be asked (here its profile is gone) the log section says so, never an empty box or an error."""
+    from gpuops.dashboard.hub import Hub
+
+    d = isolated / "runs" / "t-g"
+    d.mkdir(parents=True)
+    (d / "meta.json").write_text(json.dumps({"run_id": "t-g", "profile": "gone", "script": "t.py",
+                                             "started_ts": time.time() - 600, "remote_run_dir": "~/p/r"}))
+    (d / "state.json").write_text(json.dumps({"run_id": "t-g", "state": "failed", "exit_code": 1,
+                                              "started": time.time() - 600, "ended": time.time() - 60}))
+    hub = Hub(isolated, follow=True)
+    feed = hub.feed("t-g")  # as the compare page or a series asks: the host is not asked yet
+    assert list(feed.log) == [["(no copy of the log here: reading its last lines from the host...)", "note"]]
+    time.sleep(0.3)
+    assert len(feed.log) == 1
+    hub.run_doc("t-g")  # the run's page: now it is
+    deadline = time.monotonic() + 10
+    while len(feed.log) < 2:
+        assert time.monotonic() < deadline
+        time.sleep(0.05)
+    text, kind = feed.log[-1]
+    assert kind == "note" and text.startswith("(the log could not be read from the host: ") and "gone" in text
+    assert hub.streams_started == 0

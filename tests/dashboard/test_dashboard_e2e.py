@@ -464,3 +464,58 @@ def test_an_instance_launched_elsewhere_and_an_api_that_fails(cloud, isolated, b
     finally:
         cloud.clear_faults()
         stop(proc)
+
+
+LONG = """\
+import time
+for i in range(1, 100000):
+    print(f"step {i}/100000 | loss {3.0 / i ** 0.5:.4f}", flush=True)
+    time.sleep(0.3)
+"""
+
+
+def test_a_run_whose_host_stops_answering_is_unreachable_in_chromium(cloud, gpuops, isolated, browser, tmp_path):
+    """A run training on an instance that then stops answering (its sshd gone, the job still running, the API still
+    saying active): the overview says "unreachable" and when it was last heard from, with no GPU figure and no
+    progress from before (not "running" at a stale 99 %), and the run's page says it cannot reach the host."""
+    from support.cloud import live_instances
+
+    cloud.capacity(TYPE, ["us-east-1"])
+    assert cloud_up(gpuops, cloud, "box", "--no-verify").code == 0
+    (isolated / "trainer.py").write_text(LONG)
+    r = gpuops("train", "-p", "box", "--script", "trainer.py", "--no-snapshot")
+    assert r.code == 0, r.all
+    rid = r.out.strip().splitlines()[-1]
+    proc, url = start_dashboard(isolated)
+    try:
+        errors, requests = [], []
+        ctx = browser.new_context(viewport={"width": 1280, "height": 700})
+        page = ctx.new_page()
+        watch_page(page, errors, requests)
+        page.goto(url)
+        row = page.locator("table[aria-label=runs] tbody tr", has_text=rid)
+        expect(row).to_contain_text("running", timeout=30000)
+        expect(row.locator("td").nth(10)).to_have_text(re.compile(r"\d+ %"), timeout=30000)  # GPU util, live
+        expect(row).to_contain_text(re.compile(r"step \d+/100,000"), timeout=30000)
+        run_page = ctx.new_page()
+        watch_page(run_page, errors, requests)
+        run_page.goto(f"{url.split('/?')[0]}/run/{rid}")
+        expect(run_page.locator("#run-progress")).to_contain_text("step ", timeout=30000)
+        [inst] = live_instances(cloud)
+        cloud.unreachable(inst["id"])
+        state = row.locator("td").nth(4)
+        expect(state).to_have_text(re.compile(r"^unreachable, last seen \d+s ago$"), timeout=60000)
+        cells = row.locator("td")
+        assert cells.nth(10).inner_text() == "-"  # no GPU figure from before it stopped answering
+        assert "running" not in row.inner_text() and "step " not in row.inner_text()
+        expect(run_page.locator("#link")).to_contain_text("reconnecting", timeout=30000)
+        assert run_page.locator("#link").get_attribute("class") == "bad"
+        expect(run_page.locator("#run-state")).to_contain_text("unreachable: its host does not answer, last heard from")
+        expect(run_page.locator("#latest-util")).to_contain_text("no answer since")
+        page.screenshot(path=str(tmp_path / "overview-unreachable.png"), full_page=True)
+        assert not errors, errors
+        base = url.split("/?")[0]
+        assert all(u.startswith(base + "/") or u.startswith("data:") for u in requests), requests
+        ctx.close()
+    finally:
+        stop(proc)

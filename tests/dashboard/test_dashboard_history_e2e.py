@@ -106,3 +106,114 @@ def test_a_dashboard_restarted_while_a_run_trains_shows_its_whole_loss_history_b
         ctx.close()
     finally:
         stop(proc)
+
+
+FLOOD = """\
+import sys, time
+i = 0
+while True:
+    i += 1
+    sys.stdout.write(f"step {i} | loss {3.0 / i ** 0.5:.4f} | t={time.time():.3f}\\n")
+    if i % 200 == 0:  # about 20,000 lines a second, as benchmarks/bench_dashboard.py's flood
+        sys.stdout.flush()
+        time.sleep(0.01)
+"""
+
+RECORD_LINK = """() => { window.__links = []; const note = () => { const l = document.getElementById('link');
+  if (l && window.__links[window.__links.length - 1] !== l.textContent) window.__links.push(l.textContent); };
+  document.addEventListener('DOMContentLoaded', () => {
+    note(); new MutationObserver(note).observe(document.getElementById('link'),
+                                             { childList: true, characterData: true, subtree: true }); }); }"""
+
+
+def test_a_log_flood_is_never_called_live_from_the_first_second(sandbox, gpuops, isolated, browser):
+    """A job printing about 20,000 lines a second, its page opened as it begins (as benchmarks/bench_dashboard.py does): everything the connection line says, from
+    the page's first paint, is recorded; it says it is behind and never "live" (no heartbeat says the stream keeps
+    up: the first one is only the baseline of the host's clock, the next shows the log outrunning its reader)."""
+    put(sandbox, "flood.py", FLOOD)
+    rid = run_id_of(gpuops("train", "--script", "flood.py", "--no-sync", "--no-snapshot"))
+    proc, url = start_dashboard(isolated)
+    try:
+        errors, requests = [], []
+        ctx = browser.new_context(viewport={"width": 1100, "height": 800})
+        ctx.add_init_script(f"({RECORD_LINK})()")
+        page = ctx.new_page()
+        watch_page(page, errors, requests)
+        page.goto(url)
+        page.goto(f"{url.split('/?')[0]}/run/{rid}")
+        expect(page.locator("#link")).to_contain_text("behind", timeout=60000)
+        said = page.evaluate("window.__links")
+        assert said and "live" not in said, said
+        assert not errors, errors
+        ctx.close()
+    finally:
+        stop(proc)
+        gpuops("stop", rid, "--grace", "0.1")
+
+
+BROKEN = """\
+import os, time
+for i in range(1, int(os.environ.get("N", "3")) + 1):
+    print(f"step {i} | loss {2.0 / i:.4f}", flush=True)
+    time.sleep(float(os.environ.get("DELAY", "0.05")))
+from json import loads_fast  # a name the installed version does not have
+"""
+
+
+def test_a_real_import_error_is_the_cause_on_the_overview_and_the_run_page(sandbox, gpuops, isolated, browser):
+    """Jobs that die of an ImportError on the sandbox host (issue 35's endings, read where the death is seen): one
+    that died before any dashboard ran (`gpuops logs -f` saw it end), and one whose page is open when it dies. The overview's row and the run page
+    say failed, exit 1, and the cause with its evidence and fix, from what the follower recorded; never a made-up
+    record."""
+    put(sandbox, "broken.py", BROKEN)
+    early = run_id_of(gpuops("train", "--script", "broken.py", "--no-sync", "--no-snapshot"))
+    assert wait_ended(sandbox, early) == 1
+    assert gpuops("logs", "-f", early).code == 1  # followed to its end here: its record says how it ended
+    assert json.loads((isolated / "runs" / early / "state.json").read_text())["state"] == "failed"
+    cause = "an import failed: ImportError: cannot import name 'loads_fast' from 'json'"
+    proc, url = start_dashboard(isolated)
+    try:
+        errors, requests = [], []
+        ctx = browser.new_context(viewport={"width": 1280, "height": 800})
+        page = ctx.new_page()
+        watch_page(page, errors, requests)
+        page.goto(url)
+        base = url.split("/?")[0]
+        row = page.locator("table[aria-label=runs] tbody tr", has_text=early)
+        expect(row.locator("td").nth(4)).to_have_text("failed", timeout=30000)
+        expect(row.locator("td").nth(5)).to_have_text("1")
+        expect(row.locator("td").nth(6)).to_contain_text(re.compile(r"an import failed: .*cannot import name 'loads_fast'"))
+        # its page: ended, and no copy of its log here (`gpuops train`): its last lines are read from the host
+        page.goto(f"{base}/run/{early}")
+        log = page.locator("#log")
+        expect(log).to_contain_text("ImportError: cannot import name 'loads_fast' from 'json'")
+        expect(log).to_contain_text("Traceback (most recent call last)")
+        expect(log).to_contain_text("step 3 | loss 0.6667")
+        expect(log).to_contain_text("read from the host")
+        page.goto(url)
+        late = run_id_of(gpuops("train", "--script", "broken.py", "--no-sync", "--no-snapshot", "-e", "N=40",
+                                "-e", "DELAY=0.2"))
+        page.goto(f"{base}/run/{late}")
+        expect(page.locator("#run-state")).to_have_text("running", timeout=30000)
+        expect(page.locator("#run-state")).to_contain_text("failed (exit 1): an import failed", timeout=60000)
+        assert cause in page.locator("#run-state").inner_text()
+        info = page.get_by_label("what this run is")
+        expect(info.locator("dd[data-k='exit code']")).to_have_text("1")
+        expect(info.locator("dd[data-k=cause]")).to_contain_text("cannot import name 'loads_fast'")
+        box = page.locator("details.ending")
+        expect(box).to_contain_text("ImportError: cannot import name 'loads_fast' from 'json'")  # the evidence
+        expect(box).to_contain_text("Fix: a version mismatch between packages")
+        expect(box).to_contain_text("Source: Python exceptions, ImportError")
+        page.reload()  # from the record now, not the live stream
+        expect(page.locator("#run-state")).to_contain_text(cause)
+        page.goto(base + "/")
+        row = page.locator("table[aria-label=runs] tbody tr", has_text=late)
+        expect(row.locator("td").nth(6)).to_contain_text("cannot import name 'loads_fast'")
+        expect(row.locator("td").nth(5)).to_have_text("1")
+        page.locator("#run-filter").fill("loads_fast")  # the cause is what a person filters by
+        expect(page.locator("table[aria-label=runs] tbody tr")).to_have_count(2)
+        assert not errors, errors
+        assert all(u.startswith(base + "/") or u.startswith("data:") for u in requests), requests
+        ctx.close()
+    finally:
+        stop(proc)

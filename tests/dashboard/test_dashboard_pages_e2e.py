@@ -276,7 +276,7 @@ LABELS_INSIDE = """(key) => {
 
 
 def test_two_runs_side_by_side_by_step_with_smoothing_log_scale_zoom_and_hover(served, browser, isolated, tmp_path):
-    write_run(isolated, "t-a", state="succeeded", exit_code=0, steps=3000, loss=lambda s: 3.0 / math.sqrt(s))
+    write_run(isolated, "t-a", state="succeeded", exit_code=0, steps=6000, loss=lambda s: 3.0 / math.sqrt(s))
     write_run(isolated, "t-b", state="succeeded", exit_code=0, steps=2000, started=T0 + 3600,
               loss=lambda s: 2.0 / math.sqrt(s) + 0.05 * ((s * 7919) % 13) / 13)
     write_run(isolated, "t-c", state="succeeded", exit_code=0, steps=10, started=T0 + 7200, pipeline=False)
@@ -294,7 +294,8 @@ def test_two_runs_side_by_side_by_step_with_smoothing_log_scale_zoom_and_hover(s
     page.wait_for_url(re.compile(r"/compare\?run=t-a&run=t-b$"))
     page.wait_for_function("() => G.charts && G.charts.compare && G.charts.compare.data[0].length > 100")
     data = chart_data(page, "compare")
-    assert len(data) == 3 and data[0][0] == 1 and data[0][-1] == 3000  # both runs on one step axis
+    assert len(data) == 3 and data[0][0] == 1 and data[0][-1] == 6000  # both runs on one step axis (a's thinned)
+    assert len(data[0]) < 6000
     b_steps = [x for x, v in zip(data[0], data[2]) if v is not None]
     assert b_steps[-1] == 2000
     raw = page.evaluate("() => Array.from(G.charts.compare.data[2]).filter((v) => v !== null && v !== undefined)")
@@ -312,8 +313,13 @@ def test_two_runs_side_by_side_by_step_with_smoothing_log_scale_zoom_and_hover(s
     page.mouse.move(box["x"] + box["width"] * 0.4, box["y"] + box["height"] / 2, steps=5)
     page.mouse.up()
     lo, hi = page.evaluate("() => [G.charts.compare.scales.x.min, G.charts.compare.scales.x.max]")
-    assert 400 < lo < 800 and 1000 < hi < 1400, (lo, hi)
+    assert 800 < lo < 1600 and 2000 < hi < 2800, (lo, hi)
     expect(page.locator("#step-from")).to_have_value(str(math.floor(lo)))
+    # the dragged steps at full resolution: every step of run a's in the range, as the run page does
+    a, b = math.ceil(lo), math.floor(hi)
+    page.wait_for_function("""([a, b]) => Array.from(G.charts.compare.data[0]).filter((x) => x >= a && x <= b).length
+        === b - a + 1""", arg=[a, b])
+    assert page.evaluate("() => [G.charts.compare.scales.x.min, G.charts.compare.scales.x.max]") == [lo, hi]
     # values on hover: each run's value at the step under the pointer, with the time it was logged
     page.mouse.move(box["x"] + box["width"] * 0.3, box["y"] + box["height"] / 2)
     legend = page.locator("#chart-compare .u-legend")
@@ -325,6 +331,14 @@ def test_two_runs_side_by_side_by_step_with_smoothing_log_scale_zoom_and_hover(s
     page.locator("#step-to").fill("200")
     page.locator("#step-apply").click()
     page.wait_for_function("() => Math.round(G.charts.compare.scales.x.min) === 100 && Math.round(G.charts.compare.scales.x.max) === 200")
+    # the page's refresh every 5 s reads the range shown again, never the whole runs thinned in its place
+    with page.expect_request(lambda r: "/series?" in r.url, timeout=10000) as got:
+        pass
+    assert "lo=100&hi=200" in got.value.url, got.value.url
+    page.wait_for_timeout(300)
+    assert page.evaluate("() => Array.from(G.charts.compare.data[0]).filter((x) => x >= 100 && x <= 200).length") == 101
+    assert page.evaluate("() => [Math.round(G.charts.compare.scales.x.min), Math.round(G.charts.compare.scales.x.max)]") \
+        == [100, 200]
     p.clean()
 
 
@@ -436,3 +450,101 @@ def test_two_dashboards_at_once_a_foreign_cookie_and_a_restart_that_signs_the_pa
     assert not [e for e in errors if not ("401 (Unauthorized)" in e or "ERR_CONNECTION_REFUSED" in e)], errors
     assert all(u.startswith("http://127.0.0.1:") or u.startswith("data:") for u in requests), requests
     ctx.close()
+
+
+def drag(page, selector: str, a: float, b: float) -> None:
+    """A person's drag across a chart, from a to b of its plot's width (0..1)."""
+    box = page.locator(selector).bounding_box()
+    y = box["y"] + box["height"] / 2
+    page.mouse.move(box["x"] + box["width"] * a, y)
+    page.mouse.down()
+    page.mouse.move(box["x"] + box["width"] * b, y, steps=8)
+    page.mouse.up()
+
+
+def test_a_run_page_zooms_where_a_person_drags_narrows_to_a_typed_range_and_says_values_on_hover(served, browser,
+                                                                                              isolated):
+    """The run page's own loss chart (not the compare page's): a drag zooms it (and the throughput chart with it) to
+    the dragged steps and then shows every point of that range (the whole run is thinned for the page, the range is
+    not); the step inputs narrow it; hovering names the step, the loss and the time it was logged."""
+    write_run(isolated, "t-zoom", state="succeeded", exit_code=0, steps=20000, minutes=40.0)
+    s = served()
+    p = Page(browser, s)
+    page = p.page
+    page.goto(f"{s.base}/run/t-zoom")
+    page.wait_for_function("() => window.G.charts && G.charts.loss && G.charts.loss.data[0].length > 1000")
+    xs = chart_data(page, "loss")[0]
+    assert xs[0] == 1 and xs[-1] == 20000 and len(xs) < 20000  # the whole run, thinned
+    drag(page, "#chart-loss .u-over", 0.3, 0.4)
+    lo, hi = page.evaluate("() => [G.charts.loss.scales.x.min, G.charts.loss.scales.x.max]")
+    assert 4000 < lo < 8000 and 6000 < hi < 10000 and hi - lo < 4000, (lo, hi)
+    assert page.evaluate("() => [G.charts.rate.scales.x.min, G.charts.rate.scales.x.max]") == [lo, hi]
+    expect(page.locator("#step-from")).to_have_value(str(math.floor(lo)))
+    expect(page.locator("#step-to")).to_have_value(str(math.ceil(hi)))
+    # the points shown are the range's: every step of it, read from the database for the range
+    a, b = math.ceil(lo), math.floor(hi)
+    page.wait_for_function("""([a, b]) => { const xs = Array.from(G.charts.loss.data[0]).filter((x) => x >= a && x <= b);
+        return xs.length === b - a + 1; }""", arg=[a, b])
+    assert page.evaluate("() => [G.charts.loss.scales.x.min, G.charts.loss.scales.x.max]") == [lo, hi]  # still zoomed
+    # the page's own refresh of the whole history (3 s after loading, then every minute) keeps the range's points
+    with page.expect_response(lambda r: "/series?metric=loss&limit=" in r.url and "lo=" not in r.url, timeout=70000):
+        pass
+    page.wait_for_timeout(300)  # past the merge and a frame: what the refresh left on the chart
+    page.wait_for_function("""([a, b]) => Array.from(G.charts.loss.data[0]).filter((x) => x >= a && x <= b).length
+        === b - a + 1""", arg=[a, b], timeout=5000)
+    # hover: the step, its loss and when it was logged
+    box = page.locator("#chart-loss .u-over").bounding_box()
+    page.mouse.move(box["x"] + box["width"] * 0.5, box["y"] + box["height"] / 2)
+    legend = page.locator("#chart-loss .u-legend")
+    expect(legend).to_contain_text(re.compile(r"step \d{1,2},?\d{3} · \d{4}-\d\d-\d\d \d\d:\d\d:\d\d"))
+    step = int(re.search(r"step (\d{1,2},?\d{3})", legend.inner_text()).group(1).replace(",", ""))
+    assert a <= step <= b, (step, a, b)
+    raw = legend.locator(".u-series").nth(1).inner_text()
+    assert f"{4.0 / math.sqrt(step):.4g}".rstrip("0") in raw, (raw, step)
+    # smoothing off and a log scale (the charts are drawn anew): still the same range
+    page.locator("#smoothing").fill("0")
+    page.locator("#log-scale").check()
+    page.wait_for_function("() => G.charts.loss.scales.y.distr === 3")
+    assert page.evaluate("() => [G.charts.loss.scales.x.min, G.charts.loss.scales.x.max]") == [lo, hi]
+    # a double-click: every step again, on both charts
+    page.locator("#chart-loss .u-over").dblclick()
+    page.wait_for_function("""() => [G.charts.loss, G.charts.rate].every((u) => u.scales.x.min <= 1
+        && u.scales.x.max >= 20000)""")
+    expect(page.locator("#step-from")).to_have_value("")
+    # a range typed in narrows it, on both charts, with every point of the range
+    page.locator("#step-from").fill("100")
+    page.locator("#step-to").fill("200")
+    page.locator("#step-apply").click()
+    page.wait_for_function("""() => [G.charts.loss, G.charts.rate].every((u) => Math.round(u.scales.x.min) === 100
+        && Math.round(u.scales.x.max) === 200)""")
+    page.wait_for_function("""() => Array.from(G.charts.loss.data[0]).filter((x) => x >= 100 && x <= 200).length === 101""")
+    # and "all steps" brings the whole run back
+    page.locator("#step-all").click()
+    page.wait_for_function("() => G.charts.loss.scales.x.min <= 1 && G.charts.loss.scales.x.max >= 20000")
+    expect(page.locator("#step-from")).to_have_value("")
+    p.clean()
+
+
+DRAWN_AT = """([key, si]) => { const u = G.charts[key]; const xs = u.data[0], ys = u.data[si];
+  const i = ys.findIndex((v) => v !== null && v !== undefined); if (i < 0) return null;
+  const x = Math.round(u.valToPos(xs[i], 'x', true)), y = Math.round(u.valToPos(ys[i], 'y', true));
+  const px = u.ctx.getImageData(x - 4, y - 4, 9, 9).data;
+  for (let k = 0; k < px.length; k += 4) if (px[k + 3] > 0 && px[k + 2] > px[k] + 60) return true;  // a blue mark
+  return false; }"""
+
+
+def test_a_run_with_one_logged_step_shows_that_point_not_an_empty_chart(served, browser, isolated):
+    """A job that logged one step and died (the usual first failure): its loss header says 1, and its chart draws
+    that one point (a line of one point is nothing, and points are otherwise hidden so raw lines stay readable)."""
+    write_run(isolated, "t-one", steps=1, loss=lambda s: 1.0)
+    s = served()
+    p = Page(browser, s)
+    page = p.page
+    page.goto(f"{s.base}/run/t-one")
+    expect(page.locator("#latest-loss")).to_have_text("1")
+    page.wait_for_function("() => G.charts.loss.data[0].length === 1")
+    page.locator("#smoothing").fill("0")  # the raw series alone
+    page.wait_for_function("() => G.charts.loss.series.length === 2")
+    page.wait_for_function(f"() => ({DRAWN_AT})(['loss', 1]) === true", timeout=5000)
+    assert page.evaluate(DRAWN_AT, ["rate", 1]) is True
+    p.clean()

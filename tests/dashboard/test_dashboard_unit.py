@@ -293,3 +293,26 @@ def test_pipeline_rows_show_the_preparation_and_watch_its_instance():
     assert info["preparation"] == "ran `python prepare.py` on gpu_1x_a10 (exit 0)"
     rec.prep = None
     assert views.pipeline_rows([rec], 9000.0)[0]["prep"] is None
+
+
+def test_an_address_this_machine_does_not_have_is_said_as_such_not_as_a_port_to_change():
+    """`gpuops dashboard --host 10.255.255.1` (an address not on this machine) or a name that does not resolve: the
+    hint names --host, never "choose another --port"; a port in use still names --port."""
+    import socket
+
+    from gpuops.dashboard.app import bind
+    from gpuops.errors import UsageError
+
+    for host in ("10.255.255.1", "no-such-host.invalid"):
+        with pytest.raises(UsageError) as e:
+            bind(host, 0)
+        assert "--host" in e.value.hint and "--port" not in e.value.hint, e.value.hint
+    taken = socket.socket()
+    taken.bind(("127.0.0.1", 0))
+    taken.listen(1)
+    try:
+        with pytest.raises(UsageError) as e:
+            bind("127.0.0.1", taken.getsockname()[1])
+        assert "choose another --port" in e.value.hint
+    finally:
+        taken.close()

@@ -309,6 +309,18 @@ def build_app(hub: Hub, token: str, hosts: Optional[set[str]], port: int = 0):
     return TokenGate(app, token, hosts, port)
 
 
+def bind_hint(exc: OSError, port: int) -> str:
+    """What to change when the socket cannot be bound: the port only when the port is what failed."""
+    import errno
+
+    if isinstance(exc, socket.gaierror) or exc.errno == errno.EADDRNOTAVAIL:
+        return ("this machine has no such address: --host takes one of its own addresses (the default 127.0.0.1: "
+                "this machine only)")
+    if exc.errno == errno.EACCES and 0 < port < 1024:
+        return "ports below 1024 need root: choose another --port (0 picks a free one)"
+    return "choose another --port (0 picks a free one)"
+
+
 def bind(host: str, port: int) -> socket.socket:
     """The listening socket (port 0: a free one), made before the server starts so the URL is known."""
     from ..errors import UsageError
@@ -320,8 +332,7 @@ def bind(host: str, port: int) -> socket.socket:
         sock.bind((host, port))
     except OSError as exc:
         sock.close()
-        raise UsageError(f"cannot listen on {host}:{port}: {exc.strerror or exc}",
-                         hint="choose another --port (0 picks a free one)") from None
+        raise UsageError(f"cannot listen on {host}:{port}: {exc.strerror or exc}", hint=bind_hint(exc, port)) from None
     sock.listen(64)
     sock.set_inheritable(True)
     return sock

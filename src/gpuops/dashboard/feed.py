@@ -23,6 +23,7 @@ METRICS = ("util", "mem", "power", "temp")
 LINE_MAX = 2000  # characters of a log line a page shows (cut after secrets are scrubbed, never before)
 LAG_S = 4.0  # the stream's heartbeat this late: the page says how far behind it is, not "live"
 LAG_BYTES = 512 * 1024  # or this much of the log written and not yet read (a log faster than it is read)
+CHECKING = "connected: checking that the stream keeps up"  # until a heartbeat shows it does: never "live" before
 _CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")
 ENDED = ("succeeded", "failed", "stopped", "lost")
 
@@ -207,6 +208,9 @@ class RunFeed:
             self._emit({"k": "link", "text": text})
 
     def _heartbeat(self, at: float, now: float, size: Optional[int]) -> None:
+        """The only thing that says "live": a heartbeat judged in time. The first one is the baseline of the host's
+        clock (how late it is cannot be told from it), so "live" waits for the next one (5 s on) that is in time."""
+        first = self._skew is None
         skew = now - at
         self._skew = skew if self._skew is None else min(self._skew, skew)
         lag = skew - self._skew
@@ -215,7 +219,9 @@ class RunFeed:
             self._set_link(f"behind: {unread / 1e6:.1f} MB of the log not read yet (it comes faster than it is read)")
         elif lag > LAG_S:
             self._set_link(f"behind by {lag:.0f} s (the host's stream arrives late)")
-        elif self.link.startswith("behind"):
+        elif first:
+            self._set_link(CHECKING)
+        else:
             self._set_link("live")
 
     def record(self, ev: dict, now: float, dash=None) -> None:
@@ -234,7 +240,8 @@ class RunFeed:
                 self.flush()  # the bucket before ends: its row as it last stood
             self._pending = now
             self.gpu_error = None
-        elif t == "heartbeat" and isinstance(ev.get("at"), (int, float)):
+        elif t == "heartbeat" and isinstance(ev.get("at"), (int, float)) and "host" not in ev:  # the run's stream:
+            # another host's clock (a fleet's sample streams) is no measure of this stream's lag
             self._heartbeat(float(ev["at"]), now, ev.get("size") if isinstance(ev.get("size"), int) else None)
         elif t == "gpu_error":
             self.gpu_error = safe_line(ev.get("message") or "", self.redact)
@@ -249,10 +256,13 @@ class RunFeed:
         elif t == "end":
             self.ended = True
         elif t in ("reconnecting", "connected", "connecting", "lost"):
-            self.unreachable = t == "reconnecting" or bool(t == "lost" and ev.get("unreachable"))
+            was, self.unreachable = self.unreachable, t == "reconnecting" or bool(t == "lost" and ev.get("unreachable"))
+            if was != self.unreachable:  # the page's state says it: not "running" while its host does not answer
+                self._emit({"k": "reach", "unreachable": self.unreachable, "seen_at": self.seen_at})
             self._set_link({"reconnecting": f"reconnecting (attempt {ev.get('attempt')}): "
                                             f"{safe_line(str(ev.get('error')), self.redact)}",
-                            "lost": f"not followed: {safe_line(str(ev.get('error')), self.redact)}"}.get(t, "live"))
+                            "lost": f"not followed: {safe_line(str(ev.get('error')), self.redact)}",
+                            "connecting": "connecting"}.get(t, CHECKING))
         for sig in ev.get("signals") or []:
             mark = {"t": None if ev.get("replay") else now, "id": sig["id"], "title": sig["title"],
                     "hint": sig.get("hint", "")}
@@ -262,8 +272,12 @@ class RunFeed:
             self._progress(ev["progress"], None if ev.get("replay") else now)
         if dash is not None and t in ("state", "sample", "end"):
             self._state(dash)
-        if t == "sample" and not self.link.startswith("behind"):
-            self._set_link("live")
+
+    def note(self, text: str) -> None:
+        """A line of the dashboard's own in the page's log (shown apart from the job's lines)."""
+        text = safe_line(text, self.redact)
+        self.log.append([text, "note"])
+        self._emit({"k": "log", "text": text, "kind": "note"})
 
     def _progress(self, p: dict, when: Optional[float]) -> None:
         prev = self.progress or {}
@@ -346,13 +360,15 @@ class RunFeed:
                 "mem_total": mem_totals(self.latest, self.lay), "rows": [[t, v] for t, v in self.rows],
                 "grid": grid_rows(self.latest), "log": list(self.log), "loss": list(self.loss),
                 "rate": list(self.rate), "rate_unit": self.rate_unit, "marks": list(self.marks),
-                "progress": self.progress, "gpu_error": self.gpu_error, "ended": self.ended, "seen_at": self.seen_at}
+                "progress": self.progress, "gpu_error": self.gpu_error, "ended": self.ended, "seen_at": self.seen_at,
+                "unreachable": self.unreachable}
 
     def summary(self) -> dict:
         """What the runs table shows of a followed run: its state, progress, signals, each host's mean utilisation,
         whether its host answers (reachable) and when it was last heard from."""
         self.flush()
-        reachable = self.link == "live" or self.link.startswith("behind")
+        reachable = self.seen_at is not None and (self.link in ("live", CHECKING, "connecting")
+                                                  or self.link.startswith("behind"))  # heard from, still followed
         return {"state": self.state if self.state != "connecting" else None, "progress": self.progress,
                 "signals": [m["title"] for m in self.marks], "reachable": reachable, "seen_at": self.seen_at,
                 "unreachable": self.unreachable,

@@ -75,6 +75,7 @@ class _Follower:
         self.thread: Optional[threading.Thread] = None
         self.failed_at: Optional[float] = None
         self.done = False
+        self.tail_pending = False  # an ended run's log to read from its host when its page first asks
 
     @property
     def active(self) -> bool:
@@ -310,8 +311,10 @@ class Hub:
         log = self.project / "runs" / rid / "log"
         for line in tail_lines(log, fd.LOG_LINES) if log.is_file() else []:
             feed.record({"type": "log", "line": line, "replay": True}, self.clock())
+        if not log.is_file():  # `gpuops train`'s runs: the log is on the host only (its traceback is why one looks)
+            feed.note("(no copy of the log here: reading its last lines from the host...)")
         f = _Follower(feed)
-        f.done = True
+        f.done, f.tail_pending = True, not log.is_file()  # the host is asked only for the run's page (run_doc)
         with self.lock:
             if rid in self.followers:
                 return self.followers[rid]
@@ -319,6 +322,32 @@ class Hub:
         if log.is_file():  # read in the background: a page asks for its history again a few seconds after loading
             threading.Thread(target=self._fill, args=(rid, log), name=f"gpuops-dashboard-fill-{rid}", daemon=True).start()
         return f
+
+    def _host_tail(self, rid: str, meta: dict) -> None:
+        """An ended run's last lines read from its host (one connection, as `gpuops logs` reads them), into its feed;
+        what could not be read is said there, never an error."""
+        from ..jobs import actions
+        from ..profiles.model import resolve
+
+        got = bytearray()
+        try:
+            prof = resolve(meta.get("profile"), self.project).node(None)
+            actions.tail(prof, self.out, self.project, meta, fd.LOG_LINES, got.extend)
+        except Exception as exc:
+            msg = getattr(exc, "message", None) or f"{type(exc).__name__}: {exc}"
+            with self.lock:
+                f = self.followers.get(rid)
+                if f is not None:
+                    f.feed.note(f"(the log could not be read from the host: {msg}; the full log link tries again)")
+            return
+        with self.lock:
+            f = self.followers.get(rid)
+            if f is None:
+                return
+            for line in got.decode("utf-8", "replace").splitlines()[-fd.LOG_LINES:]:
+                f.feed.record({"type": "log", "line": line, "replay": True}, self.clock())
+            f.feed.note("(the lines above: the log's end, read from the host)" if got else "(the log on the host is "
+                                                                                        "empty)")
 
     def _fill(self, rid: str, log: Path) -> None:
         from ..jobs.history import fill_from_file
@@ -401,9 +430,16 @@ class Hub:
         if feed is None:
             return None
         with self.lock:
+            f = self.followers.get(run_id)
+            tail = f is not None and f.tail_pending
+            if tail:
+                f.tail_pending = False
             snap = feed.snapshot()
             lay = feed.lay
         meta = self.meta(run_id) or {"run_id": run_id}
+        if tail:  # its lines come over the page's event stream
+            threading.Thread(target=self._host_tail, args=(run_id, meta), name=f"gpuops-dashboard-tail-{run_id}",
+                             daemon=True).start()
         st, _ = self._records(run_id)
         pipe = self._pipelines_raw().get(run_id)
         names = self.db.gpu_names(run_id) or [g.get("name") for g in feed.latest.values()]

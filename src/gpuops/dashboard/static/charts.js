@@ -30,10 +30,25 @@
     return span > 2 * 86400 ? `${p(d.getMonth() + 1)}-${p(d.getDate())} ${hm}` : span < 600 ? `${hm}:${p(d.getSeconds())}` : hm;
   };
 
+  // A value with no neighbour (a run's only step, a point between two NaN gaps) is no line at all: draw it as a
+  // point. Points are otherwise hidden, so a long raw line stays readable.
+  // A chart that spans gaps (GPUs, by time) joins values across them: there only a series' one value is lonely.
+  const lonely = (spans) => (u, si) => {
+    const ys = u.data[si], out = [], got = (i) => ys[i] !== null && ys[i] !== undefined;
+    for (let i = 0; i < ys.length; i++) {
+      if (got(i) && (spans || ((i === 0 || !got(i - 1)) && (i === ys.length - 1 || !got(i + 1))))) out.push(i);
+      if (spans && out.length > 1) return null;
+    }
+    return out.length ? out : null;
+  };
+
   // o: {title, x: "step"|"time", labels, unit, yLabel, percent, log, width, height, times(idx) -> t (step charts),
   //     value(v, si, idx) -> text, strokes: [{color, width, dash, alpha}], onZoom([lo, hi] | null), marks() -> [t|step]}
   G.chart = function (holder, o) {
-    let zoom = null, ours = false;
+    // uPlot applies a scale, and calls its setScale hook, in a microtask after it is asked: a flag set around our own
+    // calls cannot tell them from a person's. `want` is what this code last asked of the x scale (a range, or "auto":
+    // the data's), and a hook that finds the scale there is ours; anything else is a person's drag or double-click.
+    let zoom = null, want;
     const series = [{
       label: o.x === "step" ? "step" : "time",
       value: (u, v, si, idx) => {
@@ -47,7 +62,7 @@
       const s = (o.strokes || [])[i] || {};
       series.push({
         label, stroke: s.color || G.COLORS[i % G.COLORS.length], width: s.width || 1.5, dash: s.dash, spanGaps: o.x === "time",
-        alpha: s.alpha, points: { show: false },
+        alpha: s.alpha, points: { show: false, filter: lonely(o.x === "time") },
         value: (u, v, si, idx) => (o.value ? o.value(v, si - 1, idx) : v === null || v === undefined ? "-" : G.num(v) + (o.unit || "")),
       });
     });
@@ -69,10 +84,13 @@
       ],
       hooks: {
         setScale: [(u, key) => {
-          if (key !== "x" || ours) return;
-          const xs = u.data[0];
-          const full = !xs.length || (u.scales.x.min <= xs[0] && u.scales.x.max >= xs[xs.length - 1]);
-          zoom = full ? null : [u.scales.x.min, u.scales.x.max];
+          if (key !== "x") return;
+          const xs = u.data[0], lo = u.scales.x.min, hi = u.scales.x.max, w = want;
+          const full = !xs.length || (lo <= xs[0] && hi >= xs[xs.length - 1]);
+          want = undefined;
+          const near = (a, b) => Math.abs(a - b) <= 1e-9 * Math.max(1, Math.abs(a), Math.abs(b));
+          if (w === "auto" ? full : w && near(lo, w[0]) && near(hi, w[1])) return;  // where this code put it
+          zoom = full ? null : [lo, hi];
           if (o.onZoom) o.onZoom(zoom);
         }],
         draw: [(u) => {
@@ -92,21 +110,15 @@
     }, [[], ...(o.labels || []).map(() => [])], holder);
     self.u = u;
     self.setData = (cols) => {
-      ours = true;
-      try {
-        if (zoom) { u.setData(cols, false); u.setScale("x", { min: zoom[0], max: zoom[1] }); }
-        else u.setData(cols, true);
-      } finally { ours = false; }
+      if (zoom) { want = zoom; u.setData(cols, false); u.setScale("x", { min: zoom[0], max: zoom[1] }); }
+      else { want = "auto"; u.setData(cols, true); }
     };
     self.zoomTo = (lo, hi) => {  // a range set from outside (another chart's zoom, a range typed in); null, null: all
-      ours = true;
-      try {
-        if (lo === null && hi === null) { zoom = null; u.setData(u.data, true); return; }
-        const xs = u.data[0];
-        const a = lo === null ? (xs[0] ?? 0) : lo, b = hi === null ? (xs[xs.length - 1] ?? a + 1) : hi;
-        zoom = [a, Math.max(b, a + 1e-9)];
-        u.setScale("x", { min: zoom[0], max: zoom[1] });
-      } finally { ours = false; }
+      if (lo === null && hi === null) { zoom = null; want = "auto"; u.setData(u.data, true); return; }
+      const xs = u.data[0];
+      const a = lo === null ? (xs[0] ?? 0) : lo, b = hi === null ? (xs[xs.length - 1] ?? a + 1) : hi;
+      zoom = want = [a, Math.max(b, a + 1e-9)];
+      u.setScale("x", { min: zoom[0], max: zoom[1] });
     };
     self.destroy = () => u.destroy();
     return self;

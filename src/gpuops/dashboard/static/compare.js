@@ -29,7 +29,7 @@
     legend.replaceChildren(...ids.map((id, i) => $("li", {}, $("span", { cls: "swatch", style: `background:${G.COLORS[i % G.COLORS.length]}` }),
       " ", $("a", { href: "/run/" + encodeURIComponent(id), text: id }))));
 
-    let fig = null;
+    let fig = null, zoomTimer = null;
     function build() {
       if (fig) { fig.chart.destroy(); holder.replaceChildren(); }
       const all = ids.flatMap((id) => (st.data[id] || { points: [] }).points);
@@ -45,7 +45,11 @@
           const t = timeAt(ids[i], step);
           return G.num(v) + (t ? " · " + G.clock(t) : "");
         },
-        onZoom: (z) => { st.zoom = z; fromIn.value = z ? Math.floor(z[0]) : ""; toIn.value = z ? Math.ceil(z[1]) : ""; },
+        onZoom: (z) => {  // a person's drag (or double-click): that range's every point, read again
+          st.zoom = z; fromIn.value = z ? Math.floor(z[0]) : ""; toIn.value = z ? Math.ceil(z[1]) : "";
+          clearTimeout(zoomTimer);
+          zoomTimer = setTimeout(refresh, 250);
+        },
       }));
       draw();
     }
@@ -75,14 +79,18 @@
     }
     function range() {
       const lo = fromIn.value === "" ? null : Number(fromIn.value), hi = toIn.value === "" ? null : Number(toIn.value);
-      load(lo, hi).then(() => { build(); if (lo !== null || hi !== null) fig.chart.zoomTo(lo, hi); });
+      st.zoom = lo === null && hi === null ? null : [lo, hi];
+      load(lo, hi).then(() => { build(); if (st.zoom) fig.chart.zoomTo(lo, hi); });
     }
+    // the range shown (the whole runs, or a zoom's steps at full resolution), read again as the runs train
+    const refresh = () => (st.zoom ? load(st.zoom[0] === null ? null : Math.floor(st.zoom[0]),
+      st.zoom[1] === null ? null : Math.ceil(st.zoom[1])) : load()).then(draw);
     metricIn.addEventListener("change", () => { st.metric = metricIn.value; range(); });
     smoothIn.addEventListener("input", () => { st.smooth = Number(smoothIn.value); smoothOut.textContent = smoothIn.value; draw(); });
     logIn.addEventListener("change", () => { st.log = logIn.checked; build(); });
     new ResizeObserver(() => fig && G.fit([fig])).observe(G.main);
     load().then(build);
     G.setLink("refreshed every 5 s");
-    setInterval(() => { if (!st.zoom) load().then(draw); }, 5000);
+    setInterval(refresh, 5000);
   };
 })();

@@ -10,7 +10,7 @@
   G.runPage = function (runId) {
     const st = { loss: [], rate: [], unit: "", rows: [], series: [], mode: "gpu", memTotal: [], marks: [], seq: 0,
       progress: null, info: {}, state: "", exitCode: null, figs: {}, smooth: 0.6, log: false, es: null, pending: false,
-      link: "", pageLag: 0 };
+      link: "", pageLag: 0, unreachable: false, seenAt: null };
     const enc = encodeURIComponent(runId);
     const stateEl = $("p", { cls: "state", role: "status", "aria-live": "polite", id: "run-state" });
     const detailEl = $("p", { cls: "detail", id: "run-detail" });
@@ -75,6 +75,12 @@
     function showState() {
       const ended = ["succeeded", "failed", "stopped", "lost"].includes(st.state);
       let text = st.state || "-";
+      if (st.unreachable && !ended) {  // its last known state is not what it is now: nobody knows
+        G.setText(stateEl, `unreachable: its host does not answer${st.seenAt ? ", last heard from " + G.when(st.seenAt) : ""}` +
+          ` (last known: ${text})`);
+        stateEl.dataset.state = "unreachable";
+        return;
+      }
       if (st.exitCode !== null && st.exitCode !== undefined && st.state !== "running") text += ` (exit ${st.exitCode})`;
       if (ended && st.info.ending) text += ": " + st.info.ending.title;
       G.setText(stateEl, text);
@@ -126,6 +132,7 @@
         }));
       }
       G.fit(Object.values(st.figs));
+      if (stepZoom) for (const k of ["loss", "rate"]) st.figs[k].chart.zoomTo(stepZoom[0], stepZoom[1]);  // kept
     }
     const positive = (pts) => pts.length > 0 && pts.every((p) => p[1] === null || p[1] > 0);
     new ResizeObserver(() => G.fit(Object.values(st.figs))).observe(G.main);
@@ -138,7 +145,9 @@
         text = typeof p === "string" ? p : st.loss.length ? G.num(st.loss[st.loss.length - 1][1]) : "-";
         if (text === "-" && st.loss.length && st.loss[st.loss.length - 1][1] === null) text = "NaN";
       } else if (key === "rate") text = st.rate.length ? G.num(st.rate[st.rate.length - 1][1]) + " " + st.unit : "-";
-      else if (st.rows.length) {
+      else if (st.unreachable && !["succeeded", "failed", "stopped", "lost"].includes(st.state)) {
+        text = "no answer" + (st.seenAt ? " since " + G.clock(st.seenAt) : "");  // not a figure from before
+      } else if (st.rows.length) {
         const labels = seriesLabels(key), vals = rowVals(st.rows[st.rows.length - 1], key);
         const unit = METRICS.find((m) => m[0] === key)[2];
         text = vals.map((v, i) => (labels.length > 1 ? labels[i] + " " : "") + G.fixed(v, " " + unit) +
@@ -147,6 +156,7 @@
       G.setText(f.latest, text);
       f.fig.setAttribute("aria-label", `${f.title} chart, latest: ${text}`);
     }
+    const gpuLatest = () => { for (const [key] of METRICS) if (st.figs[key]) latest(key); };
     function rowVals(row, key) {
       const vals = (row[1][key] || []).slice();
       if (key === "util" && utilMean()) {
@@ -177,31 +187,39 @@
     const redraw = () => { if (!st.pending) { st.pending = true; requestAnimationFrame(draw); } };
 
     // -- ranges: a zoom on one chart is the range of its kind; a range asks the database for its every point -------
-    let stepTimer = null;
+    let stepTimer = null, stepZoom = null;  // the steps shown, while zoomed: kept through every refresh
     function stepZoomed(key, z) {
       const other = st.figs[key === "loss" ? "rate" : "loss"];
-      if (z) other.chart.zoomTo(z[0], z[1]);
+      other.chart.zoomTo(z ? z[0] : null, z ? z[1] : null);  // a double-click (all steps) too
+      stepZoom = z;
       fromIn.value = z ? Math.floor(z[0]) : ""; toIn.value = z ? Math.ceil(z[1]) : "";
       clearTimeout(stepTimer);
-      stepTimer = setTimeout(() => detail(z), 250);
+      stepTimer = setTimeout(() => detail([z]), 250);
     }
     function stepRange(lo, hi) {
       for (const k of ["loss", "rate"]) st.figs[k].chart.zoomTo(lo, hi);
-      if (lo === null && hi === null) { fromIn.value = toIn.value = ""; history(); return; }
-      detail([lo === null ? st.loss.length ? st.loss[0][0] : 0 : lo, hi === null ? 1e15 : hi]);
+      if (lo === null && hi === null) { fromIn.value = toIn.value = ""; stepZoom = null; history(); return; }
+      stepZoom = [lo === null ? st.loss.length ? st.loss[0][0] : 0 : lo, hi === null ? 1e15 : hi];
+      detail([stepZoom]);
     }
-    function detail(z) {
+    // ranges asked in one go and merged in their order: the whole history (thinned) first, then the zoomed range's
+    // every point, so a refresh never leaves the range a person looks at thinned
+    function detail(zs) {
       for (const key of ["loss", "rate"]) {
-        const q = z ? `&lo=${Math.floor(z[0])}&hi=${Math.ceil(z[1])}` : "";
-        G.getJSON(`/api/run/${enc}/series?metric=${key}${q}&limit=3000`).then(({ ok, doc }) => {
-          if (!ok) return;
-          st[key] = merge(st[key], doc.points, z ? z[0] : null, z ? z[1] : null);
-          if (key === "rate" && doc.unit) st.unit = doc.unit;
+        Promise.all(zs.map((z) => G.getJSON(`/api/run/${enc}/series?metric=${key}` +
+          (z ? `&lo=${Math.floor(z[0])}&hi=${Math.ceil(z[1])}` : "") + "&limit=3000")
+          .then(({ ok, doc }) => (ok ? doc : null), () => null))).then((docs) => {
+          docs.forEach((doc, i) => {
+            if (!doc) return;
+            const z = zs[i];
+            st[key] = merge(st[key], doc.points, z ? z[0] : null, z ? z[1] : null);
+            if (key === "rate" && doc.unit) st.unit = doc.unit;
+          });
           redraw();
-        }, () => {});
+        });
       }
     }
-    function history() { detail(null); }
+    function history() { detail(stepZoom ? [null, stepZoom] : [null]); }
     function merge(cur, got, lo, hi) {  // points of [lo, hi] replaced by those fetched; newer live ones kept
       const inside = (x) => (lo === null || x >= lo) && (hi === null || x <= hi);
       const last = got.length ? got[got.length - 1][0] : -Infinity;
@@ -259,11 +277,11 @@
       st.link = text;
       if (st.pageLag > 3) G.setLink(`behind by ${Math.round(st.pageLag)} s (this page cannot draw as fast as the log comes)`, true);
       else if (text === "ended") G.setLink("run ended: shown from its record and the project's database", false);
-      else G.setLink(text, text !== "live");
+      else G.setLink(text, !(text === "live" || text === "connecting" || text.startsWith("connected")));
     }
     function resetLive(s) {  // the feed's snapshot after this page fell behind its journal: no full reload
       if (JSON.stringify(s.series) !== JSON.stringify(st.series)) { load(); return; }
-      st.seq = s.seq; st.state = s.state; st.exitCode = s.exit_code;
+      st.seq = s.seq; st.state = s.state; st.exitCode = s.exit_code; st.unreachable = !!s.unreachable; st.seenAt = s.seen_at;
       for (const p of s.loss) upsert(st.loss, [p[1], p[2], p[0]]);
       for (const p of s.rate) upsert(st.rate, [p[1], p[2], p[0]]);
       if (s.rows.length) st.rows = st.rows.filter((r) => r[0] < s.rows[0][0]).concat(s.rows);
@@ -275,6 +293,7 @@
       st.series = s.series; st.mode = s.mode; st.memTotal = s.mem_total || []; st.rows = s.rows;
       st.loss = s.loss; st.rate = s.rate; st.unit = s.rate_unit || ""; st.seq = s.seq; st.info = s.info || st.info;
       st.state = s.state; st.exitCode = s.exit_code ?? (s.info || {}).exit_code;
+      st.unreachable = !!s.unreachable; st.seenAt = s.seen_at;
       st.marks = []; marksEl.replaceChildren(); logEl.replaceChildren();
       showInfo(st.info); showState(); G.setText(detailEl, s.detail || "");
       buildCharts();
@@ -282,7 +301,7 @@
       showProgress(s.progress);
       for (const m of s.marks) addMark(m);
       addLogs(s.log.length || s.link !== "ended" ? s.log
-        : [["(no copy of the log here: the full log link reads it from the host while it exists)", "note"]]);
+        : [["(the log has no lines)", "note"]]);  // a log read from the host says so itself (its notes)
       showGrid(s.grid);
       showLink(s.link);
       redraw();
@@ -312,6 +331,7 @@
         else if (e.k === "state") { st.state = e.state; st.exitCode = e.exit_code; ended = ended || e.state !== "running"; showState(); showInfo(st.info); }
         else if (e.k === "detail") G.setText(detailEl, e.text);
         else if (e.k === "link") showLink(e.text);
+        else if (e.k === "reach") { st.unreachable = e.unreachable; st.seenAt = e.seen_at; showState(); gpuLatest(); }
         else if (e.k === "gpu_error") errEl.textContent = "nvidia-smi: " + e.text;
       }
       if (logs.length) addLogs(logs);
