@@ -208,9 +208,11 @@ def browser():
 E2E_FIXTURES = frozenset({"sshd", "dist_python", "browser"})
 
 
-# The longest first: pytest-xdist hands tests out in this order as workers free up, so the long end-to-end runs
-# start early and the suite ends on short tests instead of one worker finishing a 30 s test alone (the folders'
-# order is what --durations shows: whole `gpuops run`s through the emulator, docs blocks, browsers, fleets...).
+# The longest first, so the long end-to-end runs start early and the suite ends on short tests instead of one worker
+# finishing a 30 s test alone (the folders' order is what --durations shows: whole `gpuops run`s through the
+# emulator, docs blocks, browsers, fleets...). The README's `--dist worksteal` starts each worker on a contiguous
+# slice of this order and lets an idle worker take the back half of the longest queue: the order is dealt out so
+# that every slice starts with its share of the long tests (a worker never queues five 30 s runs while another idles).
 SLOW_FIRST = ("pipeline", "docs", "dashboard", "fleet", "cloud", "jobs", "setup", "transfer", "verify")
 
 
@@ -225,6 +227,9 @@ def pytest_collection_modifyitems(config, items):
         if E2E_FIXTURES.intersection(getattr(item, "fixturenames", ())):
             item.add_marker(pytest.mark.e2e)
     items.sort(key=_weight)  # stable: a file's tests keep their order
+    n = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT") or 1)
+    if n > 1:  # xdist's worksteal starts each worker on a contiguous slice: each slice gets its share of the long ones
+        items[:] = [x for k in range(n) for x in items[k::n]]
 
 
 @pytest.fixture(autouse=True)
