@@ -19,12 +19,10 @@ import urllib.error
 import urllib.request
 from pathlib import Path
 
-import pytest
 from playwright.sync_api import expect
 
-from support import ROOT
 from support.cloud import API_KEY, TYPE, cloud_up
-from support.browser import CHROMIUM, IMG, shot_dir, start_dashboard, stop, watch_page  # noqa: F401
+from support.browser import assert_page_clean, CHROMIUM, IMG, open_page, shot_dir, start_dashboard, stop, watch_page  # noqa: F401
 from support.helpers import default_sigint
 
 TRAINER = """\
@@ -195,22 +193,23 @@ sys.exit(1)
 """
 
 
+
+def _train_on_box(gpuops, cloud, project: Path, trainer: str) -> str:
+    """An instance `box` up through the emulator, `trainer` training there: the run's id."""
+    cloud.capacity(TYPE, ["us-east-1"])
+    assert cloud_up(gpuops, cloud, "box", "--no-verify").code == 0
+    (project / "trainer.py").write_text(trainer)
+    r = gpuops("train", "-p", "box", "--script", "trainer.py", "--no-snapshot")
+    assert r.code == 0, r.all
+    return r.out.strip().splitlines()[-1]
+
 def test_a_run_that_fails_in_chromium(cloud, gpuops, isolated, browser, tmp_path):
     """A job that goes wrong (NaN, then out of memory, exit 1): its page says failed, marks what went wrong, and its
     log shows the newest line without scrolling; the runs table says failed; keyboard reaches the run's link."""
-    cloud.capacity(TYPE, ["us-east-1"])
-    assert cloud_up(gpuops, cloud, "box", "--no-verify").code == 0
-    (isolated / "trainer.py").write_text(FAILING)
-    r = gpuops("train", "-p", "box", "--script", "trainer.py", "--no-snapshot")
-    assert r.code == 0, r.all
-    rid = r.out.strip().splitlines()[-1]
+    rid = _train_on_box(gpuops, cloud, isolated, FAILING)
     proc, url = start_dashboard(isolated)
     try:
-        errors, requests = [], []
-        ctx = browser.new_context(viewport={"width": 800, "height": 700})
-        page = ctx.new_page()
-        watch_page(page, errors, requests)
-        page.goto(url)
+        ctx, page, errors, requests = open_page(browser, url, 800, 700)
         link = page.locator("table[aria-label=runs]").get_by_role("link", name=rid)
         link.wait_for(timeout=20000)
         for _ in range(40):  # the keyboard reaches the run's link (past the filter, the sort buttons, a checkbox)
@@ -236,9 +235,7 @@ def test_a_run_that_fails_in_chromium(cloud, gpuops, isolated, browser, tmp_path
         runs = page.locator("table[aria-label=runs] tr", has_text=rid)
         runs.get_by_text("failed").wait_for(timeout=20000)
         page.screenshot(path=str(tmp_path / "overview-failed.png"), full_page=True)
-        assert not errors, errors
-        base = url.split("/?")[0]
-        assert all(u.startswith(base + "/") or u.startswith("data:") for u in requests), requests
+        assert_page_clean(url, errors, requests)
         ctx.close()
     finally:
         stop(proc)
@@ -440,11 +437,7 @@ def test_an_instance_launched_elsewhere_and_an_api_that_fails(cloud, isolated, b
                                                 "ssh_key_names": ["console-key"], "name": "notebook-box"})
     proc, url = start_dashboard(isolated)
     try:
-        errors, requests = [], []
-        ctx = browser.new_context(viewport={"width": 1100, "height": 700})
-        page = ctx.new_page()
-        watch_page(page, errors, requests)
-        page.goto(url)
+        ctx, page, errors, requests = open_page(browser, url, 1100, 700)
         row = page.locator("table[aria-label=instances] tr", has_text="notebook-box")
         row.get_by_text("billing, unwatched").wait_for(timeout=20000)
         cells = row.locator("td")
@@ -480,19 +473,10 @@ def test_a_run_whose_host_stops_answering_is_unreachable_in_chromium(cloud, gpuo
     progress from before (not "running" at a stale 99 %), and the run's page says it cannot reach the host."""
     from support.cloud import live_instances
 
-    cloud.capacity(TYPE, ["us-east-1"])
-    assert cloud_up(gpuops, cloud, "box", "--no-verify").code == 0
-    (isolated / "trainer.py").write_text(LONG)
-    r = gpuops("train", "-p", "box", "--script", "trainer.py", "--no-snapshot")
-    assert r.code == 0, r.all
-    rid = r.out.strip().splitlines()[-1]
+    rid = _train_on_box(gpuops, cloud, isolated, LONG)
     proc, url = start_dashboard(isolated)
     try:
-        errors, requests = [], []
-        ctx = browser.new_context(viewport={"width": 1280, "height": 700})
-        page = ctx.new_page()
-        watch_page(page, errors, requests)
-        page.goto(url)
+        ctx, page, errors, requests = open_page(browser, url, 1280, 700)
         row = page.locator("table[aria-label=runs] tbody tr", has_text=rid)
         expect(row).to_contain_text("running", timeout=30000)
         expect(row.locator("td").nth(10)).to_have_text(re.compile(r"\d+ %"), timeout=30000)  # GPU util, live
@@ -513,9 +497,7 @@ def test_a_run_whose_host_stops_answering_is_unreachable_in_chromium(cloud, gpuo
         expect(run_page.locator("#run-state")).to_contain_text("unreachable: its host does not answer, last heard from")
         expect(run_page.locator("#latest-util")).to_contain_text("no answer since")
         page.screenshot(path=str(tmp_path / "overview-unreachable.png"), full_page=True)
-        assert not errors, errors
-        base = url.split("/?")[0]
-        assert all(u.startswith(base + "/") or u.startswith("data:") for u in requests), requests
+        assert_page_clean(url, errors, requests)
         ctx.close()
     finally:
         stop(proc)

@@ -11,7 +11,7 @@ import time
 import pytest
 from playwright.sync_api import expect
 
-from support.browser import start_dashboard, stop, watch_page
+from support.browser import open_page, start_dashboard, stop, watch_page
 from support.runs import put, run_dir, run_id_of, wait_ended
 
 pytestmark = pytest.mark.usefixtures("cleanup_runs")
@@ -79,11 +79,7 @@ def test_a_dashboard_restarted_while_a_run_trains_shows_its_whole_loss_history_b
     restarted = time.time()
     proc, url = start_dashboard(isolated)
     try:
-        errors, requests = [], []
-        ctx = browser.new_context(viewport={"width": 1100, "height": 800})
-        page = ctx.new_page()
-        watch_page(page, errors, requests)
-        page.goto(url)
+        ctx, page, errors, requests = open_page(browser, url, 1100, 800)
         base = url.split("/?")[0]
         page.goto(f"{base}/run/{rid}")
         expect(page.locator("#run-state")).to_have_text("running")
@@ -173,11 +169,7 @@ def test_a_real_import_error_is_the_cause_on_the_overview_and_the_run_page(sandb
     cause = "an import failed: ImportError: cannot import name 'loads_fast' from 'json'"
     proc, url = start_dashboard(isolated)
     try:
-        errors, requests = [], []
-        ctx = browser.new_context(viewport={"width": 1280, "height": 800})
-        page = ctx.new_page()
-        watch_page(page, errors, requests)
-        page.goto(url)
+        ctx, page, errors, requests = open_page(browser, url, 1280, 800)
         base = url.split("/?")[0]
         row = page.locator("table[aria-label=runs] tbody tr", has_text=early)
         expect(row.locator("td").nth(4)).to_have_text("failed", timeout=30000)

@@ -41,3 +41,21 @@ def watch_page(page, errors: list, requests: list) -> None:
     page.on("pageerror", lambda exc: errors.append(f"pageerror: {exc}"))
     page.on("console", lambda msg: errors.append(f"console {msg.type}: {msg.text}") if msg.type == "error" else None)
     page.on("request", lambda req: requests.append(req.url))
+
+
+def open_page(browser, url: str, width: int, height: int):
+    """A new context of that viewport with its page at url, watched for errors: (context, page, errors, requests)."""
+    errors: list = []
+    requests: list = []
+    ctx = browser.new_context(viewport={"width": width, "height": height})
+    page = ctx.new_page()
+    watch_page(page, errors, requests)
+    page.goto(url)
+    return ctx, page, errors, requests
+
+
+def assert_page_clean(url: str, errors: list, requests: list) -> None:
+    """No script error on the page, and it asked nothing but the dashboard (or data: URLs)."""
+    assert not errors, errors
+    base = url.split("/?")[0]
+    assert all(u.startswith(base + "/") or u.startswith("data:") for u in requests), requests

@@ -22,7 +22,7 @@ def facts(files: dict[str, str], *, base_torch: str | None = "2.9.0+cu128", base
     """Recorded facts of a Lambda Stack host with these project files ({name: text}) on it."""
     import hashlib
 
-    lines = [f"home=/home/ubuntu", "user=ubuntu", f"uv={uv}", "python3=/usr/bin/python3", "pip_user_ok=1"]
+    lines = ["home=/home/ubuntu", "user=ubuntu", f"uv={uv}", "python3=/usr/bin/python3", "pip_user_ok=1"]
     for name, text in files.items():
         lines.append(f"@file {name} {hashlib.sha256(text.encode()).hexdigest()}")
         if name != "uv.lock":
