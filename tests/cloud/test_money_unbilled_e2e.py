@@ -117,23 +117,26 @@ def test_the_default_ttl_is_changed_in_dotenv_and_reap_ends_a_kept_instance_at_i
     assert not live_instances(cloud)
 
 
-CHURN = """\
-import os, subprocess, sys
+# a fetch that fails every attempt, whatever the load: a sparse file larger than any disk here (it takes no space on
+# the instance; the fetch's room check refuses it before rsync). A file rewritten under the fetch passed sometimes
+# when the rewriting process was starved of CPU.
+TOO_BIG = """\
+import os
 os.makedirs("outputs", exist_ok=True)
-# a process of its own session that outlives the job and rewrites what the fetch verifies
-subprocess.Popen([sys.executable, "-c", "import os, time\\nwhile True:\\n    open('outputs/live.bin', 'wb').write(os.urandom(65536))\\n    time.sleep(0.01)\\n"],
-                 start_new_session=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+with open("outputs/huge.dat", "wb") as f:
+    f.truncate(1 << 42)  # 4 TiB (ext4 takes up to 16)
 print("started", flush=True)
 """
 
 
 def test_a_fetch_that_fails_keeps_the_instance_and_states_its_deadline(cloud, gpuops):
-    (Path.cwd() / "train.py").write_text(CHURN)
+    (Path.cwd() / "train.py").write_text(TOO_BIG)
     r = _run(gpuops, cloud, "--script", "train.py", "--fetch", "outputs", "--ttl", "3h")
     assert r.code == 1, r.all
     doc = json.loads(r.out)
     assert doc["outcome"] == "kept", doc
     assert "FETCH FAILED, so the instance is KEPT" in r.err and "until its TTL" in r.err, r.err
+    assert "not enough local disk" in r.err, r.err
     (inst,) = live_instances(cloud)
     import time
 
