@@ -84,30 +84,69 @@ def _proxy_profile(sandbox, proxy: Proxy) -> str:
     return "viaproxy"
 
 
-def _train_and_watch_json_with_cuts(sandbox, gpuops, proxy: Proxy, script: str, text: str, cut_at: tuple, *,
+def _train_and_watch_json_with_cuts(sandbox, gpuops, proxy: Proxy, script: str, text: str, cuts: int, *,
                                     train: tuple = (), watch: tuple = ()):
-    """Launch SCRIPT through the proxy, then `watch --json --lines 1000` it while the proxy cuts every connection at
-    the given seconds. Returns (run id, the watch's CliResult)."""
+    """Launch SCRIPT through the proxy, then `watch --json --lines 1000` it (a process of its own, read as it prints)
+    while the proxy cuts every connection `cuts` times: each cut once the watch streams (a log line or a sample
+    after it started, or after its last reconnect); then $GPUOPS_RUN_DIR/release lets the job (`_held`) print its
+    last lines. The cuts land while the job runs and the watch follows, whatever the load (fixed timers missed
+    both under xdist). Returns (run id, a CliResult of the watch)."""
+    import os
+    import subprocess
+    import sys
+    from types import SimpleNamespace
+
     name = _proxy_profile(sandbox, proxy)
     put(sandbox, script, text)
     rid = run_id_of(gpuops("train", "-p", name, "--script", script, "--no-sync", "--no-snapshot", *train))
-    cuts = [threading.Timer(t, proxy.cut_all) for t in cut_at]
-    for c in cuts:
-        c.start()
-    res = gpuops("watch", rid, "-p", name, "--json", "--lines", "1000", *watch)
-    for c in cuts:
-        c.cancel()
-    return rid, res
+    release = run_dir(sandbox, rid) / "release"
+    p = subprocess.Popen([sys.executable, "-m", "gpuops", "watch", rid, "-p", name, "--json", "--lines", "1000",
+                          *watch], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env={**os.environ})
+    out, done, armed = [], 0, True
+    try:
+        for line in p.stdout:
+            out.append(line)
+            kind = json.loads(line).get("type")
+            if kind == "reconnecting":
+                armed = True
+            elif armed and done < cuts and kind in ("log", "sample"):
+                proxy.cut_all()
+                done, armed = done + 1, False
+                if done == cuts:
+                    release.touch()
+        err = p.stderr.read()
+        p.wait(timeout=60)
+    finally:
+        release.touch()
+        if p.poll() is None:
+            p.kill()
+    return rid, SimpleNamespace(code=p.returncode, out="".join(out), err=err, all="".join(out) + err)
+
+
+# what the jobs of these tests do before their last lines: wait until the test has cut the watch's connections
+HOLD = """\
+def hold():
+    import os, time
+    while not os.path.exists(os.path.join(os.environ["GPUOPS_RUN_DIR"], "release")):
+        time.sleep(0.05)
+"""
+
+
+def _held(script: str) -> str:
+    """The script, waiting for the test's cuts before its line 20 (`HOLD`)."""
+    lines = script.splitlines(keepends=True)
+    (at,) = [k for k, x in enumerate(lines) if x.startswith("for i in range(")]
+    return HOLD + "".join(lines[:at + 1]) + "    if i == 20:\n        hold()\n" + "".join(lines[at + 1:])
 
 
 def test_watch_reconnects_and_resumes_log_without_repeats_or_losses(sandbox, gpuops):
     proxy = Proxy(sandbox["port"])
     try:
-        rid, res = _train_and_watch_json_with_cuts(sandbox, gpuops, proxy, "count.py", COUNT, (1.5, 4.0),
+        rid, res = _train_and_watch_json_with_cuts(sandbox, gpuops, proxy, "count.py", _held(COUNT), 2,
                                                    train=("-e", "N=60", "-e", "DELAY=0.1"), watch=("--interval", "0.5"))
         assert res.code == 0, res.all
         docs = [json.loads(x) for x in res.out.splitlines()]
-        assert [d for d in docs if d["type"] == "reconnecting"], "the proxy cut should have been noticed"
+        assert len([d for d in docs if d["type"] == "reconnecting"]) == 2, res.all  # both cuts noticed
         assert [d for d in docs if d["type"] == "connected"]
         logged = [d["line"] for d in docs if d["type"] == "log"]
         assert logged == [f"line {i:04d} loss={1.0 / (i + 1):.4f}" for i in range(60)]
@@ -180,11 +219,11 @@ def test_watch_offsets_count_raw_bytes_through_invalid_utf8_long_lines_and_recon
     byte offset where it ends in the log file (the resume point), up to a last line without newline."""
     proxy = Proxy(sandbox["port"])
     try:
-        rid, res = _train_and_watch_json_with_cuts(sandbox, gpuops, proxy, "raw.py", RAW, (1.5, 3.0),
+        rid, res = _train_and_watch_json_with_cuts(sandbox, gpuops, proxy, "raw.py", _held(RAW), 2,
                                                    watch=("--interval", "0.2"))
         assert res.code == 0, res.all
         docs = [json.loads(x) for x in res.out.splitlines()]
-        assert [d for d in docs if d["type"] == "reconnecting"], "the proxy cut should have been noticed"
+        assert len([d for d in docs if d["type"] == "reconnecting"]) == 2, res.all  # both cuts noticed
         logged = [(d["line"], d["offset"]) for d in docs if d["type"] == "log"]
         log = (run_dir(sandbox, rid) / "log").read_bytes()
         assert logged == raw_lines(log)
