@@ -116,8 +116,9 @@ def test_a_gpu_failure_that_kills_the_job_at_once_is_recovered_not_reported_as_t
     (before: `failed (job failed)`, terminated): the health is read once more, the instance replaced, the job resumed
     from the newest complete checkpoint."""
     write_script(text=TAGGED)
+    # held after step 2 until its GPU kills it: under load, a job left to run could finish before the fault
     p = run_process(cloud, "--script", "train.py", "--fetch", "checkpoints", "--json", "--recover", "1",
-             "--", "6", "4.5", "0.3", "A", "checkpoints")  # not held: a job dying mid-step
+             "--", "6", "1.5", "0.3", "A", "checkpoints", "2")
     wait_run(lambda: _checkpoint_step("train") >= 2, what="checkpoint-2 fetched", p=p)
     (first,) = [i["id"] for i in billing(cloud)]
     cloud.gpu_fault(first, "xid=79", kill_jobs=True)
