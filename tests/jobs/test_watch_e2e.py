@@ -3,10 +3,14 @@ through tests/proxy.Proxy without repeating or losing log lines, Ctrl-C leaving 
 from __future__ import annotations
 
 import json
+import os
 import signal
+import subprocess
+import sys
 import threading
 import time
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 
@@ -84,32 +88,21 @@ def _proxy_profile(sandbox, proxy: Proxy) -> str:
     return "viaproxy"
 
 
-def _train_and_watch_json_with_cuts(sandbox, gpuops, proxy: Proxy, script: str, text: str, cuts: int, *,
-                                    train: tuple = (), watch: tuple = ()):
-    """Launch SCRIPT through the proxy, then `watch --json --lines 1000` it (a process of its own, read as it prints)
-    while the proxy cuts every connection `cuts` times: each cut once the watch streams (a log line or a sample
-    after it started, or after its last reconnect); then $GPUOPS_RUN_DIR/release lets the job (`_held`) print its
-    last lines. The cuts land while the job runs and the watch follows, whatever the load (fixed timers missed
-    both under xdist). Returns (run id, a CliResult of the watch)."""
-    import os
-    import subprocess
-    import sys
-    from types import SimpleNamespace
-
-    name = _proxy_profile(sandbox, proxy)
-    put(sandbox, script, text)
-    rid = run_id_of(gpuops("train", "-p", name, "--script", script, "--no-sync", "--no-snapshot", *train))
-    release = run_dir(sandbox, rid) / "release"
-    p = subprocess.Popen([sys.executable, "-m", "gpuops", "watch", rid, "-p", name, "--json", "--lines", "1000",
-                          *watch], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env={**os.environ})
+def _follow_with_cuts(argv: list, proxy: Proxy, cuts: int, release: Path, streams, rearms) -> SimpleNamespace:
+    """`gpuops ARGV` as a process of its own, read as it prints, while the proxy cuts every connection `cuts` times:
+    each cut once the command streams (`streams(line)`; again only after `rearms(line)`, its reconnect); then
+    `release` lets the job (`_held`) print its last lines. The cuts land while the job runs and the command follows,
+    whatever the load (fixed timers cut before it connected, or after the job ended, under xdist). Returns what a
+    CliResult has (code, out, err, all)."""
+    p = subprocess.Popen([sys.executable, "-m", "gpuops", *argv], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                         text=True, env={**os.environ})
     out, done, armed = [], 0, True
     try:
         for line in p.stdout:
             out.append(line)
-            kind = json.loads(line).get("type")
-            if kind == "reconnecting":
+            if rearms(line):
                 armed = True
-            elif armed and done < cuts and kind in ("log", "sample"):
+            elif armed and done < cuts and streams(line):
                 proxy.cut_all()
                 done, armed = done + 1, False
                 if done == cuts:
@@ -120,7 +113,22 @@ def _train_and_watch_json_with_cuts(sandbox, gpuops, proxy: Proxy, script: str, 
         release.touch()
         if p.poll() is None:
             p.kill()
-    return rid, SimpleNamespace(code=p.returncode, out="".join(out), err=err, all="".join(out) + err)
+    return SimpleNamespace(code=p.returncode, out="".join(out), err=err, all="".join(out) + err)
+
+
+def _train_and_watch_json_with_cuts(sandbox, gpuops, proxy: Proxy, script: str, text: str, cuts: int, *,
+                                    train: tuple = (), watch: tuple = ()):
+    """Launch SCRIPT (`_held`) through the proxy, then `watch --json --lines 1000` it while the proxy cuts every
+    connection `cuts` times, each once the watch streams (a log line or a sample, after it started or after its last
+    reconnect). Returns (run id, the watch's result)."""
+    name = _proxy_profile(sandbox, proxy)
+    put(sandbox, script, text)
+    rid = run_id_of(gpuops("train", "-p", name, "--script", script, "--no-sync", "--no-snapshot", *train))
+    res = _follow_with_cuts(["watch", rid, "-p", name, "--json", "--lines", "1000", *watch], proxy, cuts,
+                            run_dir(sandbox, rid) / "release",
+                            streams=lambda line: json.loads(line).get("type") in ("log", "sample"),
+                            rearms=lambda line: json.loads(line).get("type") == "reconnecting")
+    return rid, res
 
 
 # what the jobs of these tests do before their last lines: wait until the test has cut the watch's connections
@@ -159,13 +167,12 @@ def test_logs_follow_reconnects(sandbox, gpuops):
     proxy = Proxy(sandbox["port"])
     try:
         name = _proxy_profile(sandbox, proxy)
-        put(sandbox, "count.py", COUNT)
+        put(sandbox, "count.py", _held(COUNT))
         rid = run_id_of(gpuops("train", "-p", name, "--script", "count.py", "--no-sync", "--no-snapshot", "-e", "N=30",
                                "-e", "RC=4"))
-        cut = threading.Timer(1.2, proxy.cut_all)
-        cut.start()
-        res = gpuops("logs", rid, "-p", name, "-f", "-n", "1000")
-        cut.cancel()
+        res = _follow_with_cuts(["logs", rid, "-p", name, "-f", "-n", "1000"], proxy, 1,
+                                run_dir(sandbox, rid) / "release", streams=lambda line: True,
+                                rearms=lambda line: False)  # cut once its first line came
         assert res.code == 1 and "exit 4" in res.err, res.all
         assert res.out.splitlines() == [f"line {i:04d} loss={1.0 / (i + 1):.4f}" for i in range(30)]
         assert "reconnecting" in res.err
@@ -233,10 +240,6 @@ def test_watch_offsets_count_raw_bytes_through_invalid_utf8_long_lines_and_recon
     finally:
         proxy.close()
     # logs and logs -f print the log's bytes exactly (invalid UTF-8 and all), and nothing else on stdout
-    import os
-    import subprocess
-    import sys
-
     import yaml
 
     from gpuops.paths import config_dir
