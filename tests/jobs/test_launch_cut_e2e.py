@@ -4,6 +4,7 @@ launch says it is not known, and how to find out. Through the sandbox's sshd beh
 from __future__ import annotations
 
 import os
+import time
 from pathlib import Path
 
 import yaml
@@ -50,9 +51,17 @@ def test_a_cut_during_the_launch_says_it_is_not_known(sandbox, gpuops, isolated,
     proxy = Proxy(sandbox["port"])
     real = scripts.launch_bundle
 
+    reached = isolated / "launch-reached-the-host"  # the sandbox host shares this machine's files
+
+    def cut_once_reached() -> None:
+        deadline = time.monotonic() + 60
+        while not reached.exists() and time.monotonic() < deadline:
+            time.sleep(0.02)
+        proxy.cut_all()
+
     def slow_bundle(**kw):  # the launch reaches the host and is under way (sleeping) when the link drops
-        threading.Timer(1.0, proxy.cut_all).start()
-        return "sleep 3\n" + real(**kw)
+        threading.Thread(target=cut_once_reached, daemon=True).start()
+        return f"touch {reached}\nsleep 3\n" + real(**kw)
 
     monkeypatch.setattr(scripts, "launch_bundle", slow_bundle)
     try:
