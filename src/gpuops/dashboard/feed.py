@@ -250,7 +250,7 @@ class RunFeed:
             if isinstance(ev.get("offset"), int):
                 self._offset = ev["offset"]
             text = safe_line(ev.get("line") or "", self.redact)
-            kind = classify(text)
+            kind = ev["kind"] if "kind" in ev else classify(text)  # watch's Dashboard said it of the line
             self.log.append([text, kind])
             self._emit({"k": "log", "text": text, "kind": kind})
         elif t == "end":

@@ -43,7 +43,8 @@ def loss_sparkline(values) -> str:
         return ""
     lo, hi = min(vals), max(vals)
     span = (hi - lo) or 1.0
-    return "".join(SPARK[int((v - lo) / span * (len(SPARK) - 1) + 0.5)] for v in vals)
+    top = len(SPARK) - 1
+    return "".join([SPARK[int((v - lo) / span * top + 0.5)] for v in vals])  # a list: per line in a flood of them
 
 
 class SignalModel:

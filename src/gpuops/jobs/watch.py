@@ -591,7 +591,7 @@ class Dashboard:
             self.info = ev["info"]
             self.link = "live"
         elif t == "log":
-            kind = classify(ev["line"])
+            kind = ev["kind"] = classify(ev["line"])  # said once: the renderers and the dashboard's feed read it
             if kind == "error":
                 self.errors += 1
             self.log.append((safe_text(ev["line"]), kind))

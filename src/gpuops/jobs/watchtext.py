@@ -45,7 +45,8 @@ def event_doc(ev: dict, ts: float) -> Optional[dict]:
     elif t == "state":
         doc.update(renamed(ev["info"].to_json()))
     elif t == "log":
-        doc.update(line=ev["line"], offset=ev.get("offset"), kind=classify(ev["line"]))
+        kind = ev["kind"] if "kind" in ev else classify(ev["line"])
+        doc.update(line=ev["line"], offset=ev.get("offset"), kind=kind)
     else:
         doc.update(renamed({("rank" if k == "host" else k): v for k, v in ev.items() if k != "type"}))
     return doc
@@ -78,7 +79,8 @@ def event_text(ev: dict, dash: "Dashboard", stamp: str) -> Optional[str]:
     if t == "state":
         return f"{stamp} state {dash.state_text()}"
     if t == "log":
-        mark = {"error": "!", "warning": "~"}.get(classify(ev["line"]) or "", "|")
+        kind = ev["kind"] if "kind" in ev else classify(ev["line"])
+        mark = {"error": "!", "warning": "~"}.get(kind or "", "|")
         return f"{stamp} log {mark} {safe_text(ev['line'])}"
     if t == "reconnecting":
         return f"{stamp} reconnecting (attempt {ev['attempt']}, in {ev['delay']:g}s): {ev['error']}"
