@@ -10,26 +10,14 @@ import subprocess
 import sys
 import threading
 import time
-import urllib.request
 from pathlib import Path
 
 import pytest
 import yaml
 
+from support.forward import Hello, free_port, gpuops_proc, through_forward
 from support.helpers import default_sigint
 from gpuops.remote import interactive
-
-
-def gpuops_proc(*args, **kw):
-    return subprocess.run([sys.executable, "-m", "gpuops", *args], capture_output=True, text=True, timeout=60, **kw)
-
-
-def free_port() -> int:
-    s = socket.socket()
-    s.bind(("127.0.0.1", 0))
-    port = s.getsockname()[1]
-    s.close()
-    return port
 
 
 def test_a_command_runs_on_the_host_and_its_exit_code_is_gpuops_own(sandbox):
@@ -59,40 +47,16 @@ def test_the_command_line_uses_gpuops_known_hosts_strictly(sandbox):
     assert interactive.forward("6006").spec() == "127.0.0.1:6006:127.0.0.1:6006"
 
 
-class _Hello(http.server.BaseHTTPRequestHandler):
-    def do_GET(self):
-        body = b"tensorboard-ish"
-        self.send_response(200)
-        self.send_header("Content-Length", str(len(body)))
-        self.end_headers()
-        self.wfile.write(body)
-
-    def log_message(self, *a):
-        pass
-
-
-def _through_forward(proc, local: int):
-    """The HTTP body this machine's 127.0.0.1:LOCAL answers once `proc`'s forward is up (None after 30 s)."""
-    body, deadline = None, time.monotonic() + 30
-    while time.monotonic() < deadline and body is None:
-        try:
-            body = urllib.request.urlopen(f"http://127.0.0.1:{local}/", timeout=5).read()
-        except OSError:
-            assert proc.poll() is None, proc.communicate()
-            time.sleep(0.2)
-    return body
-
-
 def test_a_forward_reaches_a_server_on_the_host(sandbox):
     """-L LOCAL:REMOTE -N: an HTTP server on the host's 127.0.0.1:REMOTE answers on this machine's LOCAL."""
-    server = http.server.HTTPServer(("127.0.0.1", 0), _Hello)  # the sandbox host is this machine's loopback
+    server = http.server.HTTPServer(("127.0.0.1", 0), Hello)  # the sandbox host is this machine's loopback
     threading.Thread(target=server.serve_forever, daemon=True).start()
     remote, local = server.server_address[1], free_port()
     proc = subprocess.Popen([sys.executable, "-m", "gpuops", "ssh", "sandbox", "-L", f"{local}:{remote}", "-N"],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                             preexec_fn=default_sigint)
     try:
-        assert _through_forward(proc, local) == b"tensorboard-ish"
+        assert through_forward(proc, local) == b"tensorboard-ish"
     finally:
         proc.send_signal(signal.SIGINT)
         _, err = proc.communicate(timeout=20)
@@ -104,13 +68,13 @@ def test_a_forward_reaches_a_server_on_the_host(sandbox):
 def test_a_forward_killed_with_sigterm_takes_its_ssh_along(sandbox):
     """`gpuops ssh -L ... -N &` then `kill $!` in a script: SIGTERM reaches gpuops alone (not its process group), and
     its ssh must not stay behind as an orphan holding the port and the tunnel."""
-    server = http.server.HTTPServer(("127.0.0.1", 0), _Hello)
+    server = http.server.HTTPServer(("127.0.0.1", 0), Hello)
     threading.Thread(target=server.serve_forever, daemon=True).start()
     remote, local = server.server_address[1], free_port()
     proc = subprocess.Popen([sys.executable, "-m", "gpuops", "ssh", "sandbox", "-L", f"{local}:{remote}", "-N"],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
-        assert _through_forward(proc, local) == b"tensorboard-ish"
+        assert through_forward(proc, local) == b"tensorboard-ish"
         proc.terminate()
         proc.communicate(timeout=20)
         assert proc.returncode == 143, proc.returncode  # 128 + SIGTERM, as a shell reports it

@@ -7,7 +7,6 @@ from __future__ import annotations
 import http.server
 import os
 import pty
-import select
 import signal
 import socket
 import subprocess
@@ -18,43 +17,9 @@ from pathlib import Path
 
 import yaml
 
+from support.forward import Hello, free_port, gpuops_proc, through_forward
 from support.helpers import default_sigint, record_another_host_key
-
-
-def gpuops_proc(*args, **kw):
-    return subprocess.run([sys.executable, "-m", "gpuops", *args], capture_output=True, text=True, timeout=60, **kw)
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-class _Hello(http.server.BaseHTTPRequestHandler):
-    def do_GET(self):
-        body = b"tensorboard-ish"
-        self.send_response(200)
-        self.send_header("Content-Length", str(len(body)))
-        self.end_headers()
-        self.wfile.write(body)
-
-    def log_message(self, *a):
-        pass
-
-
-def _through_forward(proc, local: int):
-    """The HTTP body this machine's 127.0.0.1:LOCAL answers once `proc`'s forward is up (None after 30 s)."""
-    import urllib.request
-
-    body, deadline = None, time.monotonic() + 30
-    while time.monotonic() < deadline and body is None:
-        try:
-            body = urllib.request.urlopen(f"http://127.0.0.1:{local}/", timeout=5).read()
-        except OSError:
-            assert proc.poll() is None, proc.communicate()
-            time.sleep(0.2)
-    return body
+from support.term import pty_read
 
 
 def test_a_forward_to_a_changed_host_key_never_says_forwarding(sandbox):
@@ -88,14 +53,14 @@ def test_a_local_port_already_taken_is_said_before_connecting(sandbox, gpuops):
 
 
 def test_the_same_forward_twice_is_one_forward_said_once(sandbox, gpuops):
-    server = http.server.HTTPServer(("127.0.0.1", 0), _Hello)
+    server = http.server.HTTPServer(("127.0.0.1", 0), Hello)
     threading.Thread(target=server.serve_forever, daemon=True).start()
     remote, local = server.server_address[1], free_port()
     proc = subprocess.Popen([sys.executable, "-m", "gpuops", "ssh", "sandbox", "-L", f"{local}:{remote}",
                              "-L", f"{local}:{remote}", "-N"], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                             text=True, preexec_fn=default_sigint)
     try:
-        assert _through_forward(proc, local) == b"tensorboard-ish"
+        assert through_forward(proc, local) == b"tensorboard-ish"
     finally:
         proc.send_signal(signal.SIGINT)
         _, err = proc.communicate(timeout=20)
@@ -113,15 +78,10 @@ def _interactive(argv: list[str], typed: bytes, until: bytes, seconds: float = 3
     out, sent, end = b"", False, time.monotonic() + seconds
     try:
         while time.monotonic() < end and until not in out:
-            r, _, _ = select.select([master], [], [], 0.2)
-            if r:
-                try:
-                    chunk = os.read(master, 65536)
-                except OSError:
-                    break
-                if not chunk:
-                    break
-                out += chunk
+            chunk = pty_read(master)
+            if chunk == b"":
+                break
+            out += chunk or b""
             if not sent and out.rstrip(b" ").endswith((b"$", b"#")):  # the shell's prompt (a user's, root's)
                 os.write(master, typed)
                 sent = True

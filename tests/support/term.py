@@ -19,6 +19,17 @@ from support.helpers import default_sigint
 _CSI = re.compile(r"\x1b\[([?0-9;]*)([A-Za-z])")
 
 
+def pty_read(master: int, wait: float = 0.2) -> bytes | None:
+    """What the terminal's program wrote within `wait` seconds: None for nothing yet, b"" once it closed."""
+    r, _, _ = select.select([master], [], [], wait)
+    if not r:
+        return None
+    try:
+        return os.read(master, 65536)
+    except OSError:  # the program's side closed (Linux says EIO)
+        return b""
+
+
 def run_in_pty(argv: list[str], *, cols: int, rows: int, seconds: float, env: dict, cwd: str,
                until: bytes | None = None) -> bytes:
     """Run argv at a terminal of cols x rows for `seconds` (or until `until` was written and 1 s more), press Ctrl-C,
@@ -34,14 +45,10 @@ def run_in_pty(argv: list[str], *, cols: int, rows: int, seconds: float, env: di
     end = time.monotonic() + seconds
     try:
         while time.monotonic() < end:
-            r, _, _ = select.select([master], [], [], 0.2)
-            if r:
-                try:
-                    chunk = os.read(master, 65536)
-                except OSError:
-                    break
-                if not chunk:
-                    break
+            chunk = pty_read(master)
+            if chunk == b"":
+                break
+            if chunk:
                 out += chunk
                 if until and until in out and end - time.monotonic() > 1.0:
                     end = time.monotonic() + 1.0
