@@ -105,7 +105,6 @@ def _prepare_run(prof, out, project: Path, *, script: str, name: Optional[str], 
                  seed: Optional[int], clock: Callable[[], datetime]):
     """What train and train_fleet decide before connecting: the script, the presets, the run id, the environment
     plan (its warnings shown). Returns (script, presets, started, run id, plan)."""
-    from ..profiles import model as profiles
 
     script_rel = core.script_path(script, project, must_exist=sync)
     refuse_script(project, script_rel, "nothing was synced or launched", prof=prof, out=out)
@@ -113,21 +112,32 @@ def _prepare_run(prof, out, project: Path, *, script: str, name: Optional[str], 
         from ..transfer.sync import warn_script_exclusions
 
         warn_script_exclusions(out, project, script_rel, prof.sync.exclude)
+    presets_doc, started, rid, plan = new_run(prof, out, project, name=name, key=script_rel, env=env, seed=seed,
+                                              clock=clock)
+    return script_rel, presets_doc, started, rid, plan
+
+
+def new_run(prof, out, project: Path, *, name: Optional[str], key: str, env: Iterable[str], seed: Optional[int],
+            clock: Callable[[], datetime]):
+    """A new run's id (from its name, else `key`: the script or command) and its environment plan, the plan's and
+    .env's warnings said. Returns (presets, started, run id, plan)."""
+    from ..profiles import model as profiles
+
     cli_env = envplan.parse_env_args(env)
     presets_doc = envplan.load_presets(project)
     started = clock()
     reg = core.registry_dir(project)  # every folder of runs/ (a job's, or a pipeline run's checkpoints)
     taken = [d.name for d in reg.iterdir()] if reg.is_dir() else []
-    rid = core.run_id(name, script_rel, clock=lambda: started, taken=taken)
+    rid = core.run_id(name, key, clock=lambda: started, taken=taken)
     dotenv = profiles.read_dotenv(project / ".env")
     plan = envplan.plan_env(preset=prof.env_preset, presets_doc=presets_doc, profile_env=prof.env, cli_env=cli_env,
-                         secret_names=prof.secrets, local_env=profiles.environment(project), run_id=rid,
-                         profile_name=prof.name, seed=seed, dotenv_names=list(dotenv))
+                            secret_names=prof.secrets, local_env=profiles.environment(project), run_id=rid,
+                            profile_name=prof.name, seed=seed, dotenv_names=list(dotenv))
     for w in plan.warnings + dotenv_warnings(project / ".env", plan.secret_origin):
         out.warn(w)
     for w in profiles.dotenv_problems(project / ".env"):  # a line the job would not get: said
         out.warn_once(w)
-    return script_rel, presets_doc, started, rid, plan
+    return presets_doc, started, rid, plan
 
 
 def refuse_script(project: Path, script_rel: str, done: str, *, prof=None, out=None) -> None:
@@ -164,7 +174,6 @@ def train(prof, out, project: Path, *, script: str, name: Optional[str] = None, 
           args: Iterable[str] = (), sync: bool = True, force: bool = False, seed: Optional[int] = None,
           snapshot: bool = True, clock: Callable[[], datetime] = datetime.now) -> dict:
     """Sync, preflight, environment, launch (detached), local record, snapshot. Returns what `train --json` prints."""
-    from ..profiles import model as profiles
     from . import scripts as rl
 
     args = list(args)

@@ -13,7 +13,6 @@ from datetime import datetime
 from pathlib import Path
 from typing import Callable, Iterable, Optional
 
-from . import envplan
 from . import plan as core
 
 
@@ -22,21 +21,10 @@ def run_command(prof, out, project: Path, *, command: str, name: str, env: Itera
                 clock: Callable[[], datetime] = datetime.now) -> dict:
     """Launch `command` (shell text, run by sh in the remote project folder) detached on the profile's host. Returns
     {run_id, pid, remote_run_dir, local_record}."""
-    from ..profiles import model as profiles
     from . import scripts as rl
-    from .actions import _snapshot, connect, dotenv_warnings
+    from .actions import _snapshot, connect, new_run
 
-    cli_env = envplan.parse_env_args(env)
-    presets_doc = envplan.load_presets(project)
-    started = clock()
-    reg = core.registry_dir(project)
-    rid = core.run_id(name, name, clock=lambda: started, taken=[d.name for d in reg.iterdir()] if reg.is_dir() else [])
-    dotenv = profiles.read_dotenv(project / ".env")
-    plan = envplan.plan_env(preset=prof.env_preset, presets_doc=presets_doc, profile_env=prof.env, cli_env=cli_env,
-                            secret_names=prof.secrets, local_env=profiles.environment(project), run_id=rid,
-                            profile_name=prof.name, seed=seed, dotenv_names=list(dotenv))
-    for w in plan.warnings + dotenv_warnings(project / ".env", plan.secret_origin):
-        out.warn(w)
+    _, started, rid, plan = new_run(prof, out, project, name=name, key=name, env=env, seed=seed, clock=clock)
     remote_dir = prof.remote_dir_for(project)
     argv = ["sh", "-c", command]
     run_dir = rl.run_dir_of(remote_dir, rid)
