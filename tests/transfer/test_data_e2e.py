@@ -102,19 +102,30 @@ def test_a_stalled_download_is_ended_and_progress_is_told_meanwhile(sandbox, web
 
 def test_a_tick_that_raises_ends_the_download_on_the_instance(sandbox, web, tmp_path):
     """What --max-cost does: the tick raises, the download's execution ends with it (no process left behind)."""
+    home = Path(sandbox["dir"]) / "home"
+
+    def left():  # this sandbox host's download executions (other xdist workers' hosts run theirs meanwhile)
+        found = []
+        for proc in Path("/proc").iterdir():
+            try:
+                args = (proc / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+                env = (proc / "environ").read_bytes().split(b"\0")
+            except OSError:  # not a process, or gone
+                continue
+            if "PARAMS, _, BODY" in args and f"HOME={home}".encode() in env:
+                found.append(args)
+        return found
+
+    running = []
+
     def budget(p):
         if p["progress"] >= 3:
+            running.append(left())  # the execution the tick is about to end is found (the filter finds ours)
             raise GpuopsError("--max-cost reached")
 
     with pytest.raises(GpuopsError, match="max-cost"):
         _put(sandbox, _url(web, "slow.bin"), tmp_path, tick=budget)
-    home = Path(sandbox["dir"]) / "home"
-    import subprocess
-
-    def left():
-        ps = subprocess.run(["ps", "-eo", "args"], capture_output=True, text=True).stdout
-        return [ln for ln in ps.splitlines() if "PARAMS, _, BODY" in ln]
-
+    assert running and running[-1], running
     deadline = time.monotonic() + 10
     while left() and time.monotonic() < deadline:
         time.sleep(0.2)
