@@ -27,6 +27,33 @@ def test_run_stdin_exit_codes_and_streams(sandbox):
             r.run("kill -9 $$")  # killed by a signal: sshd sends exit-signal, not exit-status
 
 
+def test_output_sent_after_the_exit_status_is_kept(sandbox, monkeypatch):
+    """sshd sends a command's exit status when it exits and may send output still in the pipe after it (here: a
+    child that outlives the shell writes last): a command's output ends at the channel's EOF, not at its status.
+    `gpuops logs` printed a log cut short this way under load. The grace is long here so the test never races."""
+    from gpuops.remote import connection
+
+    monkeypatch.setattr(connection, "EOF_GRACE_S", 30.0)
+    p = profiles.resolve("sandbox")
+    with connect(p, announce=lambda m: None) as r:
+        res = r.run("(sleep 0.5; echo late; echo late-err >&2) & echo early")
+        assert (res.rc, res.stdout, res.stderr) == (0, "early\nlate\n", "late-err\n")
+
+
+def test_a_background_process_holding_the_output_does_not_hold_the_command(sandbox, monkeypatch):
+    """No EOF ever comes while a process the command left keeps its output open: the output counts as complete
+    EOF_GRACE_S after the exit status (never the background process's lifetime, nor a hang)."""
+    from gpuops.remote import connection
+
+    monkeypatch.setattr(connection, "EOF_GRACE_S", 0.5)
+    p = profiles.resolve("sandbox")
+    with connect(p, announce=lambda m: None) as r:
+        t = time.monotonic()
+        res = r.run("(sleep 20; echo never) & echo now", timeout=15)
+        assert res.rc == 0 and res.stdout == "now\n"
+        assert time.monotonic() - t < 10
+
+
 def test_every_remote_command_has_a_time_limit(sandbox):
     p = profiles.resolve("sandbox")
     with connect(p, announce=lambda m: None) as r:

@@ -458,8 +458,10 @@ def tail_stream(remote, run_id: str, run_dir: str, lines: int, write, chunk: int
     as raw bytes while they arrive: byte-exact, and memory stays bounded whatever the log's size."""
     D = shell_path(run_dir)
     script = STATE_FN + f"gpuops_state {D} {shlex.quote(run_id)} >&2\n[ -f {D}/log ] && tail -n {int(lines)} {D}/log\n"
+    from ..remote.connection import output_complete
+
     chan = remote.stream("sh -c " + shlex.quote(script))
-    err = bytearray()
+    err, seen = bytearray(), {}
     try:
         while True:
             if chan.recv_ready():
@@ -470,7 +472,7 @@ def tail_stream(remote, run_id: str, run_dir: str, lines: int, write, chunk: int
             if chan.recv_stderr_ready():
                 err += chan.recv_stderr(chunk)
                 continue
-            if chan.exit_status_ready() and not chan.recv_ready() and not chan.recv_stderr_ready():
+            if output_complete(chan, seen):  # the exit status may come before the log's last bytes
                 break
             import select
 

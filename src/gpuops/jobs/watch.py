@@ -353,8 +353,10 @@ def stream_once(remote, run_id: str, run_dir: str, fs: FollowState, *, interval:
     raises ConnectError when the connection drops or goes silent."""
     chan = remote.stream(stream_command(run_id, run_dir, offset=fs.offset, interval=interval, samples=samples,
                                         tick=tick, extras=extras))
+    from ..remote.connection import output_complete
+
     model = StreamModel(fs)
-    last = time.monotonic()
+    last, seen = time.monotonic(), {}
     try:
         while True:
             if not (chan.recv_ready() or chan.recv_stderr_ready()):
@@ -371,9 +373,10 @@ def stream_once(remote, run_id: str, run_dir: str, fs: FollowState, *, interval:
             if got:
                 last = time.monotonic()
                 continue
-            if chan.exit_status_ready() or chan.eof_received or chan.closed:
-                if not chan.recv_ready() and not chan.recv_stderr_ready():
-                    break
+            if output_complete(chan, seen):  # the exit status may come before the stream's last lines
+                break
+            if chan.exit_status_ready():
+                continue
             if not remote.transport.is_active():
                 raise ConnectError(f"connection to {remote.profile.host} was lost")
             if time.monotonic() - last > idle_timeout:

@@ -21,6 +21,11 @@ from ..paths import known_hosts_file, user_known_hosts_file
 from . import hostkeys
 
 KEEPALIVE_S = 15
+# OpenSSH's sshd sends a command's exit status when the command exits, and may send output still in the pipe after it
+# (session.c: "we must not call chan_read_failed, since there could be some more data waiting in the pipe"): a
+# command's output is complete at the channel's EOF. A background process that keeps the output open never lets EOF
+# come: then the output counts as complete this long after the exit status.
+EOF_GRACE_S = 1.0
 DEFAULT_COMMAND_TIMEOUT = 120.0
 BULK_CIPHERS = ("aes128-gcm@openssh.com", "aes256-gcm@openssh.com", "chacha20-poly1305@openssh.com",
                 "aes128-ctr", "aes192-ctr", "aes256-ctr")
@@ -132,6 +137,19 @@ def _checked(res: Result) -> Result:
     return res
 
 
+def output_complete(chan, seen: dict, *, stderr: bool = True) -> bool:
+    """A command's output is all here: nothing buffered, and the channel's EOF (or close) came, or its exit status
+    came EOF_GRACE_S ago with no EOF since. `seen` keeps when the exit status was first seen (one dict a channel)."""
+    if chan.recv_ready() or (stderr and chan.recv_stderr_ready()):
+        return False
+    if chan.eof_received or chan.closed:
+        return True
+    if chan.exit_status_ready():
+        first = seen.setdefault("exit_at", time.monotonic())
+        return time.monotonic() - first >= EOF_GRACE_S
+    return False
+
+
 def _timed_out(host: str, timeout: float) -> RemoteError:
     return RemoteError(f"remote command timed out after {timeout:g}s on {host}",
                        hint="the host may be overloaded or a filesystem hung; try again or raise the limit")
@@ -157,7 +175,7 @@ class Remote:
             if stdin is not None:
                 chan.sendall(stdin.encode() if isinstance(stdin, str) else stdin)
             chan.shutdown_write()
-            out, err = bytearray(), bytearray()
+            out, err, seen = bytearray(), bytearray(), {}
             deadline = started + timeout
             while True:
                 got = False
@@ -167,9 +185,7 @@ class Remote:
                 while chan.recv_stderr_ready():
                     err += chan.recv_stderr(1 << 16)
                     got = True
-                if chan.exit_status_ready() and not chan.recv_ready() and not chan.recv_stderr_ready():
-                    break
-                if chan.closed and not chan.recv_ready() and not chan.recv_stderr_ready():
+                if output_complete(chan, seen):
                     break
                 if time.monotonic() > deadline:
                     raise _timed_out(self.profile.host, timeout)
@@ -207,6 +223,7 @@ class Remote:
         """Lines of a stream's stdout as they arrive; ends when the command ends."""
         buf = bytearray()
         last = time.monotonic()
+        seen: dict = {}
         while True:
             r, _, _ = select.select([chan], [], [], 0.2)
             if chan.recv_ready():
@@ -219,9 +236,10 @@ class Remote:
                     line, _, rest = buf.partition(b"\n")
                     buf = bytearray(rest)
                     yield line.decode("utf-8", "replace")
-            elif chan.exit_status_ready() or chan.closed or chan.eof_received:
-                if not chan.recv_ready():
-                    break
+            elif output_complete(chan, seen, stderr=False):
+                break
+            elif chan.exit_status_ready():
+                continue  # its last output may still come (EOF_GRACE_S)
             elif not self.transport.is_active():
                 raise ConnectError(f"connection to {self.profile.host} was lost")
             elif idle_timeout and time.monotonic() - last > idle_timeout:

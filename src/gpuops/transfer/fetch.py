@@ -251,7 +251,9 @@ class _RemoteHash:
     def result(self, timeout: float = 3600) -> dict | None:
         if self.chan is None:
             return None
-        chan, out_b, deadline = self.chan, bytearray(), time.monotonic() + timeout
+        from ..remote.connection import output_complete
+
+        chan, out_b, deadline, seen = self.chan, bytearray(), time.monotonic() + timeout, {}
         try:
             while time.monotonic() < deadline:
                 if chan.recv_ready():
@@ -259,7 +261,7 @@ class _RemoteHash:
                     continue
                 while chan.recv_stderr_ready():
                     chan.recv_stderr(1 << 16)
-                if chan.exit_status_ready() and not chan.recv_ready():
+                if output_complete(chan, seen, stderr=False):  # the exit status may come before the last output
                     break
                 if chan.closed or not chan.get_transport() or not chan.get_transport().is_active():
                     return None
