@@ -127,7 +127,21 @@ def sandbox(sandbox_base, monkeypatch, tmp_path):
     monkeypatch.setenv("GPUOPS_STATE_DIR", str(sandbox_base["state_dir"]))
     st = host.up()  # already running: rewrites gpu.json to defaults and writes this test's profile
     assert st["port"] == sandbox_base["port"]
+    _end_earlier_tests_runs(Path(sandbox_base["dir"]) / "home")
     return {**sandbox_base, "profile": host.profile_path()}
+
+
+def _end_earlier_tests_runs(home: Path) -> None:
+    """The worker's tests share one sandbox host, and a launch refuses while another gpuops run lives on the host
+    ("another gpuops run is still running on the host: job-..."): a run an earlier test left alive (in any project)
+    is ended and unlisted before this test starts (tests of one worker run one after another)."""
+    active = home / ".gpuops" / "active"
+    for f in active.iterdir() if active.is_dir() else []:
+        try:
+            kill_run_groups([Path(f.read_text().strip())])
+        except OSError:
+            pass
+        f.unlink(missing_ok=True)
 
 
 @pytest.fixture
