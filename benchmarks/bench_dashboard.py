@@ -83,9 +83,9 @@ def flood_phase(gp, project: Path, page, base: str) -> str:
 def main() -> None:
     seconds = float(sys.argv[1]) if len(sys.argv) > 1 else 180.0
     tmp = Path(tempfile.mkdtemp(prefix="gpuops-bench-dash-"))
-    os.environ.update(GPUOPS_STATE_DIR=str(tmp / "state"), GPUOPS_CONFIG_DIR=str(tmp / "config"), NO_COLOR="1",
-                      HOME=str(tmp / "home"))
-    (tmp / "home").mkdir()
+    from benchenv import isolated
+
+    os.environ.update(isolated(tmp))
     project = tmp / "benchproj"
     project.mkdir()
     (project / "train.py").write_text(TRAINER)

@@ -21,9 +21,9 @@ def main() -> None:
     args = [a for a in sys.argv[1:] if a != "--profile"]
     seconds = args[0] if args else "10"
     tmp = Path(tempfile.mkdtemp(prefix="gpuops-bench-flood-"))
-    os.environ.update(GPUOPS_STATE_DIR=str(tmp / "state"), GPUOPS_CONFIG_DIR=str(tmp / "config"), NO_COLOR="1",
-                      HOME=str(tmp / "home"))
-    (tmp / "home").mkdir()
+    from benchenv import isolated
+
+    os.environ.update(isolated(tmp))
     project = tmp / "proj"
     project.mkdir()
     (project / "flood.py").write_text("import time\ntime.sleep(4)\n" + FLOOD)  # 4 s: the follower is there first

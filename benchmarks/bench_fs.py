@@ -16,7 +16,6 @@ import os
 import re
 import shutil
 import subprocess
-import sys
 import tempfile
 import time
 from pathlib import Path
@@ -31,17 +30,11 @@ def sh(g, *args, env, cwd) -> subprocess.CompletedProcess:
 
 
 def main() -> None:
-    from gpuops.cloud.emulator.server import Emulator
+    from benchenv import emulated_cloud, isolated
 
     tmp = Path(tempfile.mkdtemp(prefix="gpuops-bench-fs-"))
-    env = {**os.environ, "HOME": str(tmp / "home"), "GPUOPS_STATE_DIR": str(tmp / "state"),
-           "GPUOPS_CONFIG_DIR": str(tmp / "config"), "NO_COLOR": "1"}
-    (tmp / "home").mkdir()
-    g = [str(Path(sys.executable).parent / "gpuops")]
-    key = tmp / "id_ed25519"
-    subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(key)], check=True)
-    emu = Emulator(tmp / "emu", api_key="bench_key_" + "x" * 20, boot_seconds=1.0, launch_window=0).start()
-    env.update(emu.env, GPUOPS_CLOUD_POLL_S="0.3", GPUOPS_CLOUD_LAUNCH_INTERVAL_S="0")
+    env = isolated(tmp)
+    g, key, emu = emulated_cloud(tmp, env)
     proj = tmp / "proj"
     (proj / "profiles").mkdir(parents=True)
     (proj / "requirements.txt").write_text("\n".join(REQS) + "\n")

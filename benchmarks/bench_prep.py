@@ -24,7 +24,6 @@ from __future__ import annotations
 import json
 import os
 import subprocess
-import sys
 import tempfile
 import time
 from pathlib import Path
@@ -55,16 +54,10 @@ def run(g, *args, env, cwd) -> subprocess.CompletedProcess:
 def measure(tmp: Path) -> dict:
     """Two runs through the emulator: the preparation's overhead (seconds its instance billed beyond the pass), and
     the second run's skip."""
-    from gpuops.cloud.emulator.server import Emulator
+    from benchenv import emulated_cloud, isolated
 
-    env = {**os.environ, "HOME": str(tmp / "home"), "GPUOPS_STATE_DIR": str(tmp / "state"),
-           "GPUOPS_CONFIG_DIR": str(tmp / "config"), "NO_COLOR": "1"}
-    (tmp / "home").mkdir()
-    g = [str(Path(sys.executable).parent / "gpuops")]
-    key = tmp / "id_ed25519"
-    subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(key)], check=True)
-    emu = Emulator(tmp / "emu", api_key="bench_key_" + "x" * 20, boot_seconds=1.0, launch_window=0).start()
-    env.update(emu.env, GPUOPS_CLOUD_POLL_S="0.3", GPUOPS_CLOUD_LAUNCH_INTERVAL_S="0")
+    env = isolated(tmp)
+    g, key, emu = emulated_cloud(tmp, env)
     proj = tmp / "proj"
     proj.mkdir()
     (proj / "prepare.py").write_text(PREPARE)

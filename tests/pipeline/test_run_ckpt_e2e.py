@@ -11,7 +11,7 @@ from pathlib import Path
 from gpuops.cloud.ledger import Ledger
 from support.cloud import TYPE
 from support.pipeline import run_process, write_script
-from support.recovery import billing, records, wait_run
+from support.recovery import billing, done, fetched_log, records, wait_run
 
 # argv: steps, delay, delay once resumed, a tag for its weights, the checkpoint folder, and (optional) HOLD: a job not
 # resumed stops after checkpoint-HOLD and waits there until its instance is ended (a fault the test brings lands while
@@ -47,16 +47,6 @@ def _checkpoint_step(prefix: str) -> int:
     return ((_rec(prefix).get("checkpoint") or {}).get("step")) or 0
 
 
-def _done(p) -> tuple[dict, str]:
-    out, err = p.communicate(timeout=300)
-    assert "Traceback" not in err, err
-    return json.loads(out), err
-
-
-def _log(doc: dict) -> str:
-    return (Path.cwd() / doc["fetched"]["log"]).read_text()
-
-
 def test_two_runs_in_one_project_folder_each_resume_from_their_own_checkpoint(cloud):
     """Run A trains with --recover; run B of the same project runs to its end meanwhile, fetching checkpoints of
     the same names. A is preempted: its replacement resumes from A's own weights (before: B's, pushed from the
@@ -68,14 +58,14 @@ def test_two_runs_in_one_project_folder_each_resume_from_their_own_checkpoint(cl
     (first,) = [i["id"] for i in billing(cloud)]  # A's
     b = run_process(cloud, "--script", "train.py", "--fetch", "checkpoints", "--json", "--name", "runb",
              "--", "6", "0.1", "0", "B", "checkpoints")
-    doc_b, err_b = _done(b)
+    doc_b, err_b = done(b)
     assert b.returncode == 0 and doc_b["outcome"] == "succeeded", err_b
     assert a.poll() is None, "run A ended before its preemption"
     cloud.preempt(first)
-    doc_a, err_a = _done(a)
+    doc_a, err_a = done(a)
     assert a.returncode == 0 and doc_a["outcome"] == "succeeded" and doc_a["recoveries"] == 1, err_a
     step = int(doc_a["resumed_from"].rsplit("-", 1)[1])
-    assert f"resumed from checkpoints/checkpoint-{step} at step {step}: weights of step {step} by run A" in _log(doc_a)
+    assert f"resumed from checkpoints/checkpoint-{step} at step {step}: weights of step {step} by run A" in fetched_log(doc_a)
     a_dir, b_dir = Path.cwd() / doc_a["checkpoints"]["local"], Path.cwd() / doc_b["fetched"]["checkpoints"]
     assert a_dir != b_dir and a_dir.parent.name == doc_a["run"] and b_dir.parent.name == doc_b["run"]
     assert (a_dir / "checkpoint-12" / "model.bin").read_text() == "weights of step 12 by run A"
@@ -98,11 +88,11 @@ def test_a_stale_step_folder_in_the_project_is_never_resumed_from(cloud):
     (first,) = [i["id"] for i in billing(cloud)]
     assert not (cloud.home(first) / Path.cwd().name / "ckpt" / "checkpoint-99").exists()  # never uploaded
     cloud.preempt(first)
-    doc, err = _done(p)
+    doc, err = done(p)
     assert p.returncode == 0 and doc["outcome"] == "succeeded" and doc["recoveries"] == 1, err
     step = int(doc["resumed_from"].rsplit("-", 1)[1])
     assert 2 <= step < 6 and "checkpoint-99" not in err, err
-    assert f"resumed from ckpt/checkpoint-{step} at step {step}: weights of step {step} by run A" in _log(doc)
+    assert f"resumed from ckpt/checkpoint-{step} at step {step}: weights of step {step} by run A" in fetched_log(doc)
     assert (stale / "model.bin").read_text() == "weights of an earlier experiment"  # left alone here
 
 
@@ -122,12 +112,12 @@ def test_a_gpu_failure_that_kills_the_job_at_once_is_recovered_not_reported_as_t
     wait_run(lambda: _checkpoint_step("train") >= 2, what="checkpoint-2 fetched", p=p)
     (first,) = [i["id"] for i in billing(cloud)]
     cloud.gpu_fault(first, "xid=79", kill_jobs=True)
-    doc, err = _done(p)
+    doc, err = done(p)
     assert p.returncode == 0 and doc["outcome"] == "succeeded" and doc["recoveries"] == 1, err
     assert "Xid 79" in err and "the job died with its GPU" in err and "job failed" not in err, err
     assert doc["instances"][0]["ids"] == [first] and "Xid 79" in doc["instances"][0]["ended"]
     step = int(doc["resumed_from"].rsplit("-", 1)[1])
-    assert f"resumed from checkpoints/checkpoint-{step} at step {step}" in _log(doc)
+    assert f"resumed from checkpoints/checkpoint-{step} at step {step}" in fetched_log(doc)
 
 
 def test_without_recover_a_gpu_failure_is_named_and_resume_recover_replaces_and_resumes(cloud, gpuops):
@@ -139,7 +129,7 @@ def test_without_recover_a_gpu_failure_is_named_and_resume_recover_replaces_and_
     (first,) = wait_run(lambda: [i["id"] for i in billing(cloud)], what="the instance", p=p)
     wait_run(lambda: _on_instance(cloud, first, "checkpoints/checkpoint-3").is_dir(), what="checkpoint-3", p=p)
     cloud.gpu_fault(first, "xid=79", kill_jobs=True)
-    doc, err = _done(p)
+    doc, err = done(p)
     assert p.returncode == 1 and doc["outcome"] == "failed", err
     assert "died with its GPU" in err and "Xid 79" in err and "not the job's" in doc["stop_reason"], err
     hint = f"gpuops run --resume --id {doc['run']} --recover 1 replaces the instance and resumes"
@@ -151,7 +141,7 @@ def test_without_recover_a_gpu_failure_is_named_and_resume_recover_replaces_and_
     assert doc2["outcome"] == "succeeded" and doc2["recoveries"] == 1 and doc2["instances"][0]["ids"] == [first]
     step = int(doc2["resumed_from"].rsplit("-", 1)[1])
     assert step >= 2 and f"resumed from checkpoints/checkpoint-{step} at step {step}: weights of step {step} " \
-                         "by run A" in _log(doc2)
+                         "by run A" in fetched_log(doc2)
     assert not billing(cloud) and not [x for x in Ledger().records() if x.open]
 
 
@@ -184,9 +174,9 @@ def test_an_incomplete_first_checkpoint_does_not_count(cloud, tmp_path):
     wait_run(lambda: _on_instance(cloud, first, "checkpoints/checkpoint-1/model.bin").is_file(), what="model.bin", p=p)
     cloud.gpu_fault(first, "xid=79", kill_jobs=True)
     flag.write_text("")  # from now on the optimizer is written at once
-    doc, err = _done(p)
+    doc, err = done(p)
     assert p.returncode == 0 and doc["outcome"] == "succeeded" and doc["recoveries"] == 1, err
-    assert doc["resumed_from"] is None and "resume from None" in _log(doc), err
+    assert doc["resumed_from"] is None and "resume from None" in fetched_log(doc), err
     assert "starts again from the beginning" in err, err
 
 
@@ -199,7 +189,7 @@ def test_gpuops_down_of_the_runs_own_instance_ends_the_run(cloud, gpuops):
     wait_run(lambda: (_rec("train").get("stages") or {}).get("watch"), what="training", p=p)
     r = gpuops("down", _rec("train")["profile"])
     assert r.code == 0, r.all
-    doc, err = _done(p)
+    doc, err = done(p)
     assert p.returncode == 1 and doc["outcome"] == "ended" and doc["recoveries"] == 0, err
     assert "terminated by `gpuops down` from this machine, as asked: the run ends here" in err, err
     assert cloud.launch_requests() == 1 and not billing(cloud)
@@ -259,7 +249,7 @@ def test_a_replacement_whose_launch_failed_is_not_shown_running(cloud):
     (first,) = [i["id"] for i in billing(cloud)]
     cloud.capacity(TYPE, [])
     cloud.preempt(first)
-    doc, err = _done(p)
+    doc, err = done(p)
     assert p.returncode == 1 and doc["stop_reason"].startswith("recovery failed"), err
     assert [i["ids"] for i in doc["instances"]] == [[first]], doc["instances"]  # nothing launched, nothing billed
     assert all(i["ended"] != "running" for i in doc["instances"])
@@ -279,10 +269,10 @@ def test_with_fs_the_checkpoints_live_on_the_filesystem_and_a_replacement_resume
     (first,) = [i["id"] for i in billing(cloud)]
     assert _on_instance(cloud, first, "checkpoints").is_symlink()
     cloud.preempt(first)
-    doc, err = _done(p)
+    doc, err = done(p)
     assert p.returncode == 0 and doc["outcome"] == "succeeded" and doc["recoveries"] == 1, err
     step = int(doc["resumed_from"].rsplit("-", 1)[1])
-    assert f"resumed from checkpoints/checkpoint-{step} at step {step}: weights of step {step} by run A" in _log(doc)
+    assert f"resumed from checkpoints/checkpoint-{step} at step {step}: weights of step {step} by run A" in fetched_log(doc)
     c = doc["checkpoints"]
     own = cloud.fs_dir("work") / "gpuops" / "runs" / doc["run"] / "checkpoints"
     assert c["filesystem"].endswith(f"/gpuops/runs/{doc['run']}/checkpoints") and not c["fetched"]

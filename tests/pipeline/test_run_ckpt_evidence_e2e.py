@@ -5,13 +5,12 @@ at the job's death, and the atomic-rename writer's newest folder kept after a pr
 before it."""
 from __future__ import annotations
 
-import json
 import time
 from pathlib import Path
 
 from support.cloud import TYPE
 from support.pipeline import run_process, write_script
-from support.recovery import billing, records, wait_run
+from support.recovery import billing, done, fetched_log, records, wait_run
 
 # The job writes its model, then gathers its optimizer state (FSDP, DeepSpeed: tens of seconds) until told to go
 # on; a resumed job reads both, and fails on a checkpoint without its optimizer. argv: the flag file, the layout
@@ -39,16 +38,6 @@ def _rec() -> dict:
     return (records() or [{}])[0]
 
 
-def _done(p) -> tuple[dict, str]:
-    out, err = p.communicate(timeout=300)
-    assert "Traceback" not in err, err
-    return json.loads(out), err
-
-
-def _log(doc: dict) -> str:
-    return (Path.cwd() / doc["fetched"]["log"]).read_text()
-
-
 def _half_written_then_xid79(cloud, flag: Path, *args: str, layout: str = "steps", vouched=None):
     """Run HALF with --recover 1; once the model is written and the folder has held still for more than two watch
     samples (or `vouched(record)` says the run took it), the GPU falls off the bus and the job dies with it."""
@@ -65,7 +54,7 @@ def _half_written_then_xid79(cloud, flag: Path, *args: str, layout: str = "steps
         wait_run(lambda: vouched(_rec()), what="the run counting the folder by timing", p=p)
     cloud.gpu_fault(first, "xid=79", kill_jobs=True)
     flag.write_text("")  # from now on the optimizer is written at once
-    return _done(p)
+    return done(p)
 
 
 def test_a_half_written_first_checkpoint_held_still_is_never_resumed_from(cloud, tmp_path):
@@ -73,7 +62,7 @@ def test_a_half_written_first_checkpoint_held_still_is_never_resumed_from(cloud,
     falls off the bus. Before: the folder counted by "held still", the replacement resumed from it (no optimizer)."""
     doc, err = _half_written_then_xid79(cloud, tmp_path / "go-on", "--fetch", "checkpoints")
     assert doc["outcome"] == "succeeded" and doc["recoveries"] == 1, err
-    assert doc["resumed_from"] is None and "resume from None" in _log(doc), err
+    assert doc["resumed_from"] is None and "resume from None" in fetched_log(doc), err
     assert "starts again from the beginning" in err and "resumes from checkpoints/checkpoint-1" not in err, err
     c = doc["checkpoints"]  # the replacement's job succeeded: its checkpoint-1 counts, by that evidence
     assert c["newest"] == f"runs/{doc['run']}/checkpoints/checkpoint-1" and c["evidence"] == ["succeeded"], c
@@ -87,7 +76,7 @@ def test_with_fs_a_half_written_first_checkpoint_is_never_resumed_from_and_the_s
     cloud.capacity(TYPE, ["us-east-1"])
     doc, err = _half_written_then_xid79(cloud, tmp_path / "go-on", "--fs", "work")
     assert doc["outcome"] == "succeeded" and doc["recoveries"] == 1, err
-    assert doc["resumed_from"] is None and "resume from None" in _log(doc), err
+    assert doc["resumed_from"] is None and "resume from None" in fetched_log(doc), err
     c = doc["checkpoints"]
     own = f"/gpuops/runs/{doc['run']}/checkpoints"
     assert c["newest"].endswith(own + "/checkpoint-1") and c["evidence"] == ["succeeded"], c
@@ -103,7 +92,7 @@ def test_a_vouching_only_timing_gave_is_revoked_when_the_job_dies(cloud, tmp_pat
     assert doc["outcome"] == "succeeded" and doc["recoveries"] == 1, err
     assert "counted only because its folder held still" in err and "no longer counts" in err, err
     assert "starts again from the beginning" in err, err
-    assert doc["resumed_from"] is None and "resume from None" in _log(doc), err
+    assert doc["resumed_from"] is None and "resume from None" in fetched_log(doc), err
     assert not billing(cloud)
 
 
@@ -137,8 +126,8 @@ def test_with_fs_the_atomic_rename_writers_newest_folder_is_kept_after_a_preempt
     wait_run(lambda: (cloud.fs_dir("work") / "gpuops" / "runs" / _rec()["id"] / "checkpoints" / "checkpoint-3").is_dir(),
              what="checkpoint-3", timeout=180, p=p)
     cloud.preempt(first)
-    doc, err = _done(p)
+    doc, err = done(p)
     assert doc["outcome"] == "succeeded" and doc["recoveries"] == 1, err
     assert doc["resumed_from"] == "checkpoints/checkpoint-3", err
-    assert "resumed from checkpoints/checkpoint-3 at step 3" in _log(doc)
+    assert "resumed from checkpoints/checkpoint-3 at step 3" in fetched_log(doc)
     assert not billing(cloud)

@@ -79,3 +79,15 @@ def finished_on_a_second_instance(p, first: str, cloud) -> tuple[dict, str]:
     launched = [x.instance_id for x in Ledger().records() if x.profile == doc["profile"]]
     assert sorted(launched) == sorted(i["ids"][0] for i in doc["instances"])  # each one recorded, each one closed
     return doc, err
+
+
+def done(p) -> tuple[dict, str]:
+    """A `gpuops run --json` process's end: (its JSON document, its stderr), with no traceback."""
+    out, err = p.communicate(timeout=300)
+    assert "Traceback" not in err, err
+    return json.loads(out), err
+
+
+def fetched_log(doc: dict) -> str:
+    """The job's log as the run fetched it."""
+    return (Path.cwd() / doc["fetched"]["log"]).read_text()
