@@ -359,7 +359,7 @@ class RecoveryStages:
         ids = ", ".join(r.get("instance_ids") or []) or "?"
         if not r.get("fetch_tried"):
             if r["kind"] == "gpu":
-                self._stop_job()
+                self._stop_job(gpu=r["reason"])
                 self._fetch_reachable()
             elif node0_alive(r):  # a fleet that lost another node: node 0 (its checkpoints, its log) still answers
                 self.out.info(f"instance {r['lost_id']} is {r.get('status') or 'gone'}; node 0 "

@@ -178,7 +178,10 @@ class WatchStage:
             raise BudgetReached()
         self.seams.sleep(s)
 
-    def _stop_job(self) -> None:
+    def _stop_job(self, *, gpu: str | None = None) -> None:
+        """Stop the job (every node). gpu: what failed, when its GPU is why: a job found already ended (its GPU
+        killed it before the stop, which races with the health sample that saw the failure) is said to have died
+        with its GPU, with its exit code, rather than `stopped (notrunning)`."""
         from ..jobs import actions as lifecycle
         from ..jobs import fleetactions
 
@@ -192,7 +195,13 @@ class WatchStage:
                 doc = fleetactions.stop_fleet(prof, self.out, self.project, meta, grace=10.0)
                 result = ", ".join(f"#{h['rank']} {h.get('result') or h.get('error')}" for h in doc["hosts"])
             else:
-                result = lifecycle.stop(prof, self.out, self.project, meta, grace=10.0)["result"]
+                doc = lifecycle.stop(prof, self.out, self.project, meta, grace=10.0)
+                result = doc["result"]
+                if gpu and result == "notrunning":
+                    code = f" (exit {doc['exit_code']})" if doc.get("exit_code") is not None else ""
+                    rec.job_state = "failed"
+                    self.out.info(f"job {rec.run_id} had already ended: the job died with its GPU{code}")
+                    return
             rec.job_state = "stopped"
             self.out.info(f"job {rec.run_id} stopped ({result})")
         except GpuopsError as exc:

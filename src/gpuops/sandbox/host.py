@@ -467,22 +467,20 @@ def session_processes(d: Path) -> list[int]:
     return sorted(found - spared)
 
 
-def kill_gpu_jobs(d: Path) -> list[int]:
+def kill_gpu_jobs(d: Path, pids: "list[int] | None" = None) -> list[int]:
     """The host's GPU processes (its sessions' processes whose environment holds GPUOPS_RUN_ID: a gpuops job, as its
-    emulated nvidia-smi counts them) die at once with SIGKILL, as a CUDA job does when its GPU falls off the bus.
-    Returns their pids."""
+    emulated nvidia-smi counts them; or `pids`, found before the fault was written so that the fault and their
+    deaths are microseconds apart, as on a GPU that falls off the bus) die at once with SIGKILL, as a CUDA job does
+    when its GPU falls off the bus. Returns their pids."""
     import signal
 
-    table = _process_table()
     killed = []
-    for pid in session_processes(d):
-        env = table.get(pid, (0, b""))[1].split(b"\0")
-        if any(e.startswith(b"GPUOPS_RUN_ID=") for e in env):
-            try:
-                os.kill(pid, signal.SIGKILL)
-                killed.append(pid)
-            except OSError:
-                continue
+    for pid in gpu_job_processes(d) if pids is None else pids:
+        try:
+            os.kill(pid, signal.SIGKILL)
+            killed.append(pid)
+        except OSError:
+            continue
     return killed
 
 
@@ -537,10 +535,11 @@ def inject_fault(d: Path, fault: str, kill_jobs: bool = False) -> list[str]:
     why = fault_problem(fault, int(state.get("count") or 1))
     if why:
         raise UsageError(why)
+    victims = gpu_job_processes(d) if kill_jobs else []  # found first: the fault and their deaths, together
     state["faults"] = list(state.get("faults") or []) + [fault]
     write_atomic(f, json.dumps(state, indent=1))
     if kill_jobs:
-        kill_gpu_jobs(d)
+        kill_gpu_jobs(d, victims)
     return state["faults"]
 
 

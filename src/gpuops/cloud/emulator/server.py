@@ -276,7 +276,7 @@ class Emulator(Routes, InstanceHosts):
         nvidia-smi and kernel log say so, the API keeps saying `active`. Its job keeps running, or with kill_jobs
         dies at that moment (SIGKILL, as a CUDA job does when its GPU falls off the bus). Returns its faults."""
         from ...paths import write_atomic
-        from ...sandbox.host import kill_gpu_jobs
+        from ...sandbox.host import gpu_job_processes, kill_gpu_jobs
         from ...sandbox.nvidia_smi import fault_problem
 
         with self.lock:
@@ -285,10 +285,13 @@ class Emulator(Routes, InstanceHosts):
             why = fault_problem(fault, int(state.get("count") or 1))
             if why:
                 raise ValueError(why)
+            # the job's processes found first, so that the fault and their deaths are microseconds apart; the fault
+            # is in the host's data before the job dies: whoever looks after sees it
+            victims = gpu_job_processes(f.parent) if kill_jobs else []
             state["faults"] = list(state.get("faults") or []) + [fault]
             write_atomic(f, json.dumps(state, indent=1))
-            if kill_jobs:  # the fault is in the host's data before the job dies: whoever looks after sees it
-                kill_gpu_jobs(f.parent)
+            if kill_jobs:
+                kill_gpu_jobs(f.parent, victims)
             return state["faults"]
 
     def oom_kill(self, instance_id: str) -> "int | None":
