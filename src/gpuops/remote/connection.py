@@ -139,12 +139,17 @@ def _checked(res: Result) -> Result:
 
 def output_complete(chan, seen: dict, *, stderr: bool = True) -> bool:
     """A command's output is all here: nothing buffered, and the channel's EOF (or close) came, or its exit status
-    came EOF_GRACE_S ago with no EOF since. `seen` keeps when the exit status was first seen (one dict a channel)."""
+    came EOF_GRACE_S ago with no EOF since. `seen` keeps when the exit status was first seen (one dict a channel).
+    The end is read before the buffers: paramiko's transport thread buffers a channel's data before it takes its
+    EOF, so once EOF was seen, empty buffers are final; read the other way round, the output and the EOF could both
+    arrive between the two looks, and the output be dropped (a whole `gpuops logs` answer was lost that way)."""
+    ended = chan.eof_received or chan.closed
+    status = chan.exit_status_ready()
     if chan.recv_ready() or (stderr and chan.recv_stderr_ready()):
         return False
-    if chan.eof_received or chan.closed:
+    if ended:
         return True
-    if chan.exit_status_ready():
+    if status:
         first = seen.setdefault("exit_at", time.monotonic())
         return time.monotonic() - first >= EOF_GRACE_S
     return False

@@ -1,0 +1,63 @@
+"""A command's output is complete only when nothing is left to read once its end was seen
+(remote.connection.output_complete), whatever the interleaving with paramiko's transport thread, which buffers the
+output and then takes the EOF while the reader looks. The interleaving is forced on a real paramiko Channel: the
+"transport" delivers everything at the moment the reader has just looked at a buffer (before: the output and its EOF
+arriving then were taken as an empty, complete answer; `gpuops run` saved an empty log and said the run was not
+found on its instance)."""
+from __future__ import annotations
+
+import paramiko
+import pytest
+from paramiko.message import Message
+
+from gpuops.remote.connection import output_complete
+
+
+class _Arriving(paramiko.Channel):
+    """A channel whose output (stdout and stderr) and EOF all arrive right after the reader's look at `buffer`."""
+
+    def __init__(self, buffer: str):
+        super().__init__(0)
+        self.buffer, self.pending = buffer, True
+
+    def _deliver(self) -> None:
+        self.pending = False
+        self._feed(b"the log's last line\n")
+        m = Message()
+        m.add_int(1)  # SSH_EXTENDED_DATA_STDERR
+        m.add_string(b"RUN id=r exists=1\n")
+        m.rewind()
+        self._feed_extended(m)
+        self._handle_eof(Message())
+
+    def recv_ready(self):
+        ready = super().recv_ready()
+        if self.pending and self.buffer == "stdout":
+            self._deliver()
+        return ready
+
+    def recv_stderr_ready(self):
+        ready = super().recv_stderr_ready()
+        if self.pending and self.buffer == "stderr":
+            self._deliver()
+        return ready
+
+
+@pytest.mark.parametrize("buffer", ["stdout", "stderr"])
+def test_output_and_eof_arriving_between_the_looks_are_read_not_dropped(buffer):
+    """The last buffer looked at: stderr, or stdout for a reader that does not read stderr (fetch's hashing)."""
+    chan = _Arriving(buffer)
+    complete = output_complete(chan, {}, stderr=buffer == "stderr")
+    assert not complete, "the output that came with the EOF was taken as never sent"
+    assert chan.recv(1024) == b"the log's last line\n"
+    assert chan.recv_stderr(1024) == b"RUN id=r exists=1\n"
+    assert output_complete(chan, {})
+
+
+def test_a_channel_with_output_left_is_not_complete_and_without_is():
+    chan = paramiko.Channel(0)
+    chan._feed(b"x")
+    chan._handle_eof(Message())
+    assert not output_complete(chan, {})
+    chan.recv(10)
+    assert output_complete(chan, {})
