@@ -393,8 +393,10 @@ class FleetSampler:
             ready, _, _ = select.select([c for _, c in live.values()], [], [], 0.3)
             for chan in ready:
                 rank, _ = live[id(chan)]
-                data = chan.recv(1 << 16) if chan.recv_ready() or chan.exit_status_ready() or chan.closed else b""
-                if not data and (chan.exit_status_ready() or chan.closed or chan.eof_received):
+                # its end read before its buffer (remote.connection.output_complete): lines that came with it are kept
+                ended = chan.exit_status_ready() or chan.closed or chan.eof_received
+                data = chan.recv(1 << 16) if chan.recv_ready() or ended else b""
+                if not data and ended:
                     del live[id(chan)]
                     if not self._stop.is_set():
                         self.on_event({"type": self._lost_type, "host": rank, "message":
