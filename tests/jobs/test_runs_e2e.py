@@ -214,6 +214,27 @@ time.sleep(600)
     assert stop["signal"] == "KILL" and stop["by"] == "gpuops stop"
 
 
+def test_a_stop_after_the_job_ended_by_itself_claims_nothing(sandbox, gpuops):
+    """The job's command returned by itself (exit 5: a GPU that killed it, say) and its launcher is still recording
+    the end (its end facts: df, made slow here, 3 s a call): `stop` waits for that end and signals nothing; the run
+    keeps its own exit code and no stop record (before: the stop signalled the launcher, wrote stop.json, said
+    `INT`, and a run whose GPU had killed its job was said to be stopped by gpuops)."""
+    slow = Path(sandbox["dir"]) / "home" / "slowbin"
+    write(slow / "df", "#!/bin/sh\nsleep 3\nexec /usr/bin/df \"$@\"\n")
+    (slow / "df").chmod(0o755)
+    put(sandbox, "five.py", "import sys\nprint('bye', flush=True)\nsys.exit(5)\n")
+    rid = run_id_of(gpuops("train", "--script", "five.py", "--no-sync", "--no-snapshot",
+                           "-e", f"PATH={slow}:/usr/local/bin:/usr/bin:/bin"))
+    d = run_dir(sandbox, rid)
+    wait_for(lambda: (d / "job_ended").is_file(), what="the job's command returned")
+    assert not (d / "exit_code").exists(), "the launcher's end facts were not slow: nothing to test"
+    res = gpuops("stop", rid, "--json")
+    assert res.code == 0, res.all
+    doc = json.loads(res.out)
+    assert doc["result"] == "notrunning" and doc["exit_code"] == 5 and doc["state"] == "failed", doc
+    assert not (d / "stop.json").exists() and "signal" not in (d / "end.facts").read_text()
+
+
 def test_no_gpu_refuses_launch(sandbox, gpuops):
     from gpuops.sandbox import host
 

@@ -57,6 +57,7 @@ gpuops_pidw=$!"""
 # launch.sh, once the job has ended and before exit_code is written: end.facts (df bounded by `timeout`: a hung
 # network mount never keeps the launcher from recording the exit code)
 LAUNCHER_AFTER = r"""kill "$gpuops_pidw" 2>/dev/null
+unset GPUOPS_RUN_DIR GPUOPS_RUN_ID  # the job is over: its launcher's own commands (df) carry no mark of the run
 {
   echo "pids $(tr '\n' ' ' < "$D/pids" 2>/dev/null)"
   [ -f "$D/pids.full" ] && echo "pids_full"

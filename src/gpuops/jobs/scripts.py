@@ -228,6 +228,7 @@ def launcher_script(*, run_id: str, remote_dir: str, argv: list[str], python: st
         f"  echo {shlex.quote('gpuops: cannot enter the project folder ' + remote_dir)} >&2",
         "  gpuops_rc=127",
         "fi",
+        ': > "$D/job_ended"',  # the job's command returned: a stop from now on has nothing to stop (stop_script)
         LAUNCHER_AFTER.rstrip("\n"),  # end.facts (OOM kills, the signal received, df) before the exit code
         'date +%s > "$D/ended"',
         'echo "$gpuops_rc" > "$D/exit_code.tmp" && mv "$D/exit_code.tmp" "$D/exit_code"',
@@ -516,6 +517,11 @@ galive_group() {{
 galive() {{ galive_group || [ -n "$(members)" ]; }}
 sendall() {{ [ -n "$p" ] && env kill -s "$1" -- -"$p" 2>/dev/null; m=$(members); [ -n "$m" ] && env kill -s "$1" $m 2>/dev/null; return 0; }}
 if [ -z "$p" ] && [ -z "$(members)" ]; then echo "@stop nopid"; gpuops_state "$D" {rid}; exit 0; fi
+# the job's command returned by itself (killed with its GPU, say) and its launcher is recording the end (end facts,
+# up to 10 s of df, then the exit code): waited for, never signalled, so the stop does not claim an ending it did
+# not cause; a process the job left behind is still stopped below
+i=0; while [ -f "$D/job_ended" ] && [ ! -f "$D/exit_code" ] && [ $i -lt 150 ]; do sleep 0.1; i=$((i+1)); done
+i=0; while [ -f "$D/job_ended" ] && [ -f "$D/exit_code" ] && galive_group && [ $i -lt 20 ]; do sleep 0.1; i=$((i+1)); done
 if ! galive; then echo "@stop notrunning"; gpuops_state "$D" {rid}; exit 0; fi
 echo "@stopping"
 had_rc=0; [ -f "$D/exit_code" ] && had_rc=1

@@ -14,6 +14,7 @@ from __future__ import annotations
 import io
 import threading
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Optional
 
@@ -21,6 +22,17 @@ from . import checkpoints as ck
 from . import stages as pl
 from .checkpoints import where as ck_where
 from ..errors import GpuopsError
+
+
+def _exit(doc: dict) -> str:
+    """ (exit N) of a stop document's exit code, or nothing."""
+    return f" (exit {doc['exit_code']})" if doc.get("exit_code") is not None else ""
+
+
+@dataclass
+class _Ended:
+    """A job found already ended when it was to be stopped: its exit code (as RunInfo has it)."""
+    exit_code: Optional[int]
 
 
 class GpuFault(Exception):
@@ -312,7 +324,9 @@ class RecoveryStages:
         rec.stop_reason = f"{what}; not replaced: {why}"
         self.out.error(f"{rec.profile}: {what}: the GPU is no longer usable and the instance is not replaced ({why}): "
                        "stopping the job, then fetching what exists")
-        self._stop_job()
+        died = self._stop_job(gpu=True)
+        if died is not None:  # its GPU killed it a moment after the health sample saw the failure: as if seen first
+            return self._job_died_with_its_gpu(list(exc.findings), _Ended(died.get("exit_code")))
         self._ending_said("gpu-failed", list(exc.findings) + [f"the job was stopped by gpuops run: not replaced "
                                                              f"({why})"], detail=exc.findings[0])
         self._end("watch", ok=False, detail=rec.stop_reason)
@@ -359,7 +373,9 @@ class RecoveryStages:
         ids = ", ".join(r.get("instance_ids") or []) or "?"
         if not r.get("fetch_tried"):
             if r["kind"] == "gpu":
-                self._stop_job(gpu=r["reason"])
+                died = self._stop_job(gpu=True)
+                if died is not None:  # its GPU killed it a moment after the health sample saw the failure
+                    self.out.info(f"job {rec.run_id} had already ended: the job died with its GPU{_exit(died)}")
                 self._fetch_reachable()
             elif node0_alive(r):  # a fleet that lost another node: node 0 (its checkpoints, its log) still answers
                 self.out.info(f"instance {r['lost_id']} is {r.get('status') or 'gone'}; node 0 "

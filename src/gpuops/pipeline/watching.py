@@ -178,16 +178,16 @@ class WatchStage:
             raise BudgetReached()
         self.seams.sleep(s)
 
-    def _stop_job(self, *, gpu: str | None = None) -> None:
-        """Stop the job (every node). gpu: what failed, when its GPU is why: a job found already ended (its GPU
-        killed it before the stop, which races with the health sample that saw the failure) is said to have died
-        with its GPU, with its exit code, rather than `stopped (notrunning)`."""
+    def _stop_job(self, *, gpu: bool = False) -> dict | None:
+        """Stop the job (every node). gpu: its GPU failed, which is why: a one-host job found already ended (its GPU
+        killed it before the stop, a race with the health sample that saw the failure) is not stopped; its stop
+        document is returned (exit_code) for the caller to say the job died with its GPU. Else None."""
         from ..jobs import actions as lifecycle
         from ..jobs import fleetactions
 
         rec = self.rec
         if not rec.run_id:
-            return
+            return None
         try:
             prof = self._profile()
             meta = lifecycle.resolve(rec.run_id, prof, self.project)
@@ -198,11 +198,10 @@ class WatchStage:
                 doc = lifecycle.stop(prof, self.out, self.project, meta, grace=10.0)
                 result = doc["result"]
                 if gpu and result == "notrunning":
-                    code = f" (exit {doc['exit_code']})" if doc.get("exit_code") is not None else ""
                     rec.job_state = "failed"
-                    self.out.info(f"job {rec.run_id} had already ended: the job died with its GPU{code}")
-                    return
+                    return doc
             rec.job_state = "stopped"
             self.out.info(f"job {rec.run_id} stopped ({result})")
         except GpuopsError as exc:
             self.out.warn(f"could not stop {rec.run_id}: {exc.message}")
+        return None
