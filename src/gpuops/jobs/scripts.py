@@ -520,7 +520,7 @@ if [ -z "$p" ] && [ -z "$(members)" ]; then echo "@stop nopid"; gpuops_state "$D
 # the job's command returned by itself (killed with its GPU, say) and its launcher is recording the end (end facts,
 # up to 10 s of df, then the exit code): waited for, never signalled, so the stop does not claim an ending it did
 # not cause; a process the job left behind is still stopped below
-i=0; while [ -f "$D/job_ended" ] && [ ! -f "$D/exit_code" ] && [ $i -lt 150 ]; do sleep 0.1; i=$((i+1)); done
+i=0; while [ -f "$D/job_ended" ] && [ ! -f "$D/exit_code" ] && galive_group && [ $i -lt 150 ]; do sleep 0.1; i=$((i+1)); done
 i=0; while [ -f "$D/job_ended" ] && [ -f "$D/exit_code" ] && galive_group && [ $i -lt 20 ]; do sleep 0.1; i=$((i+1)); done
 if ! galive; then echo "@stop notrunning"; gpuops_state "$D" {rid}; exit 0; fi
 echo "@stopping"
