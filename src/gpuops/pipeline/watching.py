@@ -197,7 +197,7 @@ class WatchStage:
             else:
                 doc = lifecycle.stop(prof, self.out, self.project, meta, grace=10.0)
                 result = doc["result"]
-                if gpu and result == "notrunning":
+                if gpu and result == "notrunning" and doc.get("exit_code") != 0:  # it ended, and not by success
                     rec.job_state = "failed"
                     return doc
             rec.job_state = "stopped"
