@@ -15,7 +15,6 @@ import socket
 import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -332,12 +331,11 @@ def test_a_node_that_never_joins_fails_the_run_in_the_bounded_wait(sandbox, gpuo
     # --force, needed anyway for CPU torch on emulated GPUs, launches regardless)
     p = ray_fleet(sandbox, dist_python, pythons=[dist_python, sys.executable])
     write(Path.cwd() / "rayjob.py", RAY_JOB)
-    t0 = time.monotonic()
     rid = train_ray(gpuops, p, "rayjob.py", "--env", "GPUOPS_RAY_JOIN_TIMEOUT=8")
     res = gpuops("logs", "-f", rid, "-p", p)  # until every host's job has ended
     assert res.code == 1, res.all
-    # the head's start (tens of seconds on a loaded machine), then 8 s for the nodes: never the default 3 minutes
-    assert time.monotonic() - t0 < 150
+    # the wait was the 8 s asked for, never the default 3 minutes: the head says so (its own words, not a clock here,
+    # which a loaded machine's slow head start would make flaky)
     head = node_dir(sandbox, 0) / ".gpuops" / "runs" / rid
     assert (head / "exit_code").read_text().strip() == "69"
     assert "RAYNODES" not in res.out  # the script never started
