@@ -6,6 +6,8 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
+import pytest
+
 from gpuops.transfer import snapshot as core
 from support import DATA
 
@@ -39,3 +41,33 @@ def test_wandb_never_stores_the_command_line(isolated, monkeypatch):
     for f in (isolated / "wandb").rglob("*"):
         if f.is_file():
             assert CANARY.encode() not in f.read_bytes(), f
+
+
+def test_a_run_after_one_that_gave_up_lands_where_w_and_b_says_at_the_call(isolated, monkeypatch):
+    """A W&B server that never answers: the first call gives up (its wandb.init goes on in a thread, holding wandb's
+    process-wide setup with the WANDB_DIR of then). The next call, WANDB_DIR unset, from another folder, lands in that
+    folder's ./wandb, as W&B's own rule says at the call (before: in the first call's WANDB_DIR; under pytest-xdist, in
+    an earlier test's folder, and the test that looked for it in its own failed)."""
+    from gpuops.errors import GpuopsError
+    from support.blackhole import Blackhole
+
+    s = snap("probe_h100_torch29_cu128.json")
+    core.save(s, isolated / "env")
+    hole = Blackhole()
+    try:
+        first = isolated / "first"
+        (first / "wb").mkdir(parents=True)
+        monkeypatch.chdir(first)
+        monkeypatch.setenv("WANDB_DIR", str(first / "wb"))
+        monkeypatch.setenv("WANDB_BASE_URL", f"http://127.0.0.1:{hole.port}")
+        with pytest.raises(GpuopsError, match="gave up after 3s"):
+            core.log_to_wandb(isolated / "env", s, run_name="first-environment", project="proj",
+                              api_key="7a" * 20, mode="online", timeout=3)
+        second = isolated / "second"
+        second.mkdir()
+        monkeypatch.chdir(second)
+        monkeypatch.delenv("WANDB_DIR")
+        info = core.log_to_wandb(isolated / "env", s, run_name="second-environment", project="proj", mode="offline")
+        assert Path(info["run_dir"]).parent == second / "wandb", info["run_dir"]
+    finally:
+        hole.close()

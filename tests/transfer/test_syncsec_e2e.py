@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from support import wait_for
+from support.blackhole import Blackhole
 from support.runs import put, remote_project, run_dir, run_id_of, run_texts, wait_ended
 
 
@@ -109,34 +110,6 @@ def test_stop_ends_a_child_that_started_its_own_session_and_the_next_train_sees_
     finally:
         if _pid_alive(child):
             os.kill(child, signal.SIGKILL)
-
-
-class Blackhole:
-    """A TCP server on 127.0.0.1 that accepts connections and never answers: a W&B server that hangs."""
-
-    def __init__(self):
-        import socket
-        import threading
-
-        self.sock = socket.socket()
-        self.sock.bind(("127.0.0.1", 0))
-        self.sock.listen(64)
-        self.port = self.sock.getsockname()[1]
-        self.accepted = []
-        threading.Thread(target=self._loop, daemon=True).start()
-
-    def _loop(self):
-        while True:
-            try:
-                conn, _ = self.sock.accept()
-            except OSError:
-                return
-            self.accepted.append(conn)
-
-    def close(self):
-        self.sock.close()
-        for c in self.accepted:
-            c.close()
 
 
 def _snapshot_with_wandb(sandbox, isolated):

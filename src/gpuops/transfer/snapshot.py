@@ -758,7 +758,10 @@ def log_to_wandb_unbounded(snapshot_dir: Path | str, snapshot: dict, *, run_name
                                       x_disable_meta=True, x_disable_machine_info=True,
                                       disable_git=True, save_code=False, mode=mode,
                                       init_timeout=max(1.0, float(init_timeout)))
+            # dir: W&B's default (WANDB_DIR, else ./wandb) read now: wandb's process-wide setup otherwise keeps the
+            # folder of its first run, so a second run from another folder in one process would land in the first's
             run = wandb.init(project=project, entity=entity or None, name=run_name, job_type=job_type, group=group,
+                             dir=os.environ.get("WANDB_DIR") or os.getcwd(),
                              config={"environment": versions, **{k: v for k, v in (config or {}).items() if v is not None}},
                              settings=settings, reinit="create_new")
         else:
