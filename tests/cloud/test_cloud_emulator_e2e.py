@@ -157,6 +157,7 @@ def test_admin_surface_refused_without_the_key(emu):
 
 # -- lifecycle -------------------------------------------------------------------------------------------------------
 def test_lifecycle_booting_active_terminating_terminated_and_host_stopped(api, emu, client_key):
+    emu.boot_seconds(3.0)  # `booting` seen at the first look, however loaded the machine (0.3 s was not always)
     _add_key(api, client_key)
     status, doc = _launch(api, name="run-1", tags=[{"key": "gpuops-launch-id", "value": "L1"}])
     assert status == 200, doc

@@ -137,6 +137,12 @@ class InstanceHosts:
         if tags:
             inst["tags"] = [{"key": t["key"], "value": t.get("value", "")} for t in tags]
         self._start_host(inst, user_data or "", key["public_key"], hostname)
+        # the boot counts from the launch's answer (the host's start here takes its own time, more on a loaded
+        # machine: counted from before it, an instance could be `active` at the first look)
+        up = self.now()
+        inst["_active_at"] += up - now
+        if inst["_preempt_at"] is not None:
+            inst["_preempt_at"] += up - now
         for fs, mp in mounts:
             self._mount(fs, mp)
         self._capacity[tname][region] = slots - 1
