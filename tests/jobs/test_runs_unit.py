@@ -44,10 +44,12 @@ def test_run_id_uses_the_clock_and_avoids_collisions():
 
 def test_two_jobs_started_in_the_same_second_get_different_ids():
     """Issue #28: two runs of one project, each on its own instance, start their jobs in the same second; neither
-    sees the other's id yet (nothing taken), yet the ids differ (the per-second id made them collide)."""
+    sees the other's id yet (nothing taken), yet the ids differ (the per-second id made them collide). The random
+    part has 16 bits: two ids collide once in 65,536; fifty drawn at once share one about once in fifty draws (the
+    birthday bound: CI met it), never five (a per-second id would give one id for all fifty)."""
     clock = lambda: datetime(2025, 12, 5, 22, 7, 16)  # noqa: E731
     ids = {core.run_id(None, "train.py", clock=clock) for _ in range(50)}
-    assert len(ids) == 50 and all(i.startswith("train-20251205-220716-") for i in ids)
+    assert len(ids) > 45 and all(i.startswith("train-20251205-220716-") for i in ids)
 
 
 def test_two_pipeline_runs_in_the_same_second_never_share_an_id(tmp_path):
