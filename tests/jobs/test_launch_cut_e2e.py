@@ -73,6 +73,13 @@ def test_a_cut_during_the_launch_says_it_is_not_known(sandbox, gpuops, isolated,
     assert r.code == 3, r.all
     assert "during the launch of job-" in r.err and "whether the job started is not known" in r.err, r.err
     assert "gpuops status -p cut" in r.err, r.err
+    # the host's side of the launch may go on after the cut (its sleep, then the launch of a job that ends at once):
+    # waited for, so that its run never lands in the next test of this worker, which shares the host (CI: "another
+    # gpuops run is still running on the host: job-...")
+    runs = sandbox["dir"] / "home" / isolated.name / ".gpuops" / "runs"
+    deadline = time.monotonic() + 20
+    while time.monotonic() < deadline and not any(runs.glob("job-*/exit_code")):
+        time.sleep(0.1)
 
 
 def test_run_says_the_cut_launch_in_its_own_words():
