@@ -62,6 +62,10 @@ class HostStages:
         res = (self.rec.plan or {}).get("resolution")
         return res if isinstance(res, dict) and res.get("available") else None
 
+    def script_blocks(self) -> tuple[str, ...]:
+        """The job's scripts whose `# /// script` block the local plan read: setup installs them too (issue 42)."""
+        return tuple((self.rec.plan or {}).get("script_blocks") or ())
+
     def stage_setup(self) -> None:
         from ..setup.apply import setup
         from ..verify.host import exit_code, show
@@ -74,7 +78,7 @@ class HostStages:
 
             failed = self._failed_hosts(self._every_node(
                 prof, lambda node, node_out: setup(node, node_out, self.project, verify=False,
-                                                   resolution=self.resolution())))
+                                                   resolution=self.resolution(), scripts=self.script_blocks())))
             if failed:
                 self._end("setup", ok=False, detail=failed)
                 return
@@ -93,7 +97,8 @@ class HostStages:
                 self.out.warn(note)
 
         try:
-            doc = setup(prof, self.out, self.project, verify=True, on_plan=on_plan, resolution=self.resolution())
+            doc = setup(prof, self.out, self.project, verify=True, on_plan=on_plan, resolution=self.resolution(),
+                        scripts=self.script_blocks())
         except GpuopsError as exc:
             self._end("setup", ok=False, detail=exc.message)
             self._raise_if_lost()  # an instance ended under the run: that is the first line, not the failure it caused

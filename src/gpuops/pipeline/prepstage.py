@@ -334,7 +334,8 @@ class PrepStage:
                 self.out.warn(note)
 
         try:
-            setup(prof, self.out, self.project, verify=False, on_plan=on_plan)
+            setup(prof, self.out, self.project, verify=False, on_plan=on_plan,
+                  scripts=tuple((self.rec.plan or {}).get("script_blocks") or ()))
         except GpuopsError as exc:
             raise PrepFailed(f"setup failed: {exc.message}") from None
 

@@ -10,8 +10,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Optional
 
-from .read import (index_lines, installs_itself, opaque_lines, normalize, python_meets, requirement_lines, requires_python,
-                   script_block, tool_project, tool_refusal, with_setup_py, parse_pyproject, marker_env,
+from .read import (index_lines, installs_itself, opaque_lines, normalize, python_meets, requires_python,
+                   tool_project, tool_refusal, with_setup_py, parse_pyproject, marker_env,
                    parse_requirements)
 
 if TYPE_CHECKING:
@@ -101,14 +101,12 @@ class Context:
     def of(cls, project: Path, lf, proj, jn: "JobNeeds", settings, tables: dict, image) -> "Context":
         c = cls(project, tables, image, settings, kind=proj.kind, extras=list(proj.extras))
         env = marker_env(lf)
-        c.pyproject = pp = with_setup_py(parse_pyproject(lf.texts.get("pyproject.toml")), lf.texts.get("setup.py"))
+        c.pyproject = with_setup_py(parse_pyproject(lf.texts.get("pyproject.toml")), lf.texts.get("setup.py"))
         for rf in proj.requirements:
-            c._add([(f, line) for f, line in requirement_lines(lf.texts, rf, env)])
             c.opaque += opaque_lines(lf.texts, rf)
             c.index_lines += [x for x in index_lines(lf.texts, rf) if x not in c.index_lines]
+        c._add(proj.lines)  # what setup installs: read_project decides it for the plan and for setup alike
         if proj.kind in ("pyproject", "uv-lock"):
-            c._add([(pp.get("source", {}).get(d, "pyproject.toml"), d) for d in
-                    pp["dependencies"] + [d for e in proj.extras for d in pp["optional"].get(e, [])]])
             c.add_to = "pyproject.toml's [project] dependencies"
             if proj.kind == "uv-lock":
                 c.lock = str(project / "uv.lock")
@@ -116,19 +114,6 @@ class Context:
                                                             or "")}
         elif proj.requirements:
             c.add_to = proj.requirements[0]
-        itself = next((x for x in (installs_itself(lf.texts, r) for r in proj.requirements) if x), None)
-        if itself and proj.kind not in ("pyproject", "uv-lock"):  # `-e .` in a requirements file: the folder's own
-            line = next((ln for ln in lf.texts[itself].splitlines() if re.search(r"(^|\s)\.(\[|\s|$)", ln)), "")
-            extras = re.findall(r"\[([^\]]*)\]", line)
-            chosen = [e.strip() for e in (extras[0].split(",") if extras else []) if e.strip()]
-            c._add([(pp.get("source", {}).get(d, "pyproject.toml"), d) for d in
-                    pp["dependencies"] + [d for e in chosen for d in pp["optional"].get(e, [])]])
-        for run in jn.launch.runs:  # PEP 723: a script's own block (setup installs what the plan resolves)
-            if run.kind == "script":
-                f = _run_file(project, run)
-                block = script_block(_text(f)) if f else None
-                if block:
-                    c._add([(f"{f.relative_to(project).as_posix()}'s script block", d) for d in block["dependencies"]])
         c._elsewhere(lf, proj, env)
         return c
 
@@ -201,7 +186,7 @@ def _text(path: Optional[Path]) -> Optional[str]:
         return None
 
 
-def _run_file(project: Path, run) -> Optional[Path]:
+def run_file(project: Path, run) -> Optional[Path]:
     script = run.via[0] if run.via else ""
     sh_dir = Path(script).parent.as_posix() if script else ""
     for d in dict.fromkeys([run.cwd, "" if sh_dir == "." else sh_dir, ""]):

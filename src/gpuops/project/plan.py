@@ -87,6 +87,8 @@ class Plan:
     hints: list[str] = field(default_factory=list)
     seconds: float = 0.0
     prep: Optional[str] = None  # the --prep command judged with the job
+    script_blocks: list[str] = field(default_factory=list)  # the scripts whose `# /// script` block setup installs
+    installs: list[tuple[str, str]] = field(default_factory=list)  # (file, requirement): what setup installs
 
     @property
     def refused(self) -> bool:
@@ -101,7 +103,8 @@ class Plan:
                 "index_lines": self.index_lines, "resolution": res,
                 "refusals": [{"problem": p, "fix": f} for p, f in self.certain + self.refusals],
                 "warnings": self.warnings, "hints": self.hints, "verdict": "refuse" if self.refused else "launch",
-                "seconds": round(self.seconds, 3), "prep": self.prep}
+                "seconds": round(self.seconds, 3), "prep": self.prep, "script_blocks": self.script_blocks,
+                "installs": [{"requirement": line, "from": src} for src, line in self.installs]}
 
 
 def image_of(images_doc: dict, family: Optional[str] = None, arch: str = "x86_64") -> Optional[Image]:
@@ -152,14 +155,16 @@ def build(project: Path, script: str, *, image: Optional[Image], settings: Setti
     plan = Plan(script, image=image.name if image else None, python=image.python if image else None, prep=run.prep)
     arch = (image.platform.split("-", 1)[0] if image else None) or None
     lf: LocalFiles = local_files(project, settings.requirements, image.python if image else None, arch)
-    proj = read_project(lf, settings)
     jn = job_needs_full(project, script, judge.namespaces(tables.get("modules") or []), prep=run.prep,
                         args=run.args)
+    plan.script_blocks = block_scripts(project, jn, lf)
+    proj = read_project(lf, settings, plan.script_blocks)  # what setup installs, as setup reads it (issue 42)
     plan.runs, plan.scripts = _runs_json(jn), list(jn.launch.scripts)
     plan.files, plan.depth = len(jn.files), jn.depth
     plan.certain += jn.problems
     plan.warnings += jn.launch.unread
     ctx = judge.Context.of(project, lf, proj, jn, settings, tables, image)
+    plan.installs = list(proj.lines)
     plan.declared = list(ctx.requirements)
     plan.index_lines = list(ctx.index_lines)
     judge.project_problems(plan, ctx, images_doc or {})
@@ -193,6 +198,28 @@ def build(project: Path, script: str, *, image: Optional[Image], settings: Setti
                                            data_dir=run.data_dir, data_given=run.data_given)
     plan.seconds = time.monotonic() - t0
     return plan
+
+
+def block_scripts(project: Path, jn: JobNeeds, lf: LocalFiles) -> list[str]:
+    """The python scripts the launch line runs that hold a `# /// script` block (relative to the project), their
+    texts put in `lf.texts`: setup reads the same files on the host (setup/scripts.py) and installs their blocks."""
+    from .read import script_block
+
+    out: list[str] = []
+    root = project.resolve()
+    for run in jn.launch.runs:
+        f = judge.run_file(project, run) if run.kind == "script" else None
+        if f is None or not f.resolve().is_relative_to(root):
+            continue
+        rel = f.resolve().relative_to(root).as_posix()
+        try:
+            text = f.read_text(encoding="utf-8", errors="replace")
+        except OSError:
+            continue
+        if rel not in out and script_block(text):
+            lf.texts[rel] = text
+            out.append(rel)
+    return out
 
 
 def stdlib_names(python: Optional[str]) -> set[str]:

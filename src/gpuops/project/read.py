@@ -24,12 +24,15 @@ class Req:
 
 @dataclass
 class Project:
-    kind: str  # uv-lock | pyproject | requirements | none
+    kind: str  # uv-lock | pyproject | requirements | script (PEP 723 blocks only) | none
     requirements: list[str] = field(default_factory=list)  # files installed with -r (top level)
     reqs: list[Req] = field(default_factory=list)  # every named requirement (includes followed)
     extras: list[str] = field(default_factory=list)  # extras to install (names)
     all_extras: bool = False
     notes: list[str] = field(default_factory=list)
+    lines: list[tuple[str, str]] = field(default_factory=list)  # (file, PEP 508 string): every requirement installed
+    editable: Optional[str] = None  # the folder, installed editable after the requirements files ("." or ".[a,b]")
+    blocks: dict[str, list[str]] = field(default_factory=dict)  # script -> its `# /// script` dependencies
 
     def req(self, name: str) -> Optional[Req]:
         return next((r for r in self.reqs if r.name == name), None)
@@ -138,10 +141,14 @@ def parse_pyproject(text: Optional[str]) -> dict:
     return {"project": has, "dependencies": [], "optional": optional, "dynamic": [], "name": "", "groups": {}}
 
 
-def read_project(facts, settings) -> Project:
-    """What to install, from the files on the host: a uv lock with a [project] pyproject -> `uv sync --locked`;
-    requirements files -> `-r` each (whenever they exist, unless a lock decides); a [project] pyproject without a
-    lock -> the project, editable, after the requirements."""
+def read_project(facts, settings, scripts: tuple[str, ...] | list[str] = ()) -> Project:
+    """What setup installs, from the project's files (the host's: setup's HostFacts; this machine's: LocalFiles for
+    the local plan; the same function, so the plan says what setup does, issue 42): a uv lock with a [project]
+    pyproject -> `uv sync --locked`; requirements files -> `-r` each (whenever they exist, unless a lock decides); a
+    [project] pyproject without a lock -> the project, editable, after the requirements (with setup.extras, also
+    when a requirements file installs the folder by `-e .` without them); the `# /// script` block (PEP 723) of each
+    of `scripts` (their texts in facts.texts) -> its dependencies. `Project.lines` is every requirement so installed,
+    with the file that names it."""
     from packaging.requirements import InvalidRequirement, Requirement
 
     pp = with_setup_py(parse_pyproject(facts.texts.get("pyproject.toml")), facts.texts.get("setup.py"))
@@ -149,6 +156,22 @@ def read_project(facts, settings) -> Project:
     reqs_files = [r for r in settings.requirements if r in facts.files]
     want_extras = settings.extras
     p = Project("none")
+    folder: list[tuple[str, str]] = []  # what installing the folder brings: (source, requirement)
+
+    def of_folder(extras) -> list[tuple[str, str]]:
+        return [(pp.get("source", {}).get(d, "pyproject.toml"), d)
+                for d in pp["dependencies"] + [d for e in extras for d in pp["optional"].get(e, [])]]
+
+    def take(items) -> None:
+        for source, line in items:
+            try:
+                r = Requirement(line)
+            except InvalidRequirement:
+                continue
+            if _applies(r, env):
+                p.lines.append((source, line))
+                p.reqs.append(Req(normalize(r.name), str(r.specifier), source))
+
     if "pyproject.toml" in facts.files and pp["project"]:
         p.all_extras = want_extras == "all"
         p.extras = sorted(pp["optional"]) if p.all_extras else list(want_extras)
@@ -156,20 +179,10 @@ def read_project(facts, settings) -> Project:
         if unknown:
             p.notes.append(f"setup.extras names {', '.join(unknown)}, which pyproject.toml does not define "
                            f"(it defines: {', '.join(pp['optional']) or 'none'})")
-        deps = pp["dependencies"] + [d for e in p.extras for d in pp["optional"].get(e, [])]
-        for d in deps:
-            try:
-                r = Requirement(d)
-            except InvalidRequirement:
-                continue
-            if _applies(r, env):
-                p.reqs.append(Req(normalize(r.name), str(r.specifier), pp.get("source", {}).get(d, "pyproject.toml")))
-        if "uv.lock" in facts.files:
-            p.kind = "uv-lock"
-            if reqs_files:
-                p.notes.append(f"{', '.join(reqs_files)} not installed: uv.lock decides the environment")
-            return p
-        p.kind = "pyproject"
+        folder = of_folder(p.extras)
+        p.kind = "uv-lock" if "uv.lock" in facts.files else "pyproject"
+        if p.kind == "uv-lock" and reqs_files:
+            p.notes.append(f"{', '.join(reqs_files)} not installed: uv.lock decides the environment")
     elif "pyproject.toml" in facts.files and reqs_files:
         p.notes.append("pyproject.toml has no [project] table (it configures tools): the requirements are installed, "
                        "not the folder")
@@ -177,15 +190,45 @@ def read_project(facts, settings) -> Project:
         p.notes.append("uv.lock without a [project] in pyproject.toml: nothing to sync")
     if want_extras and not pp["project"]:
         p.notes.append("setup.extras is set but the project has no [project] table to take extras from")
-    if reqs_files:
+    if reqs_files and p.kind != "uv-lock":
         p.requirements = reqs_files
         if p.kind == "none":
             p.kind = "requirements"
         for rf in reqs_files:
-            p.reqs = parse_requirements(facts.texts, rf, env) + p.reqs
-    for miss in facts.missing:
-        p.notes.append(f"a requirements file includes {miss}, which is not on the host (sync it, or fix the -r line)")
+            p.lines += [(rel, line) for rel, line in requirement_lines(facts.texts, rf, env)]
+            p.reqs += parse_requirements(facts.texts, rf, env)
+    itself = next((x for x in (installs_itself(facts.texts, r) for r in p.requirements) if x), None)
+    if itself:  # `-e .` (or `.[extra]`) in a requirements file installs the folder, with the extras on that line
+        on_line = self_extras(facts.texts, itself)
+        wanted = [e for e in p.extras if e not in on_line] if p.kind == "pyproject" else []
+        if wanted:  # setup.extras the line does not name: setup installs the folder once more, with them
+            p.editable = "." + f"[{','.join(p.extras)}]"
+        folder = of_folder(list(dict.fromkeys(on_line + (p.extras if p.kind == "pyproject" else []))))
+    elif p.kind == "pyproject":
+        p.editable = "." + (f"[{','.join(p.extras)}]" if p.extras else "")
+    take(folder)
+    for script in scripts:  # PEP 723: setup installs a script's own block
+        block = script_block(facts.texts.get(script))
+        if block and block["dependencies"]:
+            p.blocks[script] = list(block["dependencies"])
+            take([(f"{script}'s script block", d) for d in block["dependencies"]])
+            if p.kind == "none":
+                p.kind = "script"
+    if p.kind != "uv-lock":
+        for miss in facts.missing:
+            p.notes.append(f"a requirements file includes {miss}, which is not on the host (sync it, or fix the -r "
+                           "line)")
     return p
+
+
+def self_extras(texts: dict[str, str], rel: str) -> list[str]:
+    """The extras of the line of requirements file `rel` that installs the folder itself (`-e .[a,b]` -> [a, b])."""
+    for line in texts.get(rel, "").replace("\\\n", " ").splitlines():
+        line = line.split(" #", 1)[0].strip()
+        if SELF.match(line):
+            found = re.findall(r"\[([^\]]*)\]", line)
+            return [e.strip() for e in (found[0].split(",") if found else []) if e.strip()]
+    return []
 
 
 # -- what setup cannot install or run (issue #28) --------------------------------------------------------------------

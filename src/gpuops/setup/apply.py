@@ -75,9 +75,12 @@ def _local_lock(project: Path, facts) -> Optional[str]:
 
 
 def setup(prof, out, project: Path, *, dry_run: bool = False, verify: bool = True, force: bool = False,
-          on_plan: Optional[Callable[[sp.Plan], None]] = None, resolution: Optional[dict] = None) -> dict:
+          on_plan: Optional[Callable[[sp.Plan], None]] = None, resolution: Optional[dict] = None,
+          scripts: tuple[str, ...] = ()) -> dict:
     """Returns {"plan", "attached", "ran", "rc", "executions", "verify": report or None}. `resolution`: the local
-    plan's (project/resolve.py Resolution.to_dict()): setup installs exactly its pins (setup/pinned.py)."""
+    plan's (project/resolve.py Resolution.to_dict()): setup installs exactly its pins (setup/pinned.py). `scripts`:
+    the local plan's script_blocks (the job's scripts with a `# /// script` block): setup installs their blocks, read
+    from the synced copies on the host."""
     from .. import knowledge as kb
     from . import scripts as rs
     from ..remote.connection import connect
@@ -98,7 +101,7 @@ def setup(prof, out, project: Path, *, dry_run: bool = False, verify: bool = Tru
         with out.status("gathering the host's facts (one remote execution)"):
             facts = rs.gather(remote, remote_dir, prof.python, _packages(prof), _flash_expected(prof),
                               base_python=prof.setup.base_python or "python3",
-                              requirements=list(prof.setup.requirements))
+                              requirements=list(prof.setup.requirements), scripts=tuple(scripts))
         if facts.running:
             doc["attached"] = True
             if dry_run:
@@ -110,7 +113,7 @@ def setup(prof, out, project: Path, *, dry_run: bool = False, verify: bool = Tru
             plan = sp.make_plan(facts, prof, knowledge, remote_dir=remote_dir, force=force,
                                 lock_text=_local_lock(project, facts),
                                 tools=kb.load_playbook("images", project).get("project_tools") or [],
-                                resolution=resolution)
+                                resolution=resolution, scripts=tuple(scripts))
             doc["plan"] = plan.to_dict()
             if on_plan:
                 on_plan(plan)

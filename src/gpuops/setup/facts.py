@@ -55,19 +55,22 @@ _TEXT = {"home", "user", "uv", "python3", "env_python_version", "base_python_ver
 
 def parse_facts(text: str) -> HostFacts:
     """Lines `key=value`, `@pkg name=version`, `@file name sha256`, `@text name base64`, `@missing name`,
-    `@pipconf {json}`, `@disk folder fs free_kb`, `@stamp {json}`, `@gpu index, driver, capability`."""
+    `@script name base64`, `@pipconf {json}`, `@disk folder fs free_kb`, `@stamp {json}`,
+    `@gpu index, driver, capability`."""
     f = HostFacts()
     for line in text.splitlines():
         tag, _, rest = line.partition(" ")
         if tag == "@pkg":
             name, _, ver = rest.partition("=")
             f.packages[name.strip()] = ver.strip() or None
-        elif tag in ("@file", "@text"):
+        elif tag in ("@file", "@text", "@script"):
             parts = rest.split()
             if len(parts) >= 2:
                 name = parts[0].replace("%20", " ")
                 if tag == "@file":
                     f.files[name] = parts[1]
+                elif tag == "@script":  # a script's text (its `# /// script` block): no dependency file
+                    f.texts[name] = base64.b64decode(parts[1]).decode("utf-8", "replace")
                 else:
                     f.texts[name] = base64.b64decode(parts[1]).decode("utf-8", "replace")
         elif tag == "@missing":

@@ -39,6 +39,7 @@ from .failure import telling_line  # noqa: F401  (setup's failure summary: setup
 from .facts import HostFacts, parse_facts  # noqa: F401  (the host's facts, parsed: setup/facts.py)
 
 SETUP_SUBDIR = ".gpuops/setup"
+PIP_KINDS = ("requirements", "pyproject", "script")  # installed with pip or uv pip, constrained by the plan's pins
 TORCH_FAMILY = ("torch", "torchvision", "torchaudio")
 TORCH_CUDA_DEPS = ("nvidia-*", "triton")  # what a CUDA torch pulls in: inside setup_disk_mb.torch_cuda's figure
 FLASH = ("flash-attn", "flash_attn")
@@ -253,16 +254,18 @@ def _torch_wants(profile, facts: HostFacts, knowledge: dict) -> dict[str, str]:
     return wants
 
 
-def _sha_key(facts: HostFacts, profile, pins: str = "") -> dict:
+def _sha_key(facts: HostFacts, profile, pins: str = "", blocks: Optional[dict] = None) -> dict:
     """What the last install read: every dependency file (includes too), the extras, the indexes, the host's pip
     configuration, the python and how its environment was made. A change in any of them installs again."""
     S = profile.setup
     cfg = hashlib_hex(json.dumps(facts.pipconf, sort_keys=True)) if facts.pipconf else None
+    blocks = {k: v for k, v in (blocks or {}).items() if v}
     return {"files": dict(sorted(facts.files.items())), "extras": S.extras if S.extras == "all" else sorted(S.extras),
             "index_url": hashlib_hex(S.index_url) if S.index_url else None,
             "extra_index_url": hashlib_hex(" ".join(S.extra_index_url)) if S.extra_index_url else None,
             "pip_config": cfg, "python": profile.python, "requirements": list(S.requirements),
-            **({"pins": hashlib_hex(pins)} if pins else {})}
+            **({"pins": hashlib_hex(pins)} if pins else {}),
+            **({"script_blocks": hashlib_hex(json.dumps(blocks, sort_keys=True))} if blocks else {})}
 
 
 def hashlib_hex(text: str) -> str:
@@ -316,18 +319,20 @@ class _Ctx:
 
 def make_plan(facts: HostFacts, profile, knowledge: dict, *, remote_dir: str, force: bool = False,
               lock_text: Optional[str] = None, tools: Optional[list] = None,
-              resolution: Optional[dict] = None) -> Plan:
+              resolution: Optional[dict] = None, scripts: tuple[str, ...] = ()) -> Plan:
     """The ordered steps that bring the host to the profile; none when it already matches (unless `force`).
     lock_text: the project's uv.lock when this machine has the same file (for the disk estimate); tools: the project
     tools setup does not drive (images.yaml project_tools). A project it cannot install or run is `blocked`: no step.
-    resolution: the local plan's (project/resolve.py Resolution.to_dict()): installed exactly (setup/pinned.py)."""
+    resolution: the local plan's (project/resolve.py Resolution.to_dict()): installed exactly (setup/pinned.py).
+    scripts: the job's scripts whose `# /// script` block the local plan read (their texts in facts.texts): installed
+    too, as project/read.py's read_project decides for the plan and for setup alike."""
     S = profile.setup
     plan = Plan(python=profile.python, env_dir=env_dir_of(profile.python), base_python=S.base_python or "python3",
                 index_url=S.index_url, extra_index_urls=list(S.extra_index_url), pip_config=dict(facts.pipconf))
-    c = _Ctx(facts, profile, knowledge, remote_dir, plan, read_project(facts, S), force=force, lock_text=lock_text,
-             resolution=resolution or {})
+    c = _Ctx(facts, profile, knowledge, remote_dir, plan, read_project(facts, S, scripts), force=force,
+             lock_text=lock_text, resolution=resolution or {})
     plan.notes += c.project.notes
-    if c.project.kind in ("requirements", "pyproject"):  # a uv.lock decides by itself
+    if c.project.kind in PIP_KINDS:  # a uv.lock decides by itself
         plan.pins = pinned.pins_text(resolution, skip=tuple(_torch_wants(profile, facts, knowledge)))
     if _plan_blocked(c, tools or []):
         return plan
@@ -345,7 +350,7 @@ def make_plan(facts: HostFacts, profile, knowledge: dict, *, remote_dir: str, fo
         plan.steps.append(late_torch or _pin_step(c, "pinned again after the project's dependencies"))
     _plan_flash_attn(c)
     _plan_disk(c)
-    plan.stamp = {"deps": _sha_key(facts, profile, plan.pins)}
+    plan.stamp = {"deps": _sha_key(facts, profile, plan.pins, c.project.blocks)}
     return plan
 
 
@@ -452,7 +457,7 @@ def _choose_installer(c: _Ctx) -> None:
     uv = bool(f.uv or c.uv_planned)
     image_torch = c.sees_system and f.base_torch
     pip_here = f.env_pip or (c.sees_system and f.base_pip) or (c.created and not uv)
-    if image_torch and pip_here and c.project.kind in ("requirements", "pyproject"):
+    if image_torch and pip_here and c.project.kind in PIP_KINDS:
         plan.installer = "pip"
         plan.installer_reason = (f"pip counts the image's torch {f.base_torch} as installed (uv would install "
                                  "another copy into the environment)")
@@ -461,7 +466,7 @@ def _choose_installer(c: _Ctx) -> None:
     else:
         plan.installer = "pip"
         plan.installer_reason = "no uv on the host"
-    if image_torch and plan.installer == "uv" and c.project.kind in ("requirements", "pyproject") \
+    if image_torch and plan.installer == "uv" and c.project.kind in PIP_KINDS \
             and c.project.req("torch"):
         plan.notes.append(f"no pip to run in the environment: uv installs the project's torch into it, beside the "
                           f"image's {f.base_torch}")
@@ -497,7 +502,7 @@ def _plan_torch(c: _Ctx) -> tuple[Optional[Step], Optional[Step]]:
                                                                    (have if n == "torch" else None), spec)]
         cpu_build = f.gpu_count > 0 and not cpu_index and local_tag(have) == "cpu"
         pinned = _exact(wants.get("torch", "*"))
-        first = c.project.kind in ("requirements", "pyproject") and (
+        first = c.project.kind in PIP_KINDS and (
             r is None or not r.spec or (pinned is not None and bool(spec_matches(pinned, r.spec))))
         if not (wrong or cpu_build):
             plan.torch_source = f"torch {have} from {where}, as expect.packages asks"
@@ -567,7 +572,8 @@ def _plan_deps(c: _Ctx) -> bool:
     """The project's own dependencies, from the synced project; True when that step is planned."""
     f, p, plan = c.facts, c.project, c.plan
     P = shell_path(c.remote_dir)
-    changed = c.created or c.force or not f.stamp or f.stamp.get("deps") != _sha_key(f, c.profile, plan.pins)
+    changed = c.created or c.force or not f.stamp or f.stamp.get("deps") != _sha_key(f, c.profile, plan.pins,
+                                                                                         p.blocks)
     why = ("--force" if c.force else "the environment is new" if c.created else
            "not installed yet" if not f.stamp else "the files it installs from changed since the last setup")
     if p.kind == "none":
@@ -578,25 +584,29 @@ def _plan_deps(c: _Ctx) -> bool:
         return False
     if not changed:
         return False
+    with_pins = f' -c "$D/{pinned.PINS_FILE}"' if plan.pins else ""
+    blocks = [f"gpuops_install {' '.join(shlex.quote(d) for d in deps)}{with_pins}" for deps in p.blocks.values()]
+    block_titles = [f"{script}'s script block ({', '.join(deps)})" for script, deps in p.blocks.items()]
     if p.kind == "uv-lock":
         ex = " --all-extras" if p.all_extras else "".join(f" --extra {shlex.quote(e)}" for e in p.extras)
         cmd = (f'if [ -z "$UV" ]; then echo "gpuops: uv.lock needs uv, and the host has none" >&2; exit 3; fi; '
                f'cd {P} && UV_PROJECT_ENVIRONMENT="$GPUOPS_ENV" "$UV" sync --locked{ex}')
-        plan.steps.append(Step("deps", "install the project's dependencies (uv sync --locked" + ex + ")", why, cmd,
-                               long=True))
+        plan.steps.append(Step("deps", "install the project's dependencies (uv sync --locked" + ex + ")"
+                               + "".join(f" and {t}" for t in block_titles), why,
+                               " && ".join([cmd, *blocks]), long=True))
         return True
-    with_pins = f' -c "$D/{pinned.PINS_FILE}"' if plan.pins else ""
     parts = [f"gpuops_install -r {shlex.quote(r)}{with_pins}" for r in p.requirements]
     titles = [f"-r {r}" for r in p.requirements]
     itself = next((x for x in (installs_itself(f.texts, r) for r in p.requirements) if x), None)
     if p.kind == "pyproject" and itself:  # `-e .` in a requirements file installs the project: once is enough
         plan.notes.append(f"{itself} installs the project folder itself (-e .): setup does not install it a second "
-                          "time" + (f"; setup.extras ({', '.join(p.extras)}) go on that line: -e .[{','.join(p.extras)}]"
-                                    if p.extras else ""))
-    elif p.kind == "pyproject":
-        spec = "." + (f"[{','.join(p.extras)}]" if p.extras else "")
-        parts.append(f"gpuops_install -e {shlex.quote(spec)}{with_pins}")
-        titles.append(f"-e {spec} (editable: the job runs the synced source)")
+                          "time" + (f", except with setup.extras ({', '.join(p.extras)}) that line does not name: "
+                                    f"-e {p.editable}" if p.editable else ""))
+    if p.editable:
+        parts.append(f"gpuops_install -e {shlex.quote(p.editable)}{with_pins}")
+        titles.append(f"-e {p.editable} (editable: the job runs the synced source)")
+    parts += blocks
+    titles += block_titles
     # --extra-index-url in a requirements file is pip's setting: pip searches every index for the best version, uv
     # only up to the first index that has the package; give uv pip's semantics (unless the host chose otherwise)
     several = next((x for x in (names_extra_index(f.texts, r) for r in p.requirements) if x), None)

@@ -27,11 +27,11 @@ def setup_dir_of(remote_dir: str) -> str:
 # Run by the host's base python3 (stdlib only): the dependency files setup would install from (their SHA-256, the
 # text of the small ones, every `-r`/`-c` include followed), the base Python itself (version, pip, its torch) and pip's
 # configuration as pip itself would read it (files and PIP_* variables). On a host without the base python, the
-# profile's python runs it with `files` as its 4th argument: the files and pip's configuration, no base facts. Index URLs are printed with any user:password
+# profile's python runs it with `files` as its 5th argument: the files and pip's configuration, no base facts. Index URLs are printed with any user:password
 # removed; setup.sh reads the real values again on the host (PIP_CONFIG_TO_ENV), so they never leave it.
 HOST_FACTS = r"""
 import base64, hashlib, json, os, re, sys
-P, REQS, ENV = sys.argv[1], json.loads(sys.argv[2]), sys.argv[3]
+P, REQS, ENV, SCRIPTS = sys.argv[1], json.loads(sys.argv[2]), sys.argv[3], json.loads(sys.argv[4])
 TEXT_MAX = 262144
 seen = set()
 
@@ -69,13 +69,19 @@ for r in REQS:
     walk(r)
 add("uv.lock", False)
 add("pyproject.toml", True)
-add("setup.py", False)
+add("setup.py", True)  # its install_requires: what `-e .` installs (project/read.py reads it with ast, never runs it)
+for rel in SCRIPTS:  # the scripts whose `# /// script` block setup installs: their text, no hash (an edit of the code
+    try:             # is no change of what setup installs; the block's dependencies are in the stamp)
+        with open(os.path.normpath(os.path.join(P, rel)), "rb") as fh:
+            print("@script %s %s" % (rel.replace(" ", "%20"), base64.b64encode(fh.read(TEXT_MAX)).decode()))
+    except OSError:
+        pass
 add("setup.cfg", False)
 for other in ("poetry.lock", "pdm.lock", "environment.yml", "environment.yaml"):  # tools setup does not drive
     add(other, False)
 
 print("arch=%s" % os.uname().machine)
-if sys.argv[4:] != ["files"]:  # not run by the environment's python for want of a base python
+if sys.argv[5:] != ["files"]:  # not run by the environment's python for want of a base python
     print("base_python_version=%d.%d.%d" % sys.version_info[:3])
     try:
         import importlib.util, sysconfig
@@ -102,7 +108,8 @@ print("@pipconf " + json.dumps(pip_config(ENV, strip=True), sort_keys=True))
 HOST_FACTS = PIPCONF + HOST_FACTS  # PIPCONF: setup/render.py, which renders setup.sh with it
 
 def facts_script(remote_dir: str, python: str, packages: list[str], check_flash: bool, *,
-                 base_python: str = "python3", requirements: Optional[list[str]] = None) -> str:
+                 base_python: str = "python3", requirements: Optional[list[str]] = None,
+                 scripts: tuple[str, ...] = ()) -> str:
     P = shell_path(remote_dir)
     D = shell_path(setup_dir_of(remote_dir))
     py = shell_command(python)
@@ -126,6 +133,7 @@ def facts_script(remote_dir: str, python: str, packages: list[str], check_flash:
                 "    print('env_torch_path=%s' % os.path.dirname(str(d.locate_file('torch'))))\n"
                 "except Exception:\n    pass\n")
     reqs = json.dumps(list(requirements if requirements is not None else ["requirements.txt"]))
+    blocks = shlex.quote(json.dumps(list(scripts)))
     env = env_dir_or_none(python) or ""
     E = shell_path(env) if env else ""
     stale = (f'  if [ -f {E}/pyvenv.cfg ]; then echo env_stale=venv; '
@@ -141,9 +149,9 @@ u=$(command -v uv 2>/dev/null || {{ [ -x "$HOME/.local/bin/uv" ] && echo "$HOME/
 echo "uv=$u"
 echo "python3=$(command -v {base} 2>/dev/null)"
 if command -v {base} >/dev/null 2>&1; then
-  {base} -c {shlex.quote(HOST_FACTS)} {P} {shlex.quote(reqs)} {shlex.quote(env)} 2>/dev/null
+  {base} -c {shlex.quote(HOST_FACTS)} {P} {shlex.quote(reqs)} {shlex.quote(env)} {blocks} 2>/dev/null
 elif {py} -c 'import sys' >/dev/null 2>&1; then
-  {py} -c {shlex.quote(HOST_FACTS)} {P} {shlex.quote(reqs)} {shlex.quote(env)} files 2>/dev/null
+  {py} -c {shlex.quote(HOST_FACTS)} {P} {shlex.quote(reqs)} {shlex.quote(env)} {blocks} files 2>/dev/null
 fi
 if {py} -c 'import sys' >/dev/null 2>&1; then
   echo env_python=1
@@ -169,9 +177,9 @@ done
 
 
 def gather(remote, remote_dir: str, python: str, packages: list[str], check_flash: bool, *,
-           base_python: str = "python3", requirements: Optional[list[str]] = None):
+           base_python: str = "python3", requirements: Optional[list[str]] = None, scripts: tuple[str, ...] = ()):
     res = remote.run("sh -s", stdin=facts_script(remote_dir, python, packages, check_flash, base_python=base_python,
-                                                 requirements=requirements), timeout=120)
+                                                 requirements=requirements, scripts=scripts), timeout=120)
     if "home=" not in res.stdout:
         detail = (res.stderr.strip().splitlines() or [f"exit {res.rc}"])[-1]
         raise RemoteError(f"could not gather the host's facts for setup: {detail}")
