@@ -66,11 +66,28 @@ def test_spend_counts_every_node_from_the_launch_until_terminated():
 
 
 def test_over_budget():
+    """$1 at $3.6/h is 1000 s; the run stops when what follows the stop still fits (issue 42): the next sample (2 s),
+    the job's stop and the log's fetch (a round each: 2 s before the run measured its sync), the termination (6 s
+    before the run knew its cloud's poll)."""
     r = rec(price_per_hour=3.6, max_cost=1.0)
     r.stage("up").started = 0
-    assert not pl.over_budget(r, 999)
-    assert pl.over_budget(r, 1000)
+    assert not pl.over_budget(r, 987.9)
+    assert pl.over_budget(r, 988.1)
     assert not pl.over_budget(rec(price_per_hour=3.6), 10**9)
+
+
+def test_the_stop_leaves_room_for_what_this_run_measured():
+    """The tail from this run's own figures: its sync (a round), the last checkpoint fetch, its cloud's poll."""
+    r = rec(price_per_hour=3.6, max_cost=1.0, fetch=["checkpoints"])
+    r.stage("up").started = 0
+    r.stage("sync").started, r.stages["sync"].ended = 10, 10.5  # a round: 0.5 s
+    r.terminate_s = 1.2
+    r.checkpoint = {"name": "checkpoints", "fetch_s": 3.0}  # longer than two rounds
+    tail = 2.0 + 0.5 + 0.5 + 3.0 + 1.2
+    assert pl.tail_cost(r) == pytest.approx(tail / 1000)
+    assert not pl.over_budget(r, 1000 - tail - 0.1) and pl.over_budget(r, 1000 - tail + 0.1)
+    r.checkpoint = None  # no fetch measured: two rounds (rsync, then its verification)
+    assert pl.tail_cost(r) == pytest.approx((2.0 + 0.5 + 0.5 + 1.0 + 1.2) / 1000)
 
 
 def test_summary_and_overhead():

@@ -85,6 +85,7 @@ class UpStage:
             self._end("up", ok=True, detail=f"instance {existing.cloud.instance_id} (resumed)")
             return
         ctx = self.ctx_factory()
+        rec.terminate_s = float(getattr(ctx, "poll_s", 5.0)) + 1.0  # the termination after a --max-cost stop
 
         def tick(info: dict) -> None:  # --max-cost from the launch on: boot, SSH
             if info["phase"] == "capacity":

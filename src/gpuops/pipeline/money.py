@@ -46,3 +46,29 @@ def billing_said(ids: list, seen: dict, price_per_hour: float) -> tuple[str, boo
         return (f"the Lambda API last showed {shown}, so it should not bill; that it ended is not confirmed, since the "
                 "API could not be asked again"), False
     return f"STILL BILLING ${price_per_hour:.2f}/h", True
+
+
+# -- --max-cost: what the cap covers ---------------------------------------------------------------------------------
+# The cap covers every instance's time from its launch request to its confirmed termination (price x nodes x time),
+# what follows a stop included: stopping the job, fetching the log and the --fetch names (verified), terminating. So a
+# run stops when what it spent plus what that tail will bill reaches the cap (issue 42: --max-cost 0.03 ended at
+# $0.0313, the fetch and the termination after the stop billing on top).
+ROUND_S = 2.0  # one connection and one remote execution, before this run measured one (its sync stage)
+TERMINATE_S = 6.0  # the API's terminate and the status that confirms it, before the run knows its cloud's poll
+
+
+def tail_s(round_s: Optional[float], names: int, last_fetch_s: Optional[float], sample_s: float,
+           terminate_s: Optional[float] = None) -> float:
+    """The seconds a run bills after it decides to stop: the next sample (the check runs once per event), stopping
+    the job (a round: a connection and an execution, as this run's sync measured it), fetching the log (a round),
+    each --fetch name (two rounds: rsync and its verification, or the last fetch's measured time when longer), the
+    termination (`terminate_s`: a poll of the API and a round trip, else TERMINATE_S)."""
+    r = round_s if round_s is not None and round_s > 0 else ROUND_S
+    each = max(2 * r, last_fetch_s or 0.0)
+    return sample_s + r + r + names * each + (terminate_s if terminate_s is not None else TERMINATE_S)
+
+
+def covers(cap: float) -> str:
+    """What --max-cost counts, as the summary and the stop say it."""
+    return (f"the cap covers every instance from its launch request to its confirmed termination: ${cap:.2f} "
+            "with the job's stop, the final fetch and the termination, which the run leaves room for when it stops")

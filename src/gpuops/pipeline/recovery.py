@@ -88,10 +88,16 @@ def fetch_checkpoint(prof, project: Path, name: str, out, run_id: str, *, since:
             return None
         if v.passed_over:
             out.warn(f"passed over in {path}: {v.reasons()}")
+        took = None
         if filesystem is None:
+            t0 = time.monotonic()
             fetch(one, remote, out, name, step=v.step if v.dir else None,
                   dest=ck.fetch_dest(run_id, name, project), project_dir=project)
-    return ck.entry(name, prof.fetch[name], v.dir or None, v.step, clock(), run_id, filesystem, v.evidence)
+            took = time.monotonic() - t0
+    e = ck.entry(name, prof.fetch[name], v.dir or None, v.step, clock(), run_id, filesystem, v.evidence)
+    if took is not None:  # what the final fetch after a --max-cost stop is expected to take (pipeline/money.py)
+        e["fetch_s"] = round(took, 3)
+    return e
 
 
 class CheckpointFetcher:

@@ -392,7 +392,10 @@ class Runner(PrepStage, UpStage, HostStages, WatchStage, EndStages, RecoveryStag
         """--max-cost reached before the job runs (boot, setup, sync took it): nothing more is started; down."""
         rec = self.rec
         rec.stop_reason = f"--max-cost ${rec.max_cost:.2f} reached"
-        self.out.warn(f"{rec.stop_reason} ({self._cost()}) before {pl.LABELS[name]}: not going on; terminating")
+        from .money import covers
+
+        self.out.warn(f"{rec.stop_reason} ({self._cost()}) before {pl.LABELS[name]}: not going on; terminating; "
+                      f"{covers(rec.max_cost)}")
         self._begin(name)
         self._end(name, ok=False, detail=rec.stop_reason)
 

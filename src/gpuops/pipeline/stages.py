@@ -62,6 +62,9 @@ def refusal_hint(hint: Optional[str], *, kept: bool) -> Optional[str]:
         "fix: run `gpuops setup` (it creates", "fix: start gpuops run again (its setup creates")
 
 
+SAMPLE_S = 2.0  # the watch's sampling interval by default (runner.Seams.poll_s): --max-cost is checked at each
+
+
 @dataclass
 class Stage:
     started: Optional[float] = None
@@ -113,6 +116,7 @@ class Record:
     max_price: Optional[float] = None
     wait_for_capacity_s: float = 0.0
     billed_from: Optional[float] = None  # the first launch request that created an instance (billing starts there)
+    terminate_s: Optional[float] = None  # a termination's expected time: the cloud's poll interval and a round trip
     # recovery (--recover N): an instance lost, unreachable or with a dead GPU is replaced up to N times
     recover: int = 0
     unreachable_s: Optional[float] = None  # an instance unreachable this long (API: running) is given up on
@@ -246,7 +250,23 @@ def spend(rec: Record, now: float) -> float:
 
 
 def over_budget(rec: Record, now: float) -> bool:
-    return rec.max_cost is not None and spend(rec, now) >= rec.max_cost
+    """--max-cost is reached: what the run spent, with what stopping now will still bill (money.tail_s: the job's
+    stop, the final fetch, the termination), is the cap."""
+    return rec.max_cost is not None and spend(rec, now) + tail_cost(rec) >= rec.max_cost
+
+
+def tail_cost(rec: Record) -> float:
+    """Dollars the run bills after it decides to stop (money.tail_s), from what this run measured: its sync stage
+    (a connection and an rsync), the last checkpoint fetch's time."""
+    from .money import tail_s
+
+    if not rec.price_per_hour:
+        return 0.0
+    sync = rec.stages.get("sync")
+    round_s = sync.ended - sync.started if sync is not None and sync.ended and sync.started else None
+    last = (rec.checkpoint or {}).get("fetch_s")
+    secs = tail_s(round_s, len(rec.fetch), last, SAMPLE_S, rec.terminate_s)
+    return secs / 3600.0 * rec.price_per_hour * max(1, rec.nodes)
 
 
 def _stage_rows(stages: dict, per_s: float, now: float, instance: int,

@@ -111,6 +111,10 @@ def render_summary(out, rec: pl.Record, fetched: dict, now: float) -> dict:
             out.print(f"  {head:<32} {i['seconds']:>8.1f} s  ${i['cost']:>8.4f}  {i['type'] or ''}"
                       f"{', ' + i['region'] if i['region'] else ''} {when}: {i['ended']}")
     out.print(f"  {'total':<32} {sum(r['seconds'] for r in rows):>8.1f} s  ${total:>8.4f}")
+    if rec.max_cost is not None:
+        from .money import covers
+
+        out.print(f"  --max-cost ${rec.max_cost:.2f}: ${total:.4f} spent; {covers(rec.max_cost)}")
     for name, where in fetched.items():
         out.print(f"  {name}: {where} (verified)")
     for line in prep.summary_lines(doc["prep"]):

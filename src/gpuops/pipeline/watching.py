@@ -158,7 +158,10 @@ class WatchStage:
         """--max-cost reached while watching: stop the job (every node), then fetch what exists and terminate."""
         rec = self.rec
         rec.stop_reason = f"--max-cost ${rec.max_cost:.2f} reached"
-        self.out.warn(f"{rec.stop_reason} ({self._cost()}): stopping the job, then fetching what exists")
+        from .money import covers
+
+        self.out.warn(f"{rec.stop_reason} ({self._cost()}, and about ${pl.tail_cost(rec):.4f} for what follows the "
+                      f"stop): stopping the job, then fetching what exists; {covers(rec.max_cost)}")
         self._stop_job()
         self._ending_said("stopped", f"gpuops run: {rec.stop_reason} ({self._cost()})",
                           stopped_by=f"gpuops run: {rec.stop_reason}")
