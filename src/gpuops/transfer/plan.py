@@ -308,9 +308,11 @@ def sync_guard(quoted_dir: str, *, need: int) -> str:
     made here). When the folder cannot be made or the room is short, a line `@@gpuops-guard mkdir|room [free KiB]`
     on stderr and rsync never starts (guard_stop reads it). Then `exec rsync` with rsync's own arguments."""
     need_kib = -(-max(0, need) // 1024)
+    # a re-sync's folder exists (no mkdir), and df's header is cut by the shell (no tail): the only process the
+    # checks start is df (issue 42: the guard cost a no-change re-sync two more)
     script = (f'command -v rsync >/dev/null 2>&1 || exit 127; d={quoted_dir}; '
-              f'mkdir -p -- "$d" || {{ echo "{GUARD_MARK} mkdir" >&2; exit 1; }}; '
-              'f() { echo "$4"; }; a=$(f $(df -Pk -- "$d" 2>/dev/null | tail -n 1)); '
+              f'[ -d "$d" ] || mkdir -p -- "$d" || {{ echo "{GUARD_MARK} mkdir" >&2; exit 1; }}; '
+              'a=$(df -Pk -- "$d" 2>/dev/null); a=${a#*"\n"}; f() { a=$4; }; f $a; '
               f'case "$a" in ""|*[!0-9]*) ;; *) [ "$a" -ge {need_kib} ] || '
               f'{{ echo "{GUARD_MARK} room $a" >&2; exit 1; }};; esac; '
               'exec rsync "$@"')

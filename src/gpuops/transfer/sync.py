@@ -117,7 +117,9 @@ def sync_project(profile, remote, out, project_dir: Path, *, delete: bool = Fals
     label = "dry run" if dry_run else f"sync → {remote_dir}"
     res, free, asked = None, None, not scan.large or dry_run
     if remote.shared_with_rsync and not (delete or dry_run):
-        guard = tr.sync_guard(shell_path(remote_dir), need=tr.estimate_upload_bytes(project_dir, rules))
+        # the room's upper bound: the scan's (one walk of the project, made for the preview) when it was made
+        need = scan.total if preview else tr.estimate_upload_bytes(project_dir, rules)
+        guard = tr.sync_guard(shell_path(remote_dir), need=need)
         try:
             if not asked:
                 _preview(profile, out, argv(True, guard), remote_dir, confirm, scan.code)
