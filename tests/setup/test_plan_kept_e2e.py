@@ -12,9 +12,12 @@ from pathlib import Path
 from support.cloud import TYPE
 
 # the job: every distribution its python sees, one line the test finds in the run's output
-SHOW_ENV = ("import json\nfrom importlib import metadata\n"
-            "print('ENV ' + json.dumps({d.metadata['Name'].lower().replace('_', '-'): d.version "
-            "for d in metadata.distributions()}), flush=True)\n")
+# the first of a name on sys.path is the one the job imports (a venv with --system-site-packages lists its own
+# argcomplete 3.7.2 and then the image's 2.0.0, Debian's python3-argcomplete: a dict that kept the last said 2.0.0)
+SHOW_ENV = ("import json\nfrom importlib import metadata\nseen = {}\n"
+            "for d in metadata.distributions():\n"
+            "    seen.setdefault(d.metadata['Name'].lower().replace('_', '-'), d.version)\n"
+            "print('ENV ' + json.dumps(seen), flush=True)\n")
 BLOCK = '# /// script\n# dependencies = ["argcomplete==3.7.2"]\n# ///\n'
 
 
