@@ -178,3 +178,16 @@ def test_files_cut_short_whatever_their_bytes_look_like(tmp_path):
     assert "empty" in inv["checkpoint-1/optim.pt"]
     assert "end-of-central-directory" in inv["checkpoint-1/model.pt"]
     assert "cut short" not in inv["checkpoint-1/long.safetensors"] and "more bytes" in inv["checkpoint-1/long.safetensors"]
+
+
+def test_a_marker_written_before_the_files_vouches_for_nothing_once_a_file_is_smaller_than_its_predecessors():
+    """Issue 42: trainer_state.json first, model.bin half written when the job died. While the job lived its open
+    file ruled it out; after the death only the sizes tell, and a marker does not outweigh them."""
+    rows = [("checkpoint-2/trainer_state.json", 1, 1.0), ("checkpoint-2/model.bin", 200000, 1.1),
+            ("checkpoint-3/trainer_state.json", 1, 2.0), ("checkpoint-3/model.bin", 100000, 2.1)]
+    v = judge(rows, job="died")
+    assert (v.dir, v.evidence) == ("checkpoint-2", ["marker:hf-trainer"]), v
+    assert "checkpoint-3: a file smaller than in checkpoint-2" in v.reasons(), v.reasons()
+    grown = [r if r[0] != "checkpoint-3/model.bin" else ("checkpoint-3/model.bin", 200000, 2.1) for r in rows]
+    assert judge(grown, job="died").dir == "checkpoint-3"  # whole: its marker vouches
+    assert judge(rows, job="succeeded").dir == "checkpoint-3"  # a job that succeeded wrote what it meant to

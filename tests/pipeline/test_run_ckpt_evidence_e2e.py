@@ -5,6 +5,7 @@ at the job's death, and the atomic-rename writer's newest folder kept after a pr
 before it."""
 from __future__ import annotations
 
+import re
 import time
 from pathlib import Path
 
@@ -130,4 +131,72 @@ def test_with_fs_the_atomic_rename_writers_newest_folder_is_kept_after_a_preempt
     assert doc["outcome"] == "succeeded" and doc["recoveries"] == 1, err
     assert doc["resumed_from"] == "checkpoints/checkpoint-3", err
     assert "resumed from checkpoints/checkpoint-3 at step 3" in fetched_log(doc)
+    assert not billing(cloud)
+
+
+# Issue 42: per step, the marker first (trainer_state.json), then model.bin in two halves of 100,000 bytes with a
+# flush between; at step 3 the job stops halfway (the file open, half written) until its instance is gone. A
+# resumed job prints what it was given and how much of model.bin it found, and runs to step 4.
+MARKER_FIRST = """\
+import os, sys, time
+src = os.environ.get("GPUOPS_RESUME_FROM")
+print(f"resume from {src}", flush=True)
+start = 0
+if src:
+    start = int(open(os.path.join(src, "trainer_state.json")).read())
+    print(f"model.bin of {src}: {os.path.getsize(os.path.join(src, 'model.bin'))} bytes", flush=True)
+for s in range(start + 1, 5):
+    d = f"checkpoints/checkpoint-{s}"
+    os.makedirs(d, exist_ok=True)
+    open(f"{d}/trainer_state.json", "w").write(str(s))
+    with open(f"{d}/model.bin", "wb") as f:
+        f.write(b"w" * 100000)
+        f.flush()
+        if s == 3 and not src:
+            print("step 3 half written", flush=True)
+            while True:
+                time.sleep(1)
+        f.write(b"w" * 100000)
+    print(f"step {s} saved", flush=True)
+    time.sleep(0.3)
+"""
+
+
+def _marker_first_preempted(cloud, *args: str):
+    """MARKER_FIRST's first job preempted while its step 3 hangs half written, after the run took checkpoint-2."""
+    write_script(text=MARKER_FIRST)
+    p = run_process(cloud, "--script", "train.py", "--json", "--recover", "1", *args)
+    (first,) = wait_run(lambda: [i["id"] for i in billing(cloud)], what="the instance", p=p)
+    wait_run(lambda: (_rec().get("checkpoint") or {}).get("step") == 2, what="checkpoint-2 taken", timeout=180, p=p)
+    log = cloud.home(first) / Path.cwd().name / ".gpuops" / "runs"
+    wait_run(lambda: any("step 3 half written" in f.read_text() for f in log.glob("*/log")), what="step 3 hanging",
+             p=p)
+    cloud.preempt(first)
+    return done(p)
+
+
+def _resumed_as_said(doc: dict, err: str) -> None:
+    """The job's own view (GPUOPS_RESUME_FROM as it printed it) is the folder the run chose and said."""
+    assert doc["outcome"] == "succeeded" and doc["recoveries"] == 1, err
+    log = fetched_log(doc)
+    assert doc["resumed_from"] == "checkpoints/checkpoint-2", err
+    assert "resume from checkpoints/checkpoint-2" in log and "200000 bytes" in log, log
+    said = {m for ln in err.splitlines() if "resum" in ln or "starts again" in ln
+            for m in re.findall(r"checkpoint-\d+", ln)}
+    assert said == {"checkpoint-2"}, [ln for ln in err.splitlines() if "resum" in ln or "starts again" in ln]
+
+
+def test_with_fs_a_marker_first_half_written_step_is_not_resumed_from(cloud):
+    """Before: the replacement's environment held checkpoints/checkpoint-3 (100,000 of 200,000 bytes) while every
+    line said checkpoint-2, nothing was set aside, and the run ended succeeded."""
+    cloud.capacity(TYPE, ["us-east-1"])
+    doc, err = _marker_first_preempted(cloud, "--fs", "work")
+    _resumed_as_said(doc, err)
+    assert "checkpoint-3" in err and "set aside" in err, err
+    assert not billing(cloud)
+
+
+def test_without_fs_a_marker_first_half_written_step_is_not_resumed_from(cloud):
+    doc, err = _marker_first_preempted(cloud, "--fetch", "checkpoints")
+    _resumed_as_said(doc, err)
     assert not billing(cloud)

@@ -364,6 +364,10 @@ def resumable(steps: dict, *, files: list, since: Optional[float], job: str, qui
             ev = ["predecessor"]
         if not ev and before is not None and job == "alive" and quiet and not kin_after:
             ev = ["quiet"]
+        if ev and job == "died" and before is not None and not _sizes(steps, key, before, files):
+            passed.append((key, f"a file smaller than in {before}: cut short when the job died (a marker written "
+                                "before the files vouches for nothing)"))
+            continue
         if ev:
             return Verdict(key, st["step"], passed, ev)
         passed.append((key, "the first checkpoint of its kind, with no marker: it counts once the job has moved "

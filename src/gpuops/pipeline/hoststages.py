@@ -334,6 +334,7 @@ class HostStages:
         from .recovery import judge
 
         rec = self.rec
+        said = rec.resume_from
         node = self._fetch_profile().node(0)
         one = node.model_copy(update={"fetch": {home.name: node.fetch[home.name]}})
         with connect(one, announce=self.out.info) as remote:
@@ -344,6 +345,9 @@ class HostStages:
                                       home.filesystem, v.evidence)
             rec.vouched = (rec.vouched + [rec.checkpoint])[-50:]
             rec.resume_from = rec.checkpoint["path"]
+            if said and said != rec.resume_from:  # the words before the replacement named another: say which holds
+                self.out.warn(f"judged again on the filesystem, the job resumes from {rec.resume_from} "
+                              f"({ck.said(v.evidence, ck.book(self.project))}), not {said} as said before the replacement")
         else:
             if rec.resume_from or rec.checkpoint:
                 self.out.warn(f"no checkpoint in {path} counts now ({v.reasons()}): the job starts from the "
