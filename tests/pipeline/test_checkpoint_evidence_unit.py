@@ -191,3 +191,20 @@ def test_a_marker_written_before_the_files_vouches_for_nothing_once_a_file_is_sm
     grown = [r if r[0] != "checkpoint-3/model.bin" else ("checkpoint-3/model.bin", 200000, 2.1) for r in rows]
     assert judge(grown, job="died").dir == "checkpoint-3"  # whole: its marker vouches
     assert judge(rows, job="succeeded").dir == "checkpoint-3"  # a job that succeeded wrote what it meant to
+
+
+def test_a_deepspeed_latest_that_names_a_folder_not_there_is_said_with_the_fix():
+    """Issue 42: `latest` names global_step99 beside global_step1-3; DeepSpeed's load_checkpoint without a tag reads
+    it and fails. The verdict still resumes from the newest complete folder, and says so with the fix."""
+    rows = [(f"global_step{i}/mp_rank_00_model_states.pt", 9, float(i)) for i in (1, 2, 3)] + [("latest", 12, 3.5)]
+    v = judge(rows, job="succeeded", contents={"latest": "global_step99\n"})
+    assert v.dir == "global_step3", v
+    (w,) = v.warnings
+    assert w.startswith("latest names global_step99, which is not there") and "load_checkpoint" in w, w
+    assert "echo global_step3 > latest" in w, w
+    assert judge(rows, job="succeeded", contents={"latest": "global_step3"}).warnings == []
+    mg = [("ckpt/iter_0000100/model.pt", 9, 1.0), ("ckpt/latest_checkpointed_iteration.txt", 3, 1.5)]
+    (w,) = judge(mg, contents={"ckpt/latest_checkpointed_iteration.txt": "300"}).warnings
+    assert "ckpt/latest_checkpointed_iteration.txt names 300" in w and "echo 100 > ckpt/" in w, w
+    e = ck.entry("checkpoints", "checkpoints", v.dir, v.step, 1.0, "r1", None, v.evidence, v.warnings)
+    assert e["warnings"] == v.warnings

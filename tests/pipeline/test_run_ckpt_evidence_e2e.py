@@ -200,3 +200,32 @@ def test_without_fs_a_marker_first_half_written_step_is_not_resumed_from(cloud):
     doc, err = _marker_first_preempted(cloud, "--fetch", "checkpoints")
     _resumed_as_said(doc, err)
     assert not billing(cloud)
+
+
+DANGLING = """\
+import os
+for s in (1, 2, 3):
+    os.makedirs(f"checkpoints/global_step{s}", exist_ok=True)
+    open(f"checkpoints/global_step{s}/mp_rank_00_model_states.pt", "w").write("weights")
+open("checkpoints/latest", "w").write("global_step99")
+print("saved", flush=True)
+"""
+
+
+def test_a_deepspeed_latest_naming_a_folder_not_there_is_said_in_the_summary(cloud, gpuops):
+    """Issue 42: before, the summary said "resumable from global_step3 (complete by: the job succeeded)" and no word of
+    `latest`, on which DeepSpeed's own load_checkpoint without a tag fails."""
+    import json
+
+    write_script(text=DANGLING)
+    r = gpuops("run", "--type", TYPE, "--key", str(cloud.key), "--yes", "--json", "--script", "train.py",
+               "--fetch", "checkpoints")
+    assert r.code == 0, r.all
+    c = json.loads(r.out)["checkpoints"]
+    assert c["newest"].endswith("global_step3"), c
+    (w,) = c["warnings"]
+    assert w.startswith("latest names global_step99, which is not there") and "echo global_step3 > latest" in w, w
+    r = gpuops("run", "--type", TYPE, "--key", str(cloud.key), "--yes", "--script", "train.py", "--fetch",
+               "checkpoints")
+    assert r.code == 0 and "warning: latest names global_step99, which is not there" in r.all, r.all
+    assert not billing(cloud)

@@ -175,7 +175,7 @@ def sync_excludes(fetch: list, fetch_map: Optional[dict] = None) -> list[str]:
 
 
 def entry(name: str, sub: str, step_dir: Optional[str], step: Optional[int], at: float, run_id: str,
-          filesystem: Optional[str] = None, evidence: Optional[list] = None) -> dict:
+          filesystem: Optional[str] = None, evidence: Optional[list] = None, warnings: Optional[list] = None) -> dict:
     """A fetched checkpoint as the record keeps it: `path` on the instance (the fetch entry's own spelling: relative
     to the project folder, the job's working directory, unless absolute), `local` here (runs/<run id>/<name>/...);
     on a filesystem (filesystem: the run's folder there), `filesystem` instead of `local` (nothing fetched)."""
@@ -186,6 +186,8 @@ def entry(name: str, sub: str, step_dir: Optional[str], step: Optional[int], at:
          "local": f"{loc}/{step_dir}" if step_dir else loc}
     if filesystem:
         e["local"], e["filesystem"] = None, f"{filesystem}/{step_dir}" if step_dir else filesystem
+    if warnings:
+        e["warnings"] = list(warnings)
     return e
 
 
@@ -230,8 +232,35 @@ class Verdict:
     passed_over: list = None  # [(dir, reason)]
     evidence: list = None
 
+    warnings: list = None  # a framework's marker beside the folders naming one that is not there (dangling)
+
     def reasons(self) -> str:
         return "; ".join(f"{d or 'the folder'}: {why}" for d, why in (self.passed_over or []))
+
+
+def dangling(steps: dict, seen: Seen, rules: dict) -> list:
+    """A marker beside the step folders (DeepSpeed's `latest`, Megatron's tracker) that names a folder or step that
+    is not there: the framework's own loader fails on it, whatever gpuops resumes from. One sentence each, with the
+    fix (playbooks/checkpoints.yaml: dangling, dangling_fix; {newest} is the newest step folder there)."""
+    out = []
+    for m in rules.get("markers") or []:
+        if m.get("where", "inside") == "inside" or not m.get("dangling"):
+            continue
+        for path, text in sorted((seen.contents or {}).items()):
+            parent, _, base = path.rpartition("/")
+            text = (text or "").strip()
+            if base not in (m.get("files") or []) or not text:
+                continue
+            kin = {k: st for k, st in steps.items() if k.rpartition("/")[0] == parent}
+            named = (text in {k.rpartition("/")[2] for k in kin} if m.get("names") == "folder" else
+                     text.isdigit() and int(text) in {st["step"] for st in kin.values()})
+            if named or not kin:
+                continue
+            newest = max(kin, key=lambda k: kin[k]["step"])
+            fix = m.get("dangling_fix", "").format(newest=newest.rpartition("/")[2], newest_step=kin[newest]["step"],
+                                                    parent=parent + "/" if parent else "")
+            out.append(f"{path} names {text}, which is not there: {m['dangling']}" + (f"; fix: {fix}" if fix else ""))
+    return out
 
 
 def book(project: Optional[Path] = None) -> dict:
@@ -335,6 +364,14 @@ def resumable(steps: dict, *, files: list, since: Optional[float], job: str, qui
     seen = seen or Seen()
     if not steps:
         return _whole(files, since=since, job=job, quiet=quiet, seen=seen, rules=rules)
+    v = _newest(steps, files=files, since=since, job=job, quiet=quiet, seen=seen, rules=rules)
+    v.warnings = dangling(steps, seen, rules)
+    return v
+
+
+def _newest(steps: dict, *, files: list, since: Optional[float], job: str, quiet: bool, seen: Seen,
+            rules: dict) -> Verdict:
+    """resumable's step folders: the newest that counts, newest first."""
     passed: list = []
     order = sorted(steps, key=lambda k: (steps[k]["step"], steps[k].get("mtime", 0.0), k))
     for i in range(len(order) - 1, -1, -1):

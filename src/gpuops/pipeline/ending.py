@@ -103,7 +103,7 @@ class EndStages:
         if v.dir is None:
             return
         e = ck.entry(home.name, prof.fetch[home.name], v.dir or None, v.step, self.seams.clock(), rec.id,
-                     home.filesystem if home.name not in self.fetched else None, v.evidence)
+                     home.filesystem if home.name not in self.fetched else None, v.evidence, v.warnings)
         if ck.newer(e, rec.checkpoint):
             rec.checkpoint, rec.vouched = e, (rec.vouched + [e])[-50:]
 

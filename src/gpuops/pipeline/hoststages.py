@@ -342,7 +342,7 @@ class HostStages:
         steps = tr.step_dirs(rows)
         if v.dir is not None:
             rec.checkpoint = ck.entry(home.name, home.remote, v.dir or None, v.step, self.seams.clock(), rec.id,
-                                      home.filesystem, v.evidence)
+                                      home.filesystem, v.evidence, v.warnings)
             rec.vouched = (rec.vouched + [rec.checkpoint])[-50:]
             rec.resume_from = rec.checkpoint["path"]
             if said and said != rec.resume_from:  # the words before the replacement named another: say which holds

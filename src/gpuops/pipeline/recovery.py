@@ -94,7 +94,7 @@ def fetch_checkpoint(prof, project: Path, name: str, out, run_id: str, *, since:
             fetch(one, remote, out, name, step=v.step if v.dir else None,
                   dest=ck.fetch_dest(run_id, name, project), project_dir=project)
             took = time.monotonic() - t0
-    e = ck.entry(name, prof.fetch[name], v.dir or None, v.step, clock(), run_id, filesystem, v.evidence)
+    e = ck.entry(name, prof.fetch[name], v.dir or None, v.step, clock(), run_id, filesystem, v.evidence, v.warnings)
     if took is not None:  # what the final fetch after a --max-cost stop is expected to take (pipeline/money.py)
         e["fetch_s"] = round(took, 3)
     return e

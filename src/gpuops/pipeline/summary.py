@@ -57,7 +57,8 @@ def checkpoints_doc(rec: pl.Record, fetched: Optional[dict] = None, project: Opt
     doc = {**home.to_json(), "local": home.local if has else None, "newest": ck.where(newest),
            "step": newest.get("step"), "fetched": bool(home.name in rec.fetch and brought and has),
            "evidence": list(newest.get("evidence") or []) if newest else None,
-           "evidence_said": ck.said(newest.get("evidence"), ck.book(project)) if newest.get("evidence") else None}
+           "evidence_said": ck.said(newest.get("evidence"), ck.book(project)) if newest.get("evidence") else None,
+           "warnings": list(newest.get("warnings") or [])}
     if home.filesystem and not doc["fetched"]:
         doc["get_later"] = ck.get_later(home, rec.file_systems[0], (rec.instance or {}).get("type") or
                                         rec.instance_type)
@@ -133,6 +134,8 @@ def render_summary(out, rec: pl.Record, fetched: dict, now: float) -> dict:
                       f"{c['remote']})" + _resumable(c))
         else:
             out.print(f"  checkpoints of this run: not fetched (on the instance: {c['remote']})" + _resumable(c))
+        for w in c["warnings"]:
+            out.print(f"  warning: {w}")
     if doc["environment"]:
         out.print(f"  environment snapshot: {doc['environment']}")
     return doc
