@@ -54,10 +54,10 @@ def children_cpu() -> float:
 
 
 class Phases:
-    """Wraps gpuops' connect and gather (the probe's one execution) and fleet.for_each to time them per host."""
+    """Wraps gpuops' connect and gather (the probe's one execution) and hostpool.for_each to time them per host."""
 
     def __init__(self):
-        import gpuops.fleet as fleet
+        import gpuops.hostpool as hostpool
         import gpuops.remote.connection as connection
         import gpuops.remote.gather as gather
 
@@ -68,7 +68,7 @@ class Phases:
         self.t0 = 0.0
         self._wrap(connection, "connect", self.connect)
         self._wrap(gather, "gather", self.probe)
-        inner = fleet.for_each
+        inner = hostpool.for_each
 
         def for_each(*a, **k):
             try:
@@ -76,7 +76,7 @@ class Phases:
             finally:
                 self.results_at = time.perf_counter() - self.t0
 
-        fleet.for_each = for_each
+        hostpool.for_each = for_each
 
     def _wrap(self, module, name: str, into: list) -> None:
         inner = getattr(module, name)

@@ -25,7 +25,7 @@ MAX_FUNCTION_LINES = 100
 # import the pure parts (or, where one command does another's work, the entry point) of the ones before it.
 FLOORS: list[tuple[str, tuple[str, ...]]] = [
     ("ground", ("gpuops", "gpuops.errors", "gpuops.console", "gpuops.paths", "gpuops.interrupts", "gpuops.notify",
-                "gpuops.jsonvocab", "gpuops.knowledge", "gpuops.fleet",
+                "gpuops.jsonvocab", "gpuops.knowledge", "gpuops.hostpool",
                 "gpuops.history")),  # runs/metrics.sqlite: stdlib only, written by jobs/, read by the dashboard
     ("remote", ("gpuops.remote",)),
     ("profiles", ("gpuops.profiles",)),

@@ -1,4 +1,5 @@
-"""Fleets, pure parts: profiles with hosts:, the worst exit code, launchers' command lines, fleet checks."""
+"""Fleets, pure parts: profiles with hosts:, launchers' command lines, a run's nodes and exit (the host pool:
+test_hostpool.py; the fleet checks: tests/verify/test_fleet_checks.py)."""
 from __future__ import annotations
 
 import os
@@ -7,10 +8,8 @@ import subprocess
 
 import pytest
 
-from gpuops import fleet
-from gpuops.verify import fleet as fleet_checks
 from gpuops.jobs import launchers
-from gpuops.errors import ConnectError, ProfileError, UsageError
+from gpuops.errors import ProfileError, UsageError
 from gpuops.profiles.model import Profile, load_profile
 from gpuops.jobs.plan import fleet_exit, node_meta, RunInfo
 
@@ -54,39 +53,6 @@ def test_bad_fleet_profiles_are_profile_errors(tmp_path, text, msg):
     f.write_text(text)
     with pytest.raises(ProfileError, match=msg):
         load_profile(f)
-
-
-def test_worst_code_orders_interrupt_connection_usage_failure_ok():
-    assert fleet.worst_code([0, 1, 0]) == 1
-    assert fleet.worst_code([1, 3, 2]) == 3
-    assert fleet.worst_code([2, 1]) == 2
-    assert fleet.worst_code([130, 3]) == 130
-    assert fleet.worst_code([]) == 0
-
-
-def test_for_each_runs_in_parallel_keeps_rank_order_and_captures_errors():
-    import threading
-    import time
-
-    p = prof(hosts=["a", "b", "c", "d"])
-    seen = set()
-
-    def fn(node):
-        seen.add(threading.get_ident())
-        time.sleep(0.2)
-        if node.host == "c":
-            raise ConnectError("refused")
-        if node.host == "d":
-            raise ValueError("odd")
-        return node.host
-
-    t0 = time.monotonic()
-    res = fleet.for_each(p.nodes(), fn, parallel=4)
-    assert time.monotonic() - t0 < 0.6 and len(seen) == 4
-    assert [r.value for r in res] == ["a", "b", None, None]
-    assert [r.code for r in res] == [0, 0, 3, 1]
-    assert res[2].message == "refused" and "odd" in res[3].message
-    assert fleet.worst_code(r.code for r in res) == 3
 
 
 def test_node_env_has_gpuops_and_torch_names():
@@ -239,36 +205,6 @@ def test_a_ray_node_ends_its_own_ray_processes_and_nothing_else():
     # processes, another cluster (2000-2002, a temp dir that only begins like this one), a `tail -f` of a Ray log
     assert ray_select("/tmp/gpuops-ray-aa-0", "", "1001") == ours - {1100}  # no run group known: by temp dir
     assert ray_select("/tmp/gpuops-ray-aa-01", "", "9999") == {2000, 2001, 2002}
-
-
-def _report(gpu="NVIDIA H100 80GB HBM3", n=8, driver="570.148.08", torch="2.9.0+cu128", reach=None):
-    rep = {"facts": {"gpus": [{"name": gpu}] * n, "driver": driver, "cuda_driver": "12.8",
-                     "python": {"version": "3.10.12"}, "packages": {"torch": torch, "vllm": None}}}
-    if reach is not None:
-        rep["reach"] = reach
-    return rep
-
-
-def test_fleet_compare_names_the_differences_per_host():
-    res = {r.id: r for r in fleet_checks.compare([_report(), _report(driver="550.54.15"), _report(torch="2.8.0+cu126")])}
-    assert res["fleet.gpu_model"].status == "pass"
-    assert res["fleet.driver"].status == "warn"
-    assert res["fleet.driver"].measured == "570.148.08 on #0, #2; 550.54.15 on #1"
-    assert res["fleet.pkg.torch"].status == "fail" and "2.8.0+cu126 on #2" in res["fleet.pkg.torch"].measured
-    assert "fleet.pkg.vllm" not in res  # absent everywhere: nothing to compare
-
-
-def test_fleet_compare_skips_unreachable_hosts():
-    res = {r.id: r for r in fleet_checks.compare([_report(), None, _report()])}
-    assert all(r.status == "pass" for r in res.values())
-
-
-def test_reach_refused_counts_as_reachable_timeout_fails():
-    ok = {"ok": True, "value": {"result": "refused", "ms": 0.2}}
-    bad = {"ok": True, "value": {"result": "timeout", "ms": 5000}}
-    res = fleet_checks.reach_results([_report(), _report(reach=ok), _report(reach=bad)], "10.0.0.1", 29500)
-    assert [r.status for r in res] == ["pass", "fail"]
-    assert "open TCP 29500" in res[1].remediation
 
 
 def test_node_meta_and_fleet_exit():

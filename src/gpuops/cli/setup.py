@@ -77,10 +77,10 @@ def _local_plan(prof, out) -> None:
 
 
 def _setup_fleet(prof, out, *, dry_run: bool, verify: bool, force: bool = False) -> int:
-    """Every host of a fleet profile in parallel (fleet.for_each: a bounded pool, a section per host in rank order);
+    """Every host of a fleet profile in parallel (hostpool.for_each: a bounded pool, a section per host in rank order);
     the worst host's exit code."""
     from ..setup import apply as setup_ops
-    from ..fleet import for_each_buffered
+    from ..hostpool import for_each_buffered
     from ..verify.host import exit_code, show
 
     def one(node, node_out):

@@ -61,7 +61,7 @@ def sync(
         return with_warnings(summary, out, node_out)
 
     if prof.is_fleet and host is None:
-        from ..fleet import for_each_buffered
+        from ..hostpool import for_each_buffered
 
         code = for_each_buffered(prof, out, one, render_sync, title="sync")
         if code == 0:

@@ -376,10 +376,10 @@ class FleetSampler:
     def _run(self) -> None:
         import select
 
-        from .. import fleet
+        from .. import hostpool
         from . import watch as w
 
-        for node, r in zip(self.nodes, fleet.for_each(self.nodes, self._open)):
+        for node, r in zip(self.nodes, hostpool.for_each(self.nodes, self._open)):
             if r.ok:
                 self._streams.append((node.rank, *r.value))
             else:

@@ -74,7 +74,7 @@ class _FleetLaunch:
 
     def prepare(self, *, sync: bool) -> list[int]:
         """Connect, sync and preflight every node in parallel; the GPUs each node's job is given."""
-        from .. import fleet
+        from .. import hostpool
         from . import launchers
 
         gate = _Gate(self.project, self.script_rel, self.plan)
@@ -96,7 +96,7 @@ class _FleetLaunch:
             return pf, verdict.warnings
 
         self.out.step(f"{'syncing and ' if sync else ''}preflight on {len(self.nodes)} hosts in parallel")
-        prepared = fleet.for_each(self.nodes, prepare)
+        prepared = hostpool.for_each(self.nodes, prepare)
         bad = [r for r in prepared if r.error]
         for r in prepared:
             for w in (r.value[1] if r.value else []):
@@ -129,7 +129,7 @@ class _FleetLaunch:
     def launch(self, counts: list[int]) -> dict:
         """Each node's part, in parallel; the run's local record (node 0's meta and every node's place). A node that
         fails to launch stops the ones launched, and the run fails."""
-        from .. import fleet
+        from .. import hostpool
         from . import launchers
         from . import scripts as rl
 
@@ -161,7 +161,7 @@ class _FleetLaunch:
                     "remote_dir": remote_dir, "remote_run_dir": run_dir, "remote_run_path": abs_dir, "pid": pid}, meta
 
         self.out.step(f"launching {rid} on {len(self.nodes)} hosts")
-        done = fleet.for_each(self.nodes, launch_node)
+        done = hostpool.for_each(self.nodes, launch_node)
         bad = [r for r in done if r.error]
         if bad:
             self._stop_launched(len(bad))
@@ -202,10 +202,10 @@ def _fleet_error(what: str, bad: list, *, last: bool = False):
     """One error for the hosts that failed: `what: host #0 (...): ...; host #1 ...`, or with `last` the hosts first
     and `; what` once at the end (each host's own "; not launching" said once for all: issue #36's "not launched:
     not launching: host #0 ...; not launching")."""
-    from .. import fleet
+    from .. import hostpool
     from ..errors import GpuopsError
 
-    code = fleet.worst_code(r.code for r in bad)
+    code = hostpool.worst_code(r.code for r in bad)
     ending = f"; {what}"
     detail = "; ".join(f"host #{r.rank} ({r.host}): {r.message.removesuffix(ending) if last else r.message}"
                        for r in bad)
@@ -225,7 +225,7 @@ def node_ends(prof, out, meta: dict, *, project: Optional[Path] = None, parallel
     than with exit 0 is judged (jobs/endings.py) on the facts of its death, gathered in the same execution as its
     state, and its state and ending are kept in runs/<id>/state[.host<N>].json; a node's own playbook is the
     project's."""
-    from .. import fleet
+    from .. import hostpool
     from . import scripts as rl
 
     nodes = prof.nodes()
@@ -245,7 +245,7 @@ def node_ends(prof, out, meta: dict, *, project: Optional[Path] = None, parallel
         core.save_local_state(rid, info, project, ending=ending, rank=node.rank)
         return info, ending
 
-    got = fleet.for_each(nodes[:len(meta.get("nodes") or [])], one, parallel=parallel)
+    got = hostpool.for_each(nodes[:len(meta.get("nodes") or [])], one, parallel=parallel)
     return [r.value if r.value is not None else (None, None) for r in got]
 
 
@@ -291,7 +291,7 @@ def _say_nodes(out, ends: list, followed: int, json_lines: bool) -> None:
 
 def tail_all(prof, out, project: Path, meta: dict, lines: int) -> list[tuple[int, str, str]]:
     """The last N lines of every node's log: [(rank, host, text)]."""
-    from .. import fleet
+    from .. import hostpool
     from . import scripts as rl
 
     rid = meta["run_id"]
@@ -308,7 +308,7 @@ def tail_all(prof, out, project: Path, meta: dict, lines: int) -> list[tuple[int
         return text
 
     nodes = prof.nodes()[:len(meta.get("nodes") or [1])]
-    got = fleet.for_each(nodes, one)
+    got = hostpool.for_each(nodes, one)
     for r in got:
         if r.error:
             out.warn(f"host #{r.rank} ({r.host}): {r.message}")
@@ -317,20 +317,20 @@ def tail_all(prof, out, project: Path, meta: dict, lines: int) -> list[tuple[int
 
 def stop_fleet(prof, out, project: Path, meta: dict, grace: float) -> dict:
     """Stop a fleet run on every host in parallel."""
-    from .. import fleet
+    from .. import hostpool
 
     nodes = prof.nodes()[:len(meta["nodes"])]
-    got = fleet.for_each(nodes, lambda node: stop(node, out, project, core.node_meta(meta, node.rank), grace))
+    got = hostpool.for_each(nodes, lambda node: stop(node, out, project, core.node_meta(meta, node.rank), grace))
     results = [{"rank": r.rank, "host": r.host, **(r.value or {}), "error": r.message or None} for r in got]
-    return {"run_id": meta["run_id"], "hosts": results, "code": fleet.worst_code(r.code for r in got)}
+    return {"run_id": meta["run_id"], "hosts": results, "code": hostpool.worst_code(r.code for r in got)}
 
 
 def status_fleet(prof, out, project: Path, host: Optional[int] = None) -> dict:
     """status on every host (or --host N) in parallel."""
-    from .. import fleet
+    from .. import hostpool
 
     nodes = prof.nodes() if host is None else [prof.node(host)]
-    got = fleet.for_each(nodes, lambda node: status(node, out, project))
+    got = hostpool.for_each(nodes, lambda node: status(node, out, project))
     return {"profile": prof.name, "hosts": [{"rank": r.rank, "host": r.host, "error": r.message or None,
                                              **(r.value or {})} for r in got],
-            "code": fleet.worst_code(r.code for r in got)}
+            "code": hostpool.worst_code(r.code for r in got)}

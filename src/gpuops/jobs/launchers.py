@@ -11,7 +11,7 @@ import shlex
 from dataclasses import dataclass
 from typing import Mapping, Optional, Sequence
 
-from ..fleet import MASTER_PORT
+from ..hostpool import MASTER_PORT
 
 LAUNCHERS = ("none", "torchrun", "ray")
 NEEDS = {"torchrun": "torch", "ray": "ray"}  # the package each launcher runs from, in the profile's python

@@ -41,7 +41,7 @@ class HostStages:
     def _every_node(self, prof, fn: Callable) -> list:
         """fn(node, node_output) on every host of a fleet in parallel (fleet.for_each, a bounded pool); each host's
         lines replayed as a section in rank order (on stderr, with the stages' progress). Returns the NodeResults."""
-        from .. import fleet
+        from .. import hostpool as fleet
 
         nodes = prof.nodes()
         bufs = {n.rank: fleet.Buffered(json_mode=self.out.json_mode, debug=self.out.debug) for n in nodes}
@@ -73,7 +73,7 @@ class HostStages:
         self._begin("setup")
         prof = self._profile()
         if prof.is_fleet:  # every node set up in parallel, then ONE fleet verify: each host, and the hosts together
-            from .. import fleet
+            from .. import hostpool as fleet
             from ..verify.host import run_fleet_verify
 
             failed = self._failed_hosts(self._every_node(

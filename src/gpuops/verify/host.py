@@ -178,15 +178,15 @@ def run_fleet_verify(profile, out, *, playbook: str | None = None, save: bool = 
                      project_dir: Path | None = None, clock: Callable[[], datetime] = datetime.now,
                      fail_on_warn: bool = False, parallel: int | None = None, bench: bool = False,
                      retry_802_s: float = 0.0) -> int:
-    """Every host of a fleet profile at once (one connection and one probe execution each; up to fleet.WIDE_PARALLEL
+    """Every host of a fleet profile at once (one connection and one probe execution each; up to hostpool.WIDE_PARALLEL
     at a time), a section per host in rank order, then the fleet as a whole: the same stack everywhere, and every
     node reaching rank 0's rendezvous address. A host's section and saved report are made as soon as its result
     arrives, while the others still work; only the printing waits for the rank order.
     Exit: the worst host's, or 1 when the fleet checks fail."""
-    from .. import fleet
-    from ..fleet import MASTER_PORT
+    from .. import hostpool
+    from ..hostpool import MASTER_PORT
     from ..profiles import model as profiles
-    from . import fleet as fleet_checks
+    from . import fleet_checks
 
     project_dir = project_dir or Path.cwd()
     nodes = profile.nodes()
@@ -194,7 +194,7 @@ def run_fleet_verify(profile, out, *, playbook: str | None = None, save: bool = 
     started = time.monotonic()
 
     def one(node):
-        buf = fleet.Buffered(json_mode=out.json_mode, debug=out.debug)
+        buf = hostpool.Buffered(json_mode=out.json_mode, debug=out.debug)
         extra = {"reach": {"host": master, "port": MASTER_PORT, "timeout": 5}} if node.rank else None
         rep, results = check_host(node, buf.output, playbook=playbook, cuda_check=cuda_check, project_dir=project_dir,
                                   clock=clock, extra_params=extra, bench=bench, retry_802_s=retry_802_s)
@@ -206,13 +206,13 @@ def run_fleet_verify(profile, out, *, playbook: str | None = None, save: bool = 
         return rep, results, buf
 
     with out.status(f"verifying {len(nodes)} hosts in parallel"):
-        got = fleet.for_each(nodes, one, parallel=parallel or min(len(nodes), fleet.WIDE_PARALLEL),
-                             code_of=lambda v: exit_code(v[0], fail_on_warn))
+        got = hostpool.for_each(nodes, one, parallel=parallel or min(len(nodes), hostpool.WIDE_PARALLEL),
+                                code_of=lambda v: exit_code(v[0], fail_on_warn))
     reports = [r.value[0] if r.value else None for r in got]
     fleet_results = fleet_checks.compare(reports) + fleet_checks.reach_results(reports, master, MASTER_PORT)
     fleet_verdict = verdict(fleet_results) if fleet_results else "pass"
     codes = [r.code for r in got] + [int(ExitCode.FAILED) if fleet_verdict == FAIL else 0]
-    code = fleet.worst_code(codes)
+    code = hostpool.worst_code(codes)
     seconds = round(time.monotonic() - started, 3)
     if out.json_mode:
         out.emit_json({"profile": profile.name, "hosts": [

@@ -1,11 +1,11 @@
-"""Fleets: one per-host operation over every host of a profile, in a bounded pool, a result per host.
+"""The host pool: one per-host operation over every host of a profile, in a bounded pool, a result per host.
 
 Commands keep their one-host code and gain fleets through `for_each`; nothing else branches on the number of hosts.
 Each host gets its own connection (with its own connect and command time limits, as on one host); a failure on one
 host is that host's result, never the others' crash. The worst result decides the exit code.
 
 The ground floor: it knows hosts, results and exit codes, nothing of what is done on a host. The fleet's own checks
-(the same stack everywhere, every node reaching rank 0) are verify's judgement: verify/fleet.py.
+(the same stack everywhere, every node reaching rank 0) are verify's judgement: verify/fleet_checks.py.
 """
 from __future__ import annotations
 

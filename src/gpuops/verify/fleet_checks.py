@@ -1,5 +1,5 @@
 """The fleet as a whole, judged over its hosts' verify reports (pure): the same stack on every host, every node
-reaching rank 0's rendezvous port. Running the hosts is gpuops.fleet's; judging one host is checks'."""
+reaching rank 0's rendezvous port. Running the hosts is gpuops.hostpool's; judging one host is checks'."""
 from __future__ import annotations
 
 from typing import Optional
