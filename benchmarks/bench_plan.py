@@ -1,4 +1,4 @@
-"""Figures for the local plan's resolution (issue 34): how long `gpuops.project.resolve` takes for an image, cold
+"""Figures for the local plan's resolution (issue 34): how long `gpuops.project.resolution` takes for an image, cold
 (gpuops' uv cache empty: uv goes online for everything) and warm (the same cache: uv answers offline), with what it
 resolved (packages, bytes to install, what it fixed or refused). Target: the local plan within 10 s on a large
 repository with a warm cache. Not a pass/fail test.
@@ -61,7 +61,7 @@ def generated(folder: Path, n: int = 300) -> tuple[tuple[str, ...], tuple[str, .
 
 def bench(name: str, reqs: tuple[str, ...], index: tuple[str, ...], cache: Path) -> None:
     from gpuops.project import images
-    from gpuops.project.resolve import ResolveRequest, human_bytes, resolve
+    from gpuops.project.resolution import ResolveRequest, human_bytes, resolve
 
     os.environ["GPUOPS_UV_CACHE_DIR"] = str(cache)
     image = images.image_for(images.load(), IMAGE)

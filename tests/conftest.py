@@ -107,7 +107,7 @@ def isolated(tmp_path, monkeypatch):
     monkeypatch.setenv("NO_COLOR", "1")
     monkeypatch.setenv("COLUMNS", "120")
     monkeypatch.setenv("WANDB_MODE", "offline")
-    # the local plan resolves with uv (project/resolver.py): in the tests only against the folders a test names
+    # the local plan resolves with uv (project/uvrun.py): in the tests only against the folders a test names
     # (--find-links lines, tests/support/wheels.py), never an index on the internet
     monkeypatch.setenv("UV_NO_INDEX", "1")
     monkeypatch.setenv("GPUOPS_UV_CACHE_DIR", str(wheels.CACHE / "uv-plan"))

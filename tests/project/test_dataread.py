@@ -10,7 +10,7 @@ from pathlib import Path
 from gpuops import knowledge as kb
 from gpuops.project import dataread
 from gpuops.project import plan as pp
-from gpuops.project.resolve import Resolution
+from gpuops.project.resolution import Resolution
 
 IMAGES = kb.load_playbook("images", Path("/nonexistent"))
 TABLES = pp.tables(Path("/nonexistent"))

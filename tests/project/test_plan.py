@@ -1,5 +1,5 @@
 """The local plan (project/plan.py, judge.py) on the shapes of issue 34's repositories, written here as minimal
-projects. A resolution is a recorded fact for these pure tests (what uv resolved for the image: resolve.py's
+projects. A resolution is a recorded fact for these pure tests (what uv resolved for the image: resolution.py's
 `Resolution`); the resolution itself runs in the end-to-end tests. The judgement: refusals with fixes only where the
 files (and the resolved set) decide; with no resolution, warnings, never a refusal on a guess."""
 from __future__ import annotations
@@ -10,7 +10,7 @@ import pytest
 
 from gpuops import knowledge as kb
 from gpuops.project import plan as pp
-from gpuops.project.resolve import Resolution
+from gpuops.project.resolution import Resolution
 from gpuops.project.verdict import enforce, summary
 
 IMAGES = kb.load_playbook("images", Path("/nonexistent"))

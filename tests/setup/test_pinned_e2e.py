@@ -15,7 +15,7 @@ import pytest
 
 from gpuops.console import Output
 from gpuops.project import images
-from gpuops.project.resolve import ResolveRequest, resolve
+from gpuops.project.resolution import ResolveRequest, resolve
 from gpuops.sandbox import host
 from gpuops.sandbox import image as sandbox_image
 from support.indexes import TlsIndex

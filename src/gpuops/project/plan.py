@@ -4,7 +4,7 @@ decide, judged on this machine before anything is launched (issue 34).
 Built from the launch line (launch.py: every script it reaches, the python runs and commands), the import closure
 through the project's own modules at any depth (closure.py), the dependency files (read.py: requirements with their
 includes and index lines, pyproject, setup.py, PEP 723 blocks, uv.lock) and a resolution of them for the image
-(resolve.py, with the image's packages as constraints). The verdict: refusals, each with its fix; warnings; hints.
+(resolution.py, with the image's packages as constraints). The verdict: refusals, each with its fix; warnings; hints.
 
 A module is judged against the RESOLVED set (what the resolution installs, plus the image's packages, plus what
 torch brings), not the names the files declare, so a module a dependency brings (tensordict -> orjson) is never
@@ -26,7 +26,7 @@ from .judge import ModuleVerdict
 from .images import Image
 from .needs import JobNeeds, job_needs_full
 from .read import LocalFiles, local_files, read_project
-from .resolve import Resolution, ResolveRequest
+from .resolution import Resolution, ResolveRequest
 
 NEVER_REFUSED = {"pkg_resources", "setuptools", "pip", "wheel", "distutils", "_distutils_hack"}  # the environment has
 
@@ -147,7 +147,7 @@ def build(project: Path, script: str, *, image: Optional[Image], settings: Setti
           images_doc: Optional[dict] = None, resolver: Optional[Callable[..., Resolution]] = None,
           timeout_s: float = 20.0, run: Optional[RunOptions] = None) -> Plan:
     """The plan for `--script` (relative to the project) on `image` (None: a host whose image is not known here:
-    no resolution, the static judgement only). tables: playbooks/modules.yaml. resolver: resolve.resolve (tests
+    no resolution, the static judgement only). tables: playbooks/modules.yaml. resolver: resolution.resolve (tests
     may hand another real one); None: no resolution. run: the run's arguments, --prep, --prep-out, --data."""
     t0 = time.monotonic()
     run = run or RunOptions()
@@ -245,7 +245,7 @@ def local_plan(project: Path, script: str, settings: Settings, *, image: Optiona
     """The plan as `gpuops run`, `train`, `setup` and `plan` build it: the playbooks loaded, the image a launch boots
     (image="launched"), a named one, or None (a host whose image is not known: no resolution)."""
     from .. import knowledge as kb
-    from .resolve import resolve as resolver
+    from .resolution import resolve as resolver
 
     images_doc = kb.load_playbook("images", project)
     img = image_of(images_doc, None if image == "launched" else image) if image else None

@@ -12,7 +12,7 @@ from .images import norm
 
 if TYPE_CHECKING:
     from .images import Image
-    from .resolve import ResolveRequest
+    from .resolution import ResolveRequest
 
 # the environment every uv run gets (besides its own cache): no python downloads (uv would try to fetch CPython for
 # --python-version and lose seconds on a machine that cannot), no progress bars, one retry

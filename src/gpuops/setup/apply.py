@@ -78,7 +78,7 @@ def setup(prof, out, project: Path, *, dry_run: bool = False, verify: bool = Tru
           on_plan: Optional[Callable[[sp.Plan], None]] = None, resolution: Optional[dict] = None,
           scripts: tuple[str, ...] = ()) -> dict:
     """Returns {"plan", "attached", "ran", "rc", "executions", "verify": report or None}. `resolution`: the local
-    plan's (project/resolve.py Resolution.to_dict()): setup installs exactly its pins (setup/pinned.py). `scripts`:
+    plan's (project/resolution.py Resolution.to_dict()): setup installs exactly its pins (setup/pinned.py). `scripts`:
     the local plan's script_blocks (the job's scripts with a `# /// script` block): setup installs their blocks, read
     from the synced copies on the host."""
     from .. import knowledge as kb

@@ -1,7 +1,7 @@
 """What the local plan resolved, installed exactly (pure; issue 34): the pins setup installs with, and the steps of the
 packages that build against torch.
 
-The resolution (project/resolve.py, made on this machine before anything was launched) travels with the run as a
+The resolution (project/resolution.py, made on this machine before anything was launched) travels with the run as a
 document (Resolution.to_dict(): `pins`, `builds`). Setup writes the pins into a constraints file on the host and
 installs the project's files with `-c` it: pip and uv may then take no other version of anything the plan resolved
 (torch stays the image's; an unpinned torchvision is the one that matches it), so the plan and the install cannot

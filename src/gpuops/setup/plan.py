@@ -323,7 +323,7 @@ def make_plan(facts: HostFacts, profile, knowledge: dict, *, remote_dir: str, fo
     """The ordered steps that bring the host to the profile; none when it already matches (unless `force`).
     lock_text: the project's uv.lock when this machine has the same file (for the disk estimate); tools: the project
     tools setup does not drive (images.yaml project_tools). A project it cannot install or run is `blocked`: no step.
-    resolution: the local plan's (project/resolve.py Resolution.to_dict()): installed exactly (setup/pinned.py).
+    resolution: the local plan's (project/resolution.py Resolution.to_dict()): installed exactly (setup/pinned.py).
     scripts: the job's scripts whose `# /// script` block the local plan read (their texts in facts.texts): installed
     too, as project/read.py's read_project decides for the plan and for setup alike."""
     S = profile.setup

@@ -10,7 +10,7 @@ import time
 import pytest
 
 from gpuops.project import images
-from gpuops.project.resolve import ResolveRequest, resolve
+from gpuops.project.resolution import ResolveRequest, resolve
 
 
 @pytest.fixture

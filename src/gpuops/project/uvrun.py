@@ -1,7 +1,7 @@
 """The talking part of a resolution: runs uv on this machine (project/uvcmd.py says what to run and reads what it
 says), with a cache of gpuops' own, never downloading a python, offline first, every run bounded by the time left.
 
-Nothing here decides: a run that did not finish in time is an Outcome without an exit code, and project/resolve.py
+Nothing here decides: a run that did not finish in time is an Outcome without an exit code, and project/resolution.py
 judges. The image's kept packages are handed to uv as the image's own distributions: metadata-only wheels of their
 name and version, without dependencies, written once into the cache folder.
 """

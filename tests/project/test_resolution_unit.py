@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from gpuops.project import builds, images, uvcmd
-from gpuops.project.resolve import Resolution, ResolveRequest, judge, relax_for
+from gpuops.project.resolution import Resolution, ResolveRequest, judge, relax_for
 from gpuops.project.uvcmd import Outcome
 
 DOC = images.load()

@@ -1,5 +1,5 @@
 """A resolution of the project's requirements for an image, made on this machine before anything is launched (pure
-but for `resolve`, which hands the uv runs to project/resolver.py).
+but for `resolve`, which hands the uv runs to project/uvrun.py).
 
 uv's resolver (`uv pip compile`) answers for the instance: the image's python version and platform (images.yaml),
 the image's kept packages (its CUDA torch) as constraints, its other packages as preferences (pip keeps an installed
@@ -161,12 +161,12 @@ def _resolve(request: ResolveRequest, image: "Image", timeout_s: float, t0: floa
     import tempfile
     from pathlib import Path
 
-    from . import resolver
+    from . import uvrun
 
     pins = direct_pins(request, image) if not request.lock else []
     if pins:  # known from the files alone: no uv, no network
         return pin_refusal(image, pins, "the requirements as written (no resolution needed)")
-    uv = resolver.find_uv()
+    uv = uvrun.find_uv()
     if uv is None:
         return Resolution(False, why="uv is not on this machine's PATH (docs.astral.sh/uv installs it), so the plan "
                                      "cannot resolve the project here: today's checks judge it instead")
@@ -178,7 +178,7 @@ def _resolve(request: ResolveRequest, image: "Image", timeout_s: float, t0: floa
         if request.lock:
             out = _run(uv, [export_run(request)], work, t0, timeout_s)["export"]
             return from_export(out, image, builds_rows())
-        stubs = resolver.image_stubs(image) if kept else {}
+        stubs = uvrun.image_stubs(image) if kept else {}
         py = sys.executable
         runs = [compile_run("constrained", request, image, constrained=True, stub_urls=stubs, python=py)]
         if kept:
@@ -198,13 +198,13 @@ def _run(uv: str, runs: list, work, t0: float, timeout_s: float) -> dict:
     """Every run offline first; those the cache cannot answer again online, in the time left."""
     import time
 
-    from . import resolver
+    from . import uvrun
 
     left = lambda: timeout_s - (time.monotonic() - t0)  # noqa: E731
-    outs = resolver.run_all(uv, runs, work, timeout_s=left(), offline=True)
+    outs = uvrun.run_all(uv, runs, work, timeout_s=left(), offline=True)
     again = [r for r in runs if classify(outs[r.key]) == "offline-miss"]
     if again and left() > 0.5:
-        outs.update(resolver.run_all(uv, again, work, timeout_s=left(), offline=False))
+        outs.update(uvrun.run_all(uv, again, work, timeout_s=left(), offline=False))
     return outs
 
 
