@@ -47,7 +47,7 @@ def plan_cmd(
     rel = script_path(script, project, must_exist=True)
     template = template_for(from_, project)
     if prep is not None or prep_out:
-        from ..pipeline.prep import check_outs
+        from ..pipeline.prepplan import check_outs
 
         if not (prep or "").strip():
             from ..errors import UsageError

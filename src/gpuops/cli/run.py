@@ -271,7 +271,7 @@ def _new_run(out, project: Path, *, types: list, gpu: Optional[str], max_price: 
     from ..pipeline.bringup import run_template
 
     if prep is not None:  # --prep without --fs: nowhere to keep what it writes (said before anything else)
-        from ..pipeline.prep import check_outs, refuse_runs_inside_outs, refuse_without_fs
+        from ..pipeline.prepplan import check_outs, refuse_runs_inside_outs, refuse_without_fs
 
         refuse_without_fs(prep["command"], fs, prep["type"], prep["outs"])
         prep = {**prep, "outs": check_outs(prep["outs"])}

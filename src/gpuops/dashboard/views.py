@@ -184,7 +184,7 @@ def _pipeline_end(rec, now: float, ps) -> float:
 def prep_cell(rec, now: float) -> Optional[dict]:
     """`gpuops run --prep`: the preparation as the pipelines table shows it (state, its instances' cost, the type its
     instance had, what it said), and its instances still billing; None without one."""
-    from ..pipeline import prep as pp
+    from ..pipeline import prepplan as pp
 
     prep = as_dict(rec.prep)
     if not prep:

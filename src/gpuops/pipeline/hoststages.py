@@ -8,7 +8,7 @@ from typing import Callable, Optional
 
 from ..errors import GpuopsError
 from . import checkpoints as ck, stages as pl
-from .prep import run_excludes as prep_excludes
+from .prepplan import run_excludes as prep_excludes
 
 
 def fleet_verify_lines(text: str) -> list[tuple[str, str]]:

@@ -1,7 +1,7 @@
 """`gpuops run --prep CMD`'s stage (a mixin of the Runner), first, before the training instance exists: the
 preparation on its own instance in the filesystem's region (the cheapest type with capacity there, or --prep-type),
 the project synced and set up as the job's, the command run as a job (watched, its log kept), its outputs moved whole
-onto the filesystem (pipeline/prep.py: the folder, the marker written last), then its instance terminated, always:
+onto the filesystem (pipeline/prepplan.py: the folder, the marker written last), then its instance terminated, always:
 when the preparation ends, fails, reaches --max-cost, or is interrupted (Ctrl-C, SIGTERM, SIGHUP). A preparation
 found complete (this machine saw it so, or the filesystem's marker says so) is kept, not run again.
 
@@ -16,7 +16,7 @@ from typing import Optional
 
 from ..errors import GpuopsError
 from .stops import BudgetReached
-from . import prep as pp, stages as pl
+from . import prepplan as pp, stages as pl
 
 
 class PrepFailed(Exception):

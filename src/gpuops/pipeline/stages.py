@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Optional
 
 from ..errors import UsageError
-from . import prep
+from . import prepplan
 
 # sync first: setup installs from the synced files; push (the checkpoint a replaced instance left) only on a relaunch
 STAGES = ("up", "sync", "setup", "push", "train", "watch", "fetch", "down")
@@ -138,7 +138,7 @@ class Record:
     data: Optional[str] = None  # --data SOURCE as given (transfer.dataplan.parse)
     data_path: Optional[str] = None  # where the data is on the instance (GPUOPS_DATA), once put there
     plan: Optional[dict] = None  # the local plan made before the launch (project/plan.py's JSON document)
-    # --prep CMD: the preparation, first, on its own instance (pipeline/prep.py, prepstage.py): {command, outs, type,
+    # --prep CMD: the preparation, first, on its own instance (pipeline/prepplan.py, prepstage.py): {command, outs, type,
     # key, folder, path, state, stage {started, ended, ok, detail}, instances [...], job, log, ...}
     prep: Optional[dict] = None
 
@@ -179,9 +179,9 @@ def next_stage(rec: Record) -> Optional[str]:
     st = rec.stages
     if rec.recovering:  # (after `down` too: a job that died with its GPU, resumed with --recover N)
         return "recover"
-    if prep.pending(rec.prep):  # the preparation first: no training instance before it is complete
+    if prepplan.pending(rec.prep):  # the preparation first: no training instance before it is complete
         return "prep"
-    if prep.failed(rec.prep):  # a failed preparation (or its instance still billing) launches nothing
+    if prepplan.failed(rec.prep):  # a failed preparation (or its instance still billing) launches nothing
         return None
     if st.get("down") is not None and st["down"].ok:
         return None
@@ -242,7 +242,7 @@ def attempt_cost(att: dict) -> float:
 
 def spend(rec: Record, now: float) -> float:
     """Dollars spent so far on every instance of the run, every node (0 before `up` or without a price)."""
-    past = sum(attempt_cost(a) for a in rec.attempts + rec.reclaimed) + prep.spend(rec.prep, now)
+    past = sum(attempt_cost(a) for a in rec.attempts + rec.reclaimed) + prepplan.spend(rec.prep, now)
     start = billed_since(rec)
     if start is None or not rec.price_per_hour:
         return past
@@ -294,7 +294,7 @@ def summary(rec: Record, now: float) -> list[dict]:
         rows += _stage_rows({k: Stage(**v) for k, v in att["stages"].items()}, per_s, att["ended"],
                             order.index(id(att)) + 1, att.get("started"))
     per_s = (rec.price_per_hour or 0.0) * max(1, rec.nodes) / 3600.0
-    first = [r for r in [prep.row(rec.prep, now) if rec.prep else None] if r]  # its own instance: its own price
+    first = [r for r in [prepplan.row(rec.prep, now) if rec.prep else None] if r]  # its own instance: its own price
     return first + rows + _stage_rows(rec.stages, per_s, now, len(order) + 1, rec.billed_from, rec.lost_at)
 
 
@@ -333,7 +333,7 @@ def instances(rec: Record, now: float) -> list[dict]:
                      "seconds": round(secs, 1),
                      "cost": round(secs / 3600.0 * (rec.price_per_hour or 0.0) * max(1, rec.nodes), 4),
                      "ended": ended})
-    return prep.instance_rows(rec.prep, now) + rows
+    return prepplan.instance_rows(rec.prep, now) + rows
 
 
 def overhead(rec: Record) -> dict:

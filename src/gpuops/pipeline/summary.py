@@ -6,7 +6,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Optional
 
-from . import checkpoints as ck, prep, stages as pl
+from . import checkpoints as ck, prepplan, stages as pl
 
 
 def _rel(path: Optional[str], project: Path) -> Optional[str]:
@@ -80,7 +80,7 @@ def render_summary(out, rec: pl.Record, fetched: dict, now: float) -> dict:
            "ttl_s": rec.ttl_s,
            "ttl_deadline_at": (datetime.fromtimestamp(rec.ttl_deadline).astimezone().isoformat(timespec="seconds")
                                if rec.ttl_deadline else None),
-           "prep": prep.summary_doc(rec.prep, now),
+           "prep": prepplan.summary_doc(rec.prep, now),
            "ending": rec.ending,  # what the job died of (jobs/endings.py), None when it succeeded
            "warnings": list(dict.fromkeys(out.warnings)),  # every warning said on stderr, once each
            "plan": rec.plan}
@@ -118,7 +118,7 @@ def render_summary(out, rec: pl.Record, fetched: dict, now: float) -> dict:
         out.print(f"  --max-cost ${rec.max_cost:.2f}: ${total:.4f} spent; {covers(rec.max_cost)}")
     for name, where in fetched.items():
         out.print(f"  {name}: {where} (verified)")
-    for line in prep.summary_lines(doc["prep"]):
+    for line in prepplan.summary_lines(doc["prep"]):
         out.print("  " + line)
     if doc["checkpoints"]:
         c = doc["checkpoints"]

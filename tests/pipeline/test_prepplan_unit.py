@@ -1,4 +1,4 @@
-"""pipeline/prep.py, the pure half of `gpuops run --prep` (issue 38): the outputs named, the key (the command, the
+"""pipeline/prepplan.py, the pure half of `gpuops run --prep` (issue 38): the outputs named, the key (the command, the
 content of the files it runs, the outputs), the cheapest type with capacity in the filesystem's region, the record's
 stage, spend and rows; and its remote executions run here by sh on real folders (the move: whole or not at all, the
 marker last; the link: only to a complete preparation of the same key)."""
@@ -11,7 +11,7 @@ import pytest
 
 from gpuops.cloud.api import InstanceType, TypeAvailability
 from gpuops.errors import UsageError
-from gpuops.pipeline import prep as pp
+from gpuops.pipeline import prepplan as pp
 from gpuops.pipeline import stages as pl
 
 
