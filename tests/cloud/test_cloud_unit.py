@@ -397,7 +397,7 @@ def test_cloud_help_imports_neither_httpx_nor_the_heavy_libraries(args):
 def test_a_long_watch_notes_activity_once_a_minute_for_both_nodes_of_a_fleet(tmp_path, monkeypatch):
     from types import SimpleNamespace
 
-    from gpuops.cloud.guardrail import ActivityNoter
+    from gpuops.cloud.meter import ActivityNoter
     from gpuops.profiles.model import CloudInfo
 
     monkeypatch.setenv("GPUOPS_STATE_DIR", str(tmp_path / "state"))

@@ -96,7 +96,7 @@ def pick_profile(name: Optional[str], option: Optional[str] = None, out=None, *,
     if announce:
         (out or output()).info(f"profile: {prof.name} ({profiles.selected_how(name or option, prof, Path.cwd())})")
     if prof.cloud is not None:  # a gpuops-managed instance: warn when past its TTL or idle limit (no network)
-        from ..cloud.guardrail import warnings
+        from ..cloud.meter import warnings
 
         for w in warnings(prof):
             (out or output()).warn(w)

@@ -126,7 +126,7 @@ def watch(
     dash = w.Dashboard(meta, price_per_hour=price, log_lines=w.DASH_LINES_MAX, host=prof.rank)
     cloud = _cloud_summary(prof, True, [])  # watching a run: the instance is in use
     if cloud and not json_:
-        from ..cloud.guardrail import line
+        from ..cloud.meter import line
 
         out.info(line(cloud))
     if lines is None:  # at a terminal the log panel starts full: never blank rows above a log that has more
@@ -147,7 +147,7 @@ def watch(
     # between the followed host's own events, which come at least every --interval)
     others = [n for n in fleet_prof.nodes()[:n_nodes] if n.rank != prof.rank] if n_nodes > 1 else []
     sampler = lifecycle.FleetSampler(others, interval)
-    from ..cloud.guardrail import ActivityNoter
+    from ..cloud.meter import ActivityNoter
 
     activity = ActivityNoter(prof)  # a managed instance: the idle clock restarts while the job runs
 
@@ -225,10 +225,10 @@ def _cloud_summary(prof, run_running: bool, utils: list) -> Optional[dict]:
     """A gpuops-managed instance (gpuops up): cost so far and time left; the sample counts as activity for --idle."""
     if prof.cloud is None:
         return None
-    from ..cloud import guardrail
+    from ..cloud import meter
 
-    guardrail.note_sample(prof, run_running, [u for u in utils if u is not None])
-    return guardrail.summary(prof)
+    meter.note_sample(prof, run_running, [u for u in utils if u is not None])
+    return meter.summary(prof)
 
 
 class _Live:
@@ -375,7 +375,7 @@ def status(
         if json_:
             out.emit_json(with_warnings(jsonvocab.status({**doc, "cloud": cloud} if cloud else doc), out))
         elif cloud:
-            from ..cloud.guardrail import line
+            from ..cloud.meter import line
 
             out.print(line(cloud))
         for h in doc["hosts"]:
@@ -393,7 +393,7 @@ def status(
         out.emit_json(with_warnings(jsonvocab.status({**doc, "cloud": cloud} if cloud else doc), out))
         raise typer.Exit(0)
     if cloud:
-        from ..cloud.guardrail import line
+        from ..cloud.meter import line
 
         out.print(line(cloud))
     _status_lines(out, prof, doc)

@@ -4,7 +4,7 @@ request confirmed by reading the instances back, the records closed, `terminated
 
 The sequences are one module each: up.py (`up`: preflight, launch, boot, SSH, verify), down.py (`down_target`,
 `down`), reap.py (`listing` for ls, `reap`); launch.py holds the launch requests (a ledger record before each, the
-launch slot, capacity, adopting a lost answer), keys.py the SSH keys, managed.py the profiles `up` writes, guard.py
+launch slot, capacity, adopting a lost answer), keys.py the SSH keys, managed.py the profiles `up` writes, watchdog.py
 the watchdog `--guard on-instance` installs. Money rule: anything that may leave a billable instance running is in
 the ledger before the request that could create it.
 """

@@ -12,7 +12,7 @@ from typing import Optional
 from ..errors import GpuopsError, HostKeyError, AuthError, ConnectError, ExitCode, UsageError
 from . import decisions as d
 from .ledger import FAILED, LAUNCHED, LAUNCHING, TERMINATED, Record
-from .guard import install_guard
+from .watchdog import install_guard
 from .instances import BringUpFailed, Context, MAX_NODES, NAME_RE, UpSpec, _iso, _terminate
 from .keys import ensure_ssh_key, make_host_key, pin_host_key, public_key_of
 from .launch import _check_launches_free, _check_name_free, _launch, _name_taken, _tick, _wait_active, adopt_launch

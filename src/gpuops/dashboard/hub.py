@@ -380,7 +380,7 @@ class Hub:
     def _follow(self, meta: dict, f: _Follower) -> None:
         """`gpuops watch` of the run, into its feed: one stream on its host (a fleet: host 0's stream and a GPU sample
         stream on each other host), reconnecting as watch does."""
-        from ..cloud.guardrail import ActivityNoter
+        from ..cloud.meter import ActivityNoter
         from ..errors import GpuopsError
         from ..jobs import actions
         from ..jobs import watch as w
