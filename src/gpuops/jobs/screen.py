@@ -9,16 +9,34 @@ compact: the GPU's short name (`H100 PCIe`), memory as `48.9/80 GB`, one history
 from __future__ import annotations
 
 import re
-from typing import TYPE_CHECKING
-
-if TYPE_CHECKING:
-    from .watch import Dashboard
+from typing import Iterable, Optional, Protocol
 
 SPARK = "▁▂▃▄▅▆▇█"
 COMPACT_BELOW = 80  # columns: below this the GPU table is compact
 LOG_MIN_ROWS = 3  # the log panel keeps at least this many lines of log (plus its two borders); 1 on a tiny screen
 COLOUR = {"running": "cyan", "succeeded": "green", "failed": "red", "stopped": "yellow", "lost": "red"}
 _NOISE = re.compile(r"^(?:\d+\s*GB|HBM\w*|SXM\d*|Generation|Tensor|Core)$", re.I)
+
+
+class DashboardView(Protocol):
+    """What the screen and watch's text lines (jobs/watchtext.py) read of the dashboard model, jobs/watch.Dashboard:
+    stated here, below both, so neither renderer imports the model's module."""
+    gpus: dict  # (host rank, GPU index) -> jobs/watch.GpuView: index, host, name, last sample, util and mem history
+    gpu_error: Optional[str]
+    procs: list[dict]
+    log: Iterable[tuple[str, Optional[str]]]  # (line, kind) for the log panel, oldest first (a deque)
+    errors: int
+    link: str  # "live", "connecting", or why the stream is reconnecting
+
+    @property
+    def state(self) -> str: ...
+
+    @property
+    def signals(self) -> list: ...
+
+    def progress(self) -> Optional[dict]: ...
+
+    def state_text(self) -> str: ...
 
 
 def short_gpu_name(name: str) -> str:
@@ -48,7 +66,7 @@ def _spark(values, width: int) -> str:
     return sparkline(list(values)[-width:]) if width > 0 else ""
 
 
-def gpu_table(dash: "Dashboard", width: int):
+def gpu_table(dash: "DashboardView", width: int):
     """The GPU table, fitted to the width: history columns get what the other columns leave."""
     from rich.table import Table
     from rich.text import Text
@@ -88,7 +106,7 @@ def gpu_table(dash: "Dashboard", width: int):
     return t
 
 
-def _middle(dash: "Dashboard", width: int) -> list:
+def _middle(dash: "DashboardView", width: int) -> list:
     """What stands between the header and the log: GPUs, progress, signals, nvidia-smi's error, processes."""
     from rich.table import Table
     from rich.text import Text
@@ -115,7 +133,7 @@ def _middle(dash: "Dashboard", width: int) -> list:
     return parts
 
 
-def header(dash: "Dashboard"):
+def header(dash: "DashboardView"):
     from rich.text import Text
 
     head = Text(dash.state_text(), style="bold " + COLOUR.get(dash.state, "white"))
@@ -124,7 +142,7 @@ def header(dash: "Dashboard"):
     return head
 
 
-def log_panel(dash: "Dashboard", rows: int):
+def log_panel(dash: "DashboardView", rows: int):
     """The log panel of `rows` rows (borders included): the newest lines, newest last, each cut to one row."""
     from rich.panel import Panel
     from rich.text import Text
@@ -143,7 +161,7 @@ def log_panel(dash: "Dashboard", rows: int):
 class Screen:
     """The whole screen, fitted to the console it is drawn on (rich asks at every redraw, so a resize is followed)."""
 
-    def __init__(self, dash: "Dashboard"):
+    def __init__(self, dash: "DashboardView"):
         self.dash = dash
 
     def __rich_console__(self, console, options):

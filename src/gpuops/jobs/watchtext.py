@@ -7,7 +7,7 @@ import re
 from typing import TYPE_CHECKING, Optional
 
 if TYPE_CHECKING:
-    from .watch import Dashboard
+    from .screen import DashboardView
 
 _ERR = [
     (re.compile(r"Traceback \(most recent call last\)"), "error"),
@@ -65,7 +65,7 @@ def safe_text(line: str) -> str:
     return _CONTROL.sub(lambda m: f"\\x{ord(m.group()):02x}", line)
 
 
-def event_text(ev: dict, dash: "Dashboard", stamp: str) -> Optional[str]:
+def event_text(ev: dict, dash: "DashboardView", stamp: str) -> Optional[str]:
     """An event as a plain timestamped line (not a terminal, or NO_COLOR); None for events that are not shown."""
     t = ev["type"]
     host = f"host#{ev['host']} " if "host" in ev else ""
@@ -121,7 +121,7 @@ def gpu_text(g: dict) -> str:
             f"temp={n(g['temp'])}C power={n(g['power'])}W")
 
 
-def render(dash: Dashboard):
+def render(dash: DashboardView):
     """A rich renderable of the whole screen, fitted to the terminal at every redraw (jobs/screen.py)."""
     from .screen import Screen
 
