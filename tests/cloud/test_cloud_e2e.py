@@ -12,6 +12,7 @@ import signal
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import yaml
 
@@ -232,6 +233,45 @@ def test_trust_new_accepts_another_key_and_prints_it(cloud, gpuops):
     assert "--trust-new" in r.err and "trusted new host key for 127.0.0." in r.err and "SHA256:" in r.err
     r = gpuops("status", "-p", "tofu")
     assert r.code == 0, r.all  # the key it presented is now the recorded one
+
+
+def test_an_instance_is_judged_by_the_key_pinned_at_its_launch_not_by_a_stale_entry_for_its_address(cloud, gpuops):
+    """Issue 42: Lambda reuses addresses. A known_hosts entry for the same address left by an instance that is gone
+    (here written after the pin, as a second gpuops that had met the gone instance could) neither blocks the new
+    instance nor is trusted for it: the profile `up` wrote carries its instance's key (host_key:), and that key alone
+    is checked, by gpuops' own connection and by OpenSSH (rsync, gpuops ssh). Before: exit 3, 'has CHANGED'."""
+    from gpuops.paths import known_hosts_file
+    from gpuops.remote.hostkeys import host_id
+
+    cloud.capacity(TYPE, ["us-east-1"])
+    r = cloud_up(gpuops, cloud, "reused", "--no-verify", "--json")
+    assert r.code == 0, r.all
+    p = _profile("reused")
+    assert p["host_key"].startswith("ssh-ed25519 "), p
+    stale = "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIK9X8ZP2b9c0S4L0H7r5h3kqf3cVxZx7HvCz1l2Kk1yY"
+    f = known_hosts_file()
+    f.write_text("".join(ln + "\n" for ln in f.read_text().splitlines() if not ln.startswith(p["host"] + " "))
+                 + f"{host_id(p['host'], 22)} {stale}\n")
+    r = gpuops("status", "-p", "reused")
+    assert r.code == 0 and "CHANGED" not in r.all, r.all
+    r = gpuops("ssh", "-p", "reused", "--", "true")  # OpenSSH itself (its output is not captured here)
+    assert r.code == 0, r.all
+    assert stale in f.read_text()  # left as it was: gpuops never trusts it for this instance, nor removes it
+    # the other way round: a profile whose pin is not what the host presents is refused, whatever known_hosts says
+    text = (Path(p_file := _profile_file("reused"))).read_text().replace(p["host_key"], stale)
+    Path(p_file).write_text(text)
+    f.write_text(f"{host_id(p['host'], 22)} {p['host_key']}\n")
+    r = gpuops("status", "-p", "reused")
+    assert r.code == 3 and "not the one pinned at its launch" in r.all, r.all
+    r = gpuops("ssh", "-p", "reused", "--", "true")
+    assert r.code == 3, r.all
+    assert gpuops("down", "reused", "--yes").code in (0, 1)
+
+
+def _profile_file(name):
+    from gpuops.paths import config_dir
+
+    return config_dir() / "profiles" / f"{name}.yaml"
 
 
 def test_down_fetch_first_pulls_checkpoints_before_terminating(cloud, gpuops, isolated):

@@ -91,5 +91,6 @@ class _PubKey:
 def pin_host_key(ip: str, port: int, public_line: str) -> None:
     from ..remote import hostkeys
 
-    hostkeys.forget(ip, port)  # Lambda recycles IPs: an old pin for this address belongs to another machine
-    hostkeys.record(ip, port, _PubKey(public_line))
+    # Lambda recycles IPs: an old pin for this address belongs to another machine. One step under the file's lock
+    # (forget, then record, left a moment in which another gpuops could record the gone instance's key between them)
+    hostkeys.replace(ip, port, _PubKey(public_line))

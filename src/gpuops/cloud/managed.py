@@ -19,7 +19,7 @@ def profile_file(name: str) -> Path:
 
 # what `up` writes itself: the host part of a profile; every other key of a --from template is carried over
 HOST_KEYS = ("name", "host", "hosts", "port", "user", "key", "private_ip", "region", "instance_type", "price_per_hour",
-             "host_key_policy", "cloud")
+             "host_key_policy", "host_key", "cloud")
 
 
 def template_settings(prof) -> dict:
@@ -44,19 +44,22 @@ def template_for(name: Optional[str], project_dir: Path) -> Optional[dict]:
 
 
 def write_profile(name: str, insts: list[Instance], key: Path, itype, cloud: dict, *, user: str = "ubuntu",
-                  template: Optional[dict] = None):
+                  template: Optional[dict] = None, host_keys: Optional[list] = None):
     """The profile NAME in the user config folder, validated by the same loader as a hand-written one. Several
-    instances (a fleet, rank order): `hosts:` with each one's public and private address."""
+    instances (a fleet, rank order): `hosts:` with each one's public and private address. host_keys: each
+    instance's host key as made for its launch (`host_key:`, by which alone it is judged: Lambda reuses addresses)."""
     import yaml
 
     from ..paths import write_atomic
     from ..profiles.model import load_profile
 
     first = insts[0]
+    pins = list(host_keys or [None] * len(insts))
     if len(insts) > 1:
-        doc = {"hosts": [{"host": i.ip, "private_ip": i.private_ip or i.ip} for i in insts]}
+        doc = {"hosts": [{"host": i.ip, "private_ip": i.private_ip or i.ip, **({"host_key": k} if k else {})}
+                         for i, k in zip(insts, pins)]}
     else:
-        doc = {"host": first.ip}
+        doc = {"host": first.ip, **({"host_key": pins[0]} if pins[0] else {})}
     doc.update({"user": user, "port": 22, "key": str(key.expanduser().resolve()),
                 "region": first.region, "instance_type": itype.name, "price_per_hour": itype.price_per_hour,
                 "host_key_policy": "strict"})
@@ -90,6 +93,23 @@ def write_profile(name: str, insts: list[Instance], key: Path, itype, cloud: dic
     f = profile_file(name)
     write_atomic(f, text)
     return load_profile(f)
+
+
+def unpin(name: str, host: str) -> None:
+    """--trust-new: the host at `host` did not present the key made for its launch; its `host_key:` leaves profile
+    NAME (the key it presents is trusted on first use instead, as for a hand-written profile)."""
+    import yaml
+
+    from ..paths import write_atomic
+
+    f = profile_file(name)
+    text = f.read_text()
+    doc = yaml.safe_load(text) or {}
+    for entry in [doc] + [h for h in doc.get("hosts") or [] if isinstance(h, dict)]:
+        if entry.get("host") == host or (entry is doc and not doc.get("hosts")):
+            entry.pop("host_key", None)
+    header = "".join(ln for ln in text.splitlines(keepends=True) if ln.startswith("#"))
+    write_atomic(f, header + yaml.safe_dump(doc, sort_keys=False))
 
 
 def _forget_profile(name: str, insts: list) -> None:

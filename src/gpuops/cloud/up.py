@@ -16,7 +16,7 @@ from .watchdog import install_guard
 from .instances import BringUpFailed, Context, MAX_NODES, NAME_RE, UpSpec, _iso, _terminate
 from .keys import ensure_ssh_key, make_host_key, pin_host_key, public_key_of
 from .launch import _check_launches_free, _check_name_free, _launch, _name_taken, _tick, _wait_active, adopt_launch
-from .managed import _forget_profile, write_profile
+from .managed import _forget_profile, unpin, write_profile
 
 
 # -- up ----------------------------------------------------------------------------------------------------------
@@ -119,7 +119,8 @@ def _activate(spec: UpSpec, ctx: Context, itype, nodes: list[dict], launched_at0
 
         cloud["filesystems"] = [{"name": name, "id": fs.id, "mount_point": mount_point(fs, insts[0])}
                                 for name, fs in attached.items()]
-    prof = write_profile(spec.name, insts, spec.key, itype, cloud, user=ctx.ssh_user, template=spec.template)
+    prof = write_profile(spec.name, insts, spec.key, itype, cloud, user=ctx.ssh_user, template=spec.template,
+                         host_keys=[st["host_pub"] for st in nodes])
     for st in nodes:
         out.info(f"instance {st['instance'].id} is active at {st['instance'].ip}; host key pinned "
                  f"({d.fingerprint(st['host_pub'])})")
@@ -288,7 +289,8 @@ def _wait_ssh(spec: UpSpec, ctx: Context, prof, ip: str, *, deadline: float, pri
                                    hint=f"if you trust this host anyway: gpuops up ... --trust-new, or gpuops trust "
                                         f"{prof.name} --reset") from None
             hostkeys.forget(ip, prof.port)
-            prof = prof.model_copy(update={"host_key_policy": "accept-new"})
+            unpin(spec.name, ip)
+            prof = prof.model_copy(update={"host_key_policy": "accept-new", "host_key": None})
             out.warn(f"--trust-new: {ip} did not present the pinned host key; trusting the key it presents now "
                      "(fingerprint below)")
             spec = UpSpec(**{**spec.__dict__, "trust_new": False})

@@ -143,8 +143,11 @@ class HostEntry(_Strict):
     remote_dir: Optional[str] = None
     python: Optional[str] = None
     private_ip: Optional[str] = Field(None, description="address the nodes use to reach this one (default: host)")
+    host_key: Optional[str] = Field(None, description="this host's key as pinned at its launch (an OpenSSH public "
+                                    "line): the host is judged by it alone")
 
     _host = field_validator("host", mode="before")(classmethod(lambda cls, v: valid_host(v)))
+    _pin = field_validator("host_key", mode="before")(classmethod(lambda cls, v: valid_host_key(v)))
 
     @field_validator("key", mode="before")
     @classmethod
@@ -171,7 +174,24 @@ def _explicit_remote_dir(v: Any) -> Any:
 
 
 
-_NODE_KEYS = ("host", "port", "user", "key", "remote_dir", "python", "private_ip")
+_NODE_KEYS = ("host", "port", "user", "key", "remote_dir", "python", "private_ip", "host_key")
+
+
+def valid_host_key(v: Any) -> Any:
+    """`host_key:`, an OpenSSH public line (`ssh-ed25519 AAAA...`, a comment allowed): what `gpuops up` pinned."""
+    if v in (None, ""):
+        return None
+    import base64
+    import binascii
+
+    parts = str(v).split()
+    try:
+        ok = len(parts) >= 2 and base64.b64decode(parts[1], validate=True)[4:4 + len(parts[0])] == parts[0].encode()
+    except (binascii.Error, ValueError):
+        ok = False
+    if not ok:
+        raise ValueError("is not an OpenSSH public key line (type and base64, e.g. ssh-ed25519 AAAA...)")
+    return " ".join(parts[:2])
 
 
 class CloudNode(_Strict):
@@ -226,6 +246,8 @@ class Profile(_Strict):
     notify_url: Optional[str] = Field(None, description="a Slack or Discord webhook for --notify (write it as "
                                       "${VAR}: the URL is a secret)")
     host_key_policy: Literal["accept-new", "strict"] = "accept-new"
+    host_key: Optional[str] = Field(None, description="the host's key as pinned at its launch (`gpuops up` writes "
+                                    "it): the host is judged by it alone, whatever known_hosts holds for its address")
     connect_timeout: float = Field(10.0, gt=0)
     expect: Expect = Field(default_factory=Expect)
     sync: SyncSettings = Field(default_factory=SyncSettings)
@@ -239,6 +261,7 @@ class Profile(_Strict):
                               "optional_checks: uv, vllm, packaging, mbridge, apex, flash-attn)")
 
     _host = field_validator("host", mode="before")(classmethod(lambda cls, v: valid_host(v)))
+    _pin = field_validator("host_key", mode="before")(classmethod(lambda cls, v: valid_host_key(v)))
 
     @field_validator("key", mode="before")
     @classmethod

@@ -369,12 +369,18 @@ def connect(profile, *, announce=print, attempts: int = 3, tried: int = 0) -> Re
             connect_kwargs=dict(kwargs),
         )
         client = conn.client
-        client._system_host_keys = _known_hosts()  # checked first by paramiko; merged, gpuops' file wins
-        client.set_missing_host_key_policy(hostkeys.make_policy(profile.name, profile.host_key_policy, announce))
+        if profile.host_key:  # pinned at its launch: judged by that key alone (hostkeys.pinned)
+            client._system_host_keys = hostkeys.pinned(tg.host, tg.port, profile.host_key)
+            client.set_missing_host_key_policy(hostkeys.pinned_policy(profile.name))
+        else:
+            client._system_host_keys = _known_hosts()  # checked first by paramiko; merged, gpuops' file wins
+            client.set_missing_host_key_policy(hostkeys.make_policy(profile.name, profile.host_key_policy, announce))
         try:
             conn.open()
         except paramiko.BadHostKeyException as exc:
             conn.close()
+            if profile.host_key:
+                raise hostkeys.pinned_error(profile.name, tg.host, tg.port, exc) from exc
             raise hostkeys.changed_key_error(profile.name, tg.host, tg.port, exc) from exc
         except paramiko.AuthenticationException as exc:
             lost = _lost_during_auth(conn, exc)
@@ -442,6 +448,10 @@ def ssh_command(profile) -> list[str]:
     files = [str(known_hosts_file())]
     if user_known_hosts_file().is_file():
         files.append(str(user_known_hosts_file()))
+    if profile.host_key:  # pinned at its launch: that key alone (hostkeys.pin_file)
+        from . import hostkeys
+
+        files = [str(hostkeys.pin_file(tg.host, tg.port, profile.host_key))]
     argv = [
         "ssh",
         "-F", "none",  # no config file: resolved by target() exactly as for gpuops' own connection (ssh would read the

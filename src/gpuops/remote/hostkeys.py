@@ -174,3 +174,50 @@ def changed_key_error(profile_name: str, host: str, port: int, exc) -> HostKeyEr
         "Someone could be intercepting the connection, or the address now belongs to another machine.",
         hint=hint,
     )
+
+
+# -- a key pinned at the instance's launch (profile host_key): the host is judged by it alone ------------------------
+def pinned(host: str, port: int, line: str):
+    """paramiko HostKeys holding only the pinned key for host:port: an entry of known_hosts for the same address (a
+    gone instance's: Lambda reuses addresses) neither blocks the host nor is trusted for it."""
+    import paramiko
+
+    hk = paramiko.HostKeys()
+    kind, b64 = line.split()[:2]
+    hk.add(host_id(host, port), kind, paramiko.PKey.from_type_string(kind, base64.b64decode(b64)))
+    return hk
+
+
+def pinned_policy(profile_name: str):
+    """A key of another type than the pinned one is refused (a man in the middle offers whatever type it has)."""
+    import paramiko
+
+    class _Pinned(paramiko.MissingHostKeyPolicy):
+        def missing_host_key(self, client, hostname, key):
+            raise HostKeyError(f"host key for {hostname} is not the one pinned at its launch (now {key.get_name()} "
+                               f"{fingerprint(key)}); refusing to connect",
+                               hint=f"profile '{profile_name}' names the key its instance was launched with "
+                                    "(host_key:); an instance that is gone leaves its address to another machine")
+
+    return _Pinned()
+
+
+def pinned_error(profile_name: str, host: str, port: int, exc) -> HostKeyError:
+    return HostKeyError(
+        f"host key for {host_id(host, port)} is not the one pinned at its launch (now {fingerprint(exc.key)}, "
+        f"pinned {fingerprint(exc.expected_key)}); refusing to connect. Someone could be intercepting the connection, "
+        "or the instance behind the profile is gone and its address now belongs to another machine.",
+        hint=f"gpuops ls shows whether profile '{profile_name}''s instance still runs")
+
+
+def pin_file(host: str, port: int, line: str) -> Path:
+    """A known_hosts file holding only the pinned key (for OpenSSH: ssh, rsync -e), private, named by its content so
+    that parallel commands write the same file; written whole under a temporary name first."""
+    from ..paths import state_dir, write_private
+
+    text = f"{host_id(host, port)} {' '.join(line.split()[:2])}\n"
+    f = state_dir() / "pins" / (hashlib.sha256(text.encode()).hexdigest()[:24] + ".known_hosts")
+    if not (f.is_file() and f.read_text() == text):
+        f.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+        write_private(f, text)
+    return f
