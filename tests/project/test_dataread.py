@@ -11,6 +11,7 @@ from gpuops import knowledge as kb
 from gpuops.project import dataread
 from gpuops.project import plan as pp
 from gpuops.project.resolution import Resolution
+from gpuops.project.verdict import Plan
 
 IMAGES = kb.load_playbook("images", Path("/nonexistent"))
 TABLES = pp.tables(Path("/nonexistent"))
@@ -30,12 +31,12 @@ def resolved(*names):
     return resolver
 
 
-def plan(root: Path, script: str, resolver=None, settings=None, **run) -> pp.Plan:
+def plan(root: Path, script: str, resolver=None, settings=None, **run) -> Plan:
     return pp.build(root, script, image=IMAGE, settings=settings or pp.Settings(), tables=TABLES, images_doc=IMAGES,
                     resolver=resolver or resolved("numpy"), run=pp.RunOptions(**run))
 
 
-def data_warnings(p: pp.Plan) -> list[str]:
+def data_warnings(p: Plan) -> list[str]:
     return [w for w in p.warnings if "FileNotFoundError" in w]
 
 

@@ -11,7 +11,7 @@ import pytest
 from gpuops import knowledge as kb
 from gpuops.project import plan as pp
 from gpuops.project.resolution import Resolution
-from gpuops.project.verdict import enforce, summary
+from gpuops.project.verdict import Plan, enforce, summary
 
 IMAGES = kb.load_playbook("images", Path("/nonexistent"))
 TABLES = pp.tables(Path("/nonexistent"))
@@ -42,12 +42,12 @@ def offline(request, image, *, timeout_s):
     return Resolution(available=False, why="this machine cannot reach the index (dns error)")
 
 
-def plan(root: Path, script: str, resolver=None, **settings) -> pp.Plan:
+def plan(root: Path, script: str, resolver=None, **settings) -> Plan:
     return pp.build(root, script, image=IMAGE, settings=pp.Settings(**settings), tables=TABLES, images_doc=IMAGES,
                     resolver=resolver)
 
 
-def problems(p: pp.Plan) -> list[str]:
+def problems(p: Plan) -> list[str]:
     return [x for x, _ in p.certain + p.refusals]
 
 

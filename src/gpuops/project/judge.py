@@ -13,25 +13,13 @@ from typing import TYPE_CHECKING, Optional
 from .read import (index_lines, installs_itself, opaque_lines, normalize, python_meets, requires_python,
                    tool_project, tool_refusal, with_setup_py, parse_pyproject, marker_env,
                    parse_requirements)
+from .verdict import ModuleVerdict, Plan
 
 if TYPE_CHECKING:
     from .images import Image
     from .needs import JobNeeds
-    from .plan import Plan
 
 CONDA_SWITCH = re.compile(r"(^|[\s;&|(])(conda|mamba|micromamba)\s+(activate|run)\b", re.M)
-
-
-@dataclass
-class ModuleVerdict:
-    module: str
-    needed_by: str
-    status: str  # stdlib | project | image | installed | torch | setup | missing | elsewhere | unknown
-    provider: str = ""  # the distribution that provides it, as far as the plan knows
-
-    def to_json(self) -> dict:
-        return {"module": self.module, "needed_by": self.needed_by, "status": self.status,
-                "provider": self.provider or None}
 
 
 # -- knowledge ------------------------------------------------------------------------------------------------------

@@ -22,11 +22,11 @@ from pathlib import Path
 from typing import Callable, Optional
 
 from . import dataread, judge
-from .judge import ModuleVerdict
 from .images import Image
 from .needs import JobNeeds, job_needs_full
 from .read import LocalFiles, local_files, read_project
 from .resolution import Resolution, ResolveRequest
+from .verdict import Plan
 
 NEVER_REFUSED = {"pkg_resources", "setuptools", "pip", "wheel", "distutils", "_distutils_hack"}  # the environment has
 
@@ -65,46 +65,6 @@ class RunOptions:
     prep_outs: tuple[str, ...] = ()
     data_dir: Optional[str] = None
     data_given: bool = False
-
-
-@dataclass
-class Plan:
-    """The local plan's verdict, and what it was built from."""
-    script: str
-    image: Optional[str] = None
-    python: Optional[str] = None
-    runs: list[dict] = field(default_factory=list)
-    scripts: list[str] = field(default_factory=list)
-    files: int = 0
-    depth: int = 0
-    modules: list[ModuleVerdict] = field(default_factory=list)
-    declared: list[str] = field(default_factory=list)  # the requirements the resolution was asked for
-    index_lines: list[str] = field(default_factory=list)
-    resolution: Optional[Resolution] = None
-    refusals: list[tuple[str, str]] = field(default_factory=list)  # (problem, fix)
-    certain: list[tuple[str, str]] = field(default_factory=list)  # refusals no --force passes (no host runs them)
-    warnings: list[str] = field(default_factory=list)
-    hints: list[str] = field(default_factory=list)
-    seconds: float = 0.0
-    prep: Optional[str] = None  # the --prep command judged with the job
-    script_blocks: list[str] = field(default_factory=list)  # the scripts whose `# /// script` block setup installs
-    installs: list[tuple[str, str]] = field(default_factory=list)  # (file, requirement): what setup installs
-
-    @property
-    def refused(self) -> bool:
-        return bool(self.refusals or self.certain)
-
-    def to_json(self) -> dict:
-        r = self.resolution
-        res = r.to_dict() if r is not None else None  # setup installs its pins (setup/pinned.py)
-        return {"script": self.script, "image": self.image, "python": self.python, "runs": self.runs,
-                "scripts": self.scripts, "files_read": self.files, "import_depth": self.depth,
-                "modules": [m.to_json() for m in self.modules], "requirements": self.declared,
-                "index_lines": self.index_lines, "resolution": res,
-                "refusals": [{"problem": p, "fix": f} for p, f in self.certain + self.refusals],
-                "warnings": self.warnings, "hints": self.hints, "verdict": "refuse" if self.refused else "launch",
-                "seconds": round(self.seconds, 3), "prep": self.prep, "script_blocks": self.script_blocks,
-                "installs": [{"requirement": line, "from": src} for src, line in self.installs]}
 
 
 def image_of(images_doc: dict, family: Optional[str] = None, arch: str = "x86_64") -> Optional[Image]:

@@ -1,12 +1,66 @@
-"""The local plan said and enforced: its summary, warnings and hints through the command's Output, its refusals as
+"""The local plan's verdict (Plan: refusals, warnings, hints, and what it was built from; ModuleVerdict: one module's),
+and the verdict said and enforced: its summary, warnings and hints through the command's Output, its refusals as
 one ChecksFailed (exit 1) with every fix, before anything is launched, synced or installed. `run`, `train`, `setup`
 and `plan` all go through here, so they say the same plan in the same words."""
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Optional
 
 if TYPE_CHECKING:
-    from .plan import Plan
+    from .resolution import Resolution
+
+
+@dataclass
+class ModuleVerdict:
+    module: str
+    needed_by: str
+    status: str  # stdlib | project | image | installed | torch | setup | missing | elsewhere | unknown
+    provider: str = ""  # the distribution that provides it, as far as the plan knows
+
+    def to_json(self) -> dict:
+        return {"module": self.module, "needed_by": self.needed_by, "status": self.status,
+                "provider": self.provider or None}
+
+
+@dataclass
+class Plan:
+    """The local plan's verdict, and what it was built from."""
+    script: str
+    image: Optional[str] = None
+    python: Optional[str] = None
+    runs: list[dict] = field(default_factory=list)
+    scripts: list[str] = field(default_factory=list)
+    files: int = 0
+    depth: int = 0
+    modules: list[ModuleVerdict] = field(default_factory=list)
+    declared: list[str] = field(default_factory=list)  # the requirements the resolution was asked for
+    index_lines: list[str] = field(default_factory=list)
+    resolution: Optional[Resolution] = None
+    refusals: list[tuple[str, str]] = field(default_factory=list)  # (problem, fix)
+    certain: list[tuple[str, str]] = field(default_factory=list)  # refusals no --force passes (no host runs them)
+    warnings: list[str] = field(default_factory=list)
+    hints: list[str] = field(default_factory=list)
+    seconds: float = 0.0
+    prep: Optional[str] = None  # the --prep command judged with the job
+    script_blocks: list[str] = field(default_factory=list)  # the scripts whose `# /// script` block setup installs
+    installs: list[tuple[str, str]] = field(default_factory=list)  # (file, requirement): what setup installs
+
+    @property
+    def refused(self) -> bool:
+        return bool(self.refusals or self.certain)
+
+    def to_json(self) -> dict:
+        r = self.resolution
+        res = r.to_dict() if r is not None else None  # setup installs its pins (setup/pinned.py)
+        return {"script": self.script, "image": self.image, "python": self.python, "runs": self.runs,
+                "scripts": self.scripts, "files_read": self.files, "import_depth": self.depth,
+                "modules": [m.to_json() for m in self.modules], "requirements": self.declared,
+                "index_lines": self.index_lines, "resolution": res,
+                "refusals": [{"problem": p, "fix": f} for p, f in self.certain + self.refusals],
+                "warnings": self.warnings, "hints": self.hints, "verdict": "refuse" if self.refused else "launch",
+                "seconds": round(self.seconds, 3), "prep": self.prep, "script_blocks": self.script_blocks,
+                "installs": [{"requirement": line, "from": src} for src, line in self.installs]}
 
 
 def _gb(n) -> str:
