@@ -61,7 +61,8 @@ def generated(folder: Path, n: int = 300) -> tuple[tuple[str, ...], tuple[str, .
 
 def bench(name: str, reqs: tuple[str, ...], index: tuple[str, ...], cache: Path) -> None:
     from gpuops.project import images
-    from gpuops.project.resolution import ResolveRequest, human_bytes, resolve
+    from gpuops.project.resolution import human_bytes, resolve
+    from gpuops.project.uvcmd import ResolveRequest
 
     os.environ["GPUOPS_UV_CACHE_DIR"] = str(cache)
     image = images.image_for(images.load(), IMAGE)

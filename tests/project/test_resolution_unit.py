@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 from gpuops.project import builds, images, uvcmd
-from gpuops.project.resolution import Resolution, ResolveRequest, judge, relax_for
-from gpuops.project.uvcmd import Outcome
+from gpuops.project.resolution import Resolution, judge, relax_for
+from gpuops.project.uvcmd import Outcome, ResolveRequest
 
 DOC = images.load()
 L22 = images.image_for(DOC, "lambda-stack-22-04")

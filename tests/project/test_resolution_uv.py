@@ -10,7 +10,8 @@ import time
 import pytest
 
 from gpuops.project import images
-from gpuops.project.resolution import ResolveRequest, resolve
+from gpuops.project.resolution import resolve
+from gpuops.project.uvcmd import ResolveRequest
 
 
 @pytest.fixture

@@ -15,7 +15,8 @@ import pytest
 
 from gpuops.console import Output
 from gpuops.project import images
-from gpuops.project.resolution import ResolveRequest, resolve
+from gpuops.project.resolution import resolve
+from gpuops.project.uvcmd import ResolveRequest
 from gpuops.sandbox import host
 from gpuops.sandbox import image as sandbox_image
 from support.indexes import TlsIndex

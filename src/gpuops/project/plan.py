@@ -25,7 +25,8 @@ from . import dataread, judge
 from .images import Image
 from .needs import JobNeeds, job_needs_full
 from .read import LocalFiles, local_files, read_project
-from .resolution import Resolution, ResolveRequest
+from .resolution import Resolution
+from .uvcmd import ResolveRequest
 from .verdict import Plan
 
 NEVER_REFUSED = {"pkg_resources", "setuptools", "pip", "wheel", "distutils", "_distutils_hack"}  # the environment has

@@ -25,22 +25,11 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Optional
 
 from .images import norm
-from .uvcmd import (Outcome, classify, compile_run, export_run, marker_env, parse_export, public, relaxed,
-                    requirement_name, resolved_of, uv_cause)
+from .uvcmd import (Outcome, ResolveRequest, classify, compile_run, export_run, marker_env, parse_export, public,
+                    relaxed, requirement_name, resolved_of, uv_cause)
 
 if TYPE_CHECKING:
     from .images import Image
-
-@dataclass(frozen=True)
-class ResolveRequest:
-    """What to resolve. uv runs in a folder of its own: a path in a requirement or an index line (`-e .`,
-    `./wheels/x.whl`, `--find-links wheels`) must be absolute; a requirement uv cannot find or fetch here (a git URL
-    without network, a package on the instance's own index) makes the resolution unavailable, never a refusal."""
-    requirements: tuple[str, ...]      # PEP 508 strings, includes already followed, extras chosen, PEP 723 added
-    index_lines: tuple[str, ...]       # --index-url / --extra-index-url / --find-links lines as the files gave them
-    lock: Optional[str] = None         # path of a uv.lock to export instead of resolving (frozen)
-    extras: tuple[str, ...] = ()       # for the lock/pyproject case
-
 
 @dataclass
 class Resolution:

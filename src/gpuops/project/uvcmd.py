@@ -1,7 +1,7 @@
-"""The uv commands a resolution runs and what they print, read (pure): `uv pip compile` for an image's python and
-platform with its kept packages as constraints and its others as preferences, `uv export --frozen` of a uv.lock;
-pylock.toml (versions, wheel sizes), uv's errors told apart (the cache lacks something offline, no network, no
-solution)."""
+"""What a resolution asks uv (ResolveRequest: the requirements, index lines, a lock), the uv commands it runs and
+what they print, read (pure): `uv pip compile` for an image's python and platform with its kept packages as
+constraints and its others as preferences, `uv export --frozen` of a uv.lock; pylock.toml (versions, wheel sizes),
+uv's errors told apart (the cache lacks something offline, no network, no solution)."""
 from __future__ import annotations
 
 import re
@@ -12,7 +12,6 @@ from .images import norm
 
 if TYPE_CHECKING:
     from .images import Image
-    from .resolution import ResolveRequest
 
 # the environment every uv run gets (besides its own cache): no python downloads (uv would try to fetch CPython for
 # --python-version and lose seconds on a machine that cannot), no progress bars, one retry
@@ -20,6 +19,17 @@ UV_ENV = {"UV_PYTHON_DOWNLOADS": "never", "UV_NO_PROGRESS": "1", "UV_HTTP_RETRIE
 
 
 # -- what uv is asked -------------------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class ResolveRequest:
+    """What to resolve. uv runs in a folder of its own: a path in a requirement or an index line (`-e .`,
+    `./wheels/x.whl`, `--find-links wheels`) must be absolute; a requirement uv cannot find or fetch here (a git URL
+    without network, a package on the instance's own index) makes the resolution unavailable, never a refusal."""
+    requirements: tuple[str, ...]      # PEP 508 strings, includes already followed, extras chosen, PEP 723 added
+    index_lines: tuple[str, ...]       # --index-url / --extra-index-url / --find-links lines as the files gave them
+    lock: Optional[str] = None         # path of a uv.lock to export instead of resolving (frozen)
+    extras: tuple[str, ...] = ()       # for the lock/pyproject case
+
+
 @dataclass
 class Run:
     """One uv command to run in a work folder: its argv (after `uv`), the files to write first, where its output is."""
