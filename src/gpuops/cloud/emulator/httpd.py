@@ -1,18 +1,34 @@
 """The emulator's HTTP layer: a threading HTTP server on 127.0.0.1 whose handler reads a request, asks
 `Emulator.handle` (or a knob under /_emulator/), and writes the answer, the faults of the wire included (a dropped
-connection, a delayed answer, a proxy's HTML page)."""
+connection, a delayed answer, a proxy's HTML page). What it asks of the emulator is EmulatorApi."""
 from __future__ import annotations
 
 import json
 import socket
 import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import TYPE_CHECKING
+from typing import ContextManager, Optional, Protocol
 
 from .faults import ApiError, _Delayed, _Drop
 
-if TYPE_CHECKING:
-    from .server import Emulator
+
+class EmulatorApi(Protocol):
+    """What the HTTP layer asks of the emulator (server.Emulator), stated here so this module does not import the one
+    that starts it."""
+    KNOBS: tuple[str, ...]  # the test knobs, each a method POST /_emulator/<name> calls with the body's arguments
+    lock: ContextManager  # held while a request is answered and the state saved
+
+    def proxy_page(self, path: str) -> Optional[tuple[int, str]]: ...
+
+    def authorized(self, header: Optional[str]) -> bool: ...
+
+    def handle(self, method: str, path: str, body) -> tuple[int, object]: ...
+
+    def state(self) -> dict: ...
+
+    def _take_fault(self, name: str, path: str = "") -> Optional[dict]: ...
+
+    def _save(self) -> None: ...
 
 
 class _Server(ThreadingHTTPServer):
@@ -22,7 +38,7 @@ class _Server(ThreadingHTTPServer):
         pass
 
 
-def _handler(emu: Emulator):
+def _handler(emu: EmulatorApi):
     class Handler(BaseHTTPRequestHandler):
         protocol_version = "HTTP/1.1"
         server_version = "gpuops-lambda-emulator"
