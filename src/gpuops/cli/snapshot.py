@@ -1,4 +1,5 @@
-"""`gpuops snapshot`, `gpuops diff`, `gpuops matrix`: environment snapshots (core in gpuops/transfer/snapshot.py)."""
+"""`gpuops snapshot`, `gpuops diff`, `gpuops matrix`: environment snapshots (core in gpuops/transfer/snapshot.py,
+snapshots compared in gpuops/transfer/snapcompare.py)."""
 from __future__ import annotations
 
 from pathlib import Path
@@ -140,16 +141,16 @@ def diff(
 ) -> None:
     """What changed between two environments: Python, CUDA, driver, GPUs, packages added/removed/changed.
     Exit 0 when identical, 1 when they differ."""
-    from ..transfer import snapshot as core
+    from ..transfer import snapcompare
 
     out = output(json_)
     la, sa = _resolve(a, out)
     lb, sb = _resolve(b, out)
-    d = core.diff(sa, sb)
+    d = snapcompare.diff(sa, sb)
     if json_:
         out.emit_json({"a": la, "b": lb, **d})
     else:
-        for line in core.render_diff(d, la, lb):
+        for line in snapcompare.render_diff(d, la, lb):
             out.print(line)
     raise typer.Exit(0 if d["identical"] else 1)
 
@@ -167,7 +168,7 @@ def matrix(
     """The environment matrix in Markdown (component, version, how verified) for a project's docs, from live
     snapshots (-p) or saved ones (--from). Without either: ./environment if saved there, else the default profile."""
     from ..profiles import model as profiles
-    from ..transfer import snapshot as core
+    from ..transfer import snapcompare, snapshot as core
     from ..paths import write_atomic
 
     out = output(json_)
@@ -190,8 +191,8 @@ def matrix(
     for label, s in snaps:  # two snapshots of one profile: tell them apart by date
         seen[label] = seen.get(label, 0) + 1
         labelled.append((label if seen[label] == 1 else f"{label} ({str(s.get('captured_at'))[:10]}, #{seen[label]})", s))
-    m = core.matrix(labelled)
-    text = core.render_matrix(m)
+    m = snapcompare.matrix(labelled)
+    text = snapcompare.render_matrix(m)
     if out_file:
         write_atomic(out_file, text)
         out.success(f"wrote {out_file}")
