@@ -1,7 +1,7 @@
 """Run the probe on the remote host: ONE remote execution for every fact.
 
-The probe source (remote/probe.py) goes over the channel's stdin to `<python> -`, with a PARAMS line
-prepended; nothing of it reaches the remote command line. A host without that Python still answers:
+The probe source (remote/probe_scripts.py, then remote/probe.py) goes over the channel's stdin to `<python> -`, with a
+PARAMS line prepended; nothing of it reaches the remote command line. A host without that Python still answers:
 a shell fallback reports the missing interpreter and nvidia-smi's raw output in the same execution.
 """
 from __future__ import annotations
@@ -16,8 +16,11 @@ from .probe import SMI_FIELDS
 NO_PYTHON_MARK = "@@gpuops-no-python"
 
 
+PROBE_FILES = ("probe_scripts.py", "probe.py")  # one source: the child scripts the probe starts, then the probe
+
+
 def probe_source(params: dict) -> str:
-    src = (Path(__file__).parent / "probe.py").read_text()
+    src = "".join((Path(__file__).parent / name).read_text() for name in PROBE_FILES)
     return f"import json\nPARAMS = json.loads({json.dumps(json.dumps(params))})\n" + src
 
 
