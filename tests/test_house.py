@@ -36,6 +36,9 @@ FLOORS: list[tuple[str, tuple[str, ...]]] = [
     ("project", ("gpuops.project",)),
     ("setup", ("gpuops.setup",)),
     ("jobs", ("gpuops.jobs",)),
+    # Slurm clusters (issue 41), beside the fleet as a way to reach many nodes: its pure parts (states, batch) use the
+    # jobs' environment and command line and verify's judges; the sandbox's local cluster may use its formats
+    ("slurm", ("gpuops.slurm",)),
     ("sandbox", ("gpuops.sandbox",)),
     ("cloud", ("gpuops.cloud",)),
     # what composes capabilities: `gpuops run`, the dashboard, and profiles new/pin (one connection, a probe, the

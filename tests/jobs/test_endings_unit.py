@@ -45,7 +45,7 @@ def test_every_row_has_a_title_a_fix_a_source_and_valid_patterns():
     assert len(ids) == len(set(ids)) >= 18
     for r in SPEC["causes"]:
         assert r.get("title") and r.get("fix") and r.get("source"), r["id"]
-        assert r.get("fact") or r.get("match") or r.get("exit"), r["id"]
+        assert r.get("fact") or r.get("match") or r.get("exit") or r.get("scheduler"), r["id"]
         for p in ([r["match"]] if isinstance(r.get("match"), str) else r.get("match") or []):
             re.compile(p)
         if r.get("fact"):

@@ -134,6 +134,9 @@ class EndFacts:
     stop_reason: Optional[str] = None  # who stopped it when gpuops did (run: --max-cost reached)
     pids: Optional[set] = None  # the job's processes the launcher saw (None: no list; an OOM kill tied by time)
     pids_full: bool = False  # the list reached PIDS_MAX: a pid not in it may still have been the job's
+    # a scheduler's word on the end (a Slurm job: slurm.states.SlurmEnding.facts(): state, reason, exit code and
+    # signal, who cancelled it, its requeues and nodes, and `evidence`, the line that says so); None: no scheduler
+    scheduler: Optional[dict] = None
 
     @property
     def boot(self) -> Optional[float]:

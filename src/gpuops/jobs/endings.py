@@ -121,6 +121,16 @@ class Judge:
         self.values = {"code": self.code, "signal": self.signal or (f"exit {self.code}" if self.code is not None
                                                                      else "a signal"),
                        "exception": self.exception}
+        self.scheduler = f.scheduler or {}
+        if self.scheduler:
+            self.values.update(_scheduler_values(self.scheduler))
+
+    def scheduler_ended(self, states) -> bool:
+        """The scheduler (Slurm) ended the job in one of `states` (TIMEOUT, NODE_FAIL, ...) on its own: not a stop
+        gpuops asked for (stop.json, a stop reason), which the `stopped` row names."""
+        state = str(self.scheduler.get("state") or "").upper()
+        return bool(state) and state in {str(x).upper() for x in states} and not (self.f.stopped or
+                                                                                   self.f.stop_reason)
 
     # -- placed in the job's lifetime -------------------------------------------------------------------------------
     def _during(self, t: Optional[float]) -> Optional[bool]:
@@ -328,12 +338,30 @@ def _row_holds(j: Judge, row: dict) -> Optional[tuple[list, dict]]:
             ev.insert(0, f"log: {line}")
     if j.code is not None and j.code in (row.get("exit") or []):
         holds = True
+    if row.get("scheduler") and j.scheduler_ended(row["scheduler"]):
+        holds = True
+        ev.insert(0, j.scheduler.get("evidence") or f"the scheduler: {j.scheduler.get('state')}")
     return (ev, values) if holds else None
+
+
+def _scheduler_values(s: dict) -> dict:
+    """The placeholders a scheduler's row may use: {state}, {reason}, {node_list}, {restarts}, {cancelled_by}."""
+    by = s.get("cancelled_by")
+    who = ("uid 0 (root, or Slurm itself)" if str(by) == "0" else f"uid {by}") if by not in (None, "") else \
+        "someone other than gpuops (Slurm did not record who)"
+    return {"state": s.get("state"), "reason": s.get("reason") or "", "node_list": s.get("node_list") or "",
+            "restarts": s.get("restarts") or 0, "cancelled_by": who}
+
+
+def _scheduler_ended_it(f: EndFacts) -> bool:
+    """A scheduler's state says it ended the job (a time limit, a node, preemption, a cancel), whatever exit code
+    the batch script left: a job that traps SIGTERM at its time limit exits 0 and still timed out."""
+    return bool(f.scheduler and f.scheduler.get("by_scheduler"))
 
 
 def classify(f: EndFacts, spec: dict, xid_table: Optional[dict] = None) -> Optional[dict]:
     """The verdict on a job's end (the contract above), or None when it succeeded or still runs."""
-    if f.alive or (f.exit_code == 0 and not f.stopped):
+    if f.alive or (f.exit_code == 0 and not f.stopped and not _scheduler_ended_it(f)):
         return None
     j = Judge(f, spec, xid_table)
     for row in spec.get("causes") or []:
@@ -382,8 +410,11 @@ def _context(j: Judge, cause: str, said: list) -> list:
         pass  # stop.json said it
     elif j.code is not None:
         out.append(f"exit code {j.code}" + (f" (128 + {j.code - 128}: {j.signal})" if j.signal else ""))
-    elif not f.alive and not any(s.startswith("no exit code") or "no exit code" in s for s in said):
+    elif not f.alive and not f.scheduler and not any(s.startswith("no exit code") or "no exit code" in s
+                                                     for s in said):
         out.append("no exit code: its launcher ended with it")
+    if f.scheduler and f.scheduler.get("evidence") and f.scheduler["evidence"] not in said:
+        out.append(f.scheduler["evidence"])
     if j.exception and not any(j.exception in s for s in said):
         out.append(f"last exception: {j.exception}")
     if cause != "host-oom":

@@ -1,0 +1,11 @@
+"""Slurm clusters (issue 41): Slurm is the engine, gpuops speaks to it through sinfo, squeue, sacct, scontrol, sbatch,
+srun and scancel on the login node.
+
+- states: a job's state as squeue, sacct and scontrol print it (pure): a job in the queue, a job's end as the facts
+  the endings classifier is given, GPU-hours; and the formats the talking part asks for.
+- nodes: the cluster's nodes as sinfo and scontrol print them (pure): states, flags, gres, a drained node's reason.
+- reasons: a pending job's reason in words, with its fix (pure; playbooks/slurm_reasons.yaml).
+- batch: the batch script and sbatch's argument list (pure): #SBATCH lines, the environment, the resume file a
+  requeued job reads, srun starting torchrun (c10d rendezvous on the allocation's first node) or a plain command.
+- commands: the talking part (argument lists over the login node's one connection).
+"""
