@@ -73,6 +73,35 @@ def starts_hosts(sshd, tmp_path):
             host.stop(pid_file.parent)
 
 
+@pytest.fixture(scope="session")
+def slurm_cluster(sshd, tmp_path_factory):
+    """A local Slurm cluster (gpuops.sandbox.slurm: Debian's slurmctld, slurmd and munge) of 4 nodes n1..n4, 8 emulated
+    GPUs each, partition `gpu`, and its login node (a sandbox host): one per session (under xdist: per worker, with
+    its own ports, munge socket and ClusterName), started when a test first asks for it, stopped at the end. The
+    daemons are required: their absence FAILS the tests that need them (never a skip). A support.slurm.SlurmCluster."""
+    from gpuops.sandbox import slurm
+    from support.slurm import start
+
+    try:
+        for tool in ("munged", "slurmctld", "slurmd", "sbatch"):
+            slurm.find_tool(tool)
+    except Exception:
+        pytest.fail("Slurm is not installed: the Slurm tests need slurmctld, slurmd, slurm-client and munge "
+                    "(scripts/install-system-deps.sh installs them)")
+    d = tmp_path_factory.mktemp("slurm")
+    cluster = start(d, 4)
+    yield cluster
+    slurm.stop(d)
+
+
+@pytest.fixture
+def slurm_idle(slurm_cluster):
+    """The worker's Slurm cluster as a test finds it fresh: no job, every node's slurmd running, its GPUs healthy and
+    the node idle (what an earlier test drained, lost or faulted is brought back first)."""
+    slurm_cluster.reset()
+    return slurm_cluster
+
+
 @pytest.fixture
 def short_tmp():
     """A folder with a short path (/tmp/gx-XXXX), removed after the test: for Unix sockets (ssh's ControlPath, an
@@ -216,10 +245,11 @@ def browser():
 
 # -- tiers ---------------------------------------------------------------------------------------------------------
 # A test is e2e when it uses, directly or through another fixture, one of these: sshd (every sandbox host and
-# emulated instance: `sandbox`, `cloud`, `starts_hosts` and the like depend on it), the CPU torch venv or a browser.
+# emulated instance: `sandbox`, `cloud`, `starts_hosts` and the like depend on it), the CPU torch venv, a browser or
+# the local Slurm cluster (`slurm_cluster`, `slurm_idle`).
 # Marked here from the fixtures, never by hand, so the mark cannot drift; the fast tier is `pytest -m "not e2e"`.
 # And a test left unmarked cannot start a sandbox host in-process: `_unmarked_start_no_host` fails it.
-E2E_FIXTURES = frozenset({"sshd", "dist_python", "browser"})
+E2E_FIXTURES = frozenset({"sshd", "dist_python", "browser", "slurm_cluster"})
 
 
 # The longest first, so the long end-to-end runs start early and the suite ends on short tests instead of one worker

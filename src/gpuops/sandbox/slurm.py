@@ -1,0 +1,480 @@
+"""A local Slurm cluster for tests and rehearsal: Debian's slurmctld, slurmd and munge (Slurm 22.05), every daemon on
+127.0.0.1 as the current user, in one folder (its files: sandbox/slurm_conf.py).
+
+One munged with its own key and socket, one slurmctld, and one `slurmd -N nK` per node, each on its own free port;
+each node's GPUs are gres backed by its own emulated nvidia-smi (sandbox/nvidia_smi.py, state in nodes/nK/gpu.json),
+found first on PATH by every task through the cluster's TaskProlog. The login node is a sandbox host (sandbox/host.py)
+whose bin/ holds wrappers of the Slurm commands, so `ssh login sinfo` drives the cluster. No accounting (no slurmdbd):
+`scontrol show job` holds a job's ending, as on a cluster without sacct.
+
+start(d)/stop(d) drive a cluster in any folder (the tests' fixture: one per xdist worker); run(d, args) is a Slurm
+command with its environment. The login node and THE cluster of `gpuops sandbox up --slurm N` are in
+sandbox/slurm_login.py; what happens to a node (drained, lost, a GPU fault) in sandbox/slurm_nodes.py.
+"""
+from __future__ import annotations
+
+import getpass
+import hashlib
+import json
+import os
+import random
+import shutil
+import signal
+import socket
+import subprocess
+import time
+from pathlib import Path
+
+from ..errors import GpuopsError
+from ..paths import write_atomic, write_private
+from .slurm_conf import CLIENT_COMMANDS, PARTITION, TIMERS, Layout, Spec, client_wrapper, env_file, gres_conf, \
+    node_names, slurm_conf, taskprolog
+
+INSTALL_HINT = "sudo apt-get install -y slurmctld slurmd slurm-client munge   (scripts/install-system-deps.sh)"
+
+
+def find_tool(name: str) -> str:
+    for cand in (shutil.which(name), f"/usr/sbin/{name}", f"/usr/bin/{name}"):
+        if cand and os.access(cand, os.X_OK):
+            return cand
+    raise GpuopsError(f"{name} is not installed; the local Slurm cluster needs Debian's slurmctld, slurmd, "
+                      "slurm-client and munge", hint=INSTALL_HINT)
+
+
+def layout(d: Path) -> Layout:
+    """The cluster's layout, named from a short path: `d` itself, or a link /tmp/gpuops-slurm-<hash> to it when `d`
+    is long (each job step's Unix socket, spool/nK_<job>.<step>, must stay within 108 bytes)."""
+    d = Path(d).absolute()
+    if len(str(d)) <= 56:
+        return Layout(d)
+    alias = Path("/tmp") / f"gpuops-slurm-{hashlib.sha1(str(d).encode()).hexdigest()[:12]}"
+    if os.path.realpath(alias) != os.path.realpath(d):
+        alias.unlink(missing_ok=True)
+        alias.symlink_to(d)
+    return Layout(alias)
+
+
+def read_spec(d: Path) -> Spec | None:
+    try:
+        return Spec.from_json(json.loads((Path(d) / "cluster.json").read_text()))
+    except (OSError, ValueError, TypeError):
+        return None
+
+
+# -- processes -------------------------------------------------------------------------------------------------------
+def _alive(pid: int) -> bool:
+    """Running, not a zombie (a daemon's parent is pid 1, which in a container may never reap it)."""
+    try:
+        os.kill(pid, 0)
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
+    except (OSError, IndexError):
+        return False
+
+
+def _pid_of(pid_file: Path, needle: str) -> int | None:
+    """The pid in `pid_file` if that process lives and its command line holds `needle` (this cluster's conf or
+    socket), never a process that reused the pid of a daemon gone meanwhile."""
+    try:
+        pid = int(pid_file.read_text().strip())
+        cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ")
+    except (OSError, ValueError):
+        return None
+    return pid if needle.encode() in cmdline and _alive(pid) else None
+
+
+def munged_pid(lay: Layout) -> int | None:
+    return _pid_of(lay.munge / "munged.pid", str(lay.munge_socket))
+
+
+def ctld_pid(lay: Layout) -> int | None:
+    return _pid_of(lay.ctld / "slurmctld.pid", str(lay.conf))
+
+
+def slurmd_pid(lay: Layout, node: str) -> int | None:
+    return _pid_of(lay.node(node) / "slurmd.pid", str(lay.conf))
+
+
+def _spared() -> set[int]:
+    """This process and its ancestors: never killed as a cluster's process (a test run from inside a job)."""
+    spared, pid = set(), os.getpid()
+    while pid > 1 and pid not in spared:
+        spared.add(pid)
+        try:
+            pid = int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1])
+        except (OSError, IndexError, ValueError):
+            break
+    return spared
+
+
+def node_processes(lay: Layout, node: str) -> list[int]:
+    """Node `node`'s job processes: its slurmstepds (each holds the node's slurmd.log open), their descendants (the
+    tasks) and any process whose environment the TaskProlog gave the node's GPUOPS_SANDBOX_DIR (a task detached
+    with setsid). Not its slurmd."""
+    log = os.path.realpath(lay.node(node) / "slurmd.log")
+    needle = f"GPUOPS_SANDBOX_DIR={lay.node(node)}".encode()
+    stepds, tagged, children = set(), set(), {}
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        pid = int(entry.name)
+        try:
+            ppid = int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1])
+            comm = (entry / "comm").read_text().strip()
+            if comm == "slurmstepd":
+                if any(os.readlink(entry / "fd" / fd) == log for fd in os.listdir(entry / "fd")):
+                    stepds.add(pid)
+            elif needle in (entry / "environ").read_bytes().split(b"\0"):
+                tagged.add(pid)
+        except (OSError, IndexError, ValueError):
+            continue
+        children.setdefault(ppid, []).append(pid)
+    found, todo = set(stepds) | tagged, list(stepds)
+    while todo:
+        for child in children.get(todo.pop(), []):
+            if child not in found:
+                found.add(child)
+                todo.append(child)
+    return sorted(found - _spared())
+
+
+def kill_pids(pids: list[int], sig: int = signal.SIGKILL) -> None:
+    for pid in pids:
+        try:
+            os.kill(pid, sig)
+        except OSError:
+            pass
+
+
+def process_stopped(pid: int) -> bool:
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] in ("T", "t")
+    except (OSError, IndexError):
+        return False
+
+
+def stop_daemon(pid: int | None, wait: float = 3.0) -> bool:
+    """SIGTERM, then SIGKILL when it has not ended within `wait` seconds (at once when it is stopped: a lost node's,
+    slurm_nodes.kill_node). Returns whether it was running."""
+    if not pid:
+        return False
+    kill_pids([pid], signal.SIGKILL if process_stopped(pid) else signal.SIGTERM)
+    deadline = time.monotonic() + wait
+    while _alive(pid) and time.monotonic() < deadline:
+        time.sleep(0.02)
+    if _alive(pid):
+        kill_pids([pid])
+    return True
+
+
+# -- ports -----------------------------------------------------------------------------------------------------------
+def _port_free(port: int) -> bool:
+    """Free on every address (slurmctld and slurmd listen on all of them)."""
+    with socket.socket() as s:
+        try:
+            s.bind(("", port))
+        except OSError:
+            return False
+    return True
+
+
+def _ephemeral() -> range:
+    try:
+        lo, hi = (int(x) for x in Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split())
+        return range(lo, hi + 1)
+    except (OSError, ValueError):
+        return range(32768, 61000)
+
+
+def free_ports(count: int, keep: list[int] | None = None) -> list[int]:
+    """`count` distinct free ports below the ephemeral range (an outgoing connection never takes one between this
+    choice and the daemon's bind), starting at a place that depends on this process (parallel test workers spread);
+    the ports in `keep` first when still free (a restarted cluster keeps its ports)."""
+    eph = _ephemeral()
+    out = [p for p in keep or [] if _port_free(p)][:count]
+    rng = random.Random(os.getpid() ^ time.monotonic_ns())
+    tries = 0
+    while len(out) < count:
+        p = rng.randrange(15000, eph.start if eph.start > 16000 else 30000)
+        tries += 1
+        if p not in out and _port_free(p):
+            out.append(p)
+        if tries > 5000:
+            raise GpuopsError("no free port for the local Slurm cluster")
+    return out
+
+
+# -- the client side -------------------------------------------------------------------------------------------------
+def client_env(d: Path, base: dict | None = None) -> dict:
+    """The environment a Slurm command needs to drive this cluster (SLURM_CONF; munge's socket is in the conf)."""
+    env = dict(os.environ if base is None else base)
+    env["SLURM_CONF"] = str(layout(d).conf)
+    return env
+
+
+def run(d: Path, args: list[str], *, timeout: float = 30, check: bool = False,
+        cwd: Path | None = None) -> subprocess.CompletedProcess:
+    """A Slurm client command (["sinfo", "-h"]) against this cluster, as text; check: a failure raises."""
+    proc = subprocess.run(list(args), env=client_env(d), capture_output=True, text=True, timeout=timeout, cwd=cwd)
+    if check and proc.returncode != 0:
+        raise GpuopsError(f"{' '.join(args)} failed ({proc.returncode}): {(proc.stderr or proc.stdout).strip()}")
+    return proc
+
+
+def node_states(d: Path) -> dict[str, str]:
+    """node -> Slurm's state in sinfo's long form ("idle", "down*", "drained", "allocated"...); {} when the
+    controller does not answer."""
+    try:
+        proc = run(d, ["sinfo", "-h", "-N", "-o", "%N %T"], timeout=10)
+    except subprocess.TimeoutExpired:
+        return {}
+    if proc.returncode != 0:
+        return {}
+    return dict(line.split(None, 1) for line in proc.stdout.splitlines() if " " in line)
+
+
+def wait_nodes(d: Path, states: tuple[str, ...] = ("idle",), nodes: list[str] | None = None,
+               timeout: float = 30) -> dict[str, str]:
+    """Poll sinfo until every node named (default: all) is in one of `states`; returns the states seen last."""
+    deadline = time.monotonic() + timeout
+    want = nodes or (read_spec(d).nodes if read_spec(d) else [])
+    while True:
+        seen = node_states(d)
+        if seen and all(seen.get(n) in states for n in want):
+            return seen
+        if time.monotonic() > deadline:
+            raise GpuopsError(f"the local Slurm cluster's nodes {', '.join(want)} did not reach "
+                              f"{'/'.join(states)} within {timeout:.0f} s: {seen or 'no answer from slurmctld'}",
+                              hint=f"see {layout(d).ctld / 'slurmctld.log'} and nodes/*/slurmd.log")
+        time.sleep(0.05)
+
+
+# -- the cluster -----------------------------------------------------------------------------------------------------
+def _write_files(d: Path, lay: Layout, spec: Spec) -> None:
+    from . import host
+
+    for sub in ("etc", "munge", "ctld/state", "dev", "bin", "shared"):
+        (lay.base / sub).mkdir(parents=True, exist_ok=True)
+    os.chmod(d, 0o700)  # munged refuses a socket folder others may write
+    key = lay.munge / "munge.key"
+    if not key.exists():
+        write_private(key, os.urandom(1024))
+    write_atomic(lay.conf, slurm_conf(spec, lay))
+    write_atomic(lay.gres_conf, gres_conf(spec, lay))
+    write_atomic(lay.taskprolog, taskprolog(lay))
+    os.chmod(lay.taskprolog, 0o755)
+    for i in range(spec.gpus_per_node):
+        link = lay.dev / f"nvidia{i}"
+        if not link.is_symlink():
+            link.symlink_to("/dev/null")
+    for node in spec.nodes:
+        nd = lay.node(node)
+        (nd / "spool").mkdir(parents=True, exist_ok=True)
+        if not (nd / "gpu.json").exists():
+            host.write_gpu_state(nd, gpu=spec.gpu, gpus=spec.gpus_per_node, driver="570.148.08", cuda="12.8",
+                                 fail="none", header="legacy")
+        host._install_tools(nd)  # bin/nvidia-smi, dmesg, journalctl, df reading this node's gpu.json; its mark
+    for command in CLIENT_COMMANDS:
+        write_atomic(lay.bin / command, client_wrapper(command, lay, find_tool(command)))
+        os.chmod(lay.bin / command, 0o755)
+    write_atomic(lay.env_file, env_file(lay))
+
+
+def _start_munged(lay: Layout) -> None:
+    if munged_pid(lay):
+        return
+    proc = subprocess.run([find_tool("munged"), "--force", f"--socket={lay.munge_socket}",
+                           f"--key-file={lay.munge / 'munge.key'}", f"--pid-file={lay.munge / 'munged.pid'}",
+                           f"--log-file={lay.munge / 'munged.log'}", f"--seed-file={lay.munge / 'munged.seed'}"],
+                          capture_output=True, text=True, stdin=subprocess.DEVNULL)
+    if proc.returncode != 0:
+        raise GpuopsError(f"munged did not start: {(proc.stderr or proc.stdout).strip()}",
+                          hint=f"see {lay.munge / 'munged.log'}")
+    deadline = time.monotonic() + 10
+    while not (lay.munge_socket.exists() and munged_pid(lay)):
+        if time.monotonic() > deadline:
+            raise GpuopsError("munged did not create its socket", hint=f"see {lay.munge / 'munged.log'}")
+        time.sleep(0.01)
+
+
+def _daemon(argv: list[str], lay: Layout, err: Path) -> None:
+    """Start a Slurm daemon (it forks into the background); what it says before it does goes to `err`."""
+    with open(err, "w") as fh:
+        proc = subprocess.run(argv, stdin=subprocess.DEVNULL, stdout=fh, stderr=subprocess.STDOUT,
+                              env=client_env(lay.base), timeout=30)
+    if proc.returncode != 0:
+        raise GpuopsError(f"{Path(argv[0]).name} did not start (exit {proc.returncode}): {err.read_text().strip()}",
+                          hint=f"see {err}")
+
+
+def _log_says(path: Path, text: str) -> bool:
+    try:
+        return text in path.read_text(errors="replace")
+    except OSError:
+        return False
+
+
+def _start_ctld(d: Path, lay: Layout, fresh: bool) -> None:
+    if ctld_pid(lay):
+        return
+    if fresh:  # another shape: nothing of the old state is recovered
+        shutil.rmtree(lay.ctld / "state", ignore_errors=True)
+        (lay.ctld / "state").mkdir(parents=True)
+    (lay.ctld / "slurmctld.log").unlink(missing_ok=True)
+    _daemon([find_tool("slurmctld"), "-f", str(lay.conf)] + (["-c"] if fresh else []), lay, lay.ctld / "start.err")
+    deadline = time.monotonic() + 20
+    while "UP" not in run(d, ["scontrol", "ping"], timeout=10).stdout:
+        if _log_says(lay.ctld / "slurmctld.log", "Address already in use"):
+            raise _PortTaken("slurmctld")
+        if time.monotonic() > deadline:
+            raise GpuopsError("slurmctld did not answer", hint=f"see {lay.ctld / 'slurmctld.log'}")
+        time.sleep(0.02)
+
+
+class _PortTaken(GpuopsError):
+    """A port chosen free was taken before the daemon bound it (another worker's cluster): start again."""
+
+
+def start_slurmd(lay: Layout, node: str, fresh: bool = False) -> None:
+    if slurmd_pid(lay, node):
+        return
+    nd = lay.node(node)
+    if fresh:
+        shutil.rmtree(nd / "spool", ignore_errors=True)
+        (nd / "spool").mkdir()
+    (nd / "slurmd.log").unlink(missing_ok=True)
+    _daemon([find_tool("slurmd"), "-N", node, "-f", str(lay.conf)], lay, nd / "start.err")
+
+
+def start(d: Path, *, nodes: int = 4, gpus_per_node: int = 8, gpu: str = "h100-sxm", cpus_per_node: int = 16,
+          memory_mb: int = 64000, partition: str = PARTITION, timers: dict | None = None,
+          timeout: float = 30) -> dict:
+    """Start (or keep) a cluster of `nodes` nodes in folder `d`; returns cluster_info(d) with `started`: False when
+    the same cluster was already running (a node whose slurmd had died is started again), True when it was started
+    (anything of an older shape is stopped first; its munge key and ports are kept where still free)."""
+    from .host import GPU_MODELS
+
+    if gpu not in GPU_MODELS:
+        raise GpuopsError(f"unknown GPU model {gpu!r}; choose one of: {', '.join(GPU_MODELS)}")
+    d = Path(d).absolute()
+    d.mkdir(parents=True, exist_ok=True)
+    lay = layout(d)
+    for tool in ("munged", "slurmctld", "slurmd", "sinfo"):
+        find_tool(tool)
+    old = read_spec(d)
+    want = Spec(name=old.name if old else f"gpuops{os.urandom(3).hex()}", nodes=node_names(nodes), ctld_port=0,
+                node_ports={}, user=getpass.getuser(), gpus_per_node=gpus_per_node, gpu=gpu,
+                cpus_per_node=cpus_per_node, memory_mb=memory_mb, partition=partition,
+                timers={**TIMERS, **(timers or {})})
+    if old and old.same_shape(want) and ctld_pid(lay) and munged_pid(lay):
+        _start_munged(lay)
+        for node in old.nodes:
+            start_slurmd(lay, node)
+        wait_nodes(d, ("idle", "mixed", "allocated", "drained", "draining", "down*", "down"), timeout=timeout)
+        return dict(cluster_info(d), started=False)
+    stop(d, login=False)
+    fresh = not (old and old.same_shape(want))
+    keep = [old.ctld_port, *old.node_ports.values()] if old else []
+    for attempt in range(4):
+        ports = free_ports(1 + nodes, keep if attempt == 0 else None)
+        want.ctld_port, want.node_ports = ports[0], dict(zip(want.nodes, ports[1:]))
+        _write_files(d, lay, want)
+        write_atomic(d / "cluster.json", json.dumps(want.to_json(), indent=1))
+        try:
+            _start_munged(lay)
+            _start_ctld(d, lay, fresh)
+            for node in want.nodes:
+                start_slurmd(lay, node, fresh)
+            _wait_registered(d, lay, want, timeout)
+            return dict(cluster_info(d), started=True)
+        except _PortTaken:
+            stop(d, login=False)
+            fresh = True
+    raise GpuopsError("the local Slurm cluster found no free ports in four tries")
+
+
+def _wait_registered(d: Path, lay: Layout, spec: Spec, timeout: float) -> None:
+    deadline = time.monotonic() + timeout
+    while True:
+        seen = node_states(d)
+        if seen and all(seen.get(n) == "idle" for n in spec.nodes):
+            return
+        if any(_log_says(lay.node(n) / "slurmd.log", "Address already in use") for n in spec.nodes):
+            raise _PortTaken("slurmd")
+        if time.monotonic() > deadline:
+            dead = [n for n in spec.nodes if not slurmd_pid(lay, n)]
+            raise GpuopsError(f"the local Slurm cluster's nodes did not all become idle within {timeout:.0f} s: "
+                              f"{seen or 'no answer from slurmctld'}" + (f"; slurmd gone on {dead}" if dead else ""),
+                              hint=f"see {lay.ctld / 'slurmctld.log'} and {lay.base}/nodes/*/slurmd.log")
+        time.sleep(0.03)
+
+
+def stop(d: Path, login: bool = True) -> bool:
+    """Stop everything of the cluster in `d`: its jobs' processes on every node, its slurmds, slurmctld and munged
+    (and its login node's sshd unless login=False). Idempotent; returns whether anything was running. The folder
+    stays (key, state, shared files), so a later start recovers the cluster's state."""
+    d = Path(d).absolute()
+    spec = read_spec(d)
+    lay = layout(d) if spec or (d / "etc").is_dir() else None
+    was = False
+    if lay is not None:
+        nodes = spec.nodes if spec else [p.name for p in (lay.base / "nodes").glob("*")]
+        jobs = sorted({p for n in nodes for p in node_processes(lay, n)})
+        kill_pids(jobs)
+        was = bool(jobs)
+        for pid in [slurmd_pid(lay, n) for n in nodes] + [ctld_pid(lay)]:
+            if pid:
+                kill_pids([pid], signal.SIGTERM)
+                was = True
+        for pid in [slurmd_pid(lay, n) for n in nodes] + [ctld_pid(lay)]:
+            was = stop_daemon(pid) or was
+        kill_pids(sorted({p for n in nodes for p in node_processes(lay, n)}))  # a step started meanwhile
+        was = stop_daemon(munged_pid(lay), wait=2) or was
+    if login and (d / "login" / "sshd_config").exists():
+        from . import host
+
+        was = host.stop(layout(d).login) or was  # its sshd names the folder as the cluster's files do
+    return was
+
+
+def status(d: Path) -> dict:
+    """Which of the cluster's daemons run (pids), without asking the controller."""
+    d = Path(d).absolute()
+    spec = read_spec(d)
+    if spec is None:
+        return {"running": False, "dir": str(d)}
+    lay = layout(d)
+    nodes = {n: slurmd_pid(lay, n) for n in spec.nodes}
+    pids = {"munged": munged_pid(lay), "slurmctld": ctld_pid(lay)}
+    return {"running": bool(pids["slurmctld"]), "dir": str(d), "daemons": pids, "slurmd": nodes}
+
+
+def cluster_info(d: Path) -> dict:
+    """The cluster's facts, for a profile's `slurm:` section and for tests: name, partition, nodes, GPUs per node,
+    the shared folder, the conf, the env file and wrappers' folder, and the login node when it has one."""
+    d = Path(d).absolute()
+    spec = read_spec(d)
+    if spec is None:
+        raise GpuopsError(f"no local Slurm cluster in {d}", hint="gpuops sandbox up --slurm 4")
+    lay = layout(d)
+    info = {"name": spec.name, "dir": str(d), "partition": spec.partition, "nodes": list(spec.nodes),
+            "gpus_per_node": spec.gpus_per_node, "gpu": spec.gpu, "cpus_per_node": spec.cpus_per_node,
+            "memory_mb": spec.memory_mb, "shared_dir": str(lay.shared), "conf": str(lay.conf),
+            "env_file": str(lay.env_file), "bin": str(lay.bin), "ctld_port": spec.ctld_port,
+            "node_ports": dict(spec.node_ports), "slurm_version": _version(d), "accounting": False,
+            "login": None}
+    from . import host
+
+    st = host.read_state(lay.login) if (lay.login / "state.json").exists() else {}
+    if st.get("port"):
+        info["login"] = {"host": st.get("address", "127.0.0.1"), "port": st["port"], "user": st["user"],
+                         "key": st.get("client_key") or str(lay.login / "client_ed25519"), "dir": str(lay.login)}
+    return info
+
+
+def _version(d: Path) -> str | None:
+    """Slurm's version ("22.05.8"), as `sinfo --version` says it ("slurm-wlm 22.05.8")."""
+    try:
+        out = run(d, ["sinfo", "--version"], timeout=10).stdout
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    return out.split()[-1] if out.strip() else None
