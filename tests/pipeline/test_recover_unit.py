@@ -203,3 +203,22 @@ def test_an_api_outage_is_said_once_and_its_end_once(monkeypatch, tmp_path):
     said = err.getvalue()
     assert said.count("could not ask the Lambda API") == 2, said  # the first outage, then the second
     assert said.count("answers again") == 1, said
+
+
+def test_an_eager_watch_looks_as_the_folder_changes_and_again_once_it_holds_still():
+    """Issue 42: a job that checkpoints more often than its folder holds still for two samples (a loaded machine
+    stretches the samples) had nothing taken before a preemption. Eager, each change is looked at once (one look
+    under way at a time); the look as it holds still follows, for the evidence only stillness gives."""
+    cw = w.CheckpointWatch(eager=True)
+    ck = lambda n, crc: {"type": "checkpoints", "sig": (n, crc)}  # noqa: E731
+    assert cw.apply(ck("0", "1")) is False  # empty folder
+    assert cw.apply(ck("2", "10")) is True and cw.mode == "changed"  # changed: looked at at once
+    assert cw.apply(ck("3", "11")) is False  # changed again while that look is under way
+    cw.done()
+    assert cw.apply(ck("4", "12")) is True and cw.mode == "changed"  # never still: every change still looked at
+    cw.done()
+    assert cw.apply(ck("4", "12")) is True and cw.mode == "quiet"  # held still a sample: the quiet look
+    cw.done()
+    assert cw.apply(ck("4", "12")) is False  # looked at in that state, both ways
+    plain = w.CheckpointWatch()
+    assert plain.apply(ck("2", "10")) is False  # not eager: only once it held still, as before

@@ -229,3 +229,23 @@ def test_a_deepspeed_latest_naming_a_folder_not_there_is_said_in_the_summary(clo
                "checkpoints")
     assert r.code == 0 and "warning: latest names global_step99, which is not there" in r.all, r.all
     assert not billing(cloud)
+
+
+def test_a_job_that_checkpoints_every_second_is_resumed_from_a_recent_checkpoint(cloud):
+    """Issue 42: a step folder every second never lets the folder hold still for two watch samples, so before nothing
+    was taken and a preemption restarted the job from the beginning. Each change is now looked at as it comes: a
+    checkpoint complete for a few seconds before the preemption is resumed from."""
+    from support.recovery import RESUMABLE
+
+    write_script(text=RESUMABLE)
+    p = run_process(cloud, "--script", "train.py", "--json", "--recover", "1", "--fetch", "checkpoints", "--", "14",
+                    "1", "0.05", "11")  # the first job holds after checkpoint-11 until its instance is gone
+    (first,) = wait_run(lambda: [i["id"] for i in billing(cloud)], what="the instance", p=p)
+    folder = cloud.home(first) / Path.cwd().name / "checkpoints"
+    wait_run(lambda: (folder / "checkpoint-8").is_dir(), what="checkpoint-8", timeout=180, p=p)
+    cloud.preempt(first)
+    doc, err = done(p)
+    assert doc["outcome"] == "succeeded" and doc["recoveries"] == 1, err
+    assert doc["resumed_from"] and int(doc["resumed_from"].rsplit("-", 1)[1]) >= 5, (doc["resumed_from"], err)
+    assert f"resumed from {doc['resumed_from']}" in fetched_log(doc)
+    assert not billing(cloud)

@@ -464,14 +464,21 @@ def follow_to_end(connect: Callable[[], object], run_id: str, run_dir: str, fs: 
 class CheckpointWatch:
     """The stream's CK lines (the checkpoint folder's file count and listing checksum) in; apply(ev) is True when the
     folder changed and then held still for `samples` samples in a row (the same signature that many times), not yet
-    fetched in that state, and no fetch is under way. done(sig) after the fetch: that state is not fetched again."""
+    fetched in that state, and no fetch is under way. done(sig) after the fetch: that state is not fetched again.
+    eager: also True at once when the folder changed since the last look (`mode` "changed", else "quiet"): its step
+    folders are judged by the evidence that needs no stillness (a marker, a successor, the predecessor's files), so
+    a job that checkpoints more often than the folder holds still for two samples (a loaded machine stretches them)
+    still has its checkpoints taken; the look when it holds still follows as before."""
 
-    def __init__(self, samples: int = 2) -> None:
+    def __init__(self, samples: int = 2, eager: bool = False) -> None:
         self.samples = max(2, samples)
+        self.eager = eager
         self.last: Optional[tuple] = None
         self.seen = 0  # how many samples in a row showed `last`
-        self.fetched: Optional[tuple] = None
+        self.fetched: Optional[tuple] = None  # the state last looked at while it held still
+        self.looked: Optional[tuple] = None  # the state last looked at as it changed (eager)
         self.busy: Optional[tuple] = None  # the state being fetched
+        self.mode: Optional[str] = None  # why it is being fetched: "quiet" or "changed"
 
     def apply(self, ev: dict) -> bool:
         if ev.get("type") != "checkpoints":
@@ -479,13 +486,20 @@ class CheckpointWatch:
         sig = ev["sig"]
         self.seen = self.seen + 1 if sig == self.last else 1
         self.last = sig
-        if self.seen >= self.samples and self.busy is None and sig != self.fetched and sig[0] != "0":
-            self.busy = sig
+        if self.busy is not None or sig == self.fetched or sig[0] == "0":
+            return False
+        if self.seen >= self.samples:
+            self.busy, self.mode = sig, "quiet"
+            return True
+        if self.eager and sig != self.looked:
+            self.busy, self.mode, self.looked = sig, "changed", sig
             return True
         return False
 
     def done(self) -> None:
-        self.fetched, self.busy = self.busy, None
+        if self.mode == "quiet":
+            self.fetched = self.busy
+        self.busy = None
 
 
 # -- the dashboard model (pure) ---------------------------------------------------------------------------

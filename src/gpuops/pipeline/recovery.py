@@ -71,12 +71,13 @@ def judge(remote, one, project: Path, name: str, *, since: Optional[float], job:
 
 def fetch_checkpoint(prof, project: Path, name: str, out, run_id: str, *, since: Optional[float], job: str,
                      quiet: bool = False, clock: Callable[[], float] = time.time,
-                     filesystem: Optional[str] = None, job_id: Optional[str] = None) -> Optional[dict]:
+                     filesystem: Optional[str] = None, job_id: Optional[str] = None,
+                     have: Optional[dict] = None) -> Optional[dict]:
     """The newest checkpoint under fetch entry `name` that counts (`judge`: this job's, and complete by evidence
     gathered in the listing's own remote execution), fetched and verified (transfer.fetch) into the run's own
     folder (checkpoints.local_dir); on a filesystem (filesystem: the run's folder there) only judged, never fetched
     (it outlives the instance). Returns the record's checkpoint entry (with the evidence that vouched for it), or
-    None when none counts yet (said on `out`)."""
+    None when none counts yet (said on `out`). have: the entry the run holds; the same folder is not fetched again."""
     from ..remote.connection import connect
     from ..transfer.fetch import fetch
 
@@ -89,6 +90,11 @@ def fetch_checkpoint(prof, project: Path, name: str, out, run_id: str, *, since:
         if v.passed_over:
             out.warn(f"passed over in {path}: {v.reasons()}")
         took = None
+        if have and have.get("local") and filesystem is None and (have.get("dir"), have.get("step")) == (
+                v.dir or None, v.step) and name == have.get("name"):
+            # fetched and verified already (a look as the folder changed, then one as it held still): its evidence
+            # now, which may be stronger than then (a marker written since) or weaker (timing only)
+            return {**have, "evidence": list(v.evidence or []), "at": clock()}
         if filesystem is None:
             t0 = time.monotonic()
             fetch(one, remote, out, name, step=v.step if v.dir else None,
@@ -105,10 +111,10 @@ class CheckpointFetcher:
     (jobs.watch.CheckpointWatch), fetch_one() runs in a background thread (its own connection). finished() hands
     the results back to the caller's thread: (entry, None) or (None, GpuopsError)."""
 
-    def __init__(self, fetch_one: Callable[[], dict]):
+    def __init__(self, fetch_one: Callable[..., dict]):
         from ..jobs.watch import CheckpointWatch
 
-        self.watch = CheckpointWatch(ck.QUIET_SAMPLES)
+        self.watch = CheckpointWatch(ck.QUIET_SAMPLES, eager=True)
         self.fetch_one = fetch_one
         self.thread: Optional[threading.Thread] = None
         self._done: list = []
@@ -117,13 +123,14 @@ class CheckpointFetcher:
     def on_event(self, ev: dict) -> list:
         got = self.finished()
         if self.watch.apply(ev):
-            self.thread = threading.Thread(target=self._run, name="gpuops-checkpoint-fetch", daemon=True)
+            self.thread = threading.Thread(target=self._run, args=(self.watch.mode == "quiet",),
+                                           name="gpuops-checkpoint-fetch", daemon=True)
             self.thread.start()
         return got
 
-    def _run(self) -> None:
+    def _run(self, quiet: bool) -> None:
         try:
-            res = (self.fetch_one(), None)
+            res = (self.fetch_one(quiet=quiet), None)
         except GpuopsError as exc:
             res = (None, exc)
         except Exception as exc:  # noqa: BLE001 - a background thread reports, never dies silently
@@ -169,9 +176,9 @@ class RecoveryStages:
         name = home.name
         fprof = self._fetch_profile()
         folder = fetch_sources(fprof, self.project)[name]
-        self._fetcher = CheckpointFetcher(lambda: fetch_checkpoint(
+        self._fetcher = CheckpointFetcher(lambda quiet: fetch_checkpoint(
             fprof, self.project, name, quiet_output(), rec.id, since=ck.since(rec.job_started, home), job="alive",
-            quiet=True, filesystem=home.filesystem, job_id=rec.run_id))
+            quiet=quiet, filesystem=home.filesystem, job_id=rec.run_id, have=rec.checkpoint))
         return w.Extras(health=True, checkpoints=folder, disk=disk), health, self._fetcher
 
     def _watch_event(self, ev: dict, health, fetcher) -> None:
