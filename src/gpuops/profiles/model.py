@@ -209,6 +209,29 @@ class CloudFilesystem(_Strict):
     mount_point: str
 
 
+class SlurmSettings(_Strict):
+    """`slurm:`: the profile's host is a Slurm cluster's login node (docs/slurm.md). Slurm is the engine: gpuops
+    verifies the nodes through `srun`, submits with `sbatch`, follows with `squeue`/`sacct`/`scontrol`, stops with
+    `scancel`. `remote_dir` is on the filesystem every node shares."""
+    partition: Optional[str] = Field(None, description="the partition (default: the cluster's default partition)")
+    account: Optional[str] = None
+    qos: Optional[str] = None
+    nodes: int = Field(1, ge=1, le=4096, description="nodes per job (and verified by `gpuops verify`)")
+    gpus_per_node: int = Field(0, ge=0, le=64, description="GPUs per node asked for (--gres=gpu:N; 0: none)")
+    gpu_type: Optional[str] = Field(None, description="a gres type (--gres=gpu:TYPE:N), if the cluster names them")
+    gpu_option: Literal["gres", "gpus-per-node"] = "gres"
+    cpus_per_task: Optional[int] = Field(None, ge=1)
+    time: Optional[str] = Field(None, description="the job's time limit, Slurm's form (minutes, [D-]HH:MM:SS)")
+    exclude: List[str] = Field(default_factory=list, description="nodes to keep jobs off (a node verify failed)")
+    nodelist: List[str] = Field(default_factory=list)
+    signal_before_s: Optional[int] = Field(120, ge=0, description="USR1 to the batch shell this long before the "
+                                           "time limit (--signal=B:USR1@N); null: none")
+    extra_sbatch: List[str] = Field(default_factory=list, description="more #SBATCH options (--constraint=ib ...)")
+    price_per_gpu_hour: Optional[float] = Field(None, ge=0, description="for the cost beside the GPU-hours")
+    launcher: Literal["torchrun", "none"] = Field("torchrun", description="torchrun with c10d on the allocation's "
+                                                  "first node, or the command once per node (none)")
+
+
 class CloudInfo(_Strict):
     """Written by `gpuops up`: the instance behind this profile and its cost guard (docs/cloud.md). A fleet
     (`up --nodes N`) lists every instance under `nodes:`; instance_id and launch_id are then rank 0's."""
@@ -256,6 +279,8 @@ class Profile(_Strict):
     secrets: List[str] = Field(default_factory=list, description="names of environment variables sent as secrets")
     fetch: Dict[str, str] = Field(default_factory=lambda: {"checkpoints": "checkpoints"})
     cloud: Optional[CloudInfo] = None
+    slurm: Optional[SlurmSettings] = Field(None, description="the host is a Slurm cluster's login node "
+                                           "(docs/slurm.md)")
     setup: SetupSettings = Field(default_factory=SetupSettings)
     checks: List[str] = Field(default_factory=list, description="opt-in verify checks by name (playbooks/rules.yaml "
                               "optional_checks: uv, vllm, packaging, mbridge, apex, flash-attn)")
