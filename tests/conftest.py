@@ -79,12 +79,12 @@ def slurm_cluster(sshd, tmp_path_factory):
     GPUs each, partition `gpu`, and its login node (a sandbox host): one per session (under xdist: per worker, with
     its own ports, munge socket and ClusterName), started when a test first asks for it, stopped at the end. The
     daemons are required: their absence FAILS the tests that need them (never a skip). A support.slurm.SlurmCluster."""
-    from gpuops.sandbox import slurm
+    from gpuops.sandbox import slurm, slurm_procs
     from support.slurm import start
 
     try:
         for tool in ("munged", "slurmctld", "slurmd", "sbatch"):
-            slurm.find_tool(tool)
+            slurm_procs.find_tool(tool)
     except Exception:
         pytest.fail("Slurm is not installed: the Slurm tests need slurmctld, slurmd, slurm-client and munge "
                     "(scripts/install-system-deps.sh installs them)")

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from gpuops.sandbox import slurm, slurm_login, slurm_nodes
+from gpuops.sandbox import slurm, slurm_login, slurm_nodes, slurm_procs
 
 
 def test_four_idle_nodes_and_the_login_node_finds_slurm(slurm_idle):
@@ -132,7 +132,7 @@ def test_stop_leaves_no_process_and_start_keeps_a_running_cluster(sshd, tmp_path
                        check=True).stdout.strip()
     lay = slurm.layout(d)
     deadline = time.monotonic() + 20
-    while not slurm.node_processes(lay, "n1"):
+    while not slurm_procs.node_processes(lay, "n1"):
         assert time.monotonic() < deadline, f"job {job_id} never ran"
         time.sleep(0.05)
     assert slurm.stop(d)
@@ -171,3 +171,28 @@ def test_set_gpu_fault_on_one_node_only(slurm_idle, fault):
     assert slurm_nodes.node_dir(c.dir, "n2") != slurm_nodes.node_dir(c.dir, "n1")
     states = {n: (c.node_dir(n) / "gpu.json").read_text() for n in c.nodes}
     assert fault.split("@")[0] in states["n1"] and all(fault.split("@")[0] not in states[n] for n in ("n2", "n3", "n4"))
+
+
+def test_sandbox_up_slurm_writes_the_profile_and_down_stops_it(starts_hosts, gpuops, monkeypatch, tmp_path):
+    import json
+
+    import yaml
+
+    monkeypatch.setenv("GPUOPS_STATE_DIR", str(tmp_path / "state"))
+    try:
+        r = gpuops("sandbox", "up", "--slurm", "2", "--gpus", "4", "--json")
+        assert r.code == 0, r.all
+        doc = json.loads(r.out)
+        assert doc["nodes"] == ["n1", "n2"] and doc["gpus_per_node"] == 4 and doc["partition"] == "gpu"
+        assert doc["profile"] == "slurm" and doc["login"]["port"]
+        profile = yaml.safe_load(Path(doc["profile_path"]).read_text())
+        assert {k: profile[k] for k in ("host", "port", "user", "key", "remote_dir")} == {
+            "host": "127.0.0.1", "port": doc["login"]["port"], "user": doc["login"]["user"],
+            "key": doc["login"]["key"], "remote_dir": doc["shared_dir"]}
+        again = gpuops("sandbox", "up", "--slurm", "2", "--gpus", "4")
+        assert again.code == 0 and "running: 2 nodes" in again.all, again.all
+        assert slurm.node_states(Path(doc["dir"])) == {"n1": "idle", "n2": "idle"}
+    finally:
+        down = gpuops("sandbox", "down", "--json")
+    assert down.code == 0 and json.loads(down.out)["slurm_stopped"] is True, down.all
+    assert not slurm.status(Path(doc["dir"]))["running"]

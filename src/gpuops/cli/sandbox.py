@@ -16,7 +16,8 @@ app.add_typer(sandbox_app, name="sandbox")
 def up(
     gpu: str = typer.Option("h100-pcie", "--gpu", help="GPU model: h100-pcie, h100-sxm5 (alias h100-sxm), h200, a100, "
                                                       "rtx6000ada, b200, rtxpro6000, gh200, a10."),
-    gpus: int = typer.Option(1, "--gpus", min=0, max=16, help="Number of emulated GPUs."),
+    gpus: Optional[int] = typer.Option(None, "--gpus", min=0, max=16, help="Number of emulated GPUs (default 1; "
+                                       "with --slurm: per node, default 8)."),
     port: Optional[int] = typer.Option(None, "--port", help="Port for sshd (default: a free one, kept across restarts)."),
     driver: str = typer.Option("570.148.08", "--driver", help="Driver version the emulated nvidia-smi reports."),
     cuda: str = typer.Option("12.8", "--cuda", help="CUDA version in the nvidia-smi header."),
@@ -35,6 +36,10 @@ def up(
                                         show_default=False),
     cloud: bool = typer.Option(False, "--cloud", help="Start the local Lambda Cloud API emulator instead: "
                                "`gpuops up` launches sandbox hosts through it. Prints its URL and API key."),
+    slurm: Optional[int] = typer.Option(None, "--slurm", metavar="N", min=1, max=16, help="Start a local Slurm "
+                                        "cluster of N nodes instead (Debian's slurmctld, slurmd and munge; each "
+                                        "node's GPUs emulated, --gpu and --gpus per node) and its login node, and "
+                                        "write the profile 'slurm'."),
     boot_seconds: float = typer.Option(20.0, "--boot-seconds", help="With --cloud: how long instances stay "
                                        "'booting'."),
     launch_window: float = typer.Option(12.0, "--launch-window", help="With --cloud: at most one launch per this "
@@ -47,8 +52,9 @@ def up(
     json_: bool = JsonOpt,
 ) -> None:
     """Start the sandbox host (or change its emulated GPUs) and write the profile 'sandbox'.
-    With --cloud: start the Lambda Cloud API emulator (see docs/sandbox.md). --json: one document whose `warnings`
-    list holds every warning (e.g. its port was taken and it moved to another)."""
+    With --cloud: start the Lambda Cloud API emulator (see docs/sandbox.md). With --slurm N: a local Slurm cluster of
+    N nodes and its login node, and the profile 'slurm' (--port: the login node's). --json: one document whose
+    `warnings` list holds every warning (e.g. its port was taken and it moved to another)."""
     out = output(json_)
     if image is not None:
         from ..errors import UsageError
@@ -56,11 +62,17 @@ def up(
 
         if image not in IMAGES:
             raise UsageError(f"--image {image!r}: unknown image; known: {', '.join(IMAGES)}")
+    if cloud and slurm:
+        from ..errors import UsageError
+
+        raise UsageError("--cloud and --slurm start different things: give one")
     if cloud:
         return _cloud_up(out, json_, port or 0, boot_seconds, launch_window, python, image)
+    if slurm:
+        return _slurm_up(out, json_, slurm, gpu, 8 if gpus is None else gpus, port)
     from ..sandbox import host
 
-    st = host.up(gpu=gpu, gpus=gpus, port=port, driver=driver, cuda=cuda, fail=fail, header=header, python=python,
+    st = host.up(gpu=gpu, gpus=1 if gpus is None else gpus, port=port, driver=driver, cuda=cuda, fail=fail, header=header, python=python,
                  faults=fault or [], image=image)
     if st.get("port_moved_from"):
         out.warn(f"port {st['port_moved_from']} is taken by another program; the sandbox now listens on {st['port']} "
@@ -98,6 +110,24 @@ def _cloud_up(out, json_: bool, port: int, boot_seconds: float, launch_window: f
     out.info("next: gpuops cloud types; stop it (and every instance) with: gpuops sandbox down --cloud")
 
 
+def _slurm_up(out, json_: bool, nodes: int, gpu: str, gpus: int, port) -> None:
+    from ..sandbox import slurm_login
+
+    info = slurm_login.up(nodes, gpus_per_node=gpus, gpu=gpu, port=port)
+    if json_:
+        out.emit_json(with_warnings({"running": True, "profile": slurm_login.PROFILE_NAME,
+                                     **{k: v for k, v in info.items() if k != "started"}}, out))
+        return
+    login = info["login"]
+    out.success(f"local Slurm cluster {info['name']} {'started' if info['started'] else 'running'}: "
+                f"{len(info['nodes'])} nodes ({','.join(info['nodes'])}), {info['gpus_per_node']}x {info['gpu']} "
+                f"emulated each, partition {info['partition']}, Slurm {info['slurm_version']}")
+    out.info(f"login node on {login['host']}:{login['port']}; shared folder {info['shared_dir']}")
+    out.info(f"profile '{slurm_login.PROFILE_NAME}' written to {info['profile_path']}")
+    out.print(f"use it from this shell: . {info['env_file']}   (then sinfo, sbatch, squeue ...)")
+    out.info("stop it (and its jobs) with: gpuops sandbox down")
+
+
 @sandbox_app.command("down")
 def down(
     cloud: bool = typer.Option(False, "--cloud", help="Stop the Lambda API emulator and every instance it runs."),
@@ -105,7 +135,8 @@ def down(
 ) -> None:
     """Stop the sandbox host and the jobs its sessions left running, detached ones too; only those: never the calling
     shell, its other processes, or anything that merely has GPUOPS_SANDBOX_DIR set. Keys, profile and home stay.
-    --json: {"stopped", "warnings"}."""
+    The local Slurm cluster (`sandbox up --slurm N`) stops too, with its jobs and login node.
+    --json: {"stopped", "slurm_stopped", "warnings"}."""
     out = output(json_)
     if cloud:
         from ..cloud.emulator import daemon
@@ -118,15 +149,19 @@ def down(
         else:
             out.info("Lambda API emulator was not running")
         return
-    from ..sandbox import host
+    from ..sandbox import host, slurm_login
 
     stopped = host.down()
+    slurm_stopped = slurm_login.down()
     if json_:
-        out.emit_json(with_warnings({"stopped": stopped}, out))
-    elif stopped:
+        out.emit_json(with_warnings({"stopped": stopped, "slurm_stopped": slurm_stopped}, out))
+        return
+    if stopped:
         out.success("sandbox host stopped")
     else:
         out.info("sandbox host was not running")
+    if slurm_stopped:
+        out.success("local Slurm cluster stopped (its jobs, daemons and login node)")
 
 
 @sandbox_app.command("status")

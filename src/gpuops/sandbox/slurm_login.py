@@ -70,14 +70,15 @@ host_key_policy: accept-new
 
 
 def up(nodes: int = 4, *, gpus_per_node: int = 8, gpu: str = "h100-sxm", port: int | None = None,
-       write_profile_: bool = True) -> dict:
-    """THE local cluster (`gpuops sandbox up --slurm N`): `nodes` nodes and a login node in cluster_dir(), and the
-    profile `slurm`. Returns cluster_info with `started` and `profile_path`."""
+       profile: str | None = PROFILE_NAME) -> dict:
+    """THE local cluster (`gpuops sandbox up --slurm N`): `nodes` nodes and a login node (sshd on `port`, default a
+    free one kept across restarts) in cluster_dir(), and the profile `profile` (None: none). Returns cluster_info
+    with `started` and `profile_path`."""
     d = cluster_dir()
     info = start(d, nodes=nodes, gpus_per_node=gpus_per_node, gpu=gpu)
     start_login(d, port=port)
     out = dict(cluster_info(d), started=info["started"])
-    out["profile_path"] = str(write_profile(d)) if write_profile_ else None
+    out["profile_path"] = str(write_profile(d, profile)) if profile else None
     return out
 
 

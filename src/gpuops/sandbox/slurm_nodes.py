@@ -9,8 +9,8 @@ from pathlib import Path
 
 from ..errors import GpuopsError, UsageError
 from ..paths import write_atomic
-from .slurm import kill_pids, layout, node_processes, process_stopped, read_spec, run, slurmd_pid, start_slurmd, \
-    stop_daemon, wait_nodes
+from .slurm import layout, read_spec, run, start_slurmd, wait_nodes
+from .slurm_procs import kill_pids, node_processes, process_stopped, slurmd_pid, stop_daemon
 
 
 def _node(d: Path, node: str) -> str:
@@ -74,23 +74,46 @@ def node_dir(d: Path, node: str) -> Path:
     return layout(d).node(_node(d, node))
 
 
+SLURM_PROCESSES = ("slurm_script", "srun", "slurmstepd")  # a job's Slurm side, never its GPU process
+
+
+def gpu_jobs(d: Path, node: str) -> list[int]:
+    """`node`'s GPU job processes (GPUOPS_RUN_ID in their environment, sandbox/host.py's gpu_job_processes through
+    the node's session mark the TaskProlog gives every task), without the job's Slurm side: its batch script and
+    srun carry the same environment but hold no GPU."""
+    from . import host
+
+    out = []
+    for pid in host.gpu_job_processes(node_dir(d, node)):
+        try:
+            comm = Path(f"/proc/{pid}/comm").read_text().strip()
+        except OSError:
+            continue
+        if comm not in SLURM_PROCESSES:
+            out.append(pid)
+    return out
+
+
 def set_gpu_fault(d: Path, node: str, fault: str, kill_jobs: bool = False) -> list[str]:
-    """A fault on `node`'s emulated GPUs from now on (`xid=79`, `ecc=2@1`, `gpu-lost`... as `sandbox up --fault`
-    takes them; a failure mode of FAIL_MODES: `driver-not-loaded`, `gpu-lost`, `hang`...); the other nodes stay
-    healthy. kill_jobs: the node's GPU jobs (GPUOPS_RUN_ID in their environment) die at that moment, as a CUDA job
-    does when its GPU falls off the bus. Returns the node's faults (and failure mode, as `fail:NAME`)."""
+    """A fault on `node`'s emulated GPUs from now on (`xid=79`, `ecc=2@1`... as `sandbox up --fault` takes them; or a
+    failure mode of host.FAIL_MODES: `driver-not-loaded`, `gpu-lost`, `hang`...); the other nodes stay healthy.
+    kill_jobs: the node's GPU processes (gpu_jobs) die at that moment, as a CUDA process does when its GPU falls off
+    the bus; the job's batch script and srun live on and see their task killed. Returns the node's faults (and its
+    failure mode, as `fail:NAME`)."""
     from . import host
 
     nd = node_dir(d, node)
+    victims = gpu_jobs(d, node) if kill_jobs else []  # found first: the fault and their deaths, together
     if fault in host.FAIL_MODES:
-        victims = host.gpu_job_processes(nd) if kill_jobs else []
         state = json.loads((nd / "gpu.json").read_text())
         state["fail"] = None if fault == "none" else fault
         write_atomic(nd / "gpu.json", json.dumps(state, indent=1))
-        if kill_jobs:
-            host.kill_gpu_jobs(nd, victims)
-        return list(state.get("faults") or []) + ([f"fail:{fault}"] if state["fail"] else [])
-    return host.inject_fault(nd, fault, kill_jobs=kill_jobs)
+        faults = list(state.get("faults") or []) + ([f"fail:{fault}"] if state["fail"] else [])
+    else:
+        faults = host.inject_fault(nd, fault)
+    if victims:
+        host.kill_gpu_jobs(nd, victims)
+    return faults
 
 
 def clear_gpu_faults(d: Path, node: str | None = None) -> None:
