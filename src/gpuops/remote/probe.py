@@ -378,6 +378,8 @@ def kernel_log(timeout, limit=200):
 IB_SYSFS = "/sys/class/infiniband"
 IB_PORT_FILES = ("state", "phys_state", "rate", "link_layer")
 NCCL_CONF = ("/etc/nccl.conf", "~/.nccl.conf")  # NCCL reads its variables from these files too
+PEERMEM = ("/sys/kernel/mm/memory_peers/nv_mem/version", "/sys/kernel/mm/memory_peers/nv_mem_nc/version",
+           "/sys/module/nvidia_peermem/version")  # where NCCL looks for GPUDirect RDMA's module
 
 
 def _read(path, limit=4096):
@@ -401,6 +403,7 @@ def ib_facts(job_env=None):
     modules = _read("/proc/modules", 1 << 20)
     out["modules"] = [ln.split()[0] for ln in modules.splitlines() if ln.strip()] if modules is not None else None
     out["netdevs"] = sorted(os.listdir("/sys/class/net")) if os.path.isdir("/sys/class/net") else None
+    out["peermem_paths"] = [p for p in PEERMEM if os.path.exists(p)]
     out["env"] = {k: v for k, v in os.environ.items() if k.startswith("NCCL_")}
     for k, v in (job_env or {}).items():  # the job's own (the preset, the profile's env:, --env; None: unset)
         if k.startswith("NCCL_") and v is None:
