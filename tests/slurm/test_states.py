@@ -83,6 +83,8 @@ def test_squeue_json_of_23_02_numbers_as_objects_and_a_held_requeued_job():
     assert (held.state, held.reason, held.restarts, held.description, held.time_limit_s) == (
         "PENDING", "JobHeldUser", 1, "launch failed requeued held", 7200)
     assert j["4102"].start_epoch == 1694690000.0 and j["4103"].hosts == ["gpu01", "gpu02"]
+    assert (j["4103"].batch_host, j["4103"].requeue) == ("gpu01", True)
+    assert j["4103"].std_out == "/shared/proj/.gpuops/runs/r4103/slurm-4103.out"
 
 
 def test_squeue_json_of_23_11_and_24_05_state_lists_time_objects_exit_structures():
@@ -122,6 +124,8 @@ def test_scontrol_one_line_records_of_jobs():
     assert held.reason == "launch failed requeued held" and held.restarts == 1  # scontrol's _ read as spaces
     running = states.job_from_scontrol(recs["5304"])
     assert running.state == "RUNNING" and running.restarts == 1 and running.time_limit_s == 86400
+    assert (running.batch_host, running.requeue) == ("gpu01", True)
+    assert running.std_out == "/shared/proj/.gpuops/runs/r5304/slurm-5304.out"
     local = states.job_from_scontrol(states.parse_scontrol(recorded("22.05/scontrol_job_requeued_running.txt"))[0])
     assert local.state == "RUNNING" and local.restarts == 1
 

@@ -203,6 +203,9 @@ class QueueJob:
     exit_code: Optional[int] = None
     signal: Optional[int] = None
     description: Optional[str] = None  # JSON's state_description (`launch failed requeued held`)
+    batch_host: Optional[str] = None  # the node the batch script runs on (the allocation's first)
+    std_out: Optional[str] = None  # the log Slurm writes (scontrol's StdOut, JSON's standard_output; %j filled)
+    requeue: Optional[bool] = None  # Slurm requeues it after a node failure or preemption
 
     @property
     def pending(self) -> bool:
@@ -300,7 +303,9 @@ def parse_squeue_json(text: str) -> list[QueueJob]:
             name=j.get("name"), time_limit_s=limit * 60 if limit is not None else None,
             start_epoch=float(start) if start else None,
             gres=j.get("tres_per_node") or j.get("tres_per_job") or None, restarts=int(j.get("restart_cnt") or 0),
-            exit_code=rc, signal=sig, description=j.get("state_description") or None))
+            exit_code=rc, signal=sig, description=j.get("state_description") or None,
+            batch_host=j.get("batch_host") or None, std_out=j.get("standard_output") or None,
+            requeue=j.get("requeue") if isinstance(j.get("requeue"), bool) else None))
     return jobs
 
 
@@ -336,7 +341,9 @@ def job_from_scontrol(rec: dict) -> QueueJob:
         node_list="" if node_list == "(null)" else node_list, partition=rec.get("Partition"),
         name=rec.get("JobName"), time_used_s=duration_s(rec.get("RunTime")),
         time_limit_s=duration_s(rec.get("TimeLimit")), start=_time(rec.get("StartTime")),
-        gres=rec.get("TresPerNode") or None, restarts=_int(rec.get("Restarts")) or 0, exit_code=rc, signal=sig)
+        gres=rec.get("TresPerNode") or None, restarts=_int(rec.get("Restarts")) or 0, exit_code=rc, signal=sig,
+        batch_host=rec.get("BatchHost") or None, std_out=rec.get("StdOut") or None,
+        requeue={"1": True, "0": False}.get(rec.get("Requeue", "")))
 
 
 # -- sacct: the accounting rows -----------------------------------------------------------------------------------
