@@ -77,3 +77,17 @@ def test_slurms_year_away_placeholder_is_no_estimate():
     assert reasons.explain_pending(job, TABLE, now=submitted).estimated_start is None
     soon = states.QueueJob("2", "PENDING", reason="Resources", start_epoch=submitted + 3600)
     assert reasons.explain_pending(soon, TABLE, now=submitted).estimated_start is not None
+
+
+def test_the_local_clusters_22_05_pending_jobs_in_words():
+    """Recorded on the local cluster (sandbox/slurm.py): a job asking for more nodes than the partition has, a node
+    drained by an admin, a requeued job waiting to start again."""
+    def words(name):
+        rec = states.parse_scontrol(recorded(f"22.05/{name}.txt"))[0]
+        return reasons.explain_pending(states.job_from_scontrol(rec), TABLE)
+
+    too_many = words("scontrol_job_pending_too_many_nodes")
+    assert too_many.code == "PartitionConfig" and "not configured to give" in too_many.words and not too_many.wait
+    notavail = words("scontrol_job_pending_reqnodenotavail")
+    assert notavail.nodes == ["n3"] and "--exclude" in notavail.fix
+    assert words("scontrol_job_requeued_pending").wait

@@ -245,3 +245,19 @@ def test_the_endings_playbook_loads_with_the_slurm_rows():
     assert ids.index("slurm-timeout") < ids.index("host-oom") and ids.index("gpu-failed") == 0
     for state in states.SCHEDULER_ENDS:
         assert any(state in (r.get("scheduler") or []) for r in SPEC["causes"]), state
+
+
+def test_the_local_clusters_22_05_endings_explained():
+    """Recorded on the local cluster (sandbox/slurm.py, no accounting: scontrol is the only witness)."""
+    def ending(name):
+        return states.ending_from_scontrol(recorded(f"22.05/{name}.txt"))
+
+    timeout = ending("scontrol_job_timeout")
+    assert (timeout.state, timeout.reason, timeout.exit_status) == ("TIMEOUT", "TimeLimit", 143)
+    assert judge(timeout)["cause"] == "slurm-timeout"
+    assert judge(ending("scontrol_job_node_fail"))["cause"] == "slurm-node-fail"
+    e = judge(ending("scontrol_job_cancelled_running"))
+    assert e["cause"] == "slurm-cancelled" and "Slurm did not record who" in e["title"]
+    e = judge(ending("scontrol_job_failed"), ["step 1"])
+    assert (e["cause"], e["title"]) == ("failed", "it exited with code 3")
+    assert judge(ending("scontrol_job_completed_two_nodes")) is None
