@@ -24,17 +24,31 @@ def verify(
                                                       "NCCL all-reduce on several GPUs, judged by GPU model, count "
                                                       "and message size) against its reference speed."),
     host: Optional[int] = HostOpt,
+    alloc_wait: int = typer.Option(20, "--alloc-wait", metavar="SECONDS", min=1, max=3600,
+                                   help="Slurm profiles: how long the verify step may wait for its nodes (srun "
+                                        "--immediate) before verify says the partition has no free nodes."),
 ) -> None:
     """Check GPUs (identity and health: ECC, row remapping, throttling, PCIe link, Xid), driver, CUDA, Python and
     packages in one remote execution; report pass/warn/fail with fixes. --bench also measures each GPU's speed.
     Rules from playbooks/rules.yaml (Megatron + numpy 2, torch kernels for the GPU, ...); opt-in checks by name
     with the profile's `checks: [vllm, apex]`.
-    A fleet profile (hosts:) is verified on every host in parallel, then as a whole."""
+    A fleet profile (hosts:) is verified on every host in parallel, then as a whole.
+    A Slurm profile (`slurm:`, its host the login node) is verified through Slurm (docs/slurm.md): the partition and
+    its nodes' states (a drained node with Slurm's reason and the --exclude fix), then the probe on every node in one
+    srun step, each node's report and the same stack across them."""
     from ..verify import host as core
 
     out = output(json_)
     prof = pick_profile(name, profile)
     opts = dict(playbook=playbook, save=not no_save, cuda_check=not no_cuda, fail_on_warn=fail_on_warn, bench=bench)
+    if prof.slurm is not None:
+        from ..errors import UsageError
+        from ..slurm.verify_cluster import run_cluster_verify
+
+        if host is not None:
+            raise UsageError("--host is for a fleet's hosts; a Slurm profile's nodes are Slurm's: set slurm.nodelist "
+                             "(or slurm.exclude) in the profile")
+        raise typer.Exit(run_cluster_verify(prof, out, wait_s=alloc_wait, **opts))
     if prof.is_fleet and host is None:
         code = core.run_fleet_verify(prof, out, **opts)
     else:

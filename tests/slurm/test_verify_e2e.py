@@ -1,0 +1,103 @@
+"""`gpuops verify` on a Slurm profile, end to end through the real local cluster (Debian's slurmctld/slurmd/munge, 4
+nodes n1..n4 of 8 emulated GPUs each, its login node a sandbox sshd): the CLI in-process, the login node's one
+connection, one srun step for every node's probe."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import yaml
+
+from support.schemas import valid
+
+
+def write_profile(cluster, name: str = "cl", **slurm) -> Path:
+    """A profile of the cluster's login node in this test's project folder (profiles/<name>.yaml)."""
+    login = cluster.info["login"]
+    doc = {"host": login["host"], "port": login["port"], "user": login["user"], "key": login["key"],
+           "remote_dir": str(cluster.shared), "host_key_policy": "accept-new",
+           "slurm": {"partition": "gpu", "nodes": 4, "gpus_per_node": 8, **slurm}}
+    path = Path("profiles") / f"{name}.yaml"
+    path.parent.mkdir(exist_ok=True)
+    path.write_text(yaml.safe_dump(doc))
+    return path
+
+
+def test_four_nodes_pass_in_one_srun_step(slurm_idle, gpuops, isolated):
+    write_profile(slurm_idle)
+    r = gpuops("verify", "cl", "--json")
+    assert r.code == 0, r.all
+    doc = json.loads(r.out)
+    valid("verify", doc)
+    assert doc["remote_executions"] == 2 and doc["srun_steps"] == 1  # the cluster's facts, then ONE srun step
+    assert [h["host"] for h in doc["hosts"]] == ["n1", "n2", "n3", "n4"]
+    assert all(h["code"] == 0 and h["report"]["emulated"] for h in doc["hosts"])
+    assert {c["id"] for c in doc["hosts"][0]["report"]["checks"]} >= {"gpu.nvidia_smi", "gpu.xid", "python.version"}
+    assert doc["slurm"]["partition"] == "gpu" and doc["slurm"]["nodes_verified"] == ["n1", "n2", "n3", "n4"]
+    assert doc["fleet"]["verdict"] == "pass" and doc["code"] == 0
+    assert {c["id"] for c in doc["checks"]} >= {"slurm.partition", "slurm.node.n1", "slurm.gres", "slurm.nodes",
+                                               "slurm.step"}
+    saved = sorted(p.name for p in (isolated / "logs" / "env_checks").iterdir())
+    assert any(n.endswith("_cl-cluster.json") for n in saved) and len(saved) == 2 + 2 * 4
+    assert not list(slurm_idle.shared.glob(".gpuops/verify/probe-*.py"))  # the probe file is removed after the step
+
+    r = gpuops("verify", "cl", "--no-save")
+    assert r.code == 0, r.all
+    assert "=== cluster: cl" in r.out and "=== node n4 ===" in r.out and "4/4 nodes passed" in r.out
+    assert "2 remote execution(s) over one connection, 1 srun step" in r.out
+    assert "Traceback" not in r.all
+
+
+def test_a_drained_node_is_named_with_slurms_reason_and_the_exclude_fix(slurm_idle, gpuops):
+    write_profile(slurm_idle)
+    slurm_idle.drain("n3", "gpu xid 79 on GPU 2")
+    r = gpuops("verify", "cl", "--no-save", "--no-cuda-check")
+    assert r.code == 1, r.all
+    assert "FAIL  node n3: drained: gpu xid 79 on GPU 2, set by" in r.out
+    assert "slurm.exclude: [n3]" in r.out and "--exclude=n3" in r.out
+    assert "nodes the job can have: 3 usable (n1, n2, n4)" in r.out
+    assert "=== node n3 ===" not in r.out  # Slurm gives no step to a drained node
+    # told to keep off it and to ask for 3 nodes, the cluster passes
+    write_profile(slurm_idle, nodes=3, exclude=["n3"])
+    r = gpuops("verify", "cl", "--no-save", "--no-cuda-check", "--json")
+    doc = json.loads(r.out)
+    assert r.code == 0, r.all
+    assert sorted(h["host"] for h in doc["hosts"]) == ["n1", "n2", "n4"]
+    n3 = next(c for c in doc["checks"] if c["id"] == "slurm.node.n3")
+    assert n3["status"] == "info" and "slurm.exclude" in n3["measured"]
+
+
+def test_a_node_whose_gpu_shows_an_xid_is_named(slurm_idle, gpuops):
+    write_profile(slurm_idle)
+    slurm_idle.set_gpu_fault("n2", "xid=79")
+    r = gpuops("verify", "cl", "--no-save", "--no-cuda-check", "--json")
+    assert r.code == 1, r.all
+    doc = json.loads(r.out)
+    by_node = {h["host"]: h for h in doc["hosts"]}
+    assert by_node["n2"]["code"] == 1 and all(by_node[n]["code"] == 0 for n in ("n1", "n3", "n4"))
+    xid = next(c for c in by_node["n2"]["report"]["checks"] if c["id"] == "gpu.xid")
+    assert xid["status"] == "fail" and "79" in xid["measured"]
+    assert doc["failed_nodes"][0]["node"] == "n2" and "slurm.exclude: [n2]" in doc["failed_nodes"][0]["fix"]
+    r = gpuops("verify", "cl", "--no-save", "--no-cuda-check")
+    assert "node n2 failed verify: Xid errors" in r.out and "(failed: n2)" in r.out
+
+
+def test_a_wrong_partition_is_one_message_and_exit_2(slurm_idle, gpuops):
+    write_profile(slurm_idle, partition="nosuch")
+    r = gpuops("verify", "cl", "--no-save")
+    assert r.code == 2, r.all
+    assert "partition 'nosuch' does not exist on this cluster (its partitions: gpu (default))" in r.err
+    assert "Traceback" not in r.all and r.err.count("error:") == 1
+    write_profile(slurm_idle, gpus_per_node=9)
+    r = gpuops("verify", "cl", "--no-save")
+    assert r.code == 2 and "offer at most 8 (gres gpu:8)" in r.err, r.all
+
+
+def test_busy_nodes_do_not_hang_verify(slurm_idle, gpuops):
+    write_profile(slurm_idle)
+    job = slurm_idle.sbatch("-N4", "--exclusive", "--wrap", "sleep 120")
+    slurm_idle.wait_job(job, ("RUNNING",))
+    r = gpuops("verify", "cl", "--no-save", "--alloc-wait", "2")
+    assert r.code == 1, r.all
+    assert "partition gpu has no 4 free node(s) within 2 s" in r.out and "Requested nodes are busy" in r.out
+    assert "pending (Resources)" in r.out and f"{job}|" in r.out, r.out  # squeue's reason, and who holds the nodes
