@@ -94,6 +94,24 @@ def slurm_cluster(sshd, tmp_path_factory):
     slurm.stop(d)
 
 
+@pytest.fixture(scope="session")
+def slurm_accounting_cluster(slurm_cluster, tmp_path_factory):
+    """A second local Slurm cluster, of 2 nodes, with accounting (slurmdbd and a private MariaDB: `sacct` answers),
+    for the tests that need sacct; started when first asked for (about 8 s, 110 MB), stopped at the end."""
+    from gpuops.sandbox import slurm, slurm_accounting
+    from support.slurm import start
+
+    try:
+        slurm_accounting.find_tools()
+    except Exception:
+        pytest.fail("slurmdbd or mariadb-server is not installed: the Slurm accounting tests need them "
+                    "(scripts/install-system-deps.sh installs them)")
+    d = tmp_path_factory.mktemp("slurmacct")
+    cluster = start(d, 2, accounting=True)
+    yield cluster
+    slurm.stop(d)
+
+
 @pytest.fixture
 def slurm_idle(slurm_cluster):
     """The worker's Slurm cluster as a test finds it fresh: no job, every node's slurmd running, its GPUs healthy and
@@ -246,7 +264,7 @@ def browser():
 # -- tiers ---------------------------------------------------------------------------------------------------------
 # A test is e2e when it uses, directly or through another fixture, one of these: sshd (every sandbox host and
 # emulated instance: `sandbox`, `cloud`, `starts_hosts` and the like depend on it), the CPU torch venv, a browser or
-# the local Slurm cluster (`slurm_cluster`, `slurm_idle`).
+# the local Slurm cluster (`slurm_cluster`, `slurm_idle`, `slurm_accounting_cluster`).
 # Marked here from the fixtures, never by hand, so the mark cannot drift; the fast tier is `pytest -m "not e2e"`.
 # And a test left unmarked cannot start a sandbox host in-process: `_unmarked_start_no_host` fails it.
 E2E_FIXTURES = frozenset({"sshd", "dist_python", "browser", "slurm_cluster"})

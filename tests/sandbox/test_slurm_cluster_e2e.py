@@ -31,6 +31,9 @@ def test_four_idle_nodes_and_the_login_node_finds_slurm(slurm_idle):
     assert info["partition"] == "gpu" and info["nodes"] == ["n1", "n2", "n3", "n4"] and info["gpus_per_node"] == 8
     assert info["slurm_version"].startswith("22.05") and Path(info["shared_dir"]).is_dir()
     assert info["name"] in Path(info["conf"]).read_text()
+    assert not info["accounting"]  # a user's cluster without slurmdbd: sacct says so
+    sacct = c.run(["sacct", "-j", "1"])
+    assert sacct.returncode == 1 and "Slurm accounting storage is disabled" in sacct.stdout + sacct.stderr
 
 
 def test_a_two_node_job_runs_and_writes_to_the_shared_folder(slurm_idle):
@@ -196,3 +199,20 @@ def test_sandbox_up_slurm_writes_the_profile_and_down_stops_it(starts_hosts, gpu
         down = gpuops("sandbox", "down", "--json")
     assert down.code == 0 and json.loads(down.out)["slurm_stopped"] is True, down.all
     assert not slurm.status(Path(doc["dir"]))["running"]
+
+
+def test_with_accounting_sacct_tells_each_ending(slurm_accounting_cluster):
+    c = slurm_accounting_cluster
+    print(f"cluster with accounting start: {c.started_in:.2f} s")
+    assert c.info["accounting"]
+    failed = c.sbatch("-J", "failed", "--wrap", "exit 3")
+    cancelled = c.sbatch("-J", "cancelled", "--wrap", "sleep 300")
+    c.wait_job(cancelled, ("RUNNING",))
+    c.run(["scancel", cancelled], check=True)
+    ids = f"{failed},{cancelled}"
+
+    def ended():
+        out = c.run(["sacct", "-n", "-X", "-P", "-j", ids, "-o", "JobID,State,ExitCode"]).stdout.splitlines()
+        return out if len(out) == 2 and not any("RUNNING" in line or "PENDING" in line for line in out) else None
+    rows = c.wait("sacct has both endings", ended)
+    assert rows == [f"{failed}|FAILED|3:0", f"{cancelled}|CANCELLED by {os.getuid()}|0:0"]

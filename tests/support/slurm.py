@@ -144,11 +144,12 @@ class SlurmCluster:
         self.wait_nodes(("idle",), timeout=timeout)
 
 
-def start(d: Path, nodes: int = 4) -> SlurmCluster:
-    t = time.monotonic()
-    slurm.start(d, nodes=nodes)
+def start(d: Path, nodes: int = 4, accounting: bool = False) -> SlurmCluster:
+    """A cluster of `nodes` nodes (with slurmdbd and MariaDB when `accounting`) and its login node, in `d`."""
     from gpuops.sandbox import slurm_login
 
+    t = time.monotonic()
+    slurm.start(d, nodes=nodes, accounting=accounting)
     slurm_login.start_login(d)
     return SlurmCluster(Path(d), slurm.cluster_info(d), time.monotonic() - t)
 
@@ -276,6 +277,45 @@ class Recorder:
         c.wait_job(requeue, ("CANCELLED",))
 
 
+SACCT = ["-P", "-o", "JobID,JobName,State,ExitCode,DerivedExitCode,Reason,NodeList,Start,End,Elapsed,AllocTRES"]
+
+
+def record_accounting(c: SlurmCluster, out: Path) -> None:
+    """sacct's answers (a cluster with slurmdbd): completed, failed, cancelled, timed out, a requeue after a lost
+    node (both attempts with --duplicates). Lines appended to <out>/README.md."""
+    r = Recorder(c, out)
+    sleeper = ["--wrap", "sleep 300"]
+    done = c.sbatch("-J", "completed", "--wrap", "echo hello")
+    failed = c.sbatch("-J", "failed", "--wrap", "exit 3")
+    cancelled = c.sbatch("-J", "cancelled", "-w", "n1", *sleeper)
+    timeout = c.sbatch("-J", "timeout", "-w", "n1", *sleeper)
+    requeue = c.sbatch("-J", "requeue", "--requeue", "-w", "n2", *sleeper)
+    for j in (cancelled, timeout, requeue):
+        c.wait_job(j, ("RUNNING",))
+    c.run(["scancel", cancelled], check=True)
+    c.run(["scontrol", "update", f"JobId={timeout}", "TimeLimit=0"], check=True)
+    c.kill_node("n2")
+    c.wait("requeued", lambda: c.job(requeue).get("Restarts") == "1")
+    c.restart_node("n2")
+    c.wait_job(requeue, ("RUNNING",))
+    c.run(["scancel", requeue], check=True)
+    for j in (done, failed, cancelled, requeue):
+        c.wait_job(j)
+    c.wait_job(timeout, timeout=60)
+    ids = ",".join((done, failed, cancelled, timeout, requeue))
+    c.wait("sacct has every ending", lambda: "RUNNING" not in c.run(["sacct", "-n", "-X", "-j", ids, "-o",
+                                                                       "State"]).stdout)
+    r.save("sacct_endings", ["sacct", "-j", ids, *SACCT], "completed, failed (exit 3), cancelled, timed out, a "
+           "requeued job (node lost, then cancelled)")
+    r.save("sacct_endings_duplicates", ["sacct", "--duplicates", "-j", ids, *SACCT], "the same, every attempt")
+    r.save("sacct_endings_allocations", ["sacct", "-X", "--duplicates", "-j", ids, *SACCT], "-X: jobs, no steps")
+    r.save("sacct_endings_json", ["sacct", "--json", "-j", ids], "the same as JSON")
+    r.save("sacct_default", ["sacct", "-j", ids], "sacct's own columns")
+    readme = out / "README.md"
+    readme.write_text(readme.read_text() + "\nWith accounting (slurmdbd and MariaDB, `accounting=True`; 2 nodes):\n\n"
+                      + "\n".join(r.lines) + "\n")
+
+
 if __name__ == "__main__" and sys.argv[1:2] == ["record"]:
     import tempfile
 
@@ -285,6 +325,11 @@ if __name__ == "__main__" and sys.argv[1:2] == ["record"]:
         cluster = start(Path(tmp) / "c", 4)
         try:
             Recorder(cluster, dest).all()
+        finally:
+            slurm.stop(cluster.dir)
+        cluster = start(Path(tmp) / "a", 2, accounting=True)
+        try:
+            record_accounting(cluster, dest)
         finally:
             slurm.stop(cluster.dir)
     print(f"recorded into {dest}")

@@ -4,8 +4,9 @@
 One munged with its own key and socket, one slurmctld, and one `slurmd -N nK` per node, each on its own free port;
 each node's GPUs are gres backed by its own emulated nvidia-smi (sandbox/nvidia_smi.py, state in nodes/nK/gpu.json),
 found first on PATH by every task through the cluster's TaskProlog. The login node is a sandbox host (sandbox/host.py)
-whose bin/ holds wrappers of the Slurm commands, so `ssh login sinfo` drives the cluster. No accounting (no slurmdbd):
-`scontrol show job` holds a job's ending, as on a cluster without sacct.
+whose bin/ holds wrappers of the Slurm commands, so `ssh login sinfo` drives the cluster. No accounting by default
+(no slurmdbd): `scontrol show job` holds a job's ending, as on a cluster without sacct; accounting=True adds slurmdbd
+and a private MariaDB (sandbox/slurm_accounting.py).
 
 start(d)/stop(d) drive a cluster in any folder (the tests' fixture: one per xdist worker); run(d, args) is a Slurm
 command with its environment. The login node and THE cluster of `gpuops sandbox up --slurm N` are in
@@ -25,6 +26,7 @@ from pathlib import Path
 
 from ..errors import GpuopsError
 from ..paths import write_atomic, write_private
+from . import slurm_accounting
 from .slurm_conf import CLIENT_COMMANDS, PARTITION, TIMERS, Layout, Spec, client_wrapper, env_file, gres_conf, \
     node_names, slurm_conf, taskprolog
 from .slurm_procs import ctld_pid, find_tool, free_ports, kill_pids, munged_pid, node_processes, slurmd_pid, \
@@ -195,11 +197,12 @@ def start_slurmd(lay: Layout, node: str, fresh: bool = False) -> None:
 
 
 def start(d: Path, *, nodes: int = 4, gpus_per_node: int = 8, gpu: str = "h100-sxm", cpus_per_node: int = 16,
-          memory_mb: int = 64000, partition: str = PARTITION, timers: dict | None = None,
+          memory_mb: int = 64000, partition: str = PARTITION, timers: dict | None = None, accounting: bool = False,
           timeout: float = 30) -> dict:
     """Start (or keep) a cluster of `nodes` nodes in folder `d`; returns cluster_info(d) with `started`: False when
     the same cluster was already running (a node whose slurmd had died is started again), True when it was started
-    (anything of an older shape is stopped first; its munge key and ports are kept where still free)."""
+    (anything of an older shape is stopped first; its munge key and ports are kept where still free).
+    accounting: slurmdbd and a private MariaDB too (sandbox/slurm_accounting.py), so sacct answers."""
     from .host import GPU_MODELS
 
     if gpu not in GPU_MODELS:
@@ -213,23 +216,26 @@ def start(d: Path, *, nodes: int = 4, gpus_per_node: int = 8, gpu: str = "h100-s
     want = Spec(name=old.name if old else f"gpuops{os.urandom(3).hex()}", nodes=node_names(nodes), ctld_port=0,
                 node_ports={}, user=getpass.getuser(), gpus_per_node=gpus_per_node, gpu=gpu,
                 cpus_per_node=cpus_per_node, memory_mb=memory_mb, partition=partition,
-                timers={**TIMERS, **(timers or {})})
-    if old and old.same_shape(want) and ctld_pid(lay) and munged_pid(lay):
-        _start_munged(lay)
+                timers={**TIMERS, **(timers or {})}, accounting=accounting)
+    if old and old.same_shape(want) and ctld_pid(lay) and munged_pid(lay) \
+            and (not accounting or slurm_accounting.dbd_pid(lay)):
         for node in old.nodes:
             start_slurmd(lay, node)
         wait_nodes(d, ("idle", "mixed", "allocated", "drained", "draining", "down*", "down"), timeout=timeout)
         return dict(cluster_info(d), started=False)
     stop(d, login=False)
     fresh = not (old and old.same_shape(want))
-    keep = [old.ctld_port, *old.node_ports.values()] if old else []
+    keep = [old.ctld_port, *old.node_ports.values(), old.db_port, old.dbd_port] if old else []
     for attempt in range(4):
-        ports = free_ports(1 + nodes, keep if attempt == 0 else None)
+        ports = free_ports(3 + nodes, keep if attempt == 0 else None)
         want.ctld_port, want.node_ports = ports[0], dict(zip(want.nodes, ports[1:]))
+        want.db_port, want.dbd_port = ports[-2:] if accounting else (0, 0)
         _write_files(d, lay, want)
         write_atomic(d / "cluster.json", json.dumps(want.to_json(), indent=1))
         try:
             _start_munged(lay)
+            if accounting:
+                slurm_accounting.start(lay, want, client_env(lay.base))
             _start_ctld(d, lay, fresh)
             for node in want.nodes:
                 start_slurmd(lay, node, fresh)
@@ -277,6 +283,8 @@ def stop(d: Path, login: bool = True) -> bool:
         for pid in [slurmd_pid(lay, n) for n in nodes] + [ctld_pid(lay)]:
             was = stop_daemon(pid) or was
         kill_pids(sorted({p for n in nodes for p in node_processes(lay, n)}))  # a step started meanwhile
+        if (lay.base / "db").is_dir():
+            was = slurm_accounting.stop(lay) or was
         was = stop_daemon(munged_pid(lay), wait=2) or was
     if login and lay is not None:
         if (d / "login" / "sshd_config").exists():
@@ -312,7 +320,7 @@ def cluster_info(d: Path) -> dict:
             "gpus_per_node": spec.gpus_per_node, "gpu": spec.gpu, "cpus_per_node": spec.cpus_per_node,
             "memory_mb": spec.memory_mb, "shared_dir": str(lay.shared), "conf": str(lay.conf),
             "env_file": str(lay.env_file), "bin": str(lay.bin), "ctld_port": spec.ctld_port,
-            "node_ports": dict(spec.node_ports), "slurm_version": _version(d), "accounting": False,
+            "node_ports": dict(spec.node_ports), "slurm_version": _version(d), "accounting": spec.accounting,
             "login": None}
     from . import host
 

@@ -8,6 +8,7 @@ of it under /tmp: Unix sockets, munge's and each slurmstepd's, must stay within 
   etc/slurm.conf        etc/gres.conf (beside it, where Slurm looks)   etc/taskprolog
   munge/                munge.key, munged's socket, pid, log and seed
   ctld/                 slurmctld's StateSaveLocation, pid and log
+  db/                   with accounting: MariaDB's data, socket and log, slurmdbd's pid and log (etc/slurmdbd.conf)
   nodes/nK/             node nK: bin/nvidia-smi (its own emulated GPUs, gpu.json), spool/, slurmd.pid, slurmd.log
   dev/nvidia0..         gres.conf's device files (links to /dev/null: Slurm 22.05's gres/gpu drops a GPU without one)
   bin/                  wrappers of the Slurm client commands with this cluster's SLURM_CONF; env.sh for a shell
@@ -51,6 +52,9 @@ class Spec:
     memory_mb: int = 64000
     partition: str = PARTITION
     timers: dict = field(default_factory=lambda: dict(TIMERS))
+    accounting: bool = False  # slurmdbd and a private MariaDB (sandbox/slurm_accounting.py): sacct answers
+    db_port: int = 0
+    dbd_port: int = 0
 
     def to_json(self) -> dict:
         return asdict(self)
@@ -62,7 +66,8 @@ class Spec:
 
     def same_shape(self, other: "Spec") -> bool:
         """Would these two clusters be the same one (a running cluster kept, not restarted)?"""
-        keys = ("nodes", "gpus_per_node", "gpu", "cpus_per_node", "memory_mb", "partition", "timers", "user")
+        keys = ("nodes", "gpus_per_node", "gpu", "cpus_per_node", "memory_mb", "partition", "timers", "user",
+                "accounting")
         return all(getattr(self, k) == getattr(other, k) for k in keys)
 
 
@@ -95,6 +100,14 @@ class Layout:
     @property
     def munge_socket(self) -> Path:
         return self.munge / "munge.sock"
+
+    @property
+    def dbd_conf(self) -> Path:
+        return self.base / "etc" / "slurmdbd.conf"
+
+    @property
+    def db(self) -> Path:
+        return self.base / "db"
 
     @property
     def ctld(self) -> Path:
@@ -161,9 +174,7 @@ SelectTypeParameters=CR_Core
 GresTypes=gpu
 SchedulerType=sched/backfill
 SchedulerParameters=bf_interval=1,sched_min_interval=0
-AccountingStorageType=accounting_storage/none
-JobCompType=jobcomp/none
-JobAcctGatherType=jobacct_gather/none
+{_accounting(spec, lay)}JobCompType=jobcomp/none
 ReturnToService=2
 JobRequeue=1
 SlurmdTimeout={t['SlurmdTimeout']}
@@ -176,6 +187,37 @@ BatchStartTimeout={t['BatchStartTimeout']}
 InactiveLimit=0
 {node_lines}
 PartitionName={spec.partition} Nodes=ALL Default=YES MaxTime=INFINITE State=UP
+"""
+
+
+def _accounting(spec: Spec, lay: Layout) -> str:
+    if not spec.accounting:
+        return "AccountingStorageType=accounting_storage/none\nJobAcctGatherType=jobacct_gather/none\n"
+    # a client's connection to slurmdbd takes munge's socket from AccountingStoragePass, not AuthInfo
+    return ("AccountingStorageType=accounting_storage/slurmdbd\nAccountingStorageHost=localhost\n"
+            f"AccountingStoragePort={spec.dbd_port}\nAccountingStoragePass={lay.munge_socket}\n"
+            "JobAcctGatherType=jobacct_gather/linux\nJobAcctGatherFrequency=5\n")
+
+
+def slurmdbd_conf(spec: Spec, lay: Layout) -> str:
+    """slurmdbd.conf (slurmdbd reads it beside SLURM_CONF; it must be private to SlurmUser): the cluster's own
+    MariaDB on 127.0.0.1:db_port, its root without a password (mariadb-install-db's, reachable by this user only
+    through this folder's port and socket)."""
+    return f"""# written by gpuops (sandbox/slurm_accounting.py)
+AuthType=auth/munge
+AuthInfo=socket={lay.munge_socket}
+DbdHost=localhost
+DbdAddr=127.0.0.1
+DbdPort={spec.dbd_port}
+SlurmUser={spec.user}
+PidFile={lay.db / 'slurmdbd.pid'}
+LogFile={lay.db / 'slurmdbd.log'}
+DebugLevel=info
+StorageType=accounting_storage/mysql
+StorageHost=127.0.0.1
+StoragePort={spec.db_port}
+StorageUser=root
+StorageLoc=slurm_acct_db
 """
 
 

@@ -34,7 +34,7 @@ def _alive(pid: int) -> bool:
         return False
 
 
-def _pid_of(pid_file: Path, needle: str) -> int | None:
+def pid_from_file(pid_file: Path, needle: str) -> int | None:
     """The pid in `pid_file` if that process lives and its command line holds `needle` (this cluster's conf or
     socket), never a process that reused the pid of a daemon gone meanwhile."""
     try:
@@ -46,15 +46,15 @@ def _pid_of(pid_file: Path, needle: str) -> int | None:
 
 
 def munged_pid(lay: Layout) -> int | None:
-    return _pid_of(lay.munge / "munged.pid", str(lay.munge_socket))
+    return pid_from_file(lay.munge / "munged.pid", str(lay.munge_socket))
 
 
 def ctld_pid(lay: Layout) -> int | None:
-    return _pid_of(lay.ctld / "slurmctld.pid", str(lay.conf))
+    return pid_from_file(lay.ctld / "slurmctld.pid", str(lay.conf))
 
 
 def slurmd_pid(lay: Layout, node: str) -> int | None:
-    return _pid_of(lay.node(node) / "slurmd.pid", str(lay.conf))
+    return pid_from_file(lay.node(node) / "slurmd.pid", str(lay.conf))
 
 
 def _spared() -> set[int]:
@@ -153,7 +153,7 @@ def free_ports(count: int, keep: list[int] | None = None) -> list[int]:
     choice and the daemon's bind), starting at a place that depends on this process (parallel test workers spread);
     the ports in `keep` first when still free (a restarted cluster keeps its ports)."""
     eph = _ephemeral()
-    out = [p for p in keep or [] if _port_free(p)][:count]
+    out = [p for p in dict.fromkeys(keep or []) if p > 0 and _port_free(p)][:count]
     rng = random.Random(os.getpid() ^ time.monotonic_ns())
     tries = 0
     while len(out) < count:
