@@ -2,10 +2,11 @@
 # Installs what a fresh Debian/Ubuntu machine lacks for gpuops development and its tests:
 # OpenSSH server (the sandbox host; its daemon is not enabled, gpuops starts its own), ssh client, rsync, uv,
 # Chromium (the dashboard's browser tests drive Debian's /usr/bin/chromium through Playwright; Playwright's own browser
-# download is not used), and Slurm: slurmctld, slurmd, slurm-client and munge (the local Slurm cluster of
-# `gpuops sandbox up --slurm N` and the Slurm tests; gpuops starts its own munged, slurmctld and slurmds, each cluster
-# in its own folder with its own key, config and ports: the system's /etc/munge and /etc/slurm are not used, and on a
-# machine with systemd, Debian's own munge service may start with the package, which is harmless).
+# download is not used), and Slurm: slurmctld, slurmd, slurm-client and munge, with slurmdbd and mariadb-server for
+# accounting (the local Slurm cluster of `gpuops sandbox up --slurm N` and the Slurm tests; gpuops starts its own
+# munged, slurmctld, slurmds, slurmdbd and MariaDB, each cluster in its own folder with its own key, config and ports:
+# the system's /etc/munge, /etc/slurm and /var/lib/mysql are not used; on a machine with systemd, Debian's own munge
+# and mariadb services may start with their packages, which is harmless).
 #
 # uv comes from PyPI into its own virtual environment, and its command is linked into a directory that is already on
 # the PATH of the shell that runs this script, so the README's next command (`uv run ...`) works in that same shell:
@@ -26,6 +27,8 @@ command -v rsync >/dev/null 2>&1 || need+=(rsync)
 [ -x /usr/sbin/slurmd ] || need+=(slurmd)
 command -v sbatch >/dev/null 2>&1 || need+=(slurm-client)
 [ -x /usr/sbin/munged ] || need+=(munge)
+[ -x /usr/sbin/slurmdbd ] || need+=(slurmdbd)
+[ -x /usr/sbin/mariadbd ] || need+=(mariadb-server)
 if ! command -v uv >/dev/null 2>&1; then
   command -v python3 >/dev/null 2>&1 || need+=(python3)
   # Debian/Ubuntu ship venv's pip bootstrap (ensurepip) separately, in python3-venv

@@ -26,14 +26,16 @@ CLIENT_COMMANDS = ("sacct", "sacctmgr", "salloc", "sattach", "sbatch", "sbcast",
 PARTITION = "gpu"
 
 # Slurm's clocks, shortened for a cluster on one machine (each measured in tests/sandbox/test_slurm_cluster_e2e.py):
-#   SlurmdTimeout: a node whose slurmd stops answering is DOWN after this many seconds (22.05 pings every third);
+#   SlurmdTimeout: a node whose slurmd stops answering is DOWN after this many seconds (22.05 pings every third):
+#     a lost node is DOWN and its --requeue job requeued about 9 s after it died (3 s: about 6 s, but a slurmd
+#     slowed by a loaded 2-core machine would be taken for dead);
 #   MessageTimeout, TCPTimeout: how long one RPC (a ping of a dead node) may take;
 #   cred_expire: a job step's credential lifetime, and how long a requeued job waits before it may start again
 #     (Slurm 22.05 refuses a value under 5);
 #   KillWait: between SIGTERM and SIGKILL at a time limit or scancel;
 #   MinJobAge: how long a finished job stays in `scontrol show job` (without accounting, the only record of its
 #     ending): Slurm's default, kept.
-TIMERS = {"SlurmdTimeout": 3, "MessageTimeout": 2, "TCPTimeout": 1, "cred_expire": 5, "KillWait": 2,
+TIMERS = {"SlurmdTimeout": 5, "MessageTimeout": 3, "TCPTimeout": 2, "cred_expire": 5, "KillWait": 2,
           "MinJobAge": 300, "BatchStartTimeout": 10}
 
 
