@@ -18,7 +18,6 @@ from dataclasses import dataclass, field
 from typing import Optional
 
 PEERMEM_MODULES = ("nvidia_peermem", "nv_peer_mem")
-GDR_STATES = {"1": "DOWN", "2": "INIT", "3": "ARMED", "4": "ACTIVE", "5": "ACTIVE_DEFER"}
 
 
 @dataclass
