@@ -95,13 +95,15 @@ def slurm_cluster(sshd, tmp_path_factory):
 
 
 @pytest.fixture(scope="session")
-def slurm_accounting_cluster(slurm_cluster, tmp_path_factory):
-    """A second local Slurm cluster, of 2 nodes, with accounting (slurmdbd and a private MariaDB: `sacct` answers),
+def slurm_accounting_cluster(sshd, tmp_path_factory):
+    """Another local Slurm cluster, of 2 nodes, with accounting (slurmdbd and a private MariaDB: `sacct` answers),
     for the tests that need sacct; started when first asked for (about 8 s, 110 MB), stopped at the end."""
-    from gpuops.sandbox import slurm, slurm_accounting
+    from gpuops.sandbox import slurm, slurm_accounting, slurm_procs
     from support.slurm import start
 
     try:
+        for tool in ("munged", "slurmctld", "slurmd", "sbatch"):
+            slurm_procs.find_tool(tool)
         slurm_accounting.find_tools()
     except Exception:
         pytest.fail("slurmdbd or mariadb-server is not installed: the Slurm accounting tests need them "
@@ -267,7 +269,7 @@ def browser():
 # the local Slurm cluster (`slurm_cluster`, `slurm_idle`, `slurm_accounting_cluster`).
 # Marked here from the fixtures, never by hand, so the mark cannot drift; the fast tier is `pytest -m "not e2e"`.
 # And a test left unmarked cannot start a sandbox host in-process: `_unmarked_start_no_host` fails it.
-E2E_FIXTURES = frozenset({"sshd", "dist_python", "browser", "slurm_cluster"})
+E2E_FIXTURES = frozenset({"sshd", "dist_python", "browser", "slurm_cluster", "slurm_accounting_cluster"})
 
 
 # The longest first, so the long end-to-end runs start early and the suite ends on short tests instead of one worker

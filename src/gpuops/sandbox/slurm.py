@@ -10,7 +10,8 @@ and a private MariaDB (sandbox/slurm_accounting.py).
 
 start(d)/stop(d) drive a cluster in any folder (the tests' fixture: one per xdist worker); run(d, args) is a Slurm
 command with its environment. The login node and THE cluster of `gpuops sandbox up --slurm N` are in
-sandbox/slurm_login.py; what happens to a node (drained, lost, a GPU fault) in sandbox/slurm_nodes.py.
+sandbox/slurm_login.py; what happens to a node (drained, lost, a GPU fault) in sandbox/slurm_nodes.py; finding and
+stopping the cluster's processes, and choosing its ports, in sandbox/slurm_procs.py.
 """
 from __future__ import annotations
 
