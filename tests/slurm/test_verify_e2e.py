@@ -101,3 +101,40 @@ def test_busy_nodes_do_not_hang_verify(slurm_idle, gpuops):
     assert r.code == 1, r.all
     assert "partition gpu has no 4 free node(s) within 2 s" in r.out and "Requested nodes are busy" in r.out
     assert "pending (Resources)" in r.out and f"{job}|" in r.out, r.out  # squeue's reason, and who holds the nodes
+
+
+def test_profiles_new_slurm_writes_a_profile_verify_accepts(slurm_idle, gpuops, isolated):
+    login = slurm_idle.info["login"]
+    r = gpuops("profiles", "new", "mycl", "--slurm", "--host", login["host"], "--port", str(login["port"]),
+               "--user", login["user"], "--key", login["key"], "--remote-dir", str(slurm_idle.shared))
+    assert r.code == 0, r.all
+    text = (isolated / "profiles" / "mycl.yaml").read_text()
+    prof = yaml.safe_load(text)
+    assert prof["slurm"] == {"partition": "gpu", "nodes": 1, "gpus_per_node": 8}
+    assert "partition gpu (the default), 4 nodes (4 usable now), gres gpu:8" in text
+    assert "filesystem the login node and every node share" in text and prof["remote_dir"] == str(slurm_idle.shared)
+    r = gpuops("verify", "mycl", "--no-save", "--no-cuda-check", "--json")
+    assert r.code == 0, r.all
+    assert len(json.loads(r.out)["hosts"]) == 1
+    r = gpuops("profiles", "new", "other", "--slurm", "--host", login["host"], "--port", str(login["port"]),
+               "--user", login["user"], "--key", login["key"], "--partition", "nosuch")
+    assert r.code == 2 and "--partition 'nosuch': the cluster has no such partition (its partitions: gpu (default))" \
+        in r.err, r.all
+    assert not (isolated / "profiles" / "other.yaml").exists()
+
+
+def test_sandbox_up_slurm_then_verify_slurm(starts_hosts, gpuops, monkeypatch, tmp_path):
+    """What a user types: `gpuops sandbox up --slurm N && gpuops verify slurm`."""
+    monkeypatch.setenv("GPUOPS_STATE_DIR", str(tmp_path / "state"))
+    try:
+        up = gpuops("sandbox", "up", "--slurm", "2", "--gpus", "4", "--json")
+        assert up.code == 0, up.all
+        info = json.loads(up.out)
+        prof = yaml.safe_load(Path(info["profile_path"]).read_text())
+        assert prof["slurm"] == {"partition": "gpu", "nodes": 2, "gpus_per_node": 4}
+        assert prof["remote_dir"] == info["shared_dir"]
+        r = gpuops("verify", "slurm", "--no-save", "--no-cuda-check")
+        assert r.code == 0, r.all
+        assert "=== node n1 ===" in r.out and "=== node n2 ===" in r.out and "2/2 nodes passed" in r.out
+    finally:
+        gpuops("sandbox", "down")

@@ -133,7 +133,8 @@ def prune(yes: bool = typer.Option(False, "--yes", "-y", help="Remove without as
 def new(
     name: str = typer.Argument(..., metavar="NAME", help="Profile name: a file-safe word (letters, digits, - _ .), e.g. lambda-h100.",
                                show_default=False),
-    host: str = typer.Option(..., "--host", metavar="IP", help="The instance's IP address or DNS name.",
+    host: str = typer.Option(..., "--host", metavar="IP", help="The instance's IP address or DNS name (with --slurm: "
+                             "the cluster's login node).",
                              show_default=False),
     key: Optional[Path] = typer.Option(None, "--key", metavar="PATH", help="Private key (must be chmod 600; default: "
                                        "ssh-agent and ~/.ssh/id_*).", show_default=False),
@@ -150,11 +151,38 @@ def new(
     project: bool = typer.Option(True, "--project/--user-config", help="Write to ./profiles/ (default) or to the "
                                  "user config folder (~/.config/gpuops/profiles/)."),
     force: bool = typer.Option(False, "--force", help="Overwrite an existing profile of that name."),
+    slurm: bool = typer.Option(False, "--slurm", help="--host is a Slurm cluster's login node: connect once and write "
+                               "`slurm:` from its sinfo/scontrol (partition, GPUs per node from gres, time limit)."),
+    partition: Optional[str] = typer.Option(None, "--partition", metavar="NAME", help="With --slurm: the partition "
+                                            "(default: the cluster's default one).", show_default=False),
 ) -> None:
-    """Write a commented, validated profile from an IP and a key (never overwrites without --force)."""
+    """Write a commented, validated profile from an IP and a key (never overwrites without --force). With --slurm,
+    for a Slurm cluster: the login node is read once (docs/slurm.md)."""
     from ..profiles import write as profile_ops
 
     out = output(False)
+    if partition and not slurm:
+        from ..errors import UsageError
+
+        raise UsageError("--partition is for --slurm")
+    if slurm:
+        from ..errors import UsageError
+        from ..slurm.profile_draft import new_profile
+
+        if instance_type or from_host:
+            raise UsageError("--type and --from-host are for a single instance; with --slurm the nodes are read "
+                             "through Slurm: `gpuops verify NAME` checks them, `gpuops profiles pin` is not for them")
+        from ..profiles import model as profiles
+
+        profiles.check_name(name)
+        dest = profile_ops.destination(name, user_config=not project, project_dir=Path.cwd())
+        if dest.exists() and not force:
+            raise UsageError(f"{dest} exists; not overwritten", hint="add --force to replace it")
+        dest = new_profile(out, name=name, dest=dest, host=host, key=profile_ops.check_key(key), user=user, port=port,
+                           remote_dir=remote_dir, python=python, partition=partition, project_dir=Path.cwd())
+        out.success(f"wrote profile '{name}' for the Slurm cluster behind {host}: {dest}")
+        out.info(f"next: check remote_dir (the shared folder) in it, then: gpuops verify {name}")
+        return
     dest = profile_ops.new(out, name=name, host=host, key=key, user=user, port=port, instance_type=instance_type,
                            remote_dir=remote_dir, python=python, user_config=not project, force=force,
                            from_host=from_host, project_dir=Path.cwd())

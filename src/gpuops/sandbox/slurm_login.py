@@ -45,8 +45,9 @@ def start_login(d: Path, *, address: str = "127.0.0.1", port: int | None = None,
 
 
 def write_profile(d: Path, name: str = PROFILE_NAME) -> Path:
-    """The profile of the cluster's login node (host, port, user, key as the sandbox host's; remote_dir the shared
-    folder). The cluster's facts (cluster_info) go in its `slurm:` section once profiles have one."""
+    """The profile of the cluster's login node: host, port, user, key as the sandbox host's; remote_dir the shared
+    folder every node sees; `slurm:` with the cluster's partition, every node and its GPUs (cluster_info), so that
+    `gpuops verify slurm` checks the whole cluster through Slurm."""
     info = cluster_info(d)
     login = info["login"]
     if not login:
@@ -63,6 +64,10 @@ remote_dir: {info['shared_dir']}
 region: local
 price_per_hour: 0
 host_key_policy: accept-new
+slurm:
+  partition: {info['partition']}
+  nodes: {len(info['nodes'])}   # every node: `gpuops verify {name}` probes each in one srun step
+  gpus_per_node: {info['gpus_per_node']}
 """
     path = config_dir() / "profiles" / f"{name}.yaml"
     write_atomic(path, text)
