@@ -261,3 +261,21 @@ def test_the_local_clusters_22_05_endings_explained():
     e = judge(ending("scontrol_job_failed"), ["step 1"])
     assert (e["cause"], e["title"]) == ("failed", "it exited with code 3")
     assert judge(ending("scontrol_job_completed_two_nodes")) is None
+
+
+def test_the_local_clusters_22_05_accounting():
+    """Recorded on the local cluster with slurmdbd (sacct -P with a header, Elapsed instead of ElapsedRaw)."""
+    text = recorded("22.05/sacct_endings_duplicates.txt")
+    e = {j: states.ending_from_sacct(text, j) for j in "12345"}
+    assert e["1"].state == "COMPLETED" and judge(e["1"]) is None
+    assert (e["2"].state, e["2"].exit_status, judge(e["2"], ["x"])["cause"]) == ("FAILED", 3, "failed")
+    assert (e["3"].state, e["3"].cancelled_by, e["3"].exit_status) == ("CANCELLED", "0", 137)
+    assert (e["4"].state, e["4"].exit_status, judge(e["4"])["cause"]) == ("TIMEOUT", 143, "slurm-timeout")
+    assert e["4"].elapsed_s == 30  # from Elapsed: the fields asked here had no ElapsedRaw
+    requeued = e["5"]  # its node lost (NODE_FAIL), requeued, then cancelled while it waited to start again
+    assert (requeued.restarts, requeued.attempts[0]["state"], requeued.attempts[0]["node_list"]) == (1, "NODE_FAIL",
+                                                                                                   "n2")
+    assert "requeued 1 time (NODE_FAIL on n2)" in requeued.words()
+    assert states.gpu_hours(text) == {}  # the local cluster's AllocTRES names no GPU: no GPU-hours invented
+    plain = states.ending_from_sacct(recorded("22.05/sacct_endings.txt"), "5")  # without --duplicates: one attempt
+    assert plain.restarts == 0 and plain.state == "CANCELLED"
