@@ -39,37 +39,57 @@ def train(
                                                       "another process; recorded in meta.json."),
     seed: Optional[int] = typer.Option(None, "--seed", help="Export GPUOPS_SEED and PYTHONHASHSEED; recorded."),
     no_snapshot: bool = typer.Option(False, "--no-snapshot", help="Skip the environment snapshot taken at launch."),
-    launcher: str = typer.Option("none", "--launcher", metavar="none|torchrun|ray",
-                                 help="torchrun: torch.distributed.run on every host (--nnodes, --node_rank, "
-                                      "--master_addr/port); ray: a Ray head on host 0, workers on the others, the "
-                                      "script on the head with RAY_ADDRESS once every host has joined (at most "
-                                      "GPUOPS_RAY_JOIN_TIMEOUT s, default 180). none: the script itself on every "
-                                      "host."),
+    launcher: Optional[str] = typer.Option(None, "--launcher", metavar="none|torchrun|ray", show_default=False,
+                                           help="torchrun: torch.distributed.run on every host (--nnodes, "
+                                                "--node_rank, --master_addr/port); ray: a Ray head on host 0, "
+                                                "workers on the others, the script on the head with RAY_ADDRESS once "
+                                                "every host has joined (at most GPUOPS_RAY_JOIN_TIMEOUT s, default "
+                                                "180). none (the default): the script itself on every host. A Slurm "
+                                                "profile: torchrun (c10d on the allocation's first node) or none, "
+                                                "the profile's slurm.launcher by default."),
     nproc: str = typer.Option("auto", "--nproc-per-node", metavar="auto|N",
                               help="torchrun processes per host (auto: the GPUs the job is given, "
                                    "all or those its CUDA_VISIBLE_DEVICES names)."),
     master_port: Optional[int] = typer.Option(None, "--master-port", min=1, max=65535,
                                               help="Rendezvous port on host 0 (default 29500).", show_default=False),
+    nodes: Optional[int] = typer.Option(None, "--nodes", "-N", min=1, show_default=False,
+                                        help="A Slurm profile: nodes for the job (default: the profile's "
+                                             "slurm.nodes)."),
+    exclude: List[str] = typer.Option([], "--exclude", help="A Slurm profile: a node to keep the job off "
+                                                            "(repeatable; beside the profile's slurm.exclude)."),
+    dry_run: bool = typer.Option(False, "--dry-run", help="A Slurm profile: print the batch script; nothing is "
+                                                          "synced, written or submitted."),
     json_: bool = JsonOpt,
     args: Optional[List[str]] = typer.Argument(None, help="Arguments for the script, after --.", show_default=False),
 ) -> None:
     """Launch a training script detached on the profile's host (every host of a fleet profile): sync, preflight
     (the launch gate: the stack, the script and what it imports, GPUs held by other processes), environment,
     secrets, run. Every .env variable reaches the job as a secret (LAMBDA_API_KEY and GPUOPS_* excepted); the launch
-    lists the names sent. A file the script names that the sync leaves out is said before the sync."""
+    lists the names sent. A file the script names that the sync leaves out is said before the sync.
+    A Slurm profile (a `slurm:` section, docs/slurm.md): the project synced to the shared folder, a batch script
+    written into the run folder and submitted with sbatch; it returns at once with the run id and Slurm's job id."""
     from ..jobs import actions as lifecycle
     from ..jobs import fleetactions
     from ..errors import UsageError
     from ..jobs.launchers import LAUNCHERS
 
     out = output(json_)
-    if launcher not in LAUNCHERS:
+    if launcher is not None and launcher not in LAUNCHERS:
         raise UsageError(f"--launcher {launcher!r}: choose one of {', '.join(LAUNCHERS)}")
     if nproc != "auto" and not (nproc.isdigit() and int(nproc) > 0):
         raise UsageError(f"--nproc-per-node {nproc!r}: 'auto' or a whole number above 0")
     prof = pick_profile(None, profile, out=out)
     opts = dict(script=script, name=name, env=env, args=args or [], sync=not no_sync, force=force, seed=seed,
                 snapshot=not no_snapshot)
+    if prof.slurm is not None:
+        from . import slurmruns
+
+        slurmruns.train(prof, out, json_=json_, dry_run=dry_run, nodes=nodes, launcher=launcher, nproc=nproc,
+                        master_port=master_port, exclude=exclude, **opts)
+    if nodes is not None or exclude or dry_run:
+        raise UsageError("--nodes, --exclude and --dry-run are for a Slurm profile (a `slurm:` section)",
+                         hint="a fleet's hosts are its profile's `hosts:`")
+    launcher = launcher or "none"
     if prof.is_fleet or launcher != "none":
         res = fleetactions.train_fleet(prof, out, Path.cwd(), launcher=launcher, nproc=nproc, master_port=master_port,
                                     **opts)
@@ -120,6 +140,10 @@ def watch(
     fleet_prof = pick_profile(None, profile)
     project = Path.cwd()
     fleet_meta = lifecycle.resolve(run, fleet_prof, project)
+    if fleet_prof.slurm is not None:
+        from . import slurmruns
+
+        slurmruns.watch(fleet_prof, out, fleet_meta, lines=15 if lines is None else lines, write=_raw_stdout(out))
     prof, meta = _node(fleet_prof, fleet_meta, host)
     n_nodes = len(fleet_meta.get("nodes") or [])
     price = prof.price_per_hour * max(1, n_nodes) if prof.price_per_hour is not None else None  # every node bills
@@ -314,7 +338,8 @@ def logs(
     all_: bool = typer.Option(False, "--all", help="A fleet run: every host's log, each line prefixed with its host."),
 ) -> None:
     """Print the last N lines of a run's log, or follow it (-f) to the end of the run (a fleet run: host 0's log,
-    until every host's job has ended)."""
+    until every host's job has ended; a Slurm profile: the job's log on the shared folder, through the login node,
+    until Slurm says the job has ended)."""
     from ..jobs import actions as lifecycle
     from ..jobs import fleetactions
     from ..jobs import watch as w
@@ -324,6 +349,10 @@ def logs(
     fleet_prof = pick_profile(None, profile)
     project = Path.cwd()
     fleet_meta = lifecycle.resolve(run, fleet_prof, project)
+    if fleet_prof.slurm is not None:  # the job's log on the shared folder, read through the login node
+        from . import slurmruns
+
+        slurmruns.logs(fleet_prof, out, fleet_meta, follow=follow, lines=lines, write=_raw_stdout(out))
     if all_:
         if follow or host is not None:
             raise UsageError("--all shows every host's last lines; drop -f / --host")
@@ -354,19 +383,31 @@ def logs(
 # -- status --------------------------------------------------------------------------------------------
 @app.command()
 def status(
+    run: Optional[str] = typer.Argument(None, help="A Slurm profile: this run alone (an id or a unique prefix).",
+                                        show_default=False, autocompletion=run_ids),
     profile: Optional[str] = ProfileOpt,
     json_: bool = JsonOpt,
     host: Optional[int] = HostOpt,
 ) -> None:
     """The profile's runs (id, script, state, started, elapsed, exit code) and the current GPU utilisation
     (every host of a fleet profile, in parallel, or --host N); each running run's progress and training signals;
-    what each run that failed or was killed died of, with the evidence and a fix."""
+    what each run that failed or was killed died of, with the evidence and a fix.
+    A Slurm profile: each run's Slurm job (a pending job's reason in words with its fix and estimated start, a
+    running job's nodes and time, an ended job's state, exit code and reason), its attempts, GPU-hours and cost."""
     from .. import jsonvocab
+    from ..errors import UsageError
     from ..jobs import actions as lifecycle
     from ..jobs import fleetactions
 
     out = output(json_)
     prof = pick_profile(None, profile)
+    if prof.slurm is not None:
+        from . import slurmruns
+
+        slurmruns.status(prof, out, run, json_)
+    if run is not None:
+        raise UsageError("status RUN is for a Slurm profile; a host's status lists every run",
+                         hint="gpuops watch RUN --once shows one run")
     if prof.is_fleet and host is None:
         doc = fleetactions.status_fleet(prof, out, Path.cwd())
         hosts = [h for h in doc["hosts"] if not h["error"]]
@@ -506,13 +547,18 @@ def stop(
 ) -> None:
     """Stop a run: SIGINT to every process of the run (its process group, and every process carrying the run's
     marker in its environment: a child that started its own session too), then SIGTERM, then SIGKILL; records how it
-    ended. A fleet run is stopped on every host (or --host N)."""
+    ended. A fleet run is stopped on every host (or --host N). A Slurm profile: `scancel --signal=TERM` (the job's
+    steps), then `scancel` after the grace."""
     from ..jobs import actions as lifecycle
     from ..jobs import fleetactions
 
     out = output(json_)
     fleet_prof = pick_profile(None, profile)
     fleet_meta = lifecycle.resolve(run, fleet_prof, Path.cwd())
+    if fleet_prof.slurm is not None:  # scancel: SIGTERM to the job's steps first, then scancel
+        from . import slurmruns
+
+        slurmruns.stop(fleet_prof, out, fleet_meta, grace, json_)
     if len(fleet_meta.get("nodes") or []) > 1 and host is None:
         doc = fleetactions.stop_fleet(fleet_prof, out, Path.cwd(), fleet_meta, grace)
         if json_:

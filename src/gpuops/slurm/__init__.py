@@ -8,4 +8,6 @@ srun and scancel on the login node.
 - batch: the batch script and sbatch's argument list (pure): #SBATCH lines, the environment, the resume file a
   requeued job reads, srun starting torchrun (c10d rendezvous on the allocation's first node) or a plain command.
 - commands: the talking part (argument lists over the login node's one connection).
+- runstate: a gpuops run's Slurm job judged (pure): its status row, GPU-hours, the ending's facts.
+- runs: train, status, logs, stop on a cluster, step by step over the login node's connection.
 """

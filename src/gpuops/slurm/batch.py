@@ -235,6 +235,10 @@ def batch_script(job: BatchJob) -> str:
               "}",
               "trap gpuops_time_limit USR1",
               'gpuops_head=$(scontrol show hostnames "$SLURM_JOB_NODELIST" | head -n1)',
+              "# the first node's address as Slurm reaches it (NodeAddr: its name unless the cluster gives another)",
+              'gpuops_addr=$(scontrol --oneliner show node "$gpuops_head" 2>/dev/null | '
+              "sed -n 's/.* NodeAddr=\\([^ ]*\\).*/\\1/p')",
+              'if [ -n "$gpuops_addr" ]; then gpuops_head=$gpuops_addr; fi',
               f"gpuops_port={port}",
               'GPUOPS_MASTER_ADDR=$gpuops_head; GPUOPS_MASTER_PORT=$gpuops_port; GPUOPS_NUM_NODES=$SLURM_NNODES',
               f"GPUOPS_GPUS_PER_NODE={int(job.gpus_per_node)}",

@@ -1,0 +1,129 @@
+"""`gpuops train | status | logs | stop | watch` on a Slurm cluster's profile (a `slurm:` section): cli/jobs.py hands
+the command here once the profile is picked; this module calls slurm/runs.py and renders. Registers no command."""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Optional
+
+import typer
+
+from .app import with_warnings
+
+
+def train(prof, out, *, json_: bool, dry_run: bool, nodes: Optional[int], launcher: Optional[str], nproc: str,
+          master_port: Optional[int], exclude: list, **opts) -> None:
+    from ..errors import UsageError
+    from ..slurm import runs
+
+    if launcher not in (None, "none", "torchrun"):
+        raise UsageError(f"--launcher {launcher}: a Slurm job starts with torchrun (c10d on the allocation's first "
+                         "node) or the command once per node (none); Ray is not offered on Slurm yet")
+    if opts.pop("force", False):
+        out.warn("--force: a Slurm job has no host preflight to pass (the nodes are the scheduler's); ignored")
+    opts.pop("snapshot", None)
+    res = runs.train(prof, out, Path.cwd(), nodes=nodes, launcher=launcher, exclude=exclude, dry_run=dry_run,
+                     nproc=None if nproc == "auto" else int(nproc), master_port=master_port, **opts)
+    if dry_run:
+        if json_:
+            out.emit_json(with_warnings(res, out))
+        else:
+            out.stdout.write(res["batch_script"])
+            out.stdout.flush()
+            out.info(f"dry run: nothing synced, written or submitted (would be: {' '.join(res['sbatch'])} in "
+                     f"{res['remote_run_dir']})")
+        raise typer.Exit(0)
+    if json_:
+        out.emit_json(with_warnings(res, out))
+    else:
+        out.success(f"submitted {res['run_id']} to Slurm on {prof.name}: job {res['job_id']}")
+        out.info(f"  run folder {res['remote_run_dir']}; log {res['log']}")
+        out.print(res["run_id"])
+        out.info("next: " + "   ".join(res["next"]))
+    raise typer.Exit(0)
+
+
+def status(prof, out, run: Optional[str], json_: bool) -> None:
+    from .. import jsonvocab
+    from ..slurm import runs, runstate
+
+    doc = runs.status(prof, out, Path.cwd(), run)
+    if json_:
+        out.emit_json(with_warnings(jsonvocab.status(doc), out))
+        raise typer.Exit(0)
+    from ..jobs.plan import fmt_duration
+    from ..jobs.watchtext import ending_lines
+
+    rows = doc["runs"]
+    if not rows:
+        out.print(f"no Slurm runs of profile '{prof.name}' recorded here (gpuops train --script train.py)")
+        raise typer.Exit(0)
+    ids = max([36] + [len(r["run_id"]) for r in rows])
+    out.print(f"{'RUN':<{ids}} {'JOB':>8} {'STATE':<10} {'SLURM':<13} {'ELAPSED':>9} {'GPU-H':>8} EXIT")
+    for r in rows:
+        s = r.get("slurm") or {}
+        hours = "-" if s.get("gpu_hours") is None else f"{s['gpu_hours']:.3f}"
+        out.print(f"{r['run_id']:<{ids}} {s.get('job_id') or '-':>8} {r['state']:<10} {s.get('state') or '-':<13} "
+                  f"{fmt_duration(r['elapsed']):>9} {hours:>8} {'-' if r['exit_code'] is None else r['exit_code']}")
+    for r in rows:
+        for line in runstate.words(r):
+            out.print(line)
+        for line in ending_lines(r.get("ending"), indent="    "):
+            out.print(f"{r['run_id']}: {line}" if line.startswith("why") else line)
+    raise typer.Exit(0)
+
+
+def logs(prof, out, meta: dict, *, follow: bool, lines: int, write) -> None:
+    from ..slurm import runs
+
+    if not follow:
+        runs.tail(prof, out, meta, lines, write)
+        raise typer.Exit(0)
+    res = runs.follow(prof, out, meta, lines, write, on_state=lambda s, r: _state_line(out, meta, s, r))
+    out.info(f"run {meta['run_id']}: Slurm job {runs.job_id_of(meta)} {res['state'] or 'no longer known'}"
+             + (f", exit {res['exit_code']}" if res["exit_code"] is not None else ""))
+    raise typer.Exit(res["code"])
+
+
+def _state_line(out, meta: dict, state: str, reason: Optional[str]) -> None:
+    from ..slurm import states
+
+    if state == "PENDING":
+        from ..slurm.reasons import explain_pending, load_reasons
+
+        code, detail = states.split_reason(reason)
+        words = explain_pending(states.QueueJob(job_id="", state=state, reason=code, reason_detail=detail),
+                                load_reasons(Path.cwd()))
+        out.info(f"Slurm: {words.line()}")
+    else:
+        out.info(f"Slurm: job {state.lower()}")
+
+
+def watch(prof, out, meta: dict, *, lines: int, write) -> None:
+    """A first watch on Slurm: the job's state as it changes and the log as it grows (logs -f), then its ending."""
+    from ..slurm import runs
+
+    res = runs.follow(prof, out, meta, lines, write, on_state=lambda s, r: _state_line(out, meta, s, r))
+    doc = runs.status(prof, out, Path.cwd(), meta["run_id"])
+    from ..jobs.watchtext import ending_lines
+    from ..slurm import runstate
+
+    for r in doc["runs"]:
+        for line in runstate.words(r) + ending_lines(r.get("ending")):
+            out.info(line)
+    raise typer.Exit(res["code"])
+
+
+def stop(prof, out, meta: dict, grace: float, json_: bool) -> None:
+    from ..slurm import runs
+
+    doc = runs.stop(prof, out, Path.cwd(), meta, grace)
+    if json_:
+        out.emit_json(with_warnings(doc, out))
+    elif doc["result"] == "notrunning":
+        out.info(f"{doc['run_id']} is not running (Slurm job {doc['job_id']}: {doc['slurm_state'] or 'forgotten'})")
+    elif doc["result"] == "pending":
+        out.success(f"cancelled {doc['run_id']} (Slurm job {doc['job_id']}) before it started")
+    else:
+        out.success(f"stopped {doc['run_id']} (Slurm job {doc['job_id']}) with SIG{doc['result']} "
+                    f"({doc['slurm_state'] or 'ended'})")
+    raise typer.Exit(0)

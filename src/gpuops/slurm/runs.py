@@ -1,0 +1,322 @@
+"""A gpuops run on a Slurm cluster, step by step over the login node's one connection: train (sbatch), status, logs
+(-f), stop (scancel). Slurm is the engine: gpuops writes the batch script, submits it and reads what Slurm says; it
+never schedules. Each function takes the profile and the Output, talks through slurm/commands.py, decides with the
+pure slurm/runstate.py and slurm/batch.py, records locally (runs/<id>/, as a host's runs) and returns what
+cli/slurmruns.py renders.
+
+The run folder on the shared filesystem, `<remote_dir>/.gpuops/runs/<run id>/` as a host's: meta.json, job.sbatch,
+job_id (Slurm's), secrets.env (0600), the log slurm-<job id>.out (every attempt's, appended), attempts, stop.json.
+"""
+from __future__ import annotations
+
+import json
+import time
+from datetime import datetime
+from pathlib import Path
+from typing import Callable, Iterable, Optional
+
+from ..errors import RemoteError, UsageError
+from ..jobs import plan as core
+from . import batch, runstate
+from .commands import STOP_FILE, LoginNode
+from .states import ENDED
+
+LOG_TAIL = 60  # the log's last lines read for an ended job's verdict (endfacts.TAIL_LINES)
+FOLLOW_EVERY = 0.5  # seconds between two looks at the log and the job's state while following
+
+
+def connect(prof, out):
+    from ..remote.connection import connect as open_connection
+
+    return open_connection(prof, announce=out.info)
+
+
+def settings(prof):
+    if prof.slurm is None:
+        raise UsageError(f"profile '{prof.name}' has no slurm: section (it is not a Slurm cluster's login node)")
+    return prof.slurm
+
+
+# -- train -----------------------------------------------------------------------------------------------------------
+def batch_job(prof, *, run_id: str, run_dir: str, project_dir: str, argv: list, plan, nodes: Optional[int],
+              launcher: Optional[str], nproc: Optional[int], master_port: Optional[int], exclude: Iterable[str],
+              name: Optional[str]) -> batch.BatchJob:
+    """The BatchJob of a run: the profile's slurm: settings, the command line's --nodes, --launcher, --exclude."""
+    s = settings(prof)
+    return batch.BatchJob(
+        run_id=run_id, run_dir=run_dir, project_dir=project_dir, argv=tuple(argv), launcher=launcher or s.launcher,
+        python=prof.python, nodes=nodes or s.nodes, gpus_per_node=s.gpus_per_node, gpu_type=s.gpu_type,
+        gpu_option=s.gpu_option, procs_per_node=nproc, name=name, partition=s.partition, account=s.account,
+        qos=s.qos, time=s.time, cpus_per_task=s.cpus_per_task, signal_before_s=s.signal_before_s or None,
+        exclude=tuple(s.exclude) + tuple(exclude), nodelist=tuple(s.nodelist), extra_sbatch=tuple(s.extra_sbatch),
+        env=dict(plan.exported), unset=tuple(plan.unset), rdzv_port=master_port)
+
+
+def train(prof, out, project: Path, *, script: str, name: Optional[str] = None, env: Iterable[str] = (),
+          args: Iterable[str] = (), sync: bool = True, seed: Optional[int] = None, nodes: Optional[int] = None,
+          launcher: Optional[str] = None, nproc: Optional[int] = None, master_port: Optional[int] = None,
+          exclude: Iterable[str] = (), dry_run: bool = False, clock: Callable[[], datetime] = datetime.now) -> dict:
+    """The local plan (the script, what it imports, the environment), the sync to the shared folder, the batch script
+    written into the run's folder and submitted with sbatch; returns at once with the run id and Slurm's job id
+    (both recorded: runs/<id>/meta.json here, meta.json and job_id in the run folder). dry_run: the batch script,
+    nothing synced, written or submitted."""
+    from ..jobs import actions
+
+    settings(prof)
+    args = list(args)
+    script_rel = core.script_path(script, project, must_exist=sync or dry_run)
+    actions.refuse_script(project, script_rel, "nothing was synced or submitted", prof=prof, out=out)
+    if sync and not dry_run:
+        from ..transfer.sync import warn_script_exclusions
+
+        warn_script_exclusions(out, project, script_rel, prof.sync.exclude)
+    _, started, rid, plan = actions.new_run(prof, out, project, name=name, key=script_rel, env=env, seed=seed,
+                                            clock=clock)
+    argv = core.job_argv(script_rel, args, prof.python, shebang=core.read_shebang(project / script_rel))
+    remote_dir = prof.remote_dir_for(project)
+    remote = None
+    if not dry_run or remote_dir.startswith("~"):
+        remote = connect(prof, out)
+    try:
+        node = LoginNode(remote) if remote is not None else None
+        project_dir = node.absolute(remote_dir) if node else remote_dir.rstrip("/")
+        run_dir = f"{project_dir}/{core_runs_subdir()}/{rid}"
+        job = batch_job(prof, run_id=rid, run_dir=run_dir, project_dir=project_dir, argv=argv, plan=plan,
+                        nodes=nodes, launcher=launcher, nproc=nproc, master_port=master_port, exclude=exclude,
+                        name=None)
+        text = batch.batch_script(job)
+        sbatch = batch.sbatch_argv(job.script_path, extra=("--open-mode=append",))
+        if dry_run:
+            return {"run_id": rid, "profile": prof.name, "dry_run": True, "batch_script": text, "sbatch": sbatch,
+                    "remote_run_dir": run_dir}
+        if sync:
+            from ..transfer.sync import sync_project
+
+            out.step(f"syncing {project.name}/ to {prof.name}:{remote_dir} (the shared folder)")
+            sync_project(prof, remote, out, project)
+        out.info(f"environment for {rid}:")
+        for line in plan.lines():
+            out.info("  " + line)
+        meta = core.build_meta(run_id=rid, script=script_rel, args=args, argv=argv, profile=prof, plan=plan,
+                               remote_dir=project_dir, remote_run_dir=run_dir, git=core.git_info(project), seed=seed,
+                               started=started, name=name)
+        meta["slurm"] = {"nodes": job.nodes, "gpus_per_node": job.gpus_per_node, "launcher": job.launcher,
+                         "partition": job.partition, "time": job.time, "log": job.log_path,
+                         "price_per_gpu_hour": prof.slurm.price_per_gpu_hour}
+        out.step(f"submitting {rid} to Slurm: {job.nodes} node(s), {job.launcher}")
+        job_id = node.submit(run_dir=run_dir, files={batch.SCRIPT_NAME: text, "meta.json": json.dumps(meta)},
+                             secrets=plan.secrets, sbatch=sbatch, project_dir=project_dir, script_rel=script_rel)
+    finally:
+        if remote is not None:
+            remote.close()
+    meta["slurm"]["job_id"] = job_id
+    meta["slurm"]["log"] = job.log_path.replace("%j", job_id)
+    meta["remote_run_path"] = run_dir
+    record = core.save_local(meta, project)
+    return {"run_id": rid, "profile": prof.name, "job_id": job_id, "remote_run_dir": run_dir,
+            "log": meta["slurm"]["log"], "local_record": str(record), "secrets": sorted(plan.secrets),
+            "next": [f"gpuops status {rid}", f"gpuops logs -f {rid}", f"gpuops stop {rid}"]}
+
+
+def core_runs_subdir() -> str:
+    from ..jobs.scripts import RUNS_SUBDIR
+
+    return RUNS_SUBDIR
+
+
+# -- status ----------------------------------------------------------------------------------------------------------
+def job_id_of(meta: dict) -> Optional[str]:
+    return str((meta.get("slurm") or {}).get("job_id") or "") or None
+
+
+def status(prof, out, project: Path, run: Optional[str] = None, *, now: Optional[float] = None) -> dict:
+    """The profile's runs (or RUN alone) with Slurm's word on each; what `status --json` prints (a `slurm` object per
+    run). A run whose end was judged is read from runs/<id>/state.json (Slurm forgets a job MinJobAge after its end
+    when the cluster keeps no accounting)."""
+    from ..jobs import actions
+
+    metas = [actions.resolve(run, prof, project)] if run else core.local_runs(prof.name, project)
+    metas = [m for m in metas if job_id_of(m)]
+    saved = {m["run_id"]: core.local_state(m["run_id"], project) or {} for m in metas}
+    live = [m for m in metas if not saved[m["run_id"]].get("final")]
+    g = None
+    if live:
+        remote = connect(prof, out)
+        try:
+            g = LoginNode(remote).gather([job_id_of(m) for m in live], runs=[m["remote_run_dir"] for m in live],
+                                         files=(batch.ATTEMPTS_FILE, STOP_FILE), tail=LOG_TAIL)
+        finally:
+            remote.close()
+    rows = [judge(prof, project, m, g, saved[m["run_id"]], now=now) for m in metas]
+    rows.sort(key=lambda r: (r["started"] or 0, r["run_id"]), reverse=True)
+    from ..profiles import model as profiles
+
+    profiles.remember(prof, project)
+    return {"profile": prof.name, "runs": rows, "gpus": None, "gpu_error": None, "host_signals": []}
+
+
+def judge(prof, project: Path, meta: dict, g, saved: dict, *, now: Optional[float] = None) -> dict:
+    """One run's status row (and its state.json once ended)."""
+    from ..jobs import endings as en
+
+    rid, job_id = meta["run_id"], job_id_of(meta)
+    if saved.get("final") or g is None:
+        return _row(meta, saved.get("state", core.LOST), saved.get("slurm"), saved.get("ending"))
+    d = meta["remote_run_dir"]
+    sc = g.scontrol.get(job_id, "")
+    q = runstate.queue_job(job_id, g.squeue, g.squeue_json, sc)
+    ending = runstate.ending_of(job_id, sc, g.sacct)
+    stopped = runstate.read_json(g.files.get((d, STOP_FILE)))
+    s = meta.get("slurm") or {}
+    doc = runstate.slurm_doc(job_id=job_id, q=q, ending=ending, attempts=runstate.attempts_of(
+        g.files.get((d, batch.ATTEMPTS_FILE))), gpus=runstate.job_gpus(sc, q, int(s.get("gpus_per_node") or 0)),
+        price=prof.slurm.price_per_gpu_hour, reasons=_reasons(project), now=now, accounting=g.accounting)
+    slurm_state = ending.state if ending else (q.state if q else None)
+    if slurm_state is None and saved.get("slurm"):  # forgotten since the last look: what was seen then
+        return _row(meta, saved.get("state", core.LOST), saved.get("slurm"), saved.get("ending"))
+    state = runstate.gpuops_state(slurm_state, ending, bool(stopped))
+    verdict = None
+    if ending is not None:
+        verdict = runstate.classify(rid, ending, g.tails.get(d) or [], stopped, en.load(project), en.xid_table(project))
+        _save(project, rid, state, doc, verdict)
+    return _row(meta, state, doc, verdict)
+
+
+def _reasons(project: Path) -> dict:
+    from .reasons import load_reasons
+
+    return load_reasons(project)
+
+
+def _row(meta: dict, state: str, slurm: Optional[dict], ending: Optional[dict]) -> dict:
+    s = slurm or {}
+    exit_code = s.get("exit_code")
+    if state == core.SUCCEEDED:
+        exit_code = 0
+    started = meta.get("started_ts")
+    return {"run_id": meta["run_id"], "script": meta.get("script"), "state": state, "exit_code": exit_code,
+            "started": started, "elapsed": s.get("elapsed_s"), "pid": None, "stopped": None, "cost": s.get("cost"),
+            "ending": ending, "slurm": slurm}
+
+
+def _save(project: Path, rid: str, state: str, slurm: dict, ending: Optional[dict]) -> None:
+    """runs/<id>/state.json of an ended job: final, so a later status does not ask Slurm (which forgets it)."""
+    from ..paths import write_atomic
+
+    d = core.registry_dir(project) / rid
+    if d.is_dir():
+        doc = {"run_id": rid, "state": state, "exit_code": slurm.get("exit_code"), "slurm": slurm, "ending": ending,
+               "final": True, "elapsed": slurm.get("elapsed_s")}
+        write_atomic(d / "state.json", json.dumps(doc, indent=1) + "\n")
+
+
+# -- logs ------------------------------------------------------------------------------------------------------------
+def log_path(meta: dict) -> str:
+    s = meta.get("slurm") or {}
+    if s.get("log"):
+        return s["log"]
+    job_id = job_id_of(meta)
+    if not job_id:
+        raise UsageError(f"run {meta['run_id']} has no Slurm job recorded")
+    return f"{meta['remote_run_dir'].rstrip('/')}/{batch.LOG_NAME.replace('%j', job_id)}"
+
+
+def tail(prof, out, meta: dict, lines: int, write: Callable[[bytes], None]) -> None:
+    """The last N lines of the job's log on the shared folder, read through the login node (raw bytes)."""
+    import shlex
+
+    from ..remote.shell import shell_path
+
+    remote = connect(prof, out)
+    try:
+        P = shell_path(log_path(meta))
+        res = remote.run(f"[ -f {P} ] || exit 3; tail -n {int(lines)} {P}", timeout=60)
+    finally:
+        remote.close()
+    if res.rc == 3:
+        raise RemoteError(f"run {meta['run_id']}: no log yet ({log_path(meta)}): Slurm has not started job "
+                          f"{job_id_of(meta)}", hint=f"gpuops status {shlex.quote(meta['run_id'])} says why")
+    write(res.stdout.encode("utf-8", "surrogateescape"))
+
+
+def follow(prof, out, meta: dict, lines: int, write: Callable[[bytes], None], *,
+           on_state: Callable[[str, Optional[str]], None] = lambda s, r: None, every: float = FOLLOW_EVERY,
+           sleep: Callable[[float], None] = time.sleep) -> dict:
+    """`logs -f`: the last N lines, then the log as it grows, until Slurm says the job has ended and the log has been
+    read to its end. on_state(state, reason) at each change of Slurm's state. Returns {"state", "exit_code",
+    "code"}: code 0 when the job completed with exit 0, else 1."""
+    from . import states
+
+    path, job_id = log_path(meta), job_id_of(meta)
+    remote = connect(prof, out)
+    try:
+        node = LoginNode(remote)
+        size, _ = node.read_from(path, 0, 0)
+        offset = 0
+        if size is not None and lines is not None:
+            offset = _tail_offset(node, path, lines, size)
+        seen, rec = None, None
+        while True:
+            res = node.run(states.scontrol_job_argv(job_id))
+            recs = states.parse_scontrol(res.stdout) if res.ok else []
+            rec = recs[0] if recs else None
+            state = (rec.get("JobState") or "").upper() if rec else None
+            if state != seen:
+                on_state(state or "UNKNOWN", rec.get("Reason") if rec else None)
+                seen = state
+            ended = state is None or state in states.ENDED
+            while True:
+                size, data = node.read_from(path, offset)
+                if data:
+                    write(data)
+                    offset += len(data)
+                if not data or size is None or offset >= size:
+                    break
+            if ended:
+                break
+            sleep(every)
+    finally:
+        remote.close()
+    ending = states.ending_from_scontrol(rec, job_id) if rec else None
+    ok = ending is not None and ending.state == "COMPLETED" and not ending.exit_code
+    return {"state": ending.state if ending else None, "exit_code": ending.exit_code if ending else None,
+            "code": 0 if ok else 1}
+
+
+def _tail_offset(node: LoginNode, path: str, lines: int, size: int) -> int:
+    """Where the last `lines` lines of the file start."""
+    import shlex
+
+    from ..remote.shell import shell_path
+
+    res = node.remote.run(f"tail -n {int(lines)} {shell_path(path)} | wc -c", timeout=60)
+    try:
+        return max(0, size - int(res.stdout.strip()))
+    except ValueError:
+        raise RemoteError(f"could not read {shlex.quote(path)}") from None
+
+
+# -- stop ------------------------------------------------------------------------------------------------------------
+def stop(prof, out, project: Path, meta: dict, grace: float) -> dict:
+    """scancel, polite first (LoginNode.cancel); stop.json in the run folder says gpuops stopped it (its ending is
+    then `stopped`, not someone else's cancel). Returns what `stop --json` prints."""
+    rid, job_id = meta["run_id"], job_id_of(meta)
+    if not job_id:
+        raise UsageError(f"run {rid} has no Slurm job recorded")
+    remote = connect(prof, out)
+    try:
+        node = LoginNode(remote)
+        stop_doc = {"by": "gpuops stop", "signal": "TERM", "at": time.time(), "scheduler": "slurm", "job_id": job_id}
+        path = f"{meta['remote_run_dir'].rstrip('/')}/{STOP_FILE}"
+        state = node.queue_state(job_id)
+        if state is not None and state not in ENDED:
+            node.write_file(path, json.dumps(stop_doc))
+        how, last = node.cancel(job_id, grace, on_stopping=lambda: out.step(
+            f"stopping {rid} (Slurm job {job_id}): scancel --signal=TERM, then scancel after {grace:g}s"))
+        if how == "KILL":
+            node.write_file(path, json.dumps({**stop_doc, "signal": "KILL"}))
+    finally:
+        remote.close()
+    state = core.STOPPED if how in ("TERM", "KILL", "pending") else (runstate.gpuops_state(last, None, False)
+                                                                     if last else core.LOST)
+    return {"run_id": rid, "result": how, "state": state, "exit_code": None, "job_id": job_id, "slurm_state": last}

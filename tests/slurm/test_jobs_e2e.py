@@ -1,0 +1,204 @@
+"""`gpuops train | status | logs | stop` on a Slurm profile, through the CLI, against the real local cluster
+(tests/conftest.py `slurm_idle`: Debian's slurmctld and slurmd 22.05, 4 nodes, no accounting; its login node a
+sandbox sshd). Every wait polls; nothing sleeps a fixed time."""
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+import pytest
+
+from support.schemas import valid
+
+SLEEPER = ("import os, signal, sys, time\n"
+           "def term(*a):\n    print('got TERM', flush=True)\n    sys.exit(143)\n"
+           "signal.signal(signal.SIGTERM, term)\n"
+           "print('started on', os.environ.get('SLURMD_NODENAME'), 'restart', os.environ.get('SLURM_RESTART_COUNT', '0'),"
+           " flush=True)\n"
+           "time.sleep(300)\n")
+
+
+def write_profile(cluster, project: Path, name: str = "clu", python: str = "python3", **slurm) -> Path:
+    """A profile of the cluster's login node (its slurm: section), remote_dir a folder of this test on the shared
+    filesystem."""
+    import os
+
+    login = cluster.info["login"]
+    settings = {"nodes": 1, "gpus_per_node": 8, "launcher": "none", "price_per_gpu_hour": 2.5, **slurm}
+    lines = [f"  {k}: {json.dumps(v)}" for k, v in settings.items()]
+    text = (f"host: {login['host']}\nport: {login['port']}\nuser: {login['user']}\nkey: {login['key']}\n"
+            f"remote_dir: {cluster.shared / project.name}\npython: {python}\nhost_key_policy: accept-new\n"
+            "slurm:\n" + "\n".join(lines) + "\n")
+    path = Path(os.environ["GPUOPS_CONFIG_DIR"]) / "profiles" / f"{name}.yaml"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(text)
+    return path
+
+
+def submitted(res) -> tuple[str, str]:
+    """(run id, job id) of a `train` that printed them."""
+    assert res.code == 0, res.all
+    m = re.search(r"submitted (\S+) to Slurm on \S+: job (\d+)", res.err)
+    assert m, res.err
+    assert res.out.strip() == m.group(1)
+    return m.group(1), m.group(2)
+
+
+def status_of(gpuops, rid: str) -> dict:
+    res = gpuops("status", rid, "-p", "clu", "--json")
+    assert res.code == 0, res.all
+    doc = json.loads(res.out)
+    valid("status", doc)
+    return next(r for r in doc["runs"] if r["run_id"] == rid)
+
+
+def test_train_a_two_node_torchrun_job_runs_writes_a_checkpoint_and_its_log_lands(slurm_idle, gpuops, dist_python,
+                                                                                   isolated):
+    c = slurm_idle
+    write_profile(c, isolated, python=dist_python, nodes=2, launcher="torchrun")
+    Path("ddp.py").write_text(
+        "import os\nimport torch\nimport torch.distributed as dist\n"
+        "dist.init_process_group('gloo')\nr = dist.get_rank()\nx = torch.tensor([float(r + 1)])\n"
+        "dist.all_reduce(x)\n"
+        "print(f\"rank {r}/{dist.get_world_size()} on {os.environ['SLURMD_NODENAME']} sum {x.item()}\", flush=True)\n"
+        "if r == 0:\n    os.makedirs('checkpoints/step_1', exist_ok=True)\n"
+        "    torch.save({'sum': x.item()}, 'checkpoints/step_1/model.pt')\n    print('checkpoint saved', flush=True)\n"
+        "dist.barrier()\ndist.destroy_process_group()\n")
+    dry = gpuops("train", "-p", "clu", "--script", "ddp.py", "--nproc-per-node", "1", "--dry-run")
+    assert dry.code == 0, dry.all
+    assert "#SBATCH --nodes=2" in dry.out and "torch.distributed.run" in dry.out and "--rdzv_backend=c10d" in dry.out
+    assert "nothing synced, written or submitted" in dry.err
+    assert not (c.shared / isolated.name).exists()  # nothing synced
+    rid, job_id = submitted(gpuops("train", "-p", "clu", "--script", "ddp.py", "--nproc-per-node", "1"))
+    run_dir = c.shared / isolated.name / ".gpuops" / "runs" / rid
+    assert (run_dir / "job_id").read_text().strip() == job_id  # both ids recorded, there and here
+    assert json.loads((run_dir / "meta.json").read_text())["run_id"] == rid
+    local = json.loads((Path("runs") / rid / "meta.json").read_text())
+    assert local["slurm"]["job_id"] == job_id and local["slurm"]["nodes"] == 2
+    res = gpuops("logs", "-f", rid, "-p", "clu")
+    assert res.code == 0, res.all
+    ranks = sorted(re.findall(r"rank (\d)/2 on (n\d) sum 3.0", res.out))  # c10d gives the ranks: either node may be 0
+    assert [r for r, _ in ranks] == ["0", "1"] and sorted(n for _, n in ranks) == ["n1", "n2"], res.out
+    assert "checkpoint saved" in res.out
+    assert (c.shared / isolated.name / "checkpoints" / "step_1" / "model.pt").is_file()
+    row = status_of(gpuops, rid)
+    assert row["state"] == "succeeded" and row["exit_code"] == 0 and row["ending"] is None
+    s = row["slurm"]
+    assert s["state"] == "COMPLETED" and s["job_id"] == job_id and s["nodes"] == 2 and s["node_list"] == "n[1-2]"
+    assert s["gpus"] == 16 and s["gpu_hours"] is not None and s["accounting"] is False
+    assert [a["job_id"] for a in s["attempts"]] == [job_id]
+    tail = gpuops("logs", rid, "-p", "clu", "-n", "1")
+    assert tail.code == 0 and len(tail.out.splitlines()) == 1 and tail.out in res.out
+
+
+def test_a_pending_job_says_why_in_words_and_stop_cancels_it(slurm_idle, gpuops, isolated):
+    write_profile(slurm_idle, isolated)
+    Path("train.py").write_text("print('never')\n")
+    rid, job_id = submitted(gpuops("train", "-p", "clu", "--script", "train.py", "--nodes", "5"))
+    row = slurm_idle.wait("a reason", lambda: (r := status_of(gpuops, rid))["slurm"]["reason"] and r)
+    assert row["state"] == "pending" and row["slurm"]["state"] == "PENDING"
+    s = row["slurm"]  # 22.05 says PartitionConfig at first, PartitionNodeLimit once its scheduler looked again
+    assert s["reason"] in ("PartitionConfig", "PartitionNodeLimit") and s["reason_words"] and s["fix"]
+    assert s["gpu_hours"] is None
+    plain = gpuops("status", "-p", "clu")
+    assert re.search(rf"{rid}: Slurm job {job_id} PENDING \(Partition(Config|NodeLimit)\): \w+", plain.out), plain.out
+    assert "    fix: " in plain.out
+    res = gpuops("stop", rid, "-p", "clu")
+    assert res.code == 0 and f"cancelled {rid} (Slurm job {job_id}) before it started" in res.err
+    assert slurm_idle.job(job_id)["JobState"] == "CANCELLED"
+    row = status_of(gpuops, rid)
+    assert row["state"] == "stopped" and row["ending"]["cause"] == "stopped"
+
+
+def test_stop_is_polite_first_and_the_ending_says_gpuops_stopped_it(slurm_idle, gpuops, isolated):
+    write_profile(slurm_idle, isolated)
+    Path("sleeper.py").write_text(SLEEPER)
+    rid, job_id = submitted(gpuops("train", "-p", "clu", "--script", "sleeper.py"))
+    run_dir = slurm_idle.shared / isolated.name / ".gpuops" / "runs" / rid
+    slurm_idle.wait("the job started", lambda: "started on" in _text(run_dir / f"slurm-{job_id}.out"))
+    row = status_of(gpuops, rid)
+    assert row["state"] == "running" and row["slurm"]["state"] == "RUNNING" and row["slurm"]["nodes"] == 1
+    res = gpuops("stop", rid, "-p", "clu", "--json")
+    assert res.code == 0, res.all
+    doc = json.loads(res.out)
+    valid("stop", doc)
+    assert doc["result"] == "TERM" and doc["state"] == "stopped" and doc["job_id"] == job_id
+    assert "got TERM" in _text(run_dir / f"slurm-{job_id}.out")  # the job's own handler ran: SIGTERM, not a kill
+    row = status_of(gpuops, rid)
+    assert row["state"] == "stopped" and row["ending"]["cause"] == "stopped"
+    assert any("gpuops stop" in e for e in row["ending"]["evidence"])
+
+
+def test_a_job_that_fails_is_said_with_the_cause_in_its_log(slurm_idle, gpuops, isolated):
+    write_profile(slurm_idle, isolated)
+    Path("crash.py").write_text("print('step 1')\nraise RuntimeError('boom at step 1')\n")
+    rid, job_id = submitted(gpuops("train", "-p", "clu", "--script", "crash.py"))
+    res = gpuops("logs", "-f", rid, "-p", "clu")
+    assert res.code == 1 and "RuntimeError: boom at step 1" in res.out and "FAILED" in res.err
+    row = status_of(gpuops, rid)
+    assert row["state"] == "failed" and row["slurm"]["state"] == "FAILED" and row["exit_code"] == 1
+    e = row["ending"]
+    assert e and "RuntimeError: boom at step 1" in " ".join(e["evidence"]) + e["title"]
+    assert any(x.startswith("scontrol: State=FAILED") for x in e["evidence"])
+
+
+def test_a_job_killed_by_its_time_limit_is_said_timeout(slurm_idle, gpuops, isolated):
+    c = slurm_idle
+    write_profile(c, isolated, time="5")
+    Path("sleeper.py").write_text(SLEEPER)
+    rid, job_id = submitted(gpuops("train", "-p", "clu", "--script", "sleeper.py"))
+    run_dir = c.shared / isolated.name / ".gpuops" / "runs" / rid
+    c.wait("the job's step started", lambda: "started on" in _text(run_dir / f"slurm-{job_id}.out"))
+    # (a limit of 0 before srun has started its step fails the step instead: FAILED, not TIMEOUT)
+    # the quickest real TIMEOUT (tests/sandbox/test_slurm_cluster_e2e.py): the limit set to 0 while it runs; Slurm
+    # 22.05 checks limits every 30 s
+    c.run(["scontrol", "update", f"JobId={job_id}", "TimeLimit=0"], check=True)
+    c.wait_job(job_id, ("TIMEOUT",), timeout=45, every=0.2)
+    row = status_of(gpuops, rid)
+    assert row["state"] == "failed" and row["slurm"]["state"] == "TIMEOUT" and row["slurm"]["reason"] == "TimeLimit"
+    assert row["ending"]["cause"] == "slurm-timeout" and "TIMEOUT" in row["ending"]["title"]
+    plain = gpuops("status", rid, "-p", "clu")
+    assert "why it ended: it reached its time limit and Slurm ended it (TIMEOUT)" in plain.out
+
+
+def test_a_node_lost_mid_job_is_said_requeued_with_its_attempts(slurm_idle, gpuops, isolated):
+    c = slurm_idle
+    write_profile(c, isolated, nodes=2)
+    Path("sleeper.py").write_text(SLEEPER)
+    rid, job_id = submitted(gpuops("train", "-p", "clu", "--script", "sleeper.py"))
+    first = c.wait_job(job_id, ("RUNNING",))
+    run_dir = c.shared / isolated.name / ".gpuops" / "runs" / rid
+    c.wait("both nodes started", lambda: _text(run_dir / f"slurm-{job_id}.out").count("started on") == 2)
+    victim = c.run(["scontrol", "show", "hostnames", first["NodeList"]], check=True).stdout.split()[1]
+    assert c.kill_node(victim)
+    c.wait("requeued", lambda: c.job(job_id).get("Restarts") == "1", timeout=30)
+    row = c.wait("the second attempt", lambda: len((r := status_of(gpuops, rid))["slurm"]["attempts"]) == 2 and r,
+                 timeout=40)
+    s = row["slurm"]
+    assert s["restarts"] == 1 and row["state"] in ("running", "pending")
+    assert s["attempts"][0]["node_list"] == first["NodeList"] and s["attempts"][1]["restarts"] == 1
+    plain = gpuops("status", rid, "-p", "clu")
+    assert "requeued 1 time by Slurm" in plain.out and f"#1 on {first['NodeList']}" in plain.out
+    assert "started on" in _text(run_dir / f"slurm-{job_id}.out")  # the first attempt's lines kept (append)
+
+
+def test_sync_to_the_shared_folder_is_todays_sync(slurm_idle, gpuops, isolated):
+    write_profile(slurm_idle, isolated)
+    Path("data.txt").write_text("x" * 100)
+    res = gpuops("sync", "-p", "clu")
+    assert res.code == 0, res.all
+    assert (slurm_idle.shared / isolated.name / "data.txt").read_text() == "x" * 100
+
+
+def _text(path: Path) -> str:
+    try:
+        return path.read_text()
+    except OSError:
+        return ""
+
+
+@pytest.fixture(autouse=True)
+def _no_job_left(slurm_cluster):
+    yield
+    slurm_cluster.run(["scancel", "--user", slurm_cluster.info["login"]["user"]])
