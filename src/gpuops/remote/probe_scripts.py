@@ -247,13 +247,13 @@ try:
                 timer.start()
                 it, el = timed_loop(lambda: torch.matmul(a, b, out=c), secs, sync)
                 timer.join()
-                d.update(bf16_tflops=round(2.0 * N ** 3 * it / el / 1e12, 3), matmul_seconds=round(el, 3),
+                d.update(bf16_tflops=float('%.4g' % (2.0 * N ** 3 * it / el / 1e12)), matmul_seconds=round(el, 3),
                          matmul_n=N, sample=box.get("s"))
                 del a, b, c
                 x = torch.empty(nbytes, dtype=torch.uint8, device=device)
                 y = torch.empty_like(x)
                 it, el = timed_loop(lambda: y.copy_(x), secs / 2, sync)
-                d.update(copy_tbps=round(2.0 * nbytes * it / el / 1e12, 4), copy_seconds=round(el, 3))
+                d.update(copy_tbps=float('%.4g' % (2.0 * nbytes * it / el / 1e12)), copy_seconds=round(el, 3))
                 del x, y
                 if dev == "cuda":
                     torch.cuda.empty_cache()
