@@ -277,7 +277,7 @@ E2E_FIXTURES = frozenset({"sshd", "dist_python", "browser", "slurm_cluster", "sl
 # emulator, docs blocks, browsers, fleets...). The README's `--dist worksteal` starts each worker on a contiguous
 # slice of this order and lets an idle worker take the back half of the longest queue: the order is dealt out so
 # that every slice starts with its share of the long tests (a worker never queues five 30 s runs while another idles).
-SLOW_FIRST = ("pipeline", "docs", "dashboard", "fleet", "cloud", "jobs", "setup", "transfer", "verify")
+SLOW_FIRST = ("pipeline", "slurm", "docs", "dashboard", "fleet", "cloud", "jobs", "setup", "transfer", "verify", "sandbox")
 
 
 def _weight(item) -> tuple:

@@ -180,12 +180,14 @@ def test_sandbox_up_slurm_writes_the_profile_and_down_stops_it(starts_hosts, gpu
     import json
 
     import yaml
+    from support.schemas import valid
 
     monkeypatch.setenv("GPUOPS_STATE_DIR", str(tmp_path / "state"))
     try:
         r = gpuops("sandbox", "up", "--slurm", "2", "--gpus", "4", "--json")
         assert r.code == 0, r.all
         doc = json.loads(r.out)
+        valid("sandbox-up-slurm", doc)
         assert doc["nodes"] == ["n1", "n2"] and doc["gpus_per_node"] == 4 and doc["partition"] == "gpu"
         assert doc["profile"] == "slurm" and doc["login"]["port"]
         profile = yaml.safe_load(Path(doc["profile_path"]).read_text())
@@ -198,6 +200,7 @@ def test_sandbox_up_slurm_writes_the_profile_and_down_stops_it(starts_hosts, gpu
     finally:
         down = gpuops("sandbox", "down", "--json")
     assert down.code == 0 and json.loads(down.out)["slurm_stopped"] is True, down.all
+    valid("sandbox-down", json.loads(down.out))
     assert not slurm.status(Path(doc["dir"]))["running"]
 
 

@@ -129,7 +129,7 @@ def load_state():
     return state
 
 
-SHELLS = ("bash", "sh", "dash", "nohup", "setsid", "tail", "timeout", "env")
+SHELLS = ("bash", "sh", "dash", "nohup", "setsid", "tail", "timeout", "env", "slurm_script", "srun", "slurmstepd")
 
 
 def parse_hold(text):
