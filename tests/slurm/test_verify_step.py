@@ -136,3 +136,24 @@ def test_recorded_sinfo_of_slurm_22_05_with_a_drained_node():
     res = {r.id: r for r in cc.node_results(s, plan)}
     assert res["slurm.node.n3"].status == "fail" and "gpu xid 79 on GPU 2" in res["slurm.node.n3"].measured
     assert res["slurm.node.n1"].status == "pass" and "allocated" in res["slurm.node.n1"].measured
+
+
+def test_a_node_without_a_report_says_why_and_fleet_differences_are_named_by_node():
+    from types import SimpleNamespace
+
+    from gpuops.slurm import verify_cluster as vc
+    from gpuops.verify.results import CheckResult
+
+    prof = SimpleNamespace(name="cl", user="me", port=22, python="python3")
+    step = ps.split_step(f"0: {ps.TASK_MARK} 0 n1\n1: {ps.TASK_MARK} 1 n2\n",
+                         "1: python3: can't open file '/x/.gpuops/verify/probe-a.py': [Errno 2] No such file\n")
+    from datetime import datetime, timezone
+
+    rep = vc.no_report(prof, "n2", 1, step, datetime(2026, 12, 6, tzinfo=timezone.utc))
+    assert rep["verdict"] == "fail" and "filesystem the login node and the nodes share" in rep["checks"][0]["remediation"]
+    hosts = [{"host": "n2", "code": 1, "report": rep}]
+    assert vc.failed_nodes(hosts)[0]["fix"].startswith("keep jobs off it: `slurm.exclude: [n2]`")
+    r = vc._named(CheckResult("fleet.driver", "same NVIDIA driver on every host", "warn",
+                              measured="570 on #0, #2; 580 on #1"),
+                  [{"node": 0, "slurm_node": "n1"}, {"node": 1, "slurm_node": "n2"}, {"node": 2, "slurm_node": "n4"}])
+    assert r.measured == "570 on n1, n4; 580 on n2" and r.title == "same NVIDIA driver on every node"

@@ -205,13 +205,13 @@ def no_report(profile, node: str, rank: int, step, when: datetime) -> dict:
 
 def _named(result: CheckResult, reports: list) -> CheckResult:
     """A fleet check's `#0, #2` in the nodes' names (n1, n3): a cluster's nodes are known by name."""
-    if result.status == PASS or not result.measured:
-        return result
     import re
 
+    result.title = result.title.replace("every host", "every node")
+    if result.status == PASS or not result.measured:
+        return result
     names = {str(r.get("node")): r.get("slurm_node") for r in reports}
     result.measured = re.sub(r"#(\d+)", lambda m: names.get(m.group(1)) or m.group(0), result.measured)
-    result.title = result.title.replace("every host", "every node")
     result.remediation = ("make every node match (the cluster's image, or keep the odd node out with slurm.exclude): "
                           "a mixed allocation fails or slows in collective operations")
     return result
