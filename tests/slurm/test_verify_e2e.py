@@ -138,3 +138,16 @@ def test_sandbox_up_slurm_then_verify_slurm(starts_hosts, gpuops, monkeypatch, t
         assert "=== node n1 ===" in r.out and "=== node n2 ===" in r.out and "2/2 nodes passed" in r.out
     finally:
         gpuops("sandbox", "down")
+
+
+def test_an_account_slurm_does_not_know_is_one_message_where_the_cluster_has_accounting(slurm_accounting_cluster,
+                                                                                       gpuops):
+    c = slurm_accounting_cluster
+    write_profile(c, nodes=2, account="nosuch")
+    r = gpuops("verify", "cl", "--no-save", "--no-cuda-check")
+    assert r.code == 2, r.all
+    assert "slurm.account: 'nosuch' is not one of your accounts on this cluster (" in r.err and "gpuops" in r.err
+    write_profile(c, nodes=2, account="gpuops")
+    r = gpuops("verify", "cl", "--no-save", "--no-cuda-check")
+    assert r.code == 0, r.all
+    assert "2/2 nodes passed" in r.out

@@ -18,7 +18,7 @@ from typing import Optional
 from ..errors import ProfileError, RemoteError
 from .cluster_checks import parse_assoc, parse_partitions
 from .nodes import SinfoNode, parse_sinfo
-from .probe_step import SETUP_FAILED, StepOutput, StepSpec, login_script, parse_sections, split_step, step_script, \
+from .probe_step import LOGIN_COMMAND_LIMIT_S, SETUP_FAILED, StepOutput, StepSpec, login_script, parse_sections, split_step, step_script, \
     tagged_probe
 from .states import QueueJob, job_from_scontrol, parse_scontrol
 
@@ -43,6 +43,10 @@ def login_facts(remote, *, timeout: float = LOGIN_TIMEOUT_S) -> LoginFacts:
         raise ProfileError(f"{remote.profile.host} has no sinfo: the profile's `slurm:` says it is a Slurm cluster's "
                            "login node" + (f" ({text.strip().splitlines()[-1]})" if text.strip() else ""),
                            hint="set host: to the cluster's login node, or remove `slurm:` from the profile")
+    if rc == 124:
+        raise RemoteError(f"sinfo did not answer within {LOGIN_COMMAND_LIMIT_S} s on the login node "
+                          f"{remote.profile.host}: Slurm's controller is not answering",
+                          hint="try `sinfo` there; `scontrol ping` says whether slurmctld is up")
     if rc != 0:
         raise RemoteError(f"sinfo failed on the login node {remote.profile.host} (exit {rc}): "
                           f"{(text.strip().splitlines() or ['no output'])[-1]}",

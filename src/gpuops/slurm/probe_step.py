@@ -19,7 +19,8 @@ TASK_MARK = "GPUOPS-TASK"  # a task started: `GPUOPS-TASK <SLURM_PROCID> <SLURMD
 SECTION_MARK = "@@gpuops"
 CHUNK = 700  # characters of JSON per line: well under the 1024-byte buffers Slurm's I/O forwards lines in
 JOB_NAME = "gpuops-verify"
-SETUP_FAILED = 97  # the step script could not make its folder or write the probe there
+SETUP_FAILED = 97
+LOGIN_COMMAND_LIMIT_S = 20  # each Slurm command on the login node (a controller that does not answer: rc 124)  # the step script could not make its folder or write the probe there
 
 # Put ahead of the probe's source in the file every task runs: the probe's one `sys.stdout.write(doc)` and flush
 # become tagged lines written straight to fd 1 (the probe ends with os._exit: nothing is left in a buffer).
@@ -76,8 +77,9 @@ def login_script() -> str:
         ("assoc", 'sacctmgr --noheader --parsable2 show assoc where user="$(id -un)" format=Account,Partition,QOS'),
         ("home", 'printf "%s\\n" "$HOME"'),
     ]
-    return "".join(f"echo {SECTION_MARK} {name}; {cmd} 2>&1; echo \"{SECTION_MARK} rc $?\"; "
-                   for name, cmd in sections)
+    limit = 'T=""; command -v timeout >/dev/null 2>&1 && T="timeout %d"; ' % LOGIN_COMMAND_LIMIT_S
+    return limit + "".join(f"echo {SECTION_MARK} {name}; {'' if name == 'home' else '$T '}{cmd} 2>&1; "
+                           f"echo \"{SECTION_MARK} rc $?\"; " for name, cmd in sections)
 
 
 def parse_sections(text: str) -> dict[str, tuple[Optional[int], str]]:

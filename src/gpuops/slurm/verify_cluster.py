@@ -118,12 +118,20 @@ def _problems_text(profile, problems: list[str]) -> str:
 
 def step_results(step, plan, settings, wait_s: int, busy) -> list[CheckResult]:
     """The step's own line: did Slurm give the nodes at once, did every node answer."""
+    from .cluster_checks import unused_nodes
     from .probe_step import allocation_failed
 
     failed = allocation_failed(step)
     if failed is None:
-        return [CheckResult("slurm.step", "probe step (srun)", PASS,
-                            measured=f"{len(step.nodes)} node(s) in one step: {', '.join(step.nodes)}")]
+        out = [CheckResult("slurm.step", "probe step (srun)", PASS,
+                           measured=f"{len(step.nodes)} node(s) in one step: {', '.join(step.nodes)}")]
+        left = unused_nodes(plan, step.nodes)
+        if left:
+            out.append(CheckResult("slurm.unverified", "usable nodes not probed", INFO,
+                                   measured=f"{', '.join(left)}: the job asks {plan.nodes_asked} node(s) and Slurm "
+                                            f"chose {', '.join(step.nodes)}; slurm.nodes: {len(plan.usable)} (or "
+                                            f"slurm.nodelist) probes them too"))
+        return out
     if busy is not None:
         job, holders = busy
         reason = ""
