@@ -95,7 +95,11 @@ def test_train_a_two_node_torchrun_job_runs_writes_a_checkpoint_and_its_log_land
 def test_a_pending_job_says_why_in_words_and_stop_cancels_it(slurm_idle, gpuops, isolated):
     write_profile(slurm_idle, isolated)
     Path("train.py").write_text("print('never')\n")
-    rid, job_id = submitted(gpuops("train", "-p", "clu", "--script", "train.py", "--nodes", "5"))
+    res = gpuops("train", "-p", "clu", "--script", "train.py", "--nodes", "5", "--json")
+    assert res.code == 0, res.all
+    doc = json.loads(res.out)
+    valid("train", doc)
+    rid, job_id = doc["run_id"], doc["job_id"]
     row = slurm_idle.wait("a reason", lambda: (r := status_of(gpuops, rid))["slurm"]["reason"] and r)
     assert row["state"] == "pending" and row["slurm"]["state"] == "PENDING"
     s = row["slurm"]  # 22.05 says PartitionConfig at first, PartitionNodeLimit once its scheduler looked again
@@ -141,6 +145,9 @@ def test_a_job_that_fails_is_said_with_the_cause_in_its_log(slurm_idle, gpuops, 
     e = row["ending"]
     assert e and "RuntimeError: boom at step 1" in " ".join(e["evidence"]) + e["title"]
     assert any(x.startswith("scontrol: State=FAILED") for x in e["evidence"])
+    w = gpuops("watch", rid, "-p", "clu")  # a first watch on Slurm: the log, the state, the ending
+    assert w.code == 1 and "RuntimeError: boom at step 1" in w.out
+    assert "why it ended: the job raised RuntimeError: boom at step 1" in w.err
 
 
 def test_a_job_killed_by_its_time_limit_is_said_timeout(slurm_idle, gpuops, isolated):
@@ -178,8 +185,10 @@ def test_a_node_lost_mid_job_is_said_requeued_with_its_attempts(slurm_idle, gpuo
     s = row["slurm"]
     assert s["restarts"] == 1 and row["state"] in ("running", "pending")
     assert s["attempts"][0]["node_list"] == first["NodeList"] and s["attempts"][1]["restarts"] == 1
+    assert [f["node"] for f in s["failed_nodes"]] == [victim] and s["failed_nodes"][0]["reason"] == "Not responding"
     plain = gpuops("status", rid, "-p", "clu")
     assert "requeued 1 time by Slurm" in plain.out and f"#1 on {first['NodeList']}" in plain.out
+    assert f"node {victim} is down* (Not responding): NODE_FAIL, the job was requeued off it" in plain.out
     assert "started on" in _text(run_dir / f"slurm-{job_id}.out")  # the first attempt's lines kept (append)
 
 
@@ -202,3 +211,24 @@ def _text(path: Path) -> str:
 def _no_job_left(slurm_cluster):
     yield
     slurm_cluster.run(["scancel", "--user", slurm_cluster.info["login"]["user"]])
+
+
+def test_with_accounting_sacct_says_who_cancelled_and_the_gpu_hours(slurm_accounting_cluster, gpuops, isolated):
+    c = slurm_accounting_cluster
+    write_profile(c, isolated, gpus_per_node=8)
+    Path("sleeper.py").write_text(SLEEPER)
+    rid, job_id = submitted(gpuops("train", "-p", "clu", "--script", "sleeper.py"))
+    run_dir = c.shared / isolated.name / ".gpuops" / "runs" / rid
+    c.wait("the job started", lambda: "started on" in _text(run_dir / f"slurm-{job_id}.out"), timeout=30)
+    c.wait("2 s of run time", lambda: c.job(job_id).get("RunTime", "00:00:00") >= "00:00:02", timeout=30, every=0.2)
+    c.run(["scancel", job_id], check=True)  # someone else's scancel, not gpuops stop
+    row = c.wait("sacct's ending", lambda: (r := status_of(gpuops, rid))["slurm"]["source"] == "sacct" and r,
+                 timeout=30)
+    s = row["slurm"]
+    assert s["accounting"] is True and s["state"] == "CANCELLED" and row["state"] == "failed"
+    assert row["ending"]["cause"] == "slurm-cancelled"
+    import os
+
+    assert f"uid {os.getuid()}" in row["ending"]["title"] or "root" in row["ending"]["title"]
+    assert s["gpu_hours"] is not None and s["gpu_hours"] > 0 and s["cost"] == round(s["gpu_hours"] * 2.5, 4)
+    c.run(["scancel", "--user", c.info["login"]["user"]])

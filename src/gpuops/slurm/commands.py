@@ -44,6 +44,7 @@ class Gathered:
     scontrol: dict = field(default_factory=dict)  # job id -> `scontrol --oneliner show job` text ("" unknown)
     sacct: Optional[str] = None  # None: no accounting (or not asked)
     accounting: Optional[bool] = None
+    sinfo: Optional[str] = None  # sinfo's nodes (nodes.SINFO_FORMAT), when asked
     files: dict = field(default_factory=dict)  # (run dir, name) -> text, None when the file is not there
     tails: dict = field(default_factory=dict)  # run dir -> the log's last lines (list)
 
@@ -122,10 +123,11 @@ class LoginNode:
 
     # -- what Slurm knows of jobs ------------------------------------------------------------------------------------
     def gather(self, job_ids: list, *, runs: Iterable = (), files: Iterable = (), tail: int = 0,
-               sacct: bool = True) -> Gathered:
+               sacct: bool = True, sinfo: bool = False) -> Gathered:
         """One execution: squeue of every job (--json where it works), `scontrol show job` of each, sacct of all
-        (unless accounting is known to be off), and of each run folder in `runs` the `files` named and the last
-        `tail` lines of the log named by the folder's job id (batch.LOG_NAME)."""
+        (unless accounting is known to be off), sinfo's nodes (sinfo=True: which are down or drained, and why), and
+        of each run folder in `runs` the `files` named and the last `tail` lines of the log named by the folder's job
+        id (batch.LOG_NAME)."""
         from .batch import LOG_NAME
 
         ids = [str(j) for j in job_ids if j]
@@ -138,6 +140,10 @@ class LoginNode:
                 parts.append(f"echo '@@squeue 0'; {quoted(states.squeue_argv(ids))} 2>/dev/null")
             for j in ids:
                 parts.append(f"echo '@@scontrol {j}'; {quoted(states.scontrol_job_argv(j))} 2>/dev/null")
+            if sinfo:
+                from .nodes import sinfo_argv
+
+                parts.append(f"echo '@@sinfo'; {quoted(sinfo_argv())} 2>/dev/null")
             if sacct and self.accounting is not False:
                 parts.append(f"echo '@@sacct'; {quoted(states.sacct_argv(ids))} 2>&1; echo \"@@sacctrc $?\"")
         for i, d in enumerate(runs):
@@ -179,6 +185,8 @@ class LoginNode:
                 g.squeue, g.squeue_json = body, as_json
             elif key[0] == "scontrol":
                 g.scontrol[key[1]] = body if "JobId=" in body else ""
+            elif key[0] == "sinfo":
+                g.sinfo = body
             elif key[0] == "sacct":
                 if NO_ACCOUNTING in body:
                     self.accounting, g.accounting = False, False

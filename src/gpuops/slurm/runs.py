@@ -144,7 +144,7 @@ def status(prof, out, project: Path, run: Optional[str] = None, *, now: Optional
         remote = connect(prof, out)
         try:
             g = LoginNode(remote).gather([job_id_of(m) for m in live], runs=[m["remote_run_dir"] for m in live],
-                                         files=(batch.ATTEMPTS_FILE, STOP_FILE), tail=LOG_TAIL)
+                                         files=(batch.ATTEMPTS_FILE, STOP_FILE), tail=LOG_TAIL, sinfo=True)
         finally:
             remote.close()
     rows = [judge(prof, project, m, g, saved[m["run_id"]], now=now) for m in metas]
@@ -171,6 +171,7 @@ def judge(prof, project: Path, meta: dict, g, saved: dict, *, now: Optional[floa
     doc = runstate.slurm_doc(job_id=job_id, q=q, ending=ending, attempts=runstate.attempts_of(
         g.files.get((d, batch.ATTEMPTS_FILE))), gpus=runstate.job_gpus(sc, q, int(s.get("gpus_per_node") or 0)),
         price=prof.slurm.price_per_gpu_hour, reasons=_reasons(project), now=now, accounting=g.accounting)
+    doc["failed_nodes"] = runstate.failed_nodes(doc, ending, g.sinfo)
     slurm_state = ending.state if ending else (q.state if q else None)
     if slurm_state is None and saved.get("slurm"):  # forgotten since the last look: what was seen then
         return _row(meta, saved.get("state", core.LOST), saved.get("slurm"), saved.get("ending"))

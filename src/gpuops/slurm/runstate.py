@@ -132,7 +132,7 @@ def slurm_doc(*, job_id: str, q: Optional[states.QueueJob], ending: Optional[sta
            "estimated_start": None, "nodes": q.nodes if q else None, "node_list": (q.node_list if q else "") or
            (ending.node_list if ending else ""), "elapsed_s": None, "time_limit_s": q.time_limit_s if q else None,
            "exit_code": None, "signal": None, "restarts": 0, "attempts": attempts, "gpus": gpus,
-           "gpu_hours": None, "cost": None, "accounting": accounting, "source": None}
+           "gpu_hours": None, "cost": None, "accounting": accounting, "source": None, "failed_nodes": []}
     if q is not None:
         doc.update(restarts=q.restarts, elapsed_s=q.time_used_s, source="squeue")
         if q.state in WAITING_STATES:
@@ -154,6 +154,26 @@ def slurm_doc(*, job_id: str, q: Optional[states.QueueJob], ending: Optional[sta
     doc["gpu_hours"] = round(hours, 6) if hours is not None else None
     doc["cost"] = states.gpu_cost(hours, price)
     return doc
+
+
+def failed_nodes(doc: dict, ending: Optional[states.SlurmEnding], sinfo: Optional[str]) -> list[dict]:
+    """The nodes that failed the job, as sinfo says them now: of a requeued job, the nodes of its earlier attempts
+    that Slurm holds down, drained or not responding (the requeue's cause: NODE_FAIL); of a job that ended, its own
+    (nodes.failed_nodes). Each {"node", "state", "reason"}."""
+    from .nodes import parse_sinfo
+
+    listed = parse_sinfo(sinfo or "")
+    if not listed:
+        return []
+    earlier = {n for a in (doc.get("attempts") or [])[:-1] for n in states.expand_hostlist(a.get("node_list"))}
+    if ending is not None and ending.state in ("NODE_FAIL", "BOOT_FAIL"):
+        earlier |= set(ending.nodes)
+    out, seen = [], set()
+    for n in listed:
+        if n.name in earlier and (n.down or n.drained) and n.name not in seen:
+            seen.add(n.name)
+            out.append({"node": n.name, "state": n.raw_state or n.state, "reason": n.reason})
+    return out
 
 
 def attempts_of(text: Optional[str]) -> list[dict]:
@@ -194,6 +214,10 @@ def words(row: dict) -> list[str]:
         said = "; ".join(f"#{i + 1} on {a.get('node_list') or '?'}" for i, a in enumerate(att))
         out.append(f"    requeued {n} time{'s' if n != 1 else ''} by Slurm (a node failed or it was preempted); "
                    f"attempts: {said or '?'}")
+    for f in s.get("failed_nodes") or []:
+        out.append(f"    node {f['node']} is {f['state']}" + (f" ({f['reason']})" if f.get("reason") else "")
+                   + (": NODE_FAIL, the job was requeued off it" if row["state"] not in core.ENDED
+                      else ": the job's node failed") + f"; keep jobs off it: --exclude {f['node']}")
     if s.get("gpu_hours") is not None:
         cost = f", ${s['cost']:.2f}" if s.get("cost") is not None else ""
         out.append(f"    GPU-hours: {s['gpu_hours']:.4f} ({s.get('gpus')} GPU(s)){cost}")
