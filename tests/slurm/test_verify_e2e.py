@@ -151,3 +151,14 @@ def test_an_account_slurm_does_not_know_is_one_message_where_the_cluster_has_acc
     r = gpuops("verify", "cl", "--no-save", "--no-cuda-check")
     assert r.code == 0, r.all
     assert "2/2 nodes passed" in r.out
+
+
+def test_a_lost_node_is_named_not_responding_and_kept_out_of_the_step(slurm_idle, gpuops):
+    write_profile(slurm_idle, nodes=3)
+    slurm_idle.kill_node("n4")
+    slurm_idle.wait("n4 not responding", lambda: slurm_idle.node_states().get("n4", "").endswith("*"))
+    r = gpuops("verify", "cl", "--no-save", "--no-cuda-check", "--json")
+    doc = json.loads(r.out)
+    n4 = next(c for c in doc["checks"] if c["id"] == "slurm.node.n4")
+    assert n4["status"] == "warn" and "not responding" in n4["measured"] and "slurm.exclude: [n4]" in n4["remediation"]
+    assert r.code == 0 and sorted(doc["slurm"]["nodes_verified"]) == ["n1", "n2", "n3"], r.all

@@ -77,8 +77,10 @@ def gather_and_judge(profile, out, *, playbook, cuda_check, project_dir: Path, c
                                     f"{', '.join(plan.available) or 'none'})")
         cluster_results = cluster_checks.node_results(settings, plan)
         if plan.step_nodes:
+            keep_off = list(settings.exclude) + [n.name for n in plan.partition.nodes if not n.usable
+                                                  and n.name not in settings.exclude]
             spec = StepSpec(nodes=plan.step_nodes, partition=plan.partition.name, account=settings.account,
-                            qos=settings.qos, exclude=list(settings.exclude), gpus_per_node=settings.gpus_per_node,
+                            qos=settings.qos, exclude=keep_off, gpus_per_node=settings.gpus_per_node,
                             gpu_type=settings.gpu_type, gpu_option=settings.gpu_option, wait_s=wait_s, limit_s=limit,
                             nodelist=[n.name for n in plan.usable] if settings.nodelist else [])
             with out.status(f"probing {spec.nodes} node(s) in one srun step"):
