@@ -10,4 +10,9 @@ srun and scancel on the login node.
 - commands: the talking part (argument lists over the login node's one connection).
 - runstate: a gpuops run's Slurm job judged (pure): its status row, GPU-hours, the ending's facts.
 - runs: train, status, logs, stop on a cluster, step by step over the login node's connection.
+- verify on a cluster: probe_step (pure: the one srun step's arguments and script, the probe's output tagged per
+  node and split back), cluster_checks (pure: the profile's `slurm:` against sinfo/scontrol, the nodes' states),
+  cluster (talking: the login node's facts, the step, why the nodes were busy), verify_cluster (composes them with
+  verify's checks, the fleet checks and the report), report_text (pure: the cluster's lines).
+- profile_draft: `profiles new --slurm`, the profile written from the login node's sinfo and scontrol.
 """
