@@ -78,7 +78,7 @@ def test_login_script_sections_parse():
     sec = ps.parse_sections(text)
     assert sec["sinfo"][0] == 0 and sec["sinfo"][1].startswith("n1|") and sec["partitions"] == (1, "")
     assert sec["home"] == (0, "/home/me")
-    assert "sinfo --noheader --Node" in ps.login_script() and "sacctmgr" in ps.login_script()
+    assert "sinfo --all --noheader --Node" in ps.login_script() and "sacctmgr" in ps.login_script()
 
 
 def _plan(**settings):
@@ -157,3 +157,13 @@ def test_a_node_without_a_report_says_why_and_fleet_differences_are_named_by_nod
                               measured="570 on #0, #2; 580 on #1"),
                   [{"node": 0, "slurm_node": "n1"}, {"node": 1, "slurm_node": "n2"}, {"node": 2, "slurm_node": "n4"}])
     assert r.measured == "570 on n1, n4; 580 on n2" and r.title == "same NVIDIA driver on every node"
+
+
+def test_a_partition_for_other_groups_is_a_profile_problem():
+    parts = cc.parse_partitions(PARTS.replace("PartitionName=gpu AllowAccounts=ALL", "PartitionName=gpu "
+                                              "AllowGroups=admins,ops AllowAccounts=ALL"))
+    s = SlurmSettings(partition="gpu")
+    plan = cc.resolve(s, parse_sinfo(SINFO), parts, None, ["me", "users"])
+    assert plan.problems == ["partition gpu is for the groups admins, ops (AllowGroups); yours: me, users"]
+    assert not cc.resolve(s, parse_sinfo(SINFO), parts, None, ["ops"]).problems
+    assert not cc.resolve(s, parse_sinfo(SINFO), parts, None, None).problems  # unknown: not judged

@@ -32,6 +32,7 @@ class LoginFacts:
     assoc: Optional[list] = None  # None: no accounting (sacctmgr refused)
     version: Optional[str] = None
     home: Optional[str] = None
+    groups: Optional[list] = None  # the user's groups on the login node (None: unknown)
 
 
 def login_facts(remote, *, timeout: float = LOGIN_TIMEOUT_S) -> LoginFacts:
@@ -58,7 +59,8 @@ def login_facts(remote, *, timeout: float = LOGIN_TIMEOUT_S) -> LoginFacts:
     return LoginFacts(nodes=nodes, partitions=parse_partitions(ptext) if prc == 0 else [],
                       assoc=parse_assoc(atext) if arc == 0 else None,
                       version=vtext.split()[-1] if vtext else None,
-                      home=(sec.get("home", (None, ""))[1].strip() or None))
+                      home=(sec.get("home", (None, ""))[1].strip() or None),
+                      groups=sec["groups"][1].split() if sec.get("groups", (None, ""))[0] == 0 else None)
 
 
 def probe_nodes(remote, spec: StepSpec, *, folder: str, python: str, probe_source: str) -> StepOutput:

@@ -51,6 +51,7 @@ class Partition:
     allow_accounts: Optional[list] = None  # None: ALL
     deny_accounts: list = field(default_factory=list)
     allow_qos: Optional[list] = None
+    allow_groups: Optional[list] = None  # None: ALL
     total_nodes: Optional[int] = None
 
     @property
@@ -77,7 +78,7 @@ def partitions(nodes: list[SinfoNode], records: list[dict]) -> dict[str, Partiti
             name=name, default=rec.get("Default") == "YES", state=rec.get("State"),
             max_time=rec.get("MaxTime"), default_time=rec.get("DefaultTime"),
             allow_accounts=_names(rec.get("AllowAccounts")), deny_accounts=_names(rec.get("DenyAccounts")) or [],
-            allow_qos=_names(rec.get("AllowQos")),
+            allow_qos=_names(rec.get("AllowQos")), allow_groups=_names(rec.get("AllowGroups")),
             total_nodes=int(rec["TotalNodes"]) if (rec.get("TotalNodes") or "").isdigit() else None)
     for n in nodes:
         p = out.setdefault(n.partition, Partition(name=n.partition))
@@ -108,8 +109,10 @@ class Plan:
         return min(self.nodes_asked, len(self.usable))
 
 
-def resolve(settings, nodes: list[SinfoNode], records: list[dict], assoc: Optional[list] = None) -> Plan:
-    """The profile's `slurm:` against the cluster. Every refusal Slurm would give is in plan.problems."""
+def resolve(settings, nodes: list[SinfoNode], records: list[dict], assoc: Optional[list] = None,
+            groups: Optional[list] = None) -> Plan:
+    """The profile's `slurm:` against the cluster (`groups`: the user's, when known). Every refusal Slurm would give
+    is in plan.problems."""
     parts = partitions(nodes, records)
     wanted, excluded = set(hostlist(settings.nodelist)), set(hostlist(settings.exclude))
     plan = Plan(nodes_asked=max(settings.nodes, len(wanted)),
@@ -128,6 +131,9 @@ def resolve(settings, nodes: list[SinfoNode], records: list[dict], assoc: Option
                                  f"partitions: {where})")
             return plan
     plan.partition = part
+    if groups is not None and part.allow_groups is not None and not set(groups) & set(part.allow_groups):
+        plan.problems.append(f"partition {part.name} is for the groups {', '.join(part.allow_groups)} (AllowGroups); "
+                             f"yours: {', '.join(groups) or 'none'}")
     _limits(settings, part, plan)
     _accounts(settings, part, assoc, plan)
     names = {n.name for n in part.nodes}

@@ -68,17 +68,20 @@ def tagged_probe(probe_source: str) -> str:
 
 # -- the login node's facts: one execution ------------------------------------------------------------------------
 def login_script() -> str:
-    """sinfo (every partition's nodes), the partitions (scontrol), Slurm's version, the user's associations (the
-    accounts and QOS Slurm would accept: sacctmgr, when the cluster has accounting) and $HOME, each a section."""
+    """sinfo (every partition's nodes, hidden ones too), the partitions (scontrol), Slurm's version, the user's
+    associations (the accounts and QOS Slurm would accept: sacctmgr, when the cluster has accounting), $HOME and the
+    user's groups (a partition's AllowGroups), each a section."""
     sections = [
-        ("sinfo", " ".join(shlex.quote(a) for a in ["sinfo", "--noheader", "--Node", f"--format={SINFO_FORMAT}"])),
-        ("partitions", "scontrol --oneliner show partition"),
+        ("sinfo", " ".join(shlex.quote(a) for a in ["sinfo", "--all", "--noheader", "--Node",
+                                                     f"--format={SINFO_FORMAT}"])),
+        ("partitions", "scontrol --all --oneliner show partition"),
         ("version", "sinfo --version"),
         ("assoc", 'sacctmgr --noheader --parsable2 show assoc where user="$(id -un)" format=Account,Partition,QOS'),
         ("home", 'printf "%s\\n" "$HOME"'),
+        ("groups", "id -Gn"),
     ]
     limit = 'T=""; command -v timeout >/dev/null 2>&1 && T="timeout %d"; ' % LOGIN_COMMAND_LIMIT_S
-    return limit + "".join(f"echo {SECTION_MARK} {name}; {'' if name == 'home' else '$T '}{cmd} 2>&1; "
+    return limit + "".join(f"echo {SECTION_MARK} {name}; {'' if name in ('home', 'groups') else '$T '}{cmd} 2>&1; "
                            f"echo \"{SECTION_MARK} rc $?\"; " for name, cmd in sections)
 
 

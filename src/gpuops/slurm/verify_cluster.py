@@ -70,7 +70,7 @@ def gather_and_judge(profile, out, *, playbook, cuda_check, project_dir: Path, c
     try:
         with out.status("reading the cluster (sinfo, scontrol)"):
             login = cluster.login_facts(remote)
-        plan = cluster_checks.resolve(settings, login.nodes, login.partitions, login.assoc)
+        plan = cluster_checks.resolve(settings, login.nodes, login.partitions, login.assoc, login.groups)
         if plan.problems:
             raise ProfileError(_problems_text(profile, plan.problems),
                                hint=f"fix `slurm:` in {profile.source or 'the profile'} (partitions: "
