@@ -65,8 +65,9 @@ def test_train_a_two_node_torchrun_job_runs_writes_a_checkpoint_and_its_log_land
         "if r == 0:\n    os.makedirs('checkpoints/step_1', exist_ok=True)\n"
         "    torch.save({'sum': x.item()}, 'checkpoints/step_1/model.pt')\n    print('checkpoint saved', flush=True)\n"
         "dist.barrier()\ndist.destroy_process_group()\n")
-    dry = gpuops("train", "-p", "clu", "--script", "ddp.py", "--nproc-per-node", "1", "--dry-run")
+    dry = gpuops("train", "-p", "clu", "--script", "ddp.py", "--nproc-per-node", "1", "--dry-run", "--exclude", "n3")
     assert dry.code == 0, dry.all
+    assert "#SBATCH --exclude=n3" in dry.out
     assert "#SBATCH --nodes=2" in dry.out and "torch.distributed.run" in dry.out and "--rdzv_backend=c10d" in dry.out
     assert "nothing synced, written or submitted" in dry.err
     assert not (c.shared / isolated.name).exists()  # nothing synced
@@ -136,10 +137,20 @@ def test_stop_is_polite_first_and_the_ending_says_gpuops_stopped_it(slurm_idle, 
 
 def test_a_job_that_fails_is_said_with_the_cause_in_its_log(slurm_idle, gpuops, isolated):
     write_profile(slurm_idle, isolated)
-    Path("crash.py").write_text("print('step 1')\nraise RuntimeError('boom at step 1')\n")
+    Path("crash.py").write_text("import os\nprint('token', len(os.environ.get('MY_TOKEN', '')))\n"
+                                "raise RuntimeError('boom at step 1')\n")
+    Path(".env").write_text("MY_TOKEN=s3cr3t-value-42\n")
+    Path(".env").chmod(0o600)
     rid, job_id = submitted(gpuops("train", "-p", "clu", "--script", "crash.py"))
+    run_dir = slurm_idle.shared / isolated.name / ".gpuops" / "runs" / rid
+    secrets = run_dir / "secrets.env"  # a secret travels in a 0600 file the batch script sources, nowhere else
+    assert secrets.stat().st_mode & 0o777 == 0o600 and "s3cr3t-value-42" in secrets.read_text()
+    for f in ("job.sbatch", "meta.json"):
+        assert "s3cr3t-value-42" not in (run_dir / f).read_text()
+    assert "s3cr3t" not in (Path("runs") / rid / "meta.json").read_text()
     res = gpuops("logs", "-f", rid, "-p", "clu")
     assert res.code == 1 and "RuntimeError: boom at step 1" in res.out and "FAILED" in res.err
+    assert "token 15" in res.out  # len("s3cr3t-value-42"): the job has it
     row = status_of(gpuops, rid)
     assert row["state"] == "failed" and row["slurm"]["state"] == "FAILED" and row["exit_code"] == 1
     e = row["ending"]
@@ -232,3 +243,33 @@ def test_with_accounting_sacct_says_who_cancelled_and_the_gpu_hours(slurm_accoun
     assert f"uid {os.getuid()}" in row["ending"]["title"] or "root" in row["ending"]["title"]
     assert s["gpu_hours"] is not None and s["gpu_hours"] > 0 and s["cost"] == round(s["gpu_hours"] * 2.5, 4)
     c.run(["scancel", "--user", c.info["login"]["user"]])
+
+
+def test_watch_shows_every_nodes_gpus_and_the_log_until_the_end(slurm_idle, gpuops, isolated):
+    import os
+    import subprocess
+    import sys
+
+    c = slurm_idle
+    write_profile(c, isolated, nodes=2)
+    Path("waits.py").write_text("import os, time\nprint('waiting', flush=True)\n"
+                                "t = time.time()\nwhile not os.path.exists('go') and time.time() - t < 60:\n"
+                                "    time.sleep(0.1)\nprint('went', flush=True)\n")
+    rid, job_id = submitted(gpuops("train", "-p", "clu", "--script", "waits.py"))
+    proc = subprocess.Popen([sys.executable, "-m", "gpuops", "watch", rid, "-p", "clu", "--interval", "0.1"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=dict(os.environ))
+    try:
+        seen: list = []
+
+        def gpu_lines():
+            line = proc.stderr.readline()
+            seen.append(line)
+            return re.match(r"n[12]: 8 GPU\(s\) util [\d ]+ %, memory [\d.]+/[\d.]+ GiB", line)
+        c.wait("a node's GPUs", gpu_lines, timeout=30, every=0)
+        (c.shared / isolated.name / "go").write_text("")
+        out, err = proc.communicate(timeout=30)
+    finally:
+        proc.kill()
+    assert proc.returncode == 0, "".join(seen) + err
+    assert "waiting" in out and "went" in out
+    assert "Slurm: job running" in "".join(seen) + err and "COMPLETED" in err

@@ -78,10 +78,21 @@ def logs(prof, out, meta: dict, *, follow: bool, lines: int, write) -> None:
     if not follow:
         runs.tail(prof, out, meta, lines, write)
         raise typer.Exit(0)
-    res = runs.follow(prof, out, meta, lines, write, on_state=lambda s, r: _state_line(out, meta, s, r))
+    try:
+        res = runs.follow(prof, out, meta, lines, write, on_state=lambda s, r: _state_line(out, meta, s, r))
+    except KeyboardInterrupt:
+        _interrupted(out, meta, "following the log")
     out.info(f"run {meta['run_id']}: Slurm job {runs.job_id_of(meta)} {res['state'] or 'no longer known'}"
              + (f", exit {res['exit_code']}" if res["exit_code"] is not None else ""))
     raise typer.Exit(res["code"])
+
+
+def _interrupted(out, meta: dict, what: str) -> None:
+    from ..slurm import runs
+
+    out.info(f"stopped {what}; run {meta['run_id']} (Slurm job {runs.job_id_of(meta)}) keeps running "
+             f"(gpuops stop {meta['run_id']} ends it)")
+    raise typer.Exit(130)
 
 
 def _state_line(out, meta: dict, state: str, reason: Optional[str]) -> None:
@@ -98,11 +109,16 @@ def _state_line(out, meta: dict, state: str, reason: Optional[str]) -> None:
         out.info(f"Slurm: job {state.lower()}")
 
 
-def watch(prof, out, meta: dict, *, lines: int, write) -> None:
-    """A first watch on Slurm: the job's state as it changes and the log as it grows (logs -f), then its ending."""
+def watch(prof, out, meta: dict, *, lines: int, write, interval: float) -> None:
+    """A first watch on Slurm: the job's state as it changes, every node's GPUs (sampled through the job's own
+    allocation) and the log as it grows, then its ending."""
     from ..slurm import runs
 
-    res = runs.follow(prof, out, meta, lines, write, on_state=lambda s, r: _state_line(out, meta, s, r))
+    try:
+        res = runs.follow(prof, out, meta, lines, write, on_state=lambda s, r: _state_line(out, meta, s, r),
+                          gpus_every=max(interval, 2.0), on_gpus=lambda g: _gpu_lines(out, g))
+    except KeyboardInterrupt:
+        _interrupted(out, meta, "watching")
     doc = runs.status(prof, out, Path.cwd(), meta["run_id"])
     from ..jobs.watchtext import ending_lines
     from ..slurm import runstate
@@ -111,6 +127,19 @@ def watch(prof, out, meta: dict, *, lines: int, write) -> None:
         for line in runstate.words(r) + ending_lines(r.get("ending")):
             out.info(line)
     raise typer.Exit(res["code"])
+
+
+def _gpu_lines(out, by_node: dict) -> None:
+    """One line per node on stderr: its GPUs' utilisation and memory (the log keeps stdout)."""
+    for node, gpus in by_node.items():
+        ok = [g for g in gpus if "error" not in g]
+        if not ok:
+            out.info(f"{node}: GPUs not read: {(gpus[0]['error'] if gpus else 'no answer')[:200]}")
+            continue
+        util = " ".join("?" if g["util"] is None else f"{g['util']:.0f}" for g in ok)
+        used = sum(g["mem_used"] or 0 for g in ok)
+        total = sum(g["mem_total"] or 0 for g in ok)
+        out.info(f"{node}: {len(ok)} GPU(s) util {util} %, memory {used / 1024:.1f}/{total / 1024:.1f} GiB")
 
 
 def stop(prof, out, meta: dict, grace: float, json_: bool) -> None:

@@ -207,6 +207,25 @@ class LoginNode:
         recs = states.parse_scontrol(res.stdout) if res.ok else []
         return (recs[0].get("JobState") or "").upper() if recs else None
 
+    # -- the nodes' GPUs, through the job's own allocation ---------------------------------------------------------
+    def job_gpus(self, job_id: str, nodes: int, *, timeout: float = 20.0) -> dict:
+        """Every node's GPUs as the job sees them: one step in the job's allocation (`srun --jobid=J --overlap`: it
+        shares the job's resources instead of waiting for them), nvidia-smi once per node. Returns {node: [lines]}
+        (nvidia-smi's CSV of jobs.plan.GPU_QUERY, or its error); {} when the step could not run (the job ended)."""
+        from ..jobs.plan import GPU_QUERY
+
+        smi = (f"nvidia-smi --query-gpu={GPU_QUERY} --format=csv,noheader,nounits 2>&1 | "
+               'sed "s/^/@gpu ${SLURMD_NODENAME:-?} /"')
+        argv = ["srun", f"--jobid={job_id}", "--overlap", f"--nodes={max(1, int(nodes))}", "--ntasks-per-node=1",
+                "--quiet", "bash", "-c", smi]
+        res = self.run(argv, timeout=timeout)
+        out: dict = {}
+        for line in res.stdout.splitlines():
+            if line.startswith("@gpu "):
+                _, node, text = (line.split(" ", 2) + [""])[:3]
+                out.setdefault(node, []).append(text)
+        return out
+
     # -- scancel ---------------------------------------------------------------------------------------------------
     def cancel(self, job_id: str, grace: float, *, on_stopping: Optional[Callable[[], None]] = None,
                sleep: Callable[[float], None] = time.sleep, clock: Callable[[], float] = time.monotonic) -> tuple:

@@ -242,10 +242,12 @@ def tail(prof, out, meta: dict, lines: int, write: Callable[[bytes], None]) -> N
 
 def follow(prof, out, meta: dict, lines: int, write: Callable[[bytes], None], *,
            on_state: Callable[[str, Optional[str]], None] = lambda s, r: None, every: float = FOLLOW_EVERY,
-           sleep: Callable[[float], None] = time.sleep) -> dict:
+           sleep: Callable[[float], None] = time.sleep, gpus_every: Optional[float] = None,
+           on_gpus: Callable[[dict], None] = lambda g: None) -> dict:
     """`logs -f`: the last N lines, then the log as it grows, until Slurm says the job has ended and the log has been
-    read to its end. on_state(state, reason) at each change of Slurm's state. Returns {"state", "exit_code",
-    "code"}: code 0 when the job completed with exit 0, else 1."""
+    read to its end. on_state(state, reason) at each change of Slurm's state; while it runs, every `gpus_every`
+    seconds (None: never), on_gpus({node: [GPU dicts or {"error"}]}) from a step in the job's own allocation
+    (LoginNode.job_gpus). Returns {"state", "exit_code", "code"}: code 0 when the job completed with exit 0, else 1."""
     from . import states
 
     path, job_id = log_path(meta), job_id_of(meta)
@@ -256,7 +258,7 @@ def follow(prof, out, meta: dict, lines: int, write: Callable[[bytes], None], *,
         offset = 0
         if size is not None and lines is not None:
             offset = _tail_offset(node, path, lines, size)
-        seen, rec = None, None
+        seen, rec, sampled = None, None, 0.0
         while True:
             res = node.run(states.scontrol_job_argv(job_id))
             recs = states.parse_scontrol(res.stdout) if res.ok else []
@@ -275,6 +277,9 @@ def follow(prof, out, meta: dict, lines: int, write: Callable[[bytes], None], *,
                     break
             if ended:
                 break
+            if gpus_every is not None and state == "RUNNING" and time.monotonic() - sampled >= gpus_every:
+                sampled = time.monotonic()
+                on_gpus(_gpus(node.job_gpus(job_id, int((rec or {}).get("NumNodes", "1").split("-")[0] or 1))))
             sleep(every)
     finally:
         remote.close()
@@ -282,6 +287,13 @@ def follow(prof, out, meta: dict, lines: int, write: Callable[[bytes], None], *,
     ok = ending is not None and ending.state == "COMPLETED" and not ending.exit_code
     return {"state": ending.state if ending else None, "exit_code": ending.exit_code if ending else None,
             "code": 0 if ok else 1}
+
+
+def _gpus(lines: dict) -> dict:
+    """{node: [nvidia-smi lines]} -> {node: [GPU dicts (jobs.watch.parse_gpu), or {"error": text}]}."""
+    from ..jobs.watch import parse_gpu
+
+    return {n: [parse_gpu(x) or {"error": x.strip()} for x in xs if x.strip()] for n, xs in sorted(lines.items())}
 
 
 def _tail_offset(node: LoginNode, path: str, lines: int, size: int) -> int:
