@@ -273,3 +273,43 @@ def test_watch_shows_every_nodes_gpus_and_the_log_until_the_end(slurm_idle, gpuo
     assert proc.returncode == 0, "".join(seen) + err
     assert "waiting" in out and "went" in out
     assert "Slurm: job running" in "".join(seen) + err and "COMPLETED" in err
+
+
+def test_a_requeued_attempt_starts_from_the_resume_file_gpuops_wrote(slurm_idle, gpuops, isolated):
+    """The talking part writes the run folder's resume file over the login node's connection; Slurm's requeue runs
+    the same batch script again, which reads it (GPUOPS_RESUME_FROM): the path a requeued run resumes from."""
+    from gpuops.profiles import model as profiles
+    from gpuops.remote.connection import connect
+    from gpuops.slurm.commands import LoginNode
+
+    c = slurm_idle
+    write_profile(c, isolated)
+    Path("resumer.py").write_text("import os, time\nprint('resume from', os.environ.get('GPUOPS_RESUME_FROM', '-'),"
+                                  " flush=True)\ntime.sleep(300)\n")
+    rid, job_id = submitted(gpuops("train", "-p", "clu", "--script", "resumer.py"))
+    run_dir = c.shared / isolated.name / ".gpuops" / "runs" / rid
+    log = run_dir / f"slurm-{job_id}.out"
+    c.wait("the first attempt", lambda: "resume from -" in _text(log))
+    remote = connect(profiles.resolve("clu", isolated), announce=lambda *_: None)
+    try:
+        LoginNode(remote).write_resume(str(run_dir), "/ckpt/step 12")  # a space: read as data, never run
+    finally:
+        remote.close()
+    assert (run_dir / "resume_from").read_text() == "/ckpt/step 12\n"
+    c.run(["scontrol", "requeue", job_id], check=True)
+    c.wait("the second attempt resumed", lambda: "resume from /ckpt/step 12" in _text(log), timeout=40)
+    assert "gpuops: resuming from /ckpt/step 12" in _text(log)
+    row = status_of(gpuops, rid)
+    assert row["slurm"]["restarts"] == 1 and len(row["slurm"]["attempts"]) == 2
+
+
+def test_what_slurm_refuses_is_said_with_its_words(slurm_idle, gpuops, isolated):
+    write_profile(slurm_idle, isolated, partition="nosuch")
+    Path("train.py").write_text("print('x')\n")
+    res = gpuops("train", "-p", "clu", "--script", "train.py")
+    assert res.code == 1 and "sbatch refused the job" in res.err and "invalid partition" in res.err.lower(), res.all
+    assert not list(Path("runs").glob("*/meta.json"))  # nothing recorded for a job that does not exist
+    ray = gpuops("train", "-p", "clu", "--script", "train.py", "--launcher", "ray")
+    assert ray.code == 2 and "torchrun" in ray.err
+    bad = gpuops("train", "-p", "clu", "--script", "train.py", "--exclude", "n1;reboot", "--dry-run")
+    assert bad.code == 2 and "cannot go on an #SBATCH line" in bad.err

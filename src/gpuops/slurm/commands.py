@@ -270,6 +270,19 @@ class LoginNode:
         if not res.ok:
             raise RemoteError(f"could not write {path} on the login node: {res.stderr.strip()}")
 
+    def write_resume(self, run_dir: str, checkpoint: str) -> None:
+        """The run folder's resume file (batch.RESUME_FILE): the checkpoint a requeued attempt of this run starts
+        from (the batch script reads it at its start and exports GPUOPS_RESUME_FROM). Written beside it and renamed
+        over it, so an attempt starting meanwhile reads the old line or the new one, never half of one."""
+        from .batch import RESUME_FILE, resume_text
+
+        path = f"{run_dir.rstrip('/')}/{RESUME_FILE}"
+        tmp = path + ".tmp"
+        res = self.script("umask 022\n" + heredoc(shell_path(tmp), resume_text(checkpoint))
+                          + f"mv -f {shell_path(tmp)} {shell_path(path)}\n")
+        if not res.ok:
+            raise RemoteError(f"could not write {path} on the login node: {res.stderr.strip()}")
+
     def read_from(self, path: str, offset: int, limit: int = 1 << 20) -> tuple[Optional[int], bytes]:
         """The file's size and its bytes from `offset` (at most `limit`), in one execution; (None, b"") when it is
         not there."""
