@@ -229,6 +229,7 @@ def batch_script(job: BatchJob) -> str:
               "  printf 'gpuops: resuming from %s\\n' \"$GPUOPS_RESUME_FROM\"",
               "fi",
               "gpuops_time_limit() {",
+              "  gpuops_trapped=1",
               '  date +%s > "$GPUOPS_TIME_LIMIT_FILE"',
               f"  echo \"gpuops: Slurm's time limit is {int(job.signal_before_s or 0)} s away (SIGUSR1): save a "
               "checkpoint now\" >&2",
@@ -250,7 +251,9 @@ def batch_script(job: BatchJob) -> str:
               "# commands, so a foreground srun would hold SIGUSR1's note back until the job had ended",
               f"{' '.join(srun)} {NODE_WRAPPER} {cmd} &",
               "gpuops_srun=$!",
-              'while :; do wait "$gpuops_srun"; gpuops_rc=$?; kill -0 "$gpuops_srun" 2>/dev/null || break; done',
+              "# a wait a trap interrupted says 128 + the signal, not srun's status: wait again (bash keeps the status of",
+              "# a background child that ended meanwhile until a wait collects it); a wait no trap cut short is srun's",
+              'while :; do gpuops_trapped=0; wait "$gpuops_srun"; gpuops_rc=$?; [ "$gpuops_trapped" = 1 ] || break; done',
               'exit "$gpuops_rc"']
     return "\n".join(lines) + "\n"
 
