@@ -85,6 +85,15 @@ def test_train_a_two_node_torchrun_job_runs_writes_a_checkpoint_and_its_log_land
     assert (c.shared / isolated.name / "checkpoints" / "step_1" / "model.pt").is_file()
     row = status_of(gpuops, rid)
     assert row["state"] == "succeeded" and row["exit_code"] == 0 and row["ending"] is None
+    # another machine's copy of the project (no local record) still lists it, from the shared folder
+    import shutil
+
+    shutil.move("runs", "runs.elsewhere")
+    st = gpuops("status", "-p", "clu", "--json")
+    assert st.code == 0, st.all
+    there = [r for r in json.loads(st.out)["runs"] if r["run_id"] == rid]
+    assert there and there[0]["state"] == "succeeded" and there[0]["slurm"]["job_id"] == job_id
+    shutil.move("runs.elsewhere", "runs")
     s = row["slurm"]
     assert s["state"] == "COMPLETED" and s["job_id"] == job_id and s["nodes"] == 2 and s["node_list"] == "n[1-2]"
     assert s["gpus"] == 16 and s["gpu_hours"] is not None and s["accounting"] is False
@@ -106,6 +115,8 @@ def test_a_pending_job_says_why_in_words_and_stop_cancels_it(slurm_idle, gpuops,
     s = row["slurm"]  # 22.05 says PartitionConfig at first, PartitionNodeLimit once its scheduler looked again
     assert s["reason"] in ("PartitionConfig", "PartitionNodeLimit") and s["reason_words"] and s["fix"]
     assert s["gpu_hours"] is None
+    logs = gpuops("logs", rid, "-p", "clu")
+    assert logs.code == 0 and logs.out == "" and f"no log yet: Slurm job {job_id} is pending" in logs.err
     plain = gpuops("status", "-p", "clu")
     assert re.search(rf"{rid}: Slurm job {job_id} PENDING \(Partition(Config|NodeLimit)\): \w+", plain.out), plain.out
     assert "    fix: " in plain.out

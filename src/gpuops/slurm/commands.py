@@ -45,6 +45,7 @@ class Gathered:
     sacct: Optional[str] = None  # None: no accounting (or not asked)
     accounting: Optional[bool] = None
     sinfo: Optional[str] = None  # sinfo's nodes (nodes.SINFO_FORMAT), when asked
+    found: list = field(default_factory=list)  # (run id, job id) of the runs folder listed
     files: dict = field(default_factory=dict)  # (run dir, name) -> text, None when the file is not there
     tails: dict = field(default_factory=dict)  # run dir -> the log's last lines (list)
 
@@ -123,11 +124,11 @@ class LoginNode:
 
     # -- what Slurm knows of jobs ------------------------------------------------------------------------------------
     def gather(self, job_ids: list, *, runs: Iterable = (), files: Iterable = (), tail: int = 0,
-               sacct: bool = True, sinfo: bool = False) -> Gathered:
+               sacct: bool = True, sinfo: bool = False, listing: Optional[str] = None) -> Gathered:
         """One execution: squeue of every job (--json where it works), `scontrol show job` of each, sacct of all
         (unless accounting is known to be off), sinfo's nodes (sinfo=True: which are down or drained, and why), and
         of each run folder in `runs` the `files` named and the last `tail` lines of the log named by the folder's job
-        id (batch.LOG_NAME)."""
+        id (batch.LOG_NAME). listing: a runs folder whose Slurm runs are listed (`found`: (run id, job id) each)."""
         from .batch import LOG_NAME
 
         ids = [str(j) for j in job_ids if j]
@@ -146,6 +147,10 @@ class LoginNode:
                 parts.append(f"echo '@@sinfo'; {quoted(sinfo_argv())} 2>/dev/null")
             if sacct and self.accounting is not False:
                 parts.append(f"echo '@@sacct'; {quoted(states.sacct_argv(ids))} 2>&1; echo \"@@sacctrc $?\"")
+        if listing:
+            parts.append(f"echo '@@found'; for d in {shell_path(listing)}/*/; do "
+                         f'[ -s "${{d}}{JOB_ID_FILE}" ] && printf "%s %s\\n" "$(basename "$d")" "$(head -n1 "${{d}}{JOB_ID_FILE}")"; '
+                         "done 2>/dev/null")
         for i, d in enumerate(runs):
             D = shell_path(d)
             for name in files:
@@ -185,6 +190,8 @@ class LoginNode:
                 g.squeue, g.squeue_json = body, as_json
             elif key[0] == "scontrol":
                 g.scontrol[key[1]] = body if "JobId=" in body else ""
+            elif key[0] == "found":
+                g.found = [tuple(x.split()[:2]) for x in buf if len(x.split()) >= 2 and x.split()[1].isdigit()]
             elif key[0] == "sinfo":
                 g.sinfo = body
             elif key[0] == "sacct":

@@ -139,20 +139,41 @@ def status(prof, out, project: Path, run: Optional[str] = None, *, now: Optional
     metas = [m for m in metas if job_id_of(m)]
     saved = {m["run_id"]: core.local_state(m["run_id"], project) or {} for m in metas}
     live = [m for m in metas if not saved[m["run_id"]].get("final")]
-    g = None
-    if live:
+    g, elsewhere = None, []
+    if live or not run:  # without RUN: the runs folder on the shared filesystem too (runs submitted elsewhere)
         remote = connect(prof, out)
         try:
-            g = LoginNode(remote).gather([job_id_of(m) for m in live], runs=[m["remote_run_dir"] for m in live],
-                                         files=(batch.ATTEMPTS_FILE, STOP_FILE), tail=LOG_TAIL, sinfo=True)
+            node = LoginNode(remote)
+            listing = None if run else f"{prof.remote_dir_for(project).rstrip('/')}/{core_runs_subdir()}"
+            g = node.gather([job_id_of(m) for m in live], runs=[m["remote_run_dir"] for m in live],
+                            files=(batch.ATTEMPTS_FILE, STOP_FILE), tail=LOG_TAIL, sinfo=True, listing=listing)
+            elsewhere = _elsewhere(node, listing, g.found, {m["run_id"] for m in metas})
         finally:
             remote.close()
     rows = [judge(prof, project, m, g, saved[m["run_id"]], now=now) for m in metas]
+    rows += [judge(prof, project, m, g2, {}, now=now) for m, g2 in elsewhere]
     rows.sort(key=lambda r: (r["started"] or 0, r["run_id"]), reverse=True)
     from ..profiles import model as profiles
 
     profiles.remember(prof, project)
     return {"profile": prof.name, "runs": rows, "gpus": None, "gpu_error": None, "host_signals": []}
+
+
+def _elsewhere(node: LoginNode, listing: Optional[str], found: list, known: set) -> list:
+    """The runs of the shared runs folder not recorded here (submitted from another machine or project copy): their
+    meta.json read and their jobs asked, in a second execution; [(meta, Gathered)]."""
+    others = [(rid, jid) for rid, jid in found if rid not in known]
+    if not listing or not others:
+        return []
+    dirs = [f"{listing}/{rid}" for rid, _ in others]
+    g = node.gather([jid for _, jid in others], runs=dirs, files=("meta.json", batch.ATTEMPTS_FILE, STOP_FILE),
+                    tail=LOG_TAIL, sinfo=True)
+    out = []
+    for (rid, jid), d in zip(others, dirs):
+        m = runstate.read_json(g.files.get((d, "meta.json"))) or {}
+        out.append(({**m, "run_id": rid, "remote_run_dir": d, "slurm": {**(m.get("slurm") or {}), "job_id": jid}},
+                    g))
+    return out
 
 
 def judge(prof, project: Path, meta: dict, g, saved: dict, *, now: Optional[float] = None) -> dict:
@@ -232,11 +253,16 @@ def tail(prof, out, meta: dict, lines: int, write: Callable[[bytes], None]) -> N
     try:
         P = shell_path(log_path(meta))
         res = remote.run(f"[ -f {P} ] || exit 3; tail -n {int(lines)} {P}", timeout=60)
+        state = LoginNode(remote).queue_state(job_id_of(meta)) if res.rc == 3 else None
     finally:
         remote.close()
     if res.rc == 3:
-        raise RemoteError(f"run {meta['run_id']}: no log yet ({log_path(meta)}): Slurm has not started job "
-                          f"{job_id_of(meta)}", hint=f"gpuops status {shlex.quote(meta['run_id'])} says why")
+        if state in ("PENDING", "REQUEUED", "REQUEUE_HOLD", "CONFIGURING"):  # not started: nothing written yet
+            out.info(f"run {meta['run_id']}: no log yet: Slurm job {job_id_of(meta)} is {state.lower()} "
+                     f"(gpuops status {shlex.quote(meta['run_id'])} says why)")
+            return
+        raise RemoteError(f"run {meta['run_id']}: no log at {log_path(meta)} (Slurm job {job_id_of(meta)}: "
+                          f"{state or 'no longer known to Slurm'})")
     write(res.stdout.encode("utf-8", "surrogateescape"))
 
 
