@@ -170,6 +170,12 @@ def test_a_job_that_fails_is_said_with_the_cause_in_its_log(slurm_idle, gpuops, 
     w = gpuops("watch", rid, "-p", "clu")  # a first watch on Slurm: the log, the state, the ending
     assert w.code == 1 and "RuntimeError: boom at step 1" in w.out
     assert "why it ended: the job raised RuntimeError: boom at step 1" in w.err
+    wj = gpuops("watch", rid, "-p", "clu", "--json")
+    docs = [json.loads(x) for x in wj.out.splitlines()]
+    for d in docs:
+        valid("watch", d)
+    assert wj.code == 1 and any(d["type"] == "log" and "RuntimeError: boom" in d["line"] for d in docs)
+    assert docs[-2]["type"] == "state" and docs[-2]["slurm_state"] == "FAILED" and docs[-1]["type"] == "ending"
 
 
 def test_a_job_killed_by_its_time_limit_is_said_timeout(slurm_idle, gpuops, isolated):

@@ -100,3 +100,15 @@ def test_every_word_is_quoted_and_sacct_without_accounting_is_learnt():
     node.gather(["4"])
     again = node.remote.asked[1][1]
     assert "sacct" not in again and "squeue --noheader" not in again  # learnt: JSON works, no accounting
+
+
+def test_the_first_task_that_failed_is_the_jobs_end_not_srun_killing_the_others():
+    ending = runstate.ending_of("8", rec("failed").replace("ExitCode=3:0", "ExitCode=143:0"), None)
+    assert ending.exit_status == 143
+    tail = ["1: step 1", "srun: error: n2: task 1: Exited with exit code 1",
+            "srun: launch/slurm: _step_signal: Terminating StepId=9.0", "0: step 1",
+            "srun: error: n1: task 0: Terminated", "srun: Force Terminated StepId=9.0"]
+    assert runstate.first_task_failure(tail) == {"node": "n2", "tasks": "1", "code": 1}
+    v = runstate.classify("r", ending, tail, None, en.load(), en.xid_table())
+    assert v["cause"] != "killed-outside" and "SIGTERM" not in v["title"]
+    assert any("task 1 on n2 exited 1 first" in e for e in v["evidence"])

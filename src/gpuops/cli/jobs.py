@@ -143,13 +143,13 @@ def watch(
     if fleet_prof.slurm is not None:
         from . import slurmruns
 
-        if json_ or once:
+        if once:
             from ..errors import UsageError
 
-            raise UsageError("watch --json and --once are not there yet on a Slurm profile",
+            raise UsageError("watch --once is not there yet on a Slurm profile",
                              hint=f"gpuops status {fleet_meta['run_id']} [--json] says the job's state and ending")
         slurmruns.watch(fleet_prof, out, fleet_meta, lines=15 if lines is None else lines, write=_raw_stdout(out),
-                        interval=interval)
+                        interval=interval, json_=json_)
     prof, meta = _node(fleet_prof, fleet_meta, host)
     n_nodes = len(fleet_meta.get("nodes") or [])
     price = prof.price_per_hour * max(1, n_nodes) if prof.price_per_hour is not None else None  # every node bills

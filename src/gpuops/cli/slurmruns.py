@@ -109,14 +109,18 @@ def _state_line(out, meta: dict, state: str, reason: Optional[str]) -> None:
         out.info(f"Slurm: job {state.lower()}")
 
 
-def watch(prof, out, meta: dict, *, lines: int, write, interval: float) -> None:
+def watch(prof, out, meta: dict, *, lines: int, write, interval: float, json_: bool = False) -> None:
     """A first watch on Slurm: the job's state as it changes, every node's GPUs (sampled through the job's own
-    allocation) and the log as it grows, then its ending."""
+    allocation) and the log as it grows, then its ending. json_: watch's JSON lines (schemas/watch.schema.json):
+    `state` (with `slurm_state` and `reason`), `log`, `sample` (with the GPU's `node`), `ending` last."""
     from ..slurm import runs
 
+    lines_out = _JsonLines(out, meta) if json_ else None
+    on_state = lines_out.state if lines_out else (lambda s, r: _state_line(out, meta, s, r))
+    on_gpus = lines_out.gpus if lines_out else (lambda g: _gpu_lines(out, g))
     try:
-        res = runs.follow(prof, out, meta, lines, write, on_state=lambda s, r: _state_line(out, meta, s, r),
-                          gpus_every=max(interval, 2.0), on_gpus=lambda g: _gpu_lines(out, g))
+        res = runs.follow(prof, out, meta, lines, lines_out.log if lines_out else write, on_state=on_state,
+                          gpus_every=max(interval, 2.0), on_gpus=on_gpus)
     except KeyboardInterrupt:
         _interrupted(out, meta, "watching")
     doc = runs.status(prof, out, Path.cwd(), meta["run_id"])
@@ -124,9 +128,58 @@ def watch(prof, out, meta: dict, *, lines: int, write, interval: float) -> None:
     from ..slurm import runstate
 
     for r in doc["runs"]:
+        if lines_out:
+            lines_out.last(r)
+            continue
         for line in runstate.words(r) + ending_lines(r.get("ending")):
             out.info(line)
     raise typer.Exit(res["code"])
+
+
+class _JsonLines:
+    """watch --json on a Slurm profile: each event one JSON object on stdout, as a host's watch prints them."""
+
+    def __init__(self, out, meta: dict):
+        self.out, self.meta, self.buf = out, meta, b""
+
+    def _emit(self, doc: dict) -> None:
+        import time
+
+        from ..jsonvocab import iso
+
+        self.out.emit_json_line({"type": doc.pop("type"), "at": iso(time.time(), "milliseconds"), **doc})
+
+    def log(self, data: bytes) -> None:
+        *done, self.buf = (self.buf + data).split(b"\n")
+        for raw in done:
+            self._emit({"type": "log", "line": raw.decode("utf-8", "replace").rstrip("\r"), "offset": None,
+                        "kind": None})
+
+    def state(self, state: str, reason) -> None:
+        from ..slurm import runstate, states
+
+        word = runstate.gpuops_state(state if state != "UNKNOWN" else None, None, False)
+        self._emit({"type": "state", "run_id": self.meta["run_id"], "state": word, "exit_code": None,
+                    "started_at": None, "ended_at": None, "elapsed_s": None, "slurm_state": state,
+                    "reason": states.split_reason(reason)[0]})
+
+    def gpus(self, by_node: dict) -> None:
+        from ..jsonvocab import renamed
+
+        for node, gpus in by_node.items():
+            for g in gpus:
+                self._emit({"type": "gpu_error", "message": f"{node}: {g['error']}", "node": node} if "error" in g
+                           else {"type": "sample", **renamed(g), "node": node})
+
+    def last(self, row: dict) -> None:
+        if self.buf:
+            self.log(b"\n")
+        s = row.get("slurm") or {}
+        self._emit({"type": "state", "run_id": row["run_id"], "state": row["state"], "exit_code": row["exit_code"],
+                    "started_at": None, "ended_at": None, "elapsed_s": row.get("elapsed"),
+                    "slurm_state": s.get("state"), "reason": s.get("reason"), "slurm": s})
+        if row.get("ending"):
+            self._emit({"type": "ending", **row["ending"]})
 
 
 def _gpu_lines(out, by_node: dict) -> None:

@@ -95,13 +95,34 @@ def job_lines(tail: list) -> list:
     return [_LABEL.sub("", x, count=1) for x in tail or [] if not x.startswith("srun: ")]
 
 
+_TASK_EXIT = re.compile(r"^srun: error: (?P<node>\S+): tasks? (?P<tasks>[\d,-]+): Exited with exit code (?P<code>\d+)")
+
+
+def first_task_failure(tail: list) -> Optional[dict]:
+    """The first task srun saw exit non-zero on its own (`srun: error: n2: task 1: Exited with exit code 1`), or None.
+    With --kill-on-bad-exit srun then ends the other tasks (SIGTERM: `task 0: Terminated`), and its own exit, the
+    batch script's, is the highest of them all (143): the first failure is the job's."""
+    for line in tail or []:
+        m = _TASK_EXIT.match(line.strip())
+        if m and 0 < int(m.group("code")) < 128:
+            return {"node": m.group("node"), "tasks": m.group("tasks"), "code": int(m.group("code"))}
+    return None
+
+
 def end_facts(run_id: str, ending: states.SlurmEnding, tail: list, stopped: Optional[dict]):
     """What the endings classifier is given for a Slurm job: Slurm's facts (EndFacts.scheduler), the exit status
-    the batch script left, the log's tail and gpuops' own stop."""
+    the batch script left (or, when srun ended the other tasks after one failed, that task's), the log's tail and
+    gpuops' own stop."""
     from ..jobs.endfacts import EndFacts
 
-    return EndFacts(run_id=run_id, exit_code=ending.exit_status, alive=False, stopped=stopped,
-                    log_tail=job_lines(tail), scheduler=ending.facts())
+    facts, code = ending.facts(), ending.exit_status
+    first = first_task_failure(tail) if not ending.by_scheduler else None
+    if first is not None and code is not None and code > 128:
+        code = first["code"]
+        facts["evidence"] += (f"; srun: task {first['tasks']} on {first['node']} exited {first['code']} first, and "
+                              "srun ended the other tasks (--kill-on-bad-exit)")
+    return EndFacts(run_id=run_id, exit_code=code, alive=False, stopped=stopped, log_tail=job_lines(tail),
+                    scheduler=facts)
 
 
 def classify(run_id: str, ending: Optional[states.SlurmEnding], tail: list, stopped: Optional[dict], spec: dict,
