@@ -330,3 +330,19 @@ def test_what_slurm_refuses_is_said_with_its_words(slurm_idle, gpuops, isolated)
     assert ray.code == 2 and "torchrun" in ray.err
     bad = gpuops("train", "-p", "clu", "--script", "train.py", "--exclude", "n1;reboot", "--dry-run")
     assert bad.code == 2 and "cannot go on an #SBATCH line" in bad.err
+
+
+def test_stop_scancels_a_job_that_ignores_sigterm_after_the_grace(slurm_idle, gpuops, isolated):
+    write_profile(slurm_idle, isolated)
+    Path("stubborn.py").write_text("import signal, time\nsignal.signal(signal.SIGTERM, signal.SIG_IGN)\n"
+                                   "print('ignoring TERM', flush=True)\ntime.sleep(300)\n")
+    rid, job_id = submitted(gpuops("train", "-p", "clu", "--script", "stubborn.py"))
+    run_dir = slurm_idle.shared / isolated.name / ".gpuops" / "runs" / rid
+    slurm_idle.wait("the job started", lambda: "ignoring TERM" in _text(run_dir / f"slurm-{job_id}.out"))
+    res = gpuops("stop", rid, "-p", "clu", "--grace", "1", "--json")
+    assert res.code == 0, res.all
+    doc = json.loads(res.out)
+    assert doc["result"] == "KILL" and doc["slurm_state"] == "CANCELLED" and doc["state"] == "stopped"
+    assert json.loads((run_dir / "stop.json").read_text())["signal"] == "KILL"
+    row = status_of(gpuops, rid)
+    assert row["state"] == "stopped" and row["ending"]["cause"] == "stopped"
