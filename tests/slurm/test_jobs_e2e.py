@@ -275,21 +275,24 @@ def test_watch_shows_every_nodes_gpus_and_the_log_until_the_end(slurm_idle, gpuo
     rid, job_id = submitted(gpuops("train", "-p", "clu", "--script", "waits.py"))
     proc = subprocess.Popen([sys.executable, "-m", "gpuops", "watch", rid, "-p", "clu", "--interval", "0.1"],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=dict(os.environ))
-    try:
-        seen: list = []
+    import threading
 
-        def gpu_lines():
-            line = proc.stderr.readline()
-            seen.append(line)
-            return re.match(r"n[12]: 8 GPU\(s\) util [\d ]+ %, memory [\d.]+/[\d.]+ GiB", line)
-        c.wait("a node's GPUs", gpu_lines, timeout=30, every=0)
+    seen: list = []
+    reader = threading.Thread(target=lambda: seen.extend(iter(proc.stderr.readline, "")), daemon=True)
+    reader.start()  # stderr read aside: the wait below polls what came, never blocks on a read
+    try:
+        c.wait("a node's GPUs", lambda: any(re.match(r"n[12]: 8 GPU\(s\) util [\d ]+ %, memory [\d.]+/[\d.]+ GiB", x)
+                                            for x in list(seen)), timeout=30)
         (c.shared / isolated.name / "go").write_text("")
-        out, err = proc.communicate(timeout=30)
+        out = proc.stdout.read()
+        proc.wait(timeout=30)
+        reader.join(timeout=10)
+        err = "".join(seen)
     finally:
         proc.kill()
-    assert proc.returncode == 0, "".join(seen) + err
+    assert proc.returncode == 0, "".join(seen)
     assert "waiting" in out and "went" in out
-    assert "Slurm: job running" in "".join(seen) + err and "COMPLETED" in err
+    assert "Slurm: job running" in err and "COMPLETED" in err
 
 
 def test_a_requeued_attempt_starts_from_the_resume_file_gpuops_wrote(slurm_idle, gpuops, isolated):
