@@ -66,9 +66,12 @@ def start(lay: Layout, spec: Spec, env: dict) -> None:
     tools = find_tools()
     lay.db.mkdir(parents=True, exist_ok=True)
     user = getpass.getuser()
+    tmp = lay.db / "tmp"  # the cluster's own: parallel workers' MariaDBs made temporary files in /tmp side by side
+    tmp.mkdir(exist_ok=True)
     if not (lay.db / "data" / "mysql").is_dir():
         proc = subprocess.run([tools["mariadb-install-db"], "--no-defaults", f"--datadir={lay.db / 'data'}",
-                               f"--user={user}", "--auth-root-authentication-method=normal", "--skip-test-db"],
+                               f"--user={user}", "--auth-root-authentication-method=normal", "--skip-test-db",
+                               f"--tmpdir={tmp}"],
                               capture_output=True, text=True, timeout=120)
         if proc.returncode != 0:
             raise GpuopsError(f"mariadb-install-db failed: {(proc.stderr or proc.stdout).strip()[-400:]}", hint=HINT)
@@ -76,6 +79,7 @@ def start(lay: Layout, spec: Spec, env: dict) -> None:
         subprocess.Popen([tools["mariadbd"], "--no-defaults", f"--datadir={lay.db / 'data'}", f"--user={user}",
                           f"--socket={lay.db / 'mariadbd.sock'}", f"--port={spec.db_port}", "--bind-address=127.0.0.1",
                           f"--pid-file={lay.db / 'mariadbd.pid'}", f"--log-error={lay.db / 'mariadbd.log'}",
+                          f"--tmpdir={tmp}",
                           "--skip-log-bin", "--skip-name-resolve", "--performance-schema=OFF",
                           "--innodb-buffer-pool-size=16M", "--innodb-log-file-size=8M"],
                          stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
