@@ -309,7 +309,7 @@ def test_sandbox_up_json_says_when_it_moved_to_another_port(starts_hosts, gpuops
         assert doc["warnings"] == [f"port {port} is taken by another program; the sandbox now listens on "
                                    f"{doc['port']} (profile 'sandbox' updated)"]
         r = gpuops("sandbox", "down", "--json")
-        assert json.loads(r.out) == {"stopped": True, "warnings": []}
+        assert json.loads(r.out) == {"stopped": True, "slurm_stopped": False, "warnings": []}
     finally:
         gpuops("sandbox", "down")
 
