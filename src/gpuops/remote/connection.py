@@ -24,8 +24,10 @@ KEEPALIVE_S = 15
 # OpenSSH's sshd sends a command's exit status when the command exits, and may send output still in the pipe after it
 # (session.c: "we must not call chan_read_failed, since there could be some more data waiting in the pipe"): a
 # command's output is complete at the channel's EOF. A background process that keeps the output open never lets EOF
-# come: then the output counts as complete this long after the exit status.
-EOF_GRACE_S = 1.0
+# come: then the output counts as complete this long after the exit status (3 s, not 1: on a
+# loaded machine sshd may forward the pipe's last bytes more than a second after the status, and a log's state line
+# was lost so: 'run ... not found' on its own instance, and the instance kept).
+EOF_GRACE_S = 3.0
 DEFAULT_COMMAND_TIMEOUT = 120.0
 BULK_CIPHERS = ("aes128-gcm@openssh.com", "aes256-gcm@openssh.com", "chacha20-poly1305@openssh.com",
                 "aes128-ctr", "aes192-ctr", "aes256-ctr")
