@@ -12,6 +12,7 @@ import time
 from pathlib import Path
 
 from ..errors import GpuopsError
+from .host import _alive  # running, not a zombie (a pid 1 in a container may never reap a daemon)
 from .slurm_conf import Layout
 
 INSTALL_HINT = "sudo apt-get install -y slurmctld slurmd slurm-client munge   (scripts/install-system-deps.sh)"
@@ -23,15 +24,6 @@ def find_tool(name: str) -> str:
             return cand
     raise GpuopsError(f"{name} is not installed; the local Slurm cluster needs Debian's slurmctld, slurmd, "
                       "slurm-client and munge", hint=INSTALL_HINT)
-
-
-def _alive(pid: int) -> bool:
-    """Running, not a zombie (a daemon's parent is pid 1, which in a container may never reap it)."""
-    try:
-        os.kill(pid, 0)
-        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
-    except (OSError, IndexError):
-        return False
 
 
 def pid_from_file(pid_file: Path, needle: str) -> int | None:
