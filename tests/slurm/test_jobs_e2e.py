@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from support.schemas import valid
+from support.slurm import status_of, submitted, text_of as _text, write_profile
 
 SLEEPER = ("import os, signal, sys, time\n"
            "def term(*a):\n    print('got TERM', flush=True)\n    sys.exit(143)\n"
@@ -17,40 +18,6 @@ SLEEPER = ("import os, signal, sys, time\n"
            "print('started on', os.environ.get('SLURMD_NODENAME'), 'restart', os.environ.get('SLURM_RESTART_COUNT', '0'),"
            " flush=True)\n"
            "time.sleep(300)\n")
-
-
-def write_profile(cluster, project: Path, name: str = "clu", python: str = "python3", **slurm) -> Path:
-    """A profile of the cluster's login node (its slurm: section), remote_dir a folder of this test on the shared
-    filesystem."""
-    import os
-
-    login = cluster.info["login"]
-    settings = {"nodes": 1, "gpus_per_node": 8, "launcher": "none", "price_per_gpu_hour": 2.5, **slurm}
-    lines = [f"  {k}: {json.dumps(v)}" for k, v in settings.items()]
-    text = (f"host: {login['host']}\nport: {login['port']}\nuser: {login['user']}\nkey: {login['key']}\n"
-            f"remote_dir: {cluster.shared / project.name}\npython: {python}\nhost_key_policy: accept-new\n"
-            "slurm:\n" + "\n".join(lines) + "\n")
-    path = Path(os.environ["GPUOPS_CONFIG_DIR"]) / "profiles" / f"{name}.yaml"
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(text)
-    return path
-
-
-def submitted(res) -> tuple[str, str]:
-    """(run id, job id) of a `train` that printed them."""
-    assert res.code == 0, res.all
-    m = re.search(r"submitted (\S+) to Slurm on \S+: job (\d+)", res.err)
-    assert m, res.err
-    assert res.out.strip() == m.group(1)
-    return m.group(1), m.group(2)
-
-
-def status_of(gpuops, rid: str) -> dict:
-    res = gpuops("status", rid, "-p", "clu", "--json")
-    assert res.code == 0, res.all
-    doc = json.loads(res.out)
-    valid("status", doc)
-    return next(r for r in doc["runs"] if r["run_id"] == rid)
 
 
 def test_train_a_two_node_torchrun_job_runs_writes_a_checkpoint_and_its_log_lands(slurm_idle, gpuops, dist_python,
@@ -226,13 +193,6 @@ def test_sync_to_the_shared_folder_is_todays_sync(slurm_idle, gpuops, isolated):
     res = gpuops("sync", "-p", "clu")
     assert res.code == 0, res.all
     assert (slurm_idle.shared / isolated.name / "data.txt").read_text() == "x" * 100
-
-
-def _text(path: Path) -> str:
-    try:
-        return path.read_text()
-    except OSError:
-        return ""
 
 
 @pytest.fixture(autouse=True)

@@ -8,6 +8,7 @@ Run as a script, it records what this machine's Slurm prints (tests/data/slurm/<
 from __future__ import annotations
 
 import getpass
+import json
 import re
 import shlex
 import subprocess
@@ -333,3 +334,47 @@ if __name__ == "__main__" and sys.argv[1:2] == ["record"]:
         finally:
             slurm.stop(cluster.dir)
     print(f"recorded into {dest}")
+
+
+# -- a test's profile and runs on the cluster (tests/slurm/) ------------------------------------------------------------
+def write_profile(cluster, project: Path, name: str = "clu", python: str = "python3", **slurm) -> Path:
+    """A profile of the cluster's login node (its slurm: section), remote_dir a folder of this test on the shared
+    filesystem."""
+    import os
+
+    login = cluster.info["login"]
+    settings = {"nodes": 1, "gpus_per_node": 8, "launcher": "none", "price_per_gpu_hour": 2.5, **slurm}
+    lines = [f"  {k}: {json.dumps(v)}" for k, v in settings.items()]
+    text = (f"host: {login['host']}\nport: {login['port']}\nuser: {login['user']}\nkey: {login['key']}\n"
+            f"remote_dir: {cluster.shared / project.name}\npython: {python}\nhost_key_policy: accept-new\n"
+            "slurm:\n" + "\n".join(lines) + "\n")
+    path = Path(os.environ["GPUOPS_CONFIG_DIR"]) / "profiles" / f"{name}.yaml"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(text)
+    return path
+
+
+def submitted(res) -> tuple[str, str]:
+    """(run id, job id) of a `train` that printed them."""
+    assert res.code == 0, res.all
+    m = re.search(r"submitted (\S+) to Slurm on \S+: job (\d+)", res.err)
+    assert m, res.err
+    assert res.out.strip() == m.group(1)
+    return m.group(1), m.group(2)
+
+
+def status_of(gpuops, rid: str) -> dict:
+    res = gpuops("status", rid, "-p", "clu", "--json")
+    assert res.code == 0, res.all
+    doc = json.loads(res.out)
+    from support.schemas import valid
+
+    valid("status", doc)
+    return next(r for r in doc["runs"] if r["run_id"] == rid)
+
+
+def text_of(path: Path) -> str:
+    try:
+        return path.read_text()
+    except OSError:
+        return ""

@@ -59,6 +59,15 @@ def train(
                                                             "(repeatable; beside the profile's slurm.exclude)."),
     dry_run: bool = typer.Option(False, "--dry-run", help="A Slurm profile: print the batch script; nothing is "
                                                           "synced, written or submitted."),
+    recover: Optional[int] = typer.Option(None, "--recover", min=0, metavar="N", show_default=False,
+                                          help="A Slurm profile: Slurm requeues the job (a node failed, it was "
+                                               "preempted) at most N times; every requeued attempt resumes from the "
+                                               "newest complete checkpoint of this run (GPUOPS_RESUME_FROM)."),
+    checkpoints: Optional[str] = typer.Option(None, "--checkpoints", metavar="DIR", show_default=False,
+                                              help="A Slurm profile: the folder the job writes its checkpoints in, "
+                                                   "judged when Slurm requeues it (default: the profile's "
+                                                   "slurm.checkpoints, `checkpoints`; the job's "
+                                                   "GPUOPS_CHECKPOINT_DIR)."),
     json_: bool = JsonOpt,
     args: Optional[List[str]] = typer.Argument(None, help="Arguments for the script, after --.", show_default=False),
 ) -> None:
@@ -81,20 +90,26 @@ def train(
     prof = pick_profile(None, profile, out=out)
     opts = dict(script=script, name=name, env=env, args=args or [], sync=not no_sync, force=force, seed=seed,
                 snapshot=not no_snapshot)
+    slurm_only = dict(nodes=nodes, exclude=exclude, dry_run=dry_run, recover=recover, checkpoints=checkpoints)
     if prof.slurm is not None:
         from . import slurmruns
 
-        slurmruns.train(prof, out, json_=json_, dry_run=dry_run, nodes=nodes, launcher=launcher, nproc=nproc,
-                        master_port=master_port, exclude=exclude, **opts)
-    if nodes is not None or exclude or dry_run:
-        raise UsageError("--nodes, --exclude and --dry-run are for a Slurm profile (a `slurm:` section)",
-                         hint="a fleet's hosts are its profile's `hosts:`")
+        slurmruns.train(prof, out, json_=json_, launcher=launcher, nproc=nproc, master_port=master_port, **slurm_only,
+                        **opts)
+    if any(v not in (None, False, []) for v in slurm_only.values()):
+        raise UsageError("--nodes, --exclude, --dry-run, --recover and --checkpoints are for a Slurm profile (a "
+                         "`slurm:` section)", hint="a fleet's hosts are its profile's `hosts:`; on a rented "
+                         "instance `gpuops run --recover N` replaces one that is lost")
     launcher = launcher or "none"
     if prof.is_fleet or launcher != "none":
         res = fleetactions.train_fleet(prof, out, Path.cwd(), launcher=launcher, nproc=nproc, master_port=master_port,
                                     **opts)
     else:
         res = lifecycle.train(prof, out, Path.cwd(), **opts)
+    _launched(out, prof, res, json_)
+
+
+def _launched(out, prof, res: dict, json_: bool) -> None:
     if json_:
         out.emit_json(with_warnings(res, out))  # what was said before the launch (left out by sync, links...)
     elif res.get("nodes"):
@@ -102,10 +117,9 @@ def train(
                     f"({res['launcher']}), detached")
         for n in res["nodes"]:
             out.info(f"  host #{n['rank']} {n['host']}: pid {n['pid']}")
-        out.print(res["run_id"])
-        out.info("next: " + "   ".join(res["next"]))
     else:
         out.success(f"launched {res['run_id']} on {prof.name} (pid {res['pid']}), detached")
+    if not json_:
         out.print(res["run_id"])
         out.info("next: " + "   ".join(res["next"]))
     raise typer.Exit(0)

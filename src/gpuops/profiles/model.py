@@ -230,6 +230,9 @@ class SlurmSettings(_Strict):
     price_per_gpu_hour: Optional[float] = Field(None, ge=0, description="for the cost beside the GPU-hours")
     launcher: Literal["torchrun", "none"] = Field("torchrun", description="torchrun with c10d on the allocation's "
                                                   "first node, or the command once per node (none)")
+    checkpoints: Optional[str] = Field("checkpoints", description="the folder the job writes its checkpoints in "
+                                       "(relative to remote_dir, or absolute; the job's GPUOPS_CHECKPOINT_DIR): a "
+                                       "requeued attempt resumes from the newest complete one of this run; null: none")
 
 
 class CloudInfo(_Strict):

@@ -92,6 +92,7 @@ class BatchJob:
     unset: tuple = ()  # EnvPlan.unset
     rdzv_port: Optional[int] = None  # None: PORT_BASE + the job id % 10000, the same on every node
     max_requeues: Optional[int] = None  # --recover N: a later attempt refuses to start
+    checkpoints: Optional[str] = None  # the run's checkpoint folder (absolute): GPUOPS_CHECKPOINT_DIR, judged on requeue
 
     @property
     def job_name(self) -> str:
@@ -218,10 +219,13 @@ def batch_script(job: BatchJob) -> str:
         lines += [f'if [ "${{SLURM_RESTART_COUNT:-0}}" -gt {n} ]; then',
                   f'  echo "gpuops: requeued ${{SLURM_RESTART_COUNT}} times, more than --recover {n} allows: not '
                   'starting again" >&2', "  exit 1", "fi"]
+    lines += _judge_lines(job)
     lines += ['if [ -f "$D/secrets.env" ]; then . "$D/secrets.env"; fi',  # 0600, written by gpuops; kept for requeues
               *venv_lines(job.python), *_env_lines(job),
               f"GPUOPS_RUN_ID={shlex.quote(job.run_id)}; export GPUOPS_RUN_ID",
               'GPUOPS_RUN_DIR="$D"; export GPUOPS_RUN_DIR',
+              *([f"GPUOPS_CHECKPOINT_DIR={shell_path(job.checkpoints)}; export GPUOPS_CHECKPOINT_DIR"]
+                if job.checkpoints else []),
               f'GPUOPS_TIME_LIMIT_FILE="$D/{TIME_LIMIT_FILE}"; export GPUOPS_TIME_LIMIT_FILE',
               'rm -f "$GPUOPS_TIME_LIMIT_FILE"',
               f'if [ -s "$D/{RESUME_FILE}" ]; then  # the newest complete checkpoint of this run, written by gpuops',
@@ -256,6 +260,21 @@ def batch_script(job: BatchJob) -> str:
               'while :; do gpuops_trapped=0; wait "$gpuops_srun"; gpuops_rc=$?; [ "$gpuops_trapped" = 1 ] || break; done',
               'exit "$gpuops_rc"']
     return "\n".join(lines) + "\n"
+
+
+def _judge_lines(job: BatchJob) -> list[str]:
+    """A requeued attempt (SLURM_RESTART_COUNT > 0) first chooses the checkpoint it resumes from: the run folder's
+    resume_judge.py (slurm/resume.py) judges the run's checkpoint folder and writes RESUME_FILE, read just after."""
+    if not job.checkpoints:
+        return []
+    from .resume import JUDGE_NAME
+
+    folder = shell_path(_path(job.checkpoints.rstrip("/") or "/", "the checkpoint folder"))
+    return [f'if [ "${{SLURM_RESTART_COUNT:-0}}" -gt 0 ] && [ -f "$D/{JUDGE_NAME}" ]; then',
+            "  # requeued: the newest complete checkpoint of this run, judged here by its evidence (slurm/resume.py)",
+            f'  {shell_command(job.python)} "$D/{JUDGE_NAME}" "$D" {folder} "$SLURM_RESTART_COUNT" "$SLURM_JOB_ID" || '
+            "echo \"gpuops: could not judge this run's checkpoints; the resume file stays as it was\" >&2",
+            "fi"]
 
 
 def sbatch_argv(script_path: str, *, test_only: bool = False, exclude: tuple = (), extra: tuple = ()) -> list[str]:

@@ -17,7 +17,7 @@ from typing import Callable, Iterable, Optional
 
 from ..errors import RemoteError, UsageError
 from ..jobs import plan as core
-from . import batch, runstate
+from . import batch, resume, runstate
 from .commands import STOP_FILE, LoginNode
 from .states import ENDED
 
@@ -40,22 +40,28 @@ def settings(prof):
 # -- train -----------------------------------------------------------------------------------------------------------
 def batch_job(prof, *, run_id: str, run_dir: str, project_dir: str, argv: list, plan, nodes: Optional[int],
               launcher: Optional[str], nproc: Optional[int], master_port: Optional[int], exclude: Iterable[str],
-              name: Optional[str]) -> batch.BatchJob:
-    """The BatchJob of a run: the profile's slurm: settings, the command line's --nodes, --launcher, --exclude."""
+              name: Optional[str], checkpoints: Optional[str] = None, recover: Optional[int] = None) -> batch.BatchJob:
+    """The BatchJob of a run: the profile's slurm: settings, the command line's --nodes, --launcher, --exclude,
+    --checkpoints (relative to the project folder unless absolute) and --recover."""
     s = settings(prof)
+    folder = checkpoints or s.checkpoints
+    if folder and not folder.startswith("/"):
+        folder = f"{project_dir.rstrip('/')}/{folder.strip('/')}"
     return batch.BatchJob(
         run_id=run_id, run_dir=run_dir, project_dir=project_dir, argv=tuple(argv), launcher=launcher or s.launcher,
         python=prof.python, nodes=nodes or s.nodes, gpus_per_node=s.gpus_per_node, gpu_type=s.gpu_type,
         gpu_option=s.gpu_option, procs_per_node=nproc, name=name, partition=s.partition, account=s.account,
         qos=s.qos, time=s.time, cpus_per_task=s.cpus_per_task, signal_before_s=s.signal_before_s or None,
         exclude=tuple(s.exclude) + tuple(exclude), nodelist=tuple(s.nodelist), extra_sbatch=tuple(s.extra_sbatch),
-        env=dict(plan.exported), unset=tuple(plan.unset), rdzv_port=master_port)
+        env=dict(plan.exported), unset=tuple(plan.unset), rdzv_port=master_port, checkpoints=folder or None,
+        max_requeues=recover)
 
 
 def train(prof, out, project: Path, *, script: str, name: Optional[str] = None, env: Iterable[str] = (),
           args: Iterable[str] = (), sync: bool = True, seed: Optional[int] = None, nodes: Optional[int] = None,
           launcher: Optional[str] = None, nproc: Optional[int] = None, master_port: Optional[int] = None,
-          exclude: Iterable[str] = (), dry_run: bool = False, clock: Callable[[], datetime] = datetime.now) -> dict:
+          exclude: Iterable[str] = (), dry_run: bool = False, checkpoints: Optional[str] = None,
+          recover: Optional[int] = None, clock: Callable[[], datetime] = datetime.now) -> dict:
     """The local plan (the script, what it imports, the environment), the sync to the shared folder, the batch script
     written into the run's folder and submitted with sbatch; returns at once with the run id and Slurm's job id
     (both recorded: runs/<id>/meta.json here, meta.json and job_id in the run folder). dry_run: the batch script,
@@ -83,7 +89,7 @@ def train(prof, out, project: Path, *, script: str, name: Optional[str] = None, 
         run_dir = f"{project_dir}/{core_runs_subdir()}/{rid}"
         job = batch_job(prof, run_id=rid, run_dir=run_dir, project_dir=project_dir, argv=argv, plan=plan,
                         nodes=nodes, launcher=launcher, nproc=nproc, master_port=master_port, exclude=exclude,
-                        name=None)
+                        name=None, checkpoints=checkpoints, recover=recover)
         text = batch.batch_script(job)
         sbatch = batch.sbatch_argv(job.script_path, extra=("--open-mode=append",))
         if dry_run:
@@ -102,9 +108,15 @@ def train(prof, out, project: Path, *, script: str, name: Optional[str] = None, 
                                started=started, name=name)
         meta["slurm"] = {"nodes": job.nodes, "gpus_per_node": job.gpus_per_node, "launcher": job.launcher,
                          "partition": job.partition, "time": job.time, "log": job.log_path,
-                         "price_per_gpu_hour": prof.slurm.price_per_gpu_hour}
+                         "price_per_gpu_hour": prof.slurm.price_per_gpu_hour, "checkpoints": job.checkpoints,
+                         "recover": recover}
         out.step(f"submitting {rid} to Slurm: {job.nodes} node(s), {job.launcher}")
-        job_id = node.submit(run_dir=run_dir, files={batch.SCRIPT_NAME: text, "meta.json": json.dumps(meta)},
+        files = {batch.SCRIPT_NAME: text, "meta.json": json.dumps(meta)}
+        if job.checkpoints:  # what a requeued attempt runs to choose its checkpoint (slurm/resume.py)
+            from ..knowledge import load_playbook
+
+            files[resume.JUDGE_NAME] = resume.judge_script(load_playbook("checkpoints", project))
+        job_id = node.submit(run_dir=run_dir, files=files,
                              secrets=plan.secrets, sbatch=sbatch, project_dir=project_dir, script_rel=script_rel)
     finally:
         if remote is not None:
@@ -146,7 +158,8 @@ def status(prof, out, project: Path, run: Optional[str] = None, *, now: Optional
             node = LoginNode(remote)
             listing = None if run else f"{prof.remote_dir_for(project).rstrip('/')}/{core_runs_subdir()}"
             g = node.gather([job_id_of(m) for m in live], runs=[m["remote_run_dir"] for m in live],
-                            files=(batch.ATTEMPTS_FILE, STOP_FILE), tail=LOG_TAIL, sinfo=True, listing=listing)
+                            files=(batch.ATTEMPTS_FILE, STOP_FILE, resume.RESUMES_FILE), tail=LOG_TAIL, sinfo=True,
+                            listing=listing)
             elsewhere = _elsewhere(node, listing, g.found, {m["run_id"] for m in metas})
         finally:
             remote.close()
@@ -166,7 +179,8 @@ def _elsewhere(node: LoginNode, listing: Optional[str], found: list, known: set)
     if not listing or not others:
         return []
     dirs = [f"{listing}/{rid}" for rid, _ in others]
-    g = node.gather([jid for _, jid in others], runs=dirs, files=("meta.json", batch.ATTEMPTS_FILE, STOP_FILE),
+    g = node.gather([jid for _, jid in others], runs=dirs, files=("meta.json", batch.ATTEMPTS_FILE, STOP_FILE,
+                                                                 resume.RESUMES_FILE),
                     tail=LOG_TAIL, sinfo=True)
     out = []
     for (rid, jid), d in zip(others, dirs):
@@ -193,6 +207,8 @@ def judge(prof, project: Path, meta: dict, g, saved: dict, *, now: Optional[floa
         g.files.get((d, batch.ATTEMPTS_FILE))), gpus=runstate.job_gpus(sc, q, int(s.get("gpus_per_node") or 0)),
         price=prof.slurm.price_per_gpu_hour, reasons=_reasons(project), now=now, accounting=g.accounting)
     doc["failed_nodes"] = runstate.failed_nodes(doc, ending, g.sinfo)
+    doc["resumes"] = resume.parse_resumes(g.files.get((d, resume.RESUMES_FILE)))
+    doc["checkpoints"] = s.get("checkpoints")
     slurm_state = ending.state if ending else (q.state if q else None)
     if slurm_state is None and saved.get("slurm"):  # forgotten since the last look: what was seen then
         return _row(meta, saved.get("state", core.LOST), saved.get("slurm"), saved.get("ending"))

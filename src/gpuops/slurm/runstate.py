@@ -16,6 +16,7 @@ from typing import Optional
 from ..jobs import plan as core
 from . import states
 from .batch import parse_attempts
+from .resume import words as resume_words
 from .reasons import explain_pending
 
 PENDING = "pending"  # a gpuops state of its own for a job Slurm has not started (a host's run never waits)
@@ -235,6 +236,8 @@ def words(row: dict) -> list[str]:
         said = "; ".join(f"#{i + 1} on {a.get('node_list') or '?'}" for i, a in enumerate(att))
         out.append(f"    requeued {n} time{'s' if n != 1 else ''} by Slurm (a node failed or it was preempted); "
                    f"attempts: {said or '?'}")
+    for r in s.get("resumes") or []:
+        out.append("    " + resume_words(r, (s.get("checkpoints") or "").rpartition("/")[0] or None))
     for f in s.get("failed_nodes") or []:
         out.append(f"    node {f['node']} is {f['state']}" + (f" ({f['reason']})" if f.get("reason") else "")
                    + (": NODE_FAIL, the job was requeued off it" if row["state"] not in core.ENDED

@@ -26,8 +26,7 @@ OUT_PREFIX = "::gpuops:: "
 OUT_FORMAT = OUT_PREFIX + "%i %l %n"
 RSYNC_TIMEOUT_S = 60
 RETRY_EXIT_CODES = frozenset({10, 12, 30, 35, 255})
-# step folders: global_step_N (verl), global_stepN (DeepSpeed's default tag), checkpoint-N (HF Trainer), iter_N (Megatron)
-STEP_RE = re.compile(r"^(?:global_step_?|checkpoint-|iter_)(\d+)$")
+from .ckptjudge import STEP_RE, step_dirs, step_of  # noqa: F401 (step folders: the judge's reading)
 
 # rsync must be installed on both ends. Cloud GPU images are Debian/Ubuntu, so the remote command is apt-get's.
 REMOTE_INSTALL = "sudo apt-get install -y rsync"
@@ -469,32 +468,6 @@ def last_error_line(stderr: str) -> str:
 
 
 # -- checkpoints ------------------------------------------------------------------------------------
-def step_of(name: str) -> int | None:
-    m = STEP_RE.match(name)
-    return int(m.group(1)) if m else None
-
-
-def step_dirs(files: Iterable[Sequence]) -> dict[str, dict]:
-    """{relative dir: {step, bytes, files, mtime, names}} for every global_step_N / checkpoint-N directory (any
-    depth), from a listing of (relative path, size, mtime) rows; names: its files' paths inside it. Step dirs inside
-    step dirs are not separate steps."""
-    out: dict[str, dict] = {}
-    for row in files:
-        rel, size, mtime = row[0], int(row[1]), float(row[2]) if len(row) > 2 else 0.0
-        parts = rel.split("/")[:-1]
-        for i, part in enumerate(parts):
-            n = step_of(part)
-            if n is not None:
-                key = "/".join(parts[: i + 1])
-                d = out.setdefault(key, {"step": n, "bytes": 0, "files": 0, "mtime": 0.0, "names": set()})
-                d["names"].add("/".join(rel.split("/")[i + 1:]))
-                d["bytes"] += size
-                d["files"] += 1
-                d["mtime"] = max(d["mtime"], mtime)
-                break
-    return out
-
-
 def select_steps(steps: dict[str, dict], *, latest: bool = False, step: int | None = None) -> list[str]:
     """The step directories to fetch: the newest by number (ties: the most recently written), or step N (every
     directory with that number). Raises LookupError with a readable message when nothing matches."""
