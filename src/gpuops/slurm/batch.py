@@ -92,7 +92,7 @@ class BatchJob:
     unset: tuple = ()  # EnvPlan.unset
     rdzv_port: Optional[int] = None  # None: PORT_BASE + the job id % 10000, the same on every node
     max_requeues: Optional[int] = None  # --recover N: a later attempt refuses to start
-    checkpoints: Optional[str] = None  # the run's checkpoint folder (absolute): GPUOPS_CHECKPOINT_DIR, judged on requeue
+    checkpoints: Optional[str] = None  # the run's checkpoint folder (absolute), judged on requeue
 
     @property
     def job_name(self) -> str:

@@ -1,4 +1,5 @@
-"""The checkpoint a requeued attempt resumes from, chosen on the cluster by the attempt itself (pure: text in, text out).
+"""The checkpoint a requeued attempt resumes from, chosen on the cluster by the attempt itself (pure: text in and
+out).
 
 Slurm requeues a job (a node failed, it was preempted) at any hour, while no gpuops process may be looking. So the
 choice cannot wait for gpuops: the run's folder holds `resume_judge.py` (written at submission, `judge_script`), and
@@ -93,8 +94,8 @@ def main(run_dir, folder, attempt, job_id):
         print("gpuops: attempt %d resumes from %s (complete by: %s)" % (int(attempt) + 1, doc["checkpoint"],
                                                                        doc["evidence_words"]))
     else:
-        print("gpuops: attempt %d: no complete checkpoint of this run in %s%s" % (
-            int(attempt) + 1, folder, "".join("; %s: %s" % (d or "the folder", why) for d, why in doc["passed_over"][:3])))
+        why = "".join("; %s: %s" % (d or "the folder", w) for d, w in doc["passed_over"][:3])
+        print("gpuops: attempt %d: no complete checkpoint of this run in %s%s" % (int(attempt) + 1, folder, why))
     with open(_os.path.join(run_dir, "resumes"), "a") as fh:
         fh.write(_json.dumps(doc) + "\n")
 
