@@ -43,9 +43,9 @@ def sbatch_options(text: str) -> list[str]:
 def test_torchrun_over_two_nodes_of_eight_gpus(tmp_path):
     text = batch.batch_script(job(account="lab", qos="normal", exclude=("gpu03",), extra_sbatch=("--exclusive",)))
     assert sbatch_options(text) == [
-        "--job-name=gpuops-r1", "--partition=gpu", "--account=lab", "--qos=normal", "--nodes=2", "--ntasks-per-node=1",
-        "--gres=gpu:8", "--cpus-per-task=32", "--time=04:00:00", "--requeue", "--signal=B:USR1@120",
-        f"--output={RUN}/slurm-%j.out", f"--error={RUN}/slurm-%j.out", "--exclude=gpu03", "--exclusive"]
+        "--job-name=gpuops-r1", "--nodes=2", "--ntasks-per-node=1", "--partition=gpu", "--account=lab", "--qos=normal",
+        "--gres=gpu:8", "--exclude=gpu03", "--cpus-per-task=32", "--time=04:00:00", "--requeue",
+        "--signal=B:USR1@120", f"--output={RUN}/slurm-%j.out", f"--error={RUN}/slurm-%j.out", "--exclusive"]
     assert "# --signal=B:USR1@120: 120 s before the time limit Slurm sends SIGUSR1 to this batch shell only" in text
     assert 'gpuops_head=$(scontrol show hostnames "$SLURM_JOB_NODELIST" | head -n1)' in text
     srun = next(ln for ln in text.splitlines() if ln.startswith("srun "))

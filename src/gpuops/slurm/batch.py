@@ -127,23 +127,41 @@ def _path(value: str, what: str) -> str:
     return value
 
 
+def allocation_options(*, partition: Optional[str], account: Optional[str], qos: Optional[str], gpus_per_node: int,
+                       gpu_type: Optional[str], gpu_option: str, exclude=(), nodelist=(), check: bool = True) -> list:
+    """The options that say where a job may run and what it holds there, the same for the batch job (#SBATCH lines)
+    and verify's srun step (slurm/probe_step.py): partition, account, QOS, the GPUs per node (`--gres=gpu[:type]:N`
+    or `--gpus-per-node`), the nodes to exclude and the node list. check: every value one an #SBATCH line can carry
+    (an srun argument list is quoted word by word instead)."""
+    def ok(value, rx, what, hint=""):
+        return _check(value, rx, what, hint) if check else str(value)
+
+    out = [f"--{opt}={ok(value, _LIST, 'the ' + opt)}" for opt, value in
+           (("partition", partition), ("account", account), ("qos", qos)) if value]
+    if gpus_per_node:
+        kind = f"{ok(gpu_type, _NAME, 'the GPU type')}:" if gpu_type else ""
+        if gpu_option == "gpus-per-node":
+            out.append(f"--gpus-per-node={kind}{int(gpus_per_node)}")
+        elif gpu_option == "gres":
+            out.append(f"--gres=gpu:{kind}{int(gpus_per_node)}")
+        else:
+            raise UsageError(f"slurm: gpu_option {gpu_option!r}: gres or gpus-per-node")
+    if exclude:
+        out.append(f"--exclude={ok(','.join(exclude), _HOSTS, 'the nodes to exclude')}")
+    if nodelist:
+        out.append(f"--nodelist={ok(','.join(nodelist), _HOSTS, 'the node list')}")
+    return out
+
+
 def sbatch_lines(job: BatchJob) -> list[str]:
     """The #SBATCH lines (every value checked), with the note on --signal."""
     if job.nodes < 1 or job.gpus_per_node < 0 or job.nproc < 1:
         raise UsageError(f"slurm: {job.nodes} node(s) with {job.gpus_per_node} GPU(s) each is no job")
-    lines = [f"--job-name={_check(job.job_name, _NAME, 'the job name')}"]
-    for opt, value in (("partition", job.partition), ("account", job.account), ("qos", job.qos)):
-        if value:
-            lines.append(f"--{opt}={_check(value, _LIST, 'the ' + opt)}")
-    lines += [f"--nodes={int(job.nodes)}", "--ntasks-per-node=1"]
-    if job.gpus_per_node:
-        kind = f"{_check(job.gpu_type, _NAME, 'the GPU type')}:" if job.gpu_type else ""
-        if job.gpu_option == "gpus-per-node":
-            lines.append(f"--gpus-per-node={kind}{int(job.gpus_per_node)}")
-        elif job.gpu_option == "gres":
-            lines.append(f"--gres=gpu:{kind}{int(job.gpus_per_node)}")
-        else:
-            raise UsageError(f"slurm: gpu_option {job.gpu_option!r}: gres or gpus-per-node")
+    lines = [f"--job-name={_check(job.job_name, _NAME, 'the job name')}", f"--nodes={int(job.nodes)}",
+             "--ntasks-per-node=1"]
+    lines += allocation_options(partition=job.partition, account=job.account, qos=job.qos,
+                                gpus_per_node=job.gpus_per_node, gpu_type=job.gpu_type, gpu_option=job.gpu_option,
+                                exclude=job.exclude, nodelist=job.nodelist)
     if job.cpus_per_task:
         lines.append(f"--cpus-per-task={int(job.cpus_per_task)}")
     if job.time:
@@ -153,10 +171,6 @@ def sbatch_lines(job: BatchJob) -> list[str]:
         lines.append(f"--signal=B:USR1@{int(job.signal_before_s)}")
     log = _path(job.log_path, "the run folder").replace("%", "%%").replace("%%j", "%j")
     lines += [f"--output={log}", f"--error={log}"]
-    if job.exclude:
-        lines.append(f"--exclude={_check(','.join(job.exclude), _HOSTS, 'the nodes to exclude')}")
-    if job.nodelist:
-        lines.append(f"--nodelist={_check(','.join(job.nodelist), _HOSTS, 'the node list')}")
     lines += [_check(x, _EXTRA, "the extra option", "one `--option=value` per line") for x in job.extra_sbatch]
     out = []
     for line in lines:

@@ -12,6 +12,7 @@ import shlex
 from dataclasses import dataclass, field
 from typing import Optional
 
+from .batch import allocation_options
 from .nodes import SINFO_FORMAT
 
 NODE_MARK = "GPUOPS-NODE"  # a task's JSON document, cut: `GPUOPS-NODE <node> <i>/<n> <chunk>`
@@ -127,18 +128,10 @@ def srun_argv(spec: StepSpec) -> list[str]:
     """srun's options for the verify step (one task per node, each task its node's probe)."""
     argv = ["srun", f"--job-name={JOB_NAME}", f"--nodes={spec.nodes}", "--ntasks-per-node=1", "--label",
             "--input=none", f"--immediate={max(1, int(spec.wait_s))}", f"--time={spec.time_minutes()}"]
-    for opt, value in (("partition", spec.partition), ("account", spec.account), ("qos", spec.qos)):
-        if value:
-            argv.append(f"--{opt}={value}")
-    if spec.nodelist:
-        argv.append(f"--nodelist={','.join(spec.nodelist)}")
-    if spec.exclude:
-        argv.append(f"--exclude={','.join(spec.exclude)}")
-    if spec.gpus_per_node:
-        kind = f"{spec.gpu_type}:" if spec.gpu_type else ""
-        argv.append(f"--gres=gpu:{kind}{spec.gpus_per_node}" if spec.gpu_option == "gres"
-                    else f"--gpus-per-node={kind}{spec.gpus_per_node}")
-    return argv
+    return argv + allocation_options(partition=spec.partition, account=spec.account, qos=spec.qos,
+                                     gpus_per_node=spec.gpus_per_node, gpu_type=spec.gpu_type,
+                                     gpu_option=spec.gpu_option, exclude=spec.exclude, nodelist=spec.nodelist,
+                                     check=False)
 
 
 def step_script(spec: StepSpec, *, folder: str, python: str, token: str) -> str:
