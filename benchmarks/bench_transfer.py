@@ -140,13 +140,15 @@ def breakdown(proj: Path, rounds: int) -> dict:
         labelled = lap("rules (.gpuopsignore, excludes)", lambda: sync_rules(prof.sync.exclude, proj))
         rules = [r for r, _ in labelled]
         scan = lap("local walk (links, size: the preview and the disk's bound)", lambda: pv.scan(proj, labelled))
-        remote = lap("ssh master (one handshake)", lambda: shared(prof, announce=lambda s: None))
+        # a plain sync's connection is lazy: rsync's own ssh alone, no master (it opens only on a failure to connect)
+        remote = lap("the connection (lazy: no master started)", lambda: shared(prof, announce=lambda s: None,
+                                                                                lazy=True))
         remote_dir = prof.remote_dir_for(proj)
         guard = tr.sync_guard(shell_path(remote_dir), need=scan.total)
         argv = tr.sync_args(remote.ssh_argv(), proj, prof.host, remote_dir, rules, rsync_path=guard,
                             copy_links=prof.sync.copy_links)
-        lap("rsync through the master (the checks in its session)", lambda: rs.run(argv, host=prof.host))
-        lap("ssh master exit", remote.close)
+        lap("rsync over its own ssh (one handshake, the checks in its session)", lambda: rs.run(argv, host=prof.host))
+        lap("the connection's close (no master to end)", remote.close)
     env = cached_env()
 
     def started(code: str, e=None) -> float:

@@ -9,6 +9,8 @@ import subprocess
 import sys
 import threading
 import time
+
+import pytest
 from pathlib import Path
 
 from support.proxy import Proxy
@@ -498,3 +500,38 @@ def test_the_local_rsync_is_asked_its_version_once(sandbox, gpuops, tmp_path, mo
         r = gpuops("sync", "-p", "sandbox", *args)
         assert r.code == 0, r.all
     assert log.read_text() == "asked\n"
+
+
+def test_a_plain_sync_is_rsyncs_own_ssh_and_a_master_opens_only_to_judge_a_failure(sandbox, short_tmp, monkeypatch,
+                                                                                   tmp_path):
+    """A plain sync pays one ssh, as plain rsync does: no master is started (issue 42: the master's start and exit
+    were a tenth of a no-change re-sync). A key never seen makes rsync's own ssh fail: the master opens, connect()
+    trusts it as the policy says, and the sync goes on through it; a changed key is refused in connect()'s words."""
+    import tempfile
+
+    from gpuops.console import Output
+    from gpuops.errors import HostKeyError
+    from gpuops.paths import known_hosts_file
+    from gpuops.profiles import model as profiles
+    from gpuops.remote.connection import shared
+    from gpuops.transfer.sync import sync_project
+
+    monkeypatch.setattr(tempfile, "tempdir", str(short_tmp))
+    prof = profiles.resolve("sandbox")
+    known = known_hosts_file()
+    assert not known.exists() or f":{sandbox['port']} " not in known.read_text()  # never seen: the first contact
+    write(Path.cwd() / "train.py", "print(1)\n")
+    with shared(prof, announce=lambda s: None, lazy=True) as remote:
+        s = sync_project(prof, remote, Output(json_mode=True), Path.cwd())
+        assert s["files"] == 1 and remote.has_master and not remote.lazy  # opened to trust the new key
+    with shared(prof, announce=lambda s: None, lazy=True) as remote:
+        write(Path.cwd() / "b.py", "print(2)\n")
+        s = sync_project(prof, remote, Output(json_mode=True), Path.cwd())
+        assert s["files"] == 1 and s["attempts"] == 1 and not remote.has_master and remote.lazy
+        assert not _ssh_masters(remote.folder)
+    _wrong_host_key(sandbox, tmp_path)
+    with shared(prof, announce=lambda s: None, lazy=True) as remote:
+        write(Path.cwd() / "c.py", "print(3)\n")
+        with pytest.raises(HostKeyError, match="CHANGED|changed"):
+            sync_project(prof, remote, Output(json_mode=True), Path.cwd())
+    assert not (remote_project(sandbox) / "c.py").exists()

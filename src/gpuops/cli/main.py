@@ -43,7 +43,7 @@ def run(argv: list[str] | None = None) -> int:
 
     code: int
     try:
-        rv = app(args=args, prog_name="gpuops", standalone_mode=False)
+        rv = _app_for(args[:cut])(args=args, prog_name="gpuops", standalone_mode=False)
         code = rv if isinstance(rv, int) else 0
         if code == ExitCode.INTERRUPTED:  # typer turns Ctrl-C into exit 130
             print("interrupted", file=sys.stderr)
@@ -58,6 +58,28 @@ def run(argv: list[str] | None = None) -> int:
     if argv is None:
         sys.exit(code)
     return code
+
+
+def _app_for(args: list[str]):
+    """The app typer turns into click commands for this call: only the command it names (a group whole), beside the
+    root's callback. Typer reads every registered command's signature and type hints at each call (about 40 ms for
+    gpuops' 40-odd commands, paid by every command, `gpuops sync` included); the one named is all a call runs. A word
+    that names no command, or none given (`gpuops`, `gpuops --help`), gets the whole app: its listing and its
+    suggestions."""
+    import copy
+
+    from typer.main import get_command_name
+
+    word = next((a for a in args if not a.startswith("-")), None)
+    if word is None:
+        return app
+    cmds = [c for c in app.registered_commands if (c.name or get_command_name(c.callback.__name__)) == word]
+    groups = [g for g in app.registered_groups if (g.name or g.typer_instance.info.name) == word]
+    if not cmds and not groups:
+        return app
+    slim = copy.copy(app)
+    slim.registered_commands, slim.registered_groups = cmds, groups
+    return slim
 
 
 GROUPS = ("profiles", "cloud", "sandbox")  # command groups: their subcommand is part of the name

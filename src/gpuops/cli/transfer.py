@@ -54,7 +54,9 @@ def sync(
     confirm = None if (prof.is_fleet and host is None) or json_ else confirmer(yes)
 
     def one(node, node_out):
-        with shared(node, announce=node_out.info) as remote:  # one OpenSSH connection, rsync's too
+        # one OpenSSH connection, rsync's too; a plain sync is rsync's own ssh alone (the checks in its session), a
+        # master only should that fail to connect (its connect() judges) or an execution of gpuops' own be needed
+        with shared(node, announce=node_out.info, lazy=not (delete or dry_run)) as remote:
             summary = sync_project(node, remote, node_out, Path.cwd(), delete=delete, dry_run=dry_run,
                                    excludes=exclude or (), gitignore=gitignore, copy_links=copy_links,
                                    confirm=confirm)

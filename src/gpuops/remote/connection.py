@@ -494,11 +494,15 @@ class SharedSsh:
 
     shared_with_rsync = True  # rsync through ssh_argv() rides on this very connection
 
-    def __init__(self, profile, *, announce=print):
+    def __init__(self, profile, *, announce=print, lazy: bool = False):
         self.profile = profile
         self.announce = announce
         self.exec_count = 0  # remote executions of gpuops' own (rsync's session is not one)
         self.folder: Path | None = None
+        # lazy: no master until one is asked for (open_master): a command of one ssh (a plain sync: rsync's own
+        # session carries the checks) connects directly, as plain rsync does, and pays no master's start and exit.
+        # Its first failure to connect opens the master, whose connect() judges (host key policy, refusals).
+        self.lazy = lazy
 
     def _ssh(self) -> list[str]:
         assert self.folder is not None, "SharedSsh.open() first"
@@ -514,6 +518,17 @@ class SharedSsh:
         _preflight(self.profile)
         self.folder = Path(tempfile.mkdtemp(prefix="gpuops-ssh-"))  # made 0700, a short path (a socket's limit)
         os.chmod(self.folder, 0o700)
+        if not self.lazy:
+            self.open_master()
+        return self
+
+    @property
+    def has_master(self) -> bool:
+        return self.folder is not None and (self.folder / "m").exists()
+
+    def open_master(self) -> None:
+        """Start the master (a lazy connection's first failure asks for it: connect() then judges why)."""
+        self.lazy = False
         try:
             failed = self._start()
             if failed:
@@ -525,7 +540,6 @@ class SharedSsh:
         except BaseException:
             self.close()
             raise
-        return self
 
     def _start(self) -> str | None:
         """Open the master (ssh -M -N -f returns once authenticated); None, or why it failed."""
@@ -550,6 +564,8 @@ class SharedSsh:
         """As Remote.run: one remote command through the master, with input, output and a time limit."""
         import subprocess
 
+        if self.lazy:  # an execution of gpuops' own: through the master, judged as every connection is
+            self.open_master()
         started = time.monotonic()
         self.exec_count += 1
         data = stdin.encode() if isinstance(stdin, str) else (stdin or b"")
@@ -587,6 +603,7 @@ class SharedSsh:
         self.close()
 
 
-def shared(profile, *, announce=print) -> SharedSsh:
-    """The command's one OpenSSH connection, open (see SharedSsh); use it as a context manager."""
-    return SharedSsh(profile, announce=announce).open()
+def shared(profile, *, announce=print, lazy: bool = False) -> SharedSsh:
+    """The command's one OpenSSH connection, open (see SharedSsh; lazy: its master only once asked for); use it as a
+    context manager."""
+    return SharedSsh(profile, announce=announce, lazy=lazy).open()

@@ -151,14 +151,17 @@ def run_once(argv: Sequence[str], *, on_progress: Callable[[tr.Progress], None] 
 
 
 def run(argv: Sequence[str], *, host: str, on_progress=None, on_item=None, on_retry=None,
-        attempts: int | None = None) -> RsyncResult:
-    """Run rsync, retrying transient failures with backoff; raise a GpuopsError on anything else."""
+        attempts: int | None = None, reconnect: Callable[[], None] | None = None) -> RsyncResult:
+    """Run rsync, retrying transient failures with backoff; raise a GpuopsError on anything else. reconnect: called
+    once, at the first failure to connect (a transient one, a host key or authentication refused), before rsync runs
+    again (sync's lazy connection opens its master there, whose connect() judges: it raises what it refuses)."""
     require_local_rsync()
     from tenacity import Retrying, retry_if_exception_type, stop_after_attempt, wait_exponential
 
     attempts = attempts or ATTEMPTS
     count = 0
     items: list = []
+    pending = [reconnect] if reconnect is not None else []
     started = time.monotonic()
 
     def once() -> RsyncResult:
@@ -172,6 +175,10 @@ def run(argv: Sequence[str], *, host: str, on_progress=None, on_item=None, on_re
         if stop:
             raise GuardStop(*stop)  # never retried: the host answered
         kind = tr.classify_failure(res.rc, res.stderr)
+        if pending and kind in ("transient", "hostkey", "auth"):
+            pending.pop()()  # the master opens (or the refusal is raised, in connect()'s words)
+            if kind != "transient":
+                raise Transient(res.rc, res.stderr)  # a host key just trusted: again, through the master
         if kind == "transient":
             if on_retry and count < attempts:
                 on_retry(count, res.rc, tr.last_error_line(res.stderr))

@@ -121,10 +121,11 @@ def sync_project(profile, remote, out, project_dir: Path, *, delete: bool = Fals
         need = scan.total if preview else tr.estimate_upload_bytes(project_dir, rules)
         guard = tr.sync_guard(shell_path(remote_dir), need=need)
         try:
+            reconnect = _master_on_failure(remote)
             if not asked:
-                _preview(profile, out, argv(True, guard), remote_dir, confirm, scan.code)
+                _preview(profile, out, argv(True, guard), remote_dir, confirm, scan.code, reconnect=reconnect)
                 asked = True
-            res = _send(argv(False, guard), profile, out, label)
+            res = _send(argv(False, guard), profile, out, label, reconnect=reconnect)
         except rs.GuardStop as stop:
             if stop.kind == "mkdir":
                 raise RemoteError(f"cannot create the remote directory {remote_dir}: {stop.said}") from None
@@ -195,10 +196,24 @@ def local_preview(out, project_dir: Path, script_rel: Optional[str], excludes_of
     return scan
 
 
-def _preview(profile, out, dry_argv: list[str], remote_dir: str, confirm, code: int) -> None:
+def _master_on_failure(remote):
+    """A lazy connection (remote.lazy: no master yet) lets rsync connect with its own ssh, as plain rsync does; should
+    that fail to connect (a host key never seen, a refusal, a passing failure), rsync.run calls this first: the master
+    opens, its connect() judging as for every command (the policy's trust, the one message and exit code of a
+    refusal), and rsync's next attempt goes through it."""
+    if not getattr(remote, "lazy", False):
+        return None
+
+    def reconnect() -> None:
+        if remote.lazy:
+            remote.open_master()
+    return reconnect
+
+
+def _preview(profile, out, dry_argv: list[str], remote_dir: str, confirm, code: int, reconnect=None) -> None:
     """A large project: what a dry run says would really go (an unchanged re-sync sends nothing), said with the
     biggest folders when it is large itself (code: the project's code bytes), and asked when confirm is given."""
-    total, files, top = pv.top_of_changes(rs.run(dry_argv, host=profile.host).items)
+    total, files, top = pv.top_of_changes(rs.run(dry_argv, host=profile.host, reconnect=reconnect).items)
     if not pv.is_large(total, code):
         return
     biggest = sorted(top.items(), key=lambda kv: (-kv[1], kv[0]))[:pv.TOP_SHOWN]
@@ -235,10 +250,10 @@ def _fits(profile, project_dir: Path, rules, remote_dir: str, free: int, argv) -
                               hint="free space on the instance, or add large folders to .gpuopsignore")
 
 
-def _send(argv: list[str], profile, out, label: str) -> rs.RsyncResult:
+def _send(argv: list[str], profile, out, label: str, reconnect=None) -> rs.RsyncResult:
     view = ProgressView(out, label)
     with view:
-        return rs.run(argv, host=profile.host, on_progress=view.update, on_retry=view.retry)
+        return rs.run(argv, host=profile.host, on_progress=view.update, on_retry=view.retry, reconnect=reconnect)
 
 
 def render_sync(out, s: dict) -> None:
