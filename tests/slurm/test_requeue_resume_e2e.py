@@ -120,3 +120,24 @@ def test_dry_run_shows_the_judge_and_the_bound(slurm_idle, gpuops, isolated):
     assert res.code == 2 and "the checkpoint folder" in res.err, res.all
     doc = json.loads(gpuops("train", "-p", "clu", "--script", "train.py", "--dry-run", "--json").out)
     assert "--recover" not in doc["batch_script"]
+
+
+def test_with_recover_a_requeued_job_is_kept_off_the_node_that_failed_it(slurm_idle, gpuops, isolated):
+    """A running job's allocation is fixed (Slurm refuses ExcNodeList then); once its requeue waits, status keeps it
+    off the node that failed it. Four nodes of four: without the lost node the job waits, so status sees it wait."""
+    c = slurm_idle
+    write_profile(c, isolated, nodes=4)
+    Path("sleeper.py").write_text("import os, time\nprint('started on', os.environ.get('SLURMD_NODENAME'), "
+                                  "flush=True)\ntime.sleep(300)\n")
+    rid, job_id = submitted(gpuops("train", "-p", "clu", "--script", "sleeper.py", "--recover", "1"))
+    log = c.shared / isolated.name / ".gpuops" / "runs" / rid / f"slurm-{job_id}.out"
+    c.wait("every node started", lambda: _text(log).count("started on") == 4)
+    victim = c.nodes[-1]
+    assert c.kill_node(victim)
+    c.wait("requeued", lambda: c.job(job_id).get("Restarts") == "1", timeout=30)
+    row = c.wait("kept off", lambda: (r := status_of(gpuops, rid))["slurm"].get("kept_off") and r, timeout=30)
+    assert row["slurm"]["kept_off"] == [victim] and row["state"] == "pending", row
+    assert c.job(job_id).get("ExcNodeList") == victim
+    plain = gpuops("status", rid, "-p", "clu")
+    assert plain.code == 0 and "kept off" not in plain.err  # already kept off: not asked again
+    assert f"node {victim} is down" in plain.out

@@ -165,6 +165,9 @@ def status(prof, out, project: Path, run: Optional[str] = None, *, now: Optional
             remote.close()
     rows = [judge(prof, project, m, g, saved[m["run_id"]], now=now) for m in metas]
     rows += [judge(prof, project, m, g2, {}, now=now) for m, g2 in elsewhere]
+    keep = [(r, off) for r, m in zip(rows, metas) for off in [runstate.to_keep_off(r, m, g)] if off]
+    if keep:  # --recover: a requeued job waiting to start again is kept off the nodes that failed it
+        _keep_off(prof, out, keep)
     rows.sort(key=lambda r: (r["started"] or 0, r["run_id"]), reverse=True)
     from ..profiles import model as profiles
 
@@ -218,6 +221,27 @@ def judge(prof, project: Path, meta: dict, g, saved: dict, *, now: Optional[floa
         verdict = runstate.classify(rid, ending, g.tails.get(d) or [], stopped, en.load(project), en.xid_table(project))
         _save(project, rid, state, doc, verdict)
     return _row(meta, state, doc, verdict)
+
+
+def _keep_off(prof, out, keep: list) -> None:
+    """`scontrol update JobId=X ExcNodeList=...` for each (row, nodes): Slurm accepts it while the job is pending
+    (a running job's allocation is fixed), so it is done when status sees the requeued job waiting. Said, and in
+    the row's `slurm.kept_off`."""
+    remote = connect(prof, out)
+    try:
+        node = LoginNode(remote)
+        for row, nodes in keep:
+            s = row["slurm"]
+            res = node.run(runstate.keep_off_argv(s["job_id"], nodes))
+            if res.ok:
+                s["kept_off"] = nodes
+                out.info(f"{row['run_id']}: Slurm job {s['job_id']} kept off {','.join(nodes)} for its next attempt "
+                         "(a node that failed it; --recover)")
+            else:
+                out.warn(f"{row['run_id']}: could not keep Slurm job {s['job_id']} off {','.join(nodes)}: "
+                         f"{(res.stderr or res.stdout).strip()[:200]}")
+    finally:
+        remote.close()
 
 
 def _reasons(project: Path) -> dict:

@@ -187,7 +187,10 @@ def failed_nodes(doc: dict, ending: Optional[states.SlurmEnding], sinfo: Optiona
     listed = parse_sinfo(sinfo or "")
     if not listed:
         return []
-    earlier = {n for a in (doc.get("attempts") or [])[:-1] for n in states.expand_hostlist(a.get("node_list"))}
+    attempts = doc.get("attempts") or []
+    if doc.get("state") not in WAITING_STATES:  # the last attempt is the one running (or that ended) now
+        attempts = attempts[:-1]
+    earlier = {n for a in attempts for n in states.expand_hostlist(a.get("node_list"))}
     if ending is not None and ending.state in ("NODE_FAIL", "BOOT_FAIL"):
         earlier |= set(ending.nodes)
     out, seen = [], set()
@@ -196,6 +199,25 @@ def failed_nodes(doc: dict, ending: Optional[states.SlurmEnding], sinfo: Optiona
             seen.add(n.name)
             out.append({"node": n.name, "state": n.raw_state or n.state, "reason": n.reason})
     return out
+
+
+def to_keep_off(row: dict, meta: dict, g) -> list:
+    """The nodes a --recover run's requeued job, now pending, should be kept off: those that failed an attempt
+    (failed_nodes) and that the job does not exclude yet (scontrol's ExcNodeList). [] for anything else."""
+    s = row.get("slurm") or {}
+    if (meta.get("slurm") or {}).get("recover") is None or s.get("state") not in WAITING_STATES:
+        return []
+    if not (s.get("restarts") or 0) or not s.get("failed_nodes") or g is None:
+        return []
+    recs = states.parse_scontrol(g.scontrol.get(s["job_id"], ""))
+    have = set(states.expand_hostlist((recs[0].get("ExcNodeList") if recs else None) or ""))
+    want = [f["node"] for f in s["failed_nodes"] if f["node"] not in have]
+    return sorted(have | set(want)) if want else []
+
+
+def keep_off_argv(job_id: str, nodes: list) -> list:
+    """scontrol's update of a pending job's excluded nodes (the whole list: it replaces the old one)."""
+    return ["scontrol", "update", f"JobId={job_id}", f"ExcNodeList={','.join(nodes)}"]
 
 
 def attempts_of(text: Optional[str]) -> list[dict]:
@@ -242,6 +264,8 @@ def words(row: dict) -> list[str]:
         out.append(f"    node {f['node']} is {f['state']}" + (f" ({f['reason']})" if f.get("reason") else "")
                    + (": NODE_FAIL, the job was requeued off it" if row["state"] not in core.ENDED
                       else ": the job's node failed") + f"; keep jobs off it: --exclude {f['node']}")
+    if s.get("kept_off"):
+        out.append(f"    kept off {','.join(s['kept_off'])} for its next attempt (--recover: a node that failed it)")
     if s.get("gpu_hours") is not None:
         cost = f", ${s['cost']:.2f}" if s.get("cost") is not None else ""
         out.append(f"    GPU-hours: {s['gpu_hours']:.4f} ({s.get('gpus')} GPU(s)){cost}")
