@@ -141,3 +141,25 @@ def test_with_recover_a_requeued_job_is_kept_off_the_node_that_failed_it(slurm_i
     plain = gpuops("status", rid, "-p", "clu")
     assert plain.code == 0 and "kept off" not in plain.err  # already kept off: not asked again
     assert f"node {victim} is down" in plain.out
+
+
+def test_fetch_takes_a_jobs_checkpoint_from_the_shared_folder_through_the_login_node(slurm_idle, gpuops, isolated):
+    """`gpuops fetch` on a Slurm profile: the job wrote on a node, the shared folder is read through the login node,
+    every file verified (size and SHA-256 on both ends); --latest passes over a step folder lacking a file."""
+    c = slurm_idle
+    write_profile(c, isolated)
+    Path("writer.py").write_text(
+        "import os\nck = os.environ['GPUOPS_CHECKPOINT_DIR']\n"
+        "for n in (1, 2, 3):\n    d = os.path.join(ck, 'checkpoint-%d' % n)\n    os.makedirs(d)\n"
+        "    open(os.path.join(d, 'trainer_state.json'), 'w').write('{}')\n"
+        "    if n < 3:\n        open(os.path.join(d, 'model.bin'), 'wb').write(os.urandom(300000))\n"
+        "print('wrote on', os.environ.get('SLURMD_NODENAME'), flush=True)\n")
+    rid, job_id = submitted(gpuops("train", "-p", "clu", "--script", "writer.py"))
+    assert c.wait_job(job_id, timeout=30)["JobState"] == "COMPLETED"
+    res = gpuops("fetch", "-p", "clu", "checkpoints", "--latest", "--json")
+    assert res.code == 0, res.all
+    doc = json.loads(res.out)
+    assert doc["dirs"] == ["checkpoint-2"] and doc["skipped_partial"] == "checkpoint-3" and doc["verified"] == 2
+    got = Path("checkpoints/checkpoint-2/model.bin").read_bytes()
+    assert got == (c.shared / isolated.name / "checkpoints/checkpoint-2/model.bin").read_bytes()
+    assert not Path("checkpoints/checkpoint-3").exists()
