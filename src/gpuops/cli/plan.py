@@ -13,7 +13,8 @@ from .app import JsonOpt, app, output
 def plan_cmd(
     script: str = typer.Option(..., "--script", "-s", help="The job, as `gpuops run --script` takes it (.py or .sh)."),
     from_: Optional[str] = typer.Option(None, "--from", help="Take setup: and expect: from this profile, as `gpuops "
-                                                             "run --from` does."),
+                                                             "run --from` does; a Slurm profile's: judged against its "
+                                                             "nodes, as `gpuops verify` saved them here."),
     image: Optional[str] = typer.Option(None, "--image", help="Judge for this image family of playbooks/images.yaml "
                                                               "(default: the one a launch boots)."),
     no_resolve: bool = typer.Option(False, "--no-resolve", help="Do not resolve the requirements here (uv): the "
@@ -46,6 +47,7 @@ def plan_cmd(
     project = Path.cwd()
     rel = script_path(script, project, must_exist=True)
     template = template_for(from_, project)
+    cluster = _cluster_profile(from_, project)
     if prep is not None or prep_out:
         from ..pipeline.prepplan import check_outs
 
@@ -59,9 +61,15 @@ def plan_cmd(
         from ..transfer.dataplan import parse
 
         parse(data, project)  # checked as run checks it
-    plan = local_plan(project, rel, settings_of(template), image=image or "launched", resolve=not no_resolve,
-                      timeout_s=timeout, run=run_options(project, args, {"command": prep, "outs": prep_out}
-                                                         if prep else None, data))
+    run = run_options(project, args, {"command": prep, "outs": prep_out} if prep else None, data)
+    if cluster is not None:  # a Slurm profile: judged against its nodes as `gpuops verify` found them
+        from ..slurm.runs import cluster_plan
+
+        plan = cluster_plan(cluster, project, rel, settings_of(template), image=image, resolve=not no_resolve,
+                            timeout_s=timeout, run=run)
+    else:
+        plan = local_plan(project, rel, settings_of(template), image=image or "launched", resolve=not no_resolve,
+                          timeout_s=timeout, run=run)
     if image and plan.image is None:
         from ..errors import UsageError
 
@@ -88,7 +96,19 @@ def plan_cmd(
     for h in plan.hints:
         out.info(h)
     if plan.refused:
-        out.error("gpuops run would refuse this job before launching anything" +
+        out.error((f"gpuops train -p {cluster.name} would refuse this job before submitting anything" if cluster
+                   else "gpuops run would refuse this job before launching anything") +
                   ("" if plan.certain else " (--force launches past these)"))
         raise typer.Exit(1)
-    out.success("gpuops run would launch this job (the instance's own checks come after)")
+    out.success(f"gpuops train -p {cluster.name} would submit this job" if cluster else
+                "gpuops run would launch this job (the instance's own checks come after)")
+
+
+def _cluster_profile(name: Optional[str], project: Path):
+    """The --from profile when it is a Slurm cluster's (a `slurm:` section), else None."""
+    if not name:
+        return None
+    from ..profiles.model import resolve
+
+    prof = resolve(name, project)
+    return prof if getattr(prof, "slurm", None) is not None else None

@@ -18,8 +18,7 @@ def train(prof, out, *, json_: bool, dry_run: bool, nodes: Optional[int], launch
     if launcher not in (None, "none", "torchrun"):
         raise UsageError(f"--launcher {launcher}: a Slurm job starts with torchrun (c10d on the allocation's first "
                          "node) or the command once per node (none); Ray is not offered on Slurm yet")
-    if opts.pop("force", False):
-        out.warn("--force: a Slurm job has no host preflight to pass (the nodes are the scheduler's); ignored")
+    # --force: passes the local plan's refusals a resolution or a pin decides (slurm/runs.py refuse_plan)
     opts.pop("snapshot", None)
     res = runs.train(prof, out, Path.cwd(), nodes=nodes, launcher=launcher, exclude=exclude, dry_run=dry_run,
                      nproc=None if nproc == "auto" else int(nproc), master_port=master_port, **opts)

@@ -61,17 +61,18 @@ def train(prof, out, project: Path, *, script: str, name: Optional[str] = None, 
           args: Iterable[str] = (), sync: bool = True, seed: Optional[int] = None, nodes: Optional[int] = None,
           launcher: Optional[str] = None, nproc: Optional[int] = None, master_port: Optional[int] = None,
           exclude: Iterable[str] = (), dry_run: bool = False, checkpoints: Optional[str] = None,
-          recover: Optional[int] = None, clock: Callable[[], datetime] = datetime.now) -> dict:
-    """The local plan (the script, what it imports, the environment), the sync to the shared folder, the batch script
-    written into the run's folder and submitted with sbatch; returns at once with the run id and Slurm's job id
-    (both recorded: runs/<id>/meta.json here, meta.json and job_id in the run folder). dry_run: the batch script,
-    nothing synced, written or submitted."""
+          recover: Optional[int] = None, force: bool = False, clock: Callable[[], datetime] = datetime.now) -> dict:
+    """The local plan (the script, what it imports judged against the nodes as `gpuops verify` found them, the
+    environment), the sync to the shared folder, the batch script written into the run's folder and submitted with
+    sbatch; returns at once with the run id and Slurm's job id (both recorded: runs/<id>/meta.json here, meta.json
+    and job_id in the run folder). dry_run: the plan and the batch script, nothing synced, written or submitted.
+    force: the plan's refusals that a --force passes are said as warnings instead."""
     from ..jobs import actions
 
     settings(prof)
     args = list(args)
     script_rel = core.script_path(script, project, must_exist=sync or dry_run)
-    actions.refuse_script(project, script_rel, "nothing was synced or submitted", prof=prof, out=out)
+    judged = refuse_plan(prof, out, project, script_rel, force=force, done="nothing was synced, written or submitted")
     if sync and not dry_run:
         from ..transfer.sync import warn_script_exclusions
 
@@ -110,6 +111,8 @@ def train(prof, out, project: Path, *, script: str, name: Optional[str] = None, 
                          "partition": job.partition, "time": job.time, "log": job.log_path,
                          "price_per_gpu_hour": prof.slurm.price_per_gpu_hour, "checkpoints": job.checkpoints,
                          "recover": recover}
+        if force and judged.refusals:  # what --force went past, recorded as a host's run records it
+            meta["forced"] = [p for p, _ in judged.refusals]
         out.step(f"submitting {rid} to Slurm: {job.nodes} node(s), {job.launcher}")
         files = {batch.SCRIPT_NAME: text, "meta.json": json.dumps(meta)}
         if job.checkpoints:  # what a requeued attempt runs to choose its checkpoint (slurm/resume.py)
@@ -399,3 +402,50 @@ def stop(prof, out, project: Path, meta: dict, grace: float) -> dict:
     state = core.STOPPED if how in ("TERM", "KILL", "pending") else (runstate.gpuops_state(last, None, False)
                                                                      if last else core.LOST)
     return {"run_id": rid, "result": how, "state": state, "exit_code": None, "job_id": job_id, "slurm_state": last}
+
+
+# -- the local plan on a cluster -----------------------------------------------------------------------------------
+def cluster_plan(prof, project: Path, script: str, settings=None, *, image: Optional[str] = None,
+                 resolve: bool = True, timeout_s: float = 20.0, run=None):
+    """The local plan (project/plan.py) of a job on the profile's cluster, as `plan --from` and `train` build it:
+    judged against the nodes as the newest `gpuops verify` of the profile saved here found them (node_image.py),
+    their differences said as warnings; with no such verify, against the image a launch boots, said as a warning
+    (never a refusal). image: an images.yaml family to judge against instead (`plan --image`)."""
+    from .. import knowledge as kb
+    from ..project import plan as pp
+    from .node_image import images_doc, no_verify_warning, node_image
+
+    settings = settings if settings is not None else pp.Settings.of_profile(prof)
+    nodes = None if image else node_image(project, prof.name)
+    if nodes is None:
+        plan = pp.local_plan(project, script, settings, image=image or "launched", resolve=resolve,
+                             timeout_s=timeout_s, run=run)
+        if not image:  # the nodes are not that image: what its packages decide is said, never refused on
+            plan.warnings[:0] = [no_verify_warning(prof.name, plan.image)] + [
+                f"{p} (judged against {plan.image}, not the nodes: not refused; {f})" for p, f in plan.refusals]
+            plan.refusals = []
+        return plan
+    from ..project.resolution import resolve as resolver
+
+    plan = pp.build(project, script, image=nodes.image, settings=settings, tables=pp.tables(project),
+                    images_doc=images_doc(kb.load_playbook("images", project), nodes.image),
+                    resolver=resolver if resolve else None, timeout_s=timeout_s, run=run)
+    plan.warnings[:0] = nodes.warnings
+    if any(m.status == "missing" for m in plan.modules) and plan.refusals:
+        plan.hints.append(f"the nodes' packages are those `gpuops verify` measured on {', '.join(nodes.nodes)} "
+                          f"({', '.join(sorted(nodes.image.packages)) or 'none installed'}): a package their python "
+                          f"has that verify does not measure, name it in the profile's expect.packages and run gpuops "
+                          f"verify -p {prof.name} again")
+    return plan
+
+
+def refuse_plan(prof, out, project: Path, script_rel: str, *, force: bool, done: str):
+    """train's gate on a cluster, before anything is synced, written or submitted: the cluster's local plan said
+    (its summary, warnings and hints) and its refusals enforced (project/verdict.py: one ChecksFailed, exit 1, each
+    problem with its fix; --force passes what a resolution or a pin decides, never what no node can run)."""
+    from ..project.verdict import enforce, report
+
+    plan = cluster_plan(prof, project, script_rel)
+    report(plan, out)
+    enforce(plan, force=force, done=done, out=out)
+    return plan
