@@ -6,7 +6,8 @@ and parsers are slurm/probe_step.py's, the judgement slurm/cluster_checks.py's):
 2. the probe on every node in ONE srun step: its source written from stdin into the shared folder, `srun --nodes=N
    --ntasks-per-node=1 --immediate=S --time=T ...` running it once per node, each task's document tagged with its
    node name; removed after;
-3. only when the nodes were busy: why, as Slurm says it (the step's job, and the partition's jobs holding the nodes).
+3. only when the nodes were busy: why, as Slurm says it (the step's job, and the partition's jobs holding the nodes);
+4. with --bench on 2 nodes or more: the all-reduce across them in a second srun step (slurm/allreduce_step.py).
 """
 from __future__ import annotations
 
@@ -93,3 +94,21 @@ def why_busy(remote, job_id: Optional[str], partition: Optional[str], *,
     recs = [r for r in parse_scontrol(head) if r.get("JobId")]
     job = job_from_scontrol(recs[0]) if recs else None
     return job, [ln.strip() for ln in tail.splitlines() if ln.strip()]
+
+
+def allreduce_nodes(remote, spec: StepSpec, *, folder: str, python: str, worker: str):
+    """The all-reduce across the nodes (slurm/allreduce_step.py), in one srun step (one remote execution): the worker
+    goes over stdin into `folder` (the shared folder), srun runs it once per node, the file goes. An AllReduceRun."""
+    from .allreduce_step import parse_step
+    from .allreduce_step import step_script as allreduce_script
+
+    token = secrets.token_hex(6)
+    script = allreduce_script(spec, folder=folder, python=python, token=token, salt=secrets.randbelow(1 << 16))
+    res = remote.run(script, stdin=worker, timeout=spec.wait_s + spec.limit_s + 30)
+    if res.rc == SETUP_FAILED and "cannot write the all-reduce" in res.stderr:
+        raise ProfileError(f"cannot write into the remote folder on the login node ({folder}): "
+                           f"{(res.stderr.strip().splitlines() or [''])[0]}",
+                           hint="set remote_dir: in the profile to a folder of yours on the filesystem the nodes share")
+    run = parse_step(res.stdout, res.stderr)
+    run.rc = res.rc
+    return run

@@ -1,6 +1,7 @@
 """`gpuops verify` on a profile with `slurm:`: the login node's one connection -> the cluster's facts (one execution)
--> the probe on every node in ONE srun step -> verify's checks per node, the fleet checks across the nodes and the
-cluster's own lines (partition, node states with Slurm's reasons, gres, nodes enough) -> one report and exit code.
+-> the probe on every node in ONE srun step (with --bench, then the all-reduce across them in a second) -> verify's
+checks per node, the fleet checks across the nodes and the cluster's own lines (partition, node states with Slurm's
+reasons, gres, nodes enough, the all-reduce's figure) -> one report and exit code.
 
 Composes slurm/cluster.py (talking), slurm/cluster_checks.py (the cluster's judgement) and verify's own judging
 and rendering, unchanged (verify/host.py, verify/checks.py, verify/fleet_checks.py, verify/report.py).
@@ -66,7 +67,7 @@ def gather_and_judge(profile, out, *, playbook, cuda_check, project_dir: Path, c
     started = time.monotonic()
     with out.status(f"connecting to the login node {profile.user}@{profile.host}:{profile.port}"):
         remote = connect(profile, announce=out.info)
-    step, busy, limit = None, None, _limit_s(params)
+    step, busy, limit, allreduce = None, None, _limit_s(params), None
     try:
         with out.status("reading the cluster (sinfo, scontrol)"):
             login = cluster.login_facts(remote)
@@ -91,17 +92,20 @@ def gather_and_judge(profile, out, *, playbook, cuda_check, project_dir: Path, c
             if nodes_busy(step):
                 busy = cluster.why_busy(remote, step.job_id, plan.partition.name)
             cluster_results += step_results(step, plan, settings, wait_s, busy)
+            if bench:
+                allreduce = run_allreduce(remote, out, step, spec, profile, project_dir)
         executions = remote.exec_count
     finally:
         remote.close()
     per_node = judge_nodes(profile, step, pb, knowledge, presets, preset_env, executions, clock)
+    cluster_results += allreduce_results(allreduce, step, per_node, project_dir)
     from ..verify import fleet_checks
 
     reports = [rep for rep, _ in per_node]
     fleet = fleet_checks.compare(reports) if len(reports) > 1 else []
     fleet = [_named(r, reports) for r in fleet]
     doc = cluster_document(profile, login, plan, step, cluster_results, per_node, fleet, executions,
-                           time.monotonic() - started, clock(), fail_on_warn)
+                           time.monotonic() - started, clock(), fail_on_warn, allreduce=allreduce)
     return doc, per_node
 
 
@@ -110,6 +114,40 @@ def _limit_s(params: dict) -> int:
     t = params.get("timeouts") or {}
     worst = max([90] + [int(v) for v in t.values() if isinstance(v, (int, float))])
     return worst + (int(t.get("bench", 180)) if params.get("bench") else 0) + 60
+
+
+def run_allreduce(remote, out, step, spec, profile, project_dir: Path):
+    """--bench with 2 nodes or more whose probe answered: the all-reduce across them, a second srun step over those
+    nodes (slurm/allreduce_step.py). None (no step) otherwise."""
+    from dataclasses import replace
+
+    from ..remote.shell import shell_path
+    from . import cluster
+    from .allreduce_step import LIMIT_S, worker_source
+
+    ok = [n for n in step.nodes if n in step.docs]
+    if len(ok) < 2:
+        return None
+    ar_spec = replace(spec, nodes=len(ok), nodelist=ok, exclude=[], limit_s=LIMIT_S)
+    with out.status(f"all-reduce across {len(ok)} nodes ({', '.join(ok)}) in a second srun step"):
+        return cluster.allreduce_nodes(remote, ar_spec, folder=shell_path(profile.remote_dir_for(project_dir)),
+                                       python=profile.python, worker=worker_source())
+
+
+def allreduce_results(allreduce, step, per_node: list, project_dir: Path) -> list[CheckResult]:
+    """The all-reduce's lines (allreduce_step.judge_run): the GPU's name and GPUs per node from the node reports, the
+    InfiniBand facts of a node that has IB ports (else the first node's) for NCCL's transport."""
+    if allreduce is None:
+        return []
+    from ..verify import checks_ib, facts_ib
+    from .allreduce_step import judge_run
+
+    nodes = allreduce.nodes or [rep["host"] for rep, _ in per_node]
+    ibs = [facts_ib.from_probe(json.loads(step.docs[n])) for n in nodes if n in step.docs]
+    ib = next((i for i in ibs if i.ib_ports), ibs[0] if ibs else None)
+    gpus = next((rep["facts"]["gpus"] for rep, _ in per_node if (rep.get("facts") or {}).get("gpus")), [])
+    return judge_run(allreduce, ib=ib, reference=checks_ib.load_reference(project_dir),
+                     gpu_name=gpus[0].get("name") if gpus else None, gpus_per_node=len(gpus) or None)
 
 
 def _problems_text(profile, problems: list[str]) -> str:
@@ -228,7 +266,7 @@ def _named(result: CheckResult, reports: list) -> CheckResult:
 
 
 def cluster_document(profile, login, plan, step, cluster_results, per_node, fleet, executions, seconds, when,
-                     fail_on_warn: bool) -> dict:
+                     fail_on_warn: bool, allreduce=None) -> dict:
     """verify's --json for a cluster: the cluster's own report (its checks, verdict, summary, as one host's), the
     nodes as `hosts` (a fleet's shape: rank, host, code, error, report) and the fleet checks across them."""
     from ..verify.checks import verdict
@@ -247,10 +285,11 @@ def cluster_document(profile, login, plan, step, cluster_results, per_node, flee
     worst = verdict(list(cluster_results) + list(fleet) + [CheckResult("x", "x", h["report"]["verdict"])
                                                           for h in hosts])
     part = plan.partition
-    return {
+    doc = {
         "profile": profile.name, "host": profile.host, "user": profile.user, "port": profile.port,
         "checked_at": when.astimezone().isoformat(timespec="seconds"), "verdict": worst, "summary": counts,
-        "remote_executions": executions, "srun_steps": 1 if step is not None else 0,
+        "remote_executions": executions,
+        "srun_steps": (1 if step is not None else 0) + (1 if allreduce is not None else 0),
         "duration_s": round(seconds, 3), "emulated": any(rep.get("emulated") for rep, _ in per_node),
         "checks": [r.to_dict() for r in cluster_results],
         "slurm": {"version": login.version, "partition": part.name if part else None,
@@ -264,6 +303,9 @@ def cluster_document(profile, login, plan, step, cluster_results, per_node, flee
         "failed_nodes": failed_nodes(hosts),
         "code": hostpool.worst_code(codes), "facts": {},
     }
+    if allreduce is not None:  # --bench across 2 nodes or more: what the second srun step measured
+        doc["allreduce"] = allreduce.to_dict()
+    return doc
 
 
 def failed_nodes(hosts: list[dict]) -> list[dict]:
