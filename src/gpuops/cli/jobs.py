@@ -36,7 +36,9 @@ def train(
                                                       "unavailable, GPUs missing, flash-attn not importing), a "
                                                       "script that does not compile or imports a module the job's "
                                                       "python cannot import, or a GPU the job will see held by "
-                                                      "another process; recorded in meta.json."),
+                                                      "another process; recorded in meta.json. A Slurm "
+                                                      "profile: past the local plan's refusals that a resolution or "
+                                                      "a pin decides."),
     seed: Optional[int] = typer.Option(None, "--seed", help="Export GPUOPS_SEED and PYTHONHASHSEED; recorded."),
     no_snapshot: bool = typer.Option(False, "--no-snapshot", help="Skip the environment snapshot taken at launch."),
     launcher: Optional[str] = typer.Option(None, "--launcher", metavar="none|torchrun|ray", show_default=False,
