@@ -49,5 +49,5 @@ def summary_line(doc: dict) -> str:
             f"passed" + (f" (failed: {', '.join(failed)})" if failed else "")
             + f", cluster checks {s.get('verdict', '-')}, fleet checks {(doc.get('fleet') or {}).get('verdict', '-')}"
             f" — {doc['remote_executions']} remote execution(s) over one connection, {doc.get('srun_steps', 0)} srun "
-            f"step, {doc['duration_s']:.1f}s")
+            f"step{'' if doc.get('srun_steps', 0) == 1 else 's'}, {doc['duration_s']:.1f}s")
     return text
