@@ -61,3 +61,67 @@ def test_a_channel_with_output_left_is_not_complete_and_without_is():
     assert not output_complete(chan, {})
     chan.recv(10)
     assert output_complete(chan, {})
+
+
+class _Late(paramiko.Channel):
+    """A loaded host's sshd: the command's exit status first, its output `late` seconds after, then the EOF."""
+
+    def __init__(self, late: float):
+        import threading
+
+        super().__init__(0)
+        self.exit_status, self.closed = 0, False
+        self.status_event.set()
+        threading.Timer(late, self._deliver).start()
+
+    def _deliver(self) -> None:
+        m = Message()
+        m.add_int(1)  # SSH_EXTENDED_DATA_STDERR
+        m.add_string(b"RUN id=r exists=1 pid=7 alive=0 rc=0 started=1 ended=2 size=9 stop=-\n")
+        m.rewind()
+        self._feed_extended(m)
+        self._feed(b"last line\n")
+        self._handle_eof(Message())
+
+    def close(self):
+        pass
+
+
+class _Remote:
+    def __init__(self, chan):
+        self.chan = chan
+
+    def stream(self, command):
+        return self.chan
+
+
+def test_a_state_line_later_than_the_grace_is_waited_for(monkeypatch):
+    """`gpuops run`'s final log fetch said `run X not found` on the run's own instance, the instance kept billing:
+    the exit status came, then nothing for EOF_GRACE_S, and the state line (always printed first) afterwards."""
+    from gpuops.jobs import scripts
+    from gpuops.remote import connection
+
+    monkeypatch.setattr(connection, "EOF_GRACE_S", 0.1)
+    got = bytearray()
+    info = scripts.tail_stream(_Remote(_Late(0.6)), "r", "/tmp/x", 10, got.extend)
+    assert info.exists and info.exit_code == 0, info
+    assert bytes(got) == b"last line\n"
+
+
+def test_the_grace_counts_from_the_last_bytes_read(monkeypatch):
+    import time
+
+    from gpuops.remote import connection
+
+    monkeypatch.setattr(connection, "EOF_GRACE_S", 0.3)
+    chan = paramiko.Channel(0)
+    chan.exit_status = 0
+    chan.status_event.set()
+    seen: dict = {}
+    assert not output_complete(chan, seen)
+    time.sleep(0.2)
+    assert not output_complete(chan, seen, got=True)  # bytes just read: the silence starts again
+    time.sleep(0.2)
+    assert not output_complete(chan, seen)  # 0.4 s after the status, 0.2 s after the bytes
+    time.sleep(0.15)
+    assert output_complete(chan, seen)

@@ -15,6 +15,7 @@ from __future__ import annotations
 import json
 import secrets as _random
 import shlex
+import time
 from typing import Callable, Iterable, Optional
 
 from ..errors import RemoteError, UsageError
@@ -454,6 +455,9 @@ def stream_from(remote, run_dir: str, offset: int, size: int, chunk: int = 1 << 
                           "bytes)")
 
 
+STATE_WAIT_S = 60.0  # tail_stream: how long past the exit status the run's state line may still come
+
+
 def tail_stream(remote, run_id: str, run_dir: str, lines: int, write, chunk: int = 1 << 16) -> RunInfo:
     """`gpuops logs`: the run's state (first line of stderr), then the last N lines of its log written to `write`
     as raw bytes while they arrive: byte-exact, and memory stays bounded whatever the log's size."""
@@ -462,19 +466,27 @@ def tail_stream(remote, run_id: str, run_dir: str, lines: int, write, chunk: int
     from ..remote.connection import output_complete
 
     chan = remote.stream("sh -c " + shlex.quote(script))
-    err, seen = bytearray(), {}
+    err, seen, waited = bytearray(), {}, None
     try:
         while True:
             if chan.recv_ready():
                 data = chan.recv(chunk)
                 if data:
                     write(data)
+                    seen.pop("exit_at", None)
                     continue
             if chan.recv_stderr_ready():
                 err += chan.recv_stderr(chunk)
+                seen.pop("exit_at", None)
                 continue
             if output_complete(chan, seen):  # the exit status may come before the log's last bytes
-                break
+                # the state line is always printed first: without it the output is not all here yet (a loaded
+                # host's sshd may forward it seconds after the exit status), so wait for it or the channel's EOF
+                if b"\n" in err or chan.eof_received or chan.closed:
+                    break
+                waited = waited or time.monotonic()
+                if time.monotonic() - waited > STATE_WAIT_S:
+                    break
             import select
 
             select.select([chan], [], [], 0.1)

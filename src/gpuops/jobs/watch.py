@@ -372,6 +372,7 @@ def stream_once(remote, run_id: str, run_dir: str, fs: FollowState, *, interval:
                     yield from feed(data)
             if got:
                 last = time.monotonic()
+                seen.pop("exit_at", None)  # output_complete's silence starts again
                 continue
             if output_complete(chan, seen):  # the exit status may come before the stream's last lines
                 break

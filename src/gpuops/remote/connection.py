@@ -139,15 +139,21 @@ def _checked(res: Result) -> Result:
     return res
 
 
-def output_complete(chan, seen: dict, *, stderr: bool = True) -> bool:
+def output_complete(chan, seen: dict, *, stderr: bool = True, got: bool = False) -> bool:
     """A command's output is all here: nothing buffered, and the channel's EOF (or close) came, or its exit status
-    came EOF_GRACE_S ago with no EOF since. `seen` keeps when the exit status was first seen (one dict a channel).
+    came and then EOF_GRACE_S passed with neither EOF nor a byte. `seen` keeps when that silence began (one dict a
+    channel); got: the caller has just read bytes (the silence starts again: under load sshd may forward the exit
+    status first and the pipe's last bytes seconds later, and a grace counted from the exit status alone dropped a
+    run's state line: `run X not found` on its own instance, in a fresh-clone CI run).
     The end is read before the buffers: paramiko's transport thread buffers a channel's data before it takes its
     EOF, so once EOF was seen, empty buffers are final; read the other way round, the output and the EOF could both
     arrive between the two looks, and the output be dropped (a whole `gpuops logs` answer was lost that way)."""
     ended = chan.eof_received or chan.closed
     status = chan.exit_status_ready()
+    if got:
+        seen.pop("exit_at", None)
     if chan.recv_ready() or (stderr and chan.recv_stderr_ready()):
+        seen.pop("exit_at", None)
         return False
     if ended:
         return True
@@ -192,7 +198,7 @@ class Remote:
                 while chan.recv_stderr_ready():
                     err += chan.recv_stderr(1 << 16)
                     got = True
-                if output_complete(chan, seen):
+                if output_complete(chan, seen, got=got):
                     break
                 if time.monotonic() > deadline:
                     raise _timed_out(self.profile.host, timeout)
@@ -236,6 +242,7 @@ class Remote:
             if chan.recv_ready():
                 data = chan.recv(1 << 16)
                 last = time.monotonic()
+                seen.pop("exit_at", None)
                 if not data:
                     break
                 buf += data

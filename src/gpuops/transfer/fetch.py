@@ -258,6 +258,7 @@ class _RemoteHash:
             while time.monotonic() < deadline:
                 if chan.recv_ready():
                     out_b += chan.recv(1 << 16)
+                    seen.pop("exit_at", None)  # output_complete's silence starts again
                     continue
                 while chan.recv_stderr_ready():
                     chan.recv_stderr(1 << 16)
