@@ -17,11 +17,12 @@ GLIBC = "Linux-6.1.0-x86_64-with-glibc2.36"
 
 
 def saved(project: Path, node: str, rank: int, when: datetime, *, python: str = "3.11.7",
-          packages: dict | None = None, name: str = "clu") -> Path:
+          packages: dict | None = None, name: str = "clu", distributions: dict | None = None) -> Path:
     """One node's report saved as `gpuops verify -p clu` saves it (logs/env_checks/<date>_clu-host<rank>.json)."""
     facts = Facts(host=node, os={"arch": "x86_64", "pretty": "Debian GNU/Linux 12 (bookworm)"},
                   python={"version": python, "platform": GLIBC, "implementation": "CPython"},
-                  packages={"numpy": "2.4.6", "torch": None, "flash-attn": None, **(packages or {})})
+                  packages={"numpy": "2.4.6", "torch": None, "flash-attn": None, **(packages or {})},
+                  distributions=distributions)
     rep = build_report(SimpleNamespace(**{**vars(PROFILE), "name": name}), facts, [], 1, 0.5, when)
     rep.update(host=node, node=rank, slurm_node=node)
     return save_report(rep, [], project, when)[0]
@@ -98,3 +99,17 @@ def test_the_plan_judges_against_the_nodes(tmp_path):
     (tmp_path / "pyproject.toml").write_text('[project]\nname = "p"\nversion = "0"\nrequires-python = ">=3.12"\n')
     plan = build(tmp_path, "train.py", image=got.image, settings=Settings(), tables=tables(), images_doc=doc)
     assert any("3.11.7" in p and "requires-python" in p for p, _ in plan.certain), plan.certain
+
+
+def test_every_distribution_the_nodes_have_counts_not_only_those_verify_names(tmp_path):
+    """verify on a cluster lists every distribution of the nodes' python (a report without that list, an older
+    verify's, knows only the packages verify checks by name: the image says it is not complete)."""
+    every = {"numpy": "2.4.6", "PyYAML": "6.0.3", "ray": "2.60.0"}
+    saved(tmp_path, "n1", 0, at(1), distributions=every)
+    saved(tmp_path, "n2", 1, at(1), distributions=every)
+    got = ni.node_image(tmp_path, "clu")
+    assert got.complete and {"pyyaml", "ray", "numpy"} <= set(got.image.packages), got.image.packages
+    saved(tmp_path, "n1", 0, at(2))
+    saved(tmp_path, "n2", 1, at(2))
+    older = ni.node_image(tmp_path, "clu")
+    assert not older.complete and "pyyaml" not in older.image.packages

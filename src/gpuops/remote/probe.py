@@ -538,8 +538,9 @@ def host_facts(P, lim, facts):
     timed("python", python_info, 5, facts)
     timed("nvcc", lambda: tool("nvcc", ["--version"], 10), 12, facts)
     timed("packages", lambda: packages(sorted(set(P.get("packages", [])) | set(P.get("auto_imports") or {}))), 20, facts)
-    if P.get("freeze"):
+    if P.get("freeze") or P.get("distributions"):  # every installed distribution (importlib.metadata: fast)
         timed("freeze", pip_freeze, 30, facts)
+    if P.get("freeze"):
         timed("pip_freeze", lambda: pip_freeze_raw(60), 65, facts)
     env_names = P.get("env", [])
     facts["env"] = {"ok": True, "value": {k: os.environ.get(k) for k in env_names if k in os.environ}}

@@ -28,6 +28,7 @@ class Nodes:
     checked_at: str  # the first node's report's checked_at
     reports: tuple[str, ...]  # the report files read
     warnings: list[str] = field(default_factory=list)
+    complete: bool = False  # every node's report lists every distribution (not only those verify measures)
 
 
 def report_files(project_dir: Path, profile: str) -> list[Path]:
@@ -95,7 +96,11 @@ def _day(checked_at: str) -> str:
 
 
 def _packages(rep: dict) -> dict[str, str]:
-    return {norm(k): str(v) for k, v in ((rep.get("facts") or {}).get("packages") or {}).items() if v}
+    """Every distribution the node's python has (verify on a cluster gathers them all), else the packages verify
+    measured (an older report: a package it did not measure is not known to be there)."""
+    facts = rep.get("facts") or {}
+    every = {norm(k): str(v) for k, v in (facts.get("distributions") or {}).items() if v}
+    return {**every, **{norm(k): str(v) for k, v in (facts.get("packages") or {}).items() if v}}
 
 
 def image_of(profile: str, reports: list[dict], files: tuple[str, ...] = ()) -> Optional[Nodes]:
@@ -136,7 +141,8 @@ def image_of(profile: str, reports: list[dict], files: tuple[str, ...] = ()) -> 
     source = f"gpuops verify of {first_name}, {_day(checked)}"
     image = Image(name=label, python=python, platform=platform_of(facts, arch), packages=shared,
                   keep=frozenset(k for k in KEEP if k in shared), sources={k: source for k in shared}, arch=arch)
-    return Nodes(image, tuple(names), checked, tuple(str(f) for f in files), warnings)
+    complete = all((rep.get("facts") or {}).get("distributions") for _, rep in usable)
+    return Nodes(image, tuple(names), checked, tuple(str(f) for f in files), warnings, complete)
 
 
 def node_image(project_dir: Path, profile: str) -> Optional[Nodes]:

@@ -431,11 +431,10 @@ def cluster_plan(prof, project: Path, script: str, settings=None, *, image: Opti
                     images_doc=images_doc(kb.load_playbook("images", project), nodes.image),
                     resolver=resolver if resolve else None, timeout_s=timeout_s, run=run)
     plan.warnings[:0] = nodes.warnings
-    if any(m.status == "missing" for m in plan.modules) and plan.refusals:
-        plan.hints.append(f"the nodes' packages are those `gpuops verify` measured on {', '.join(nodes.nodes)} "
-                          f"({', '.join(sorted(nodes.image.packages)) or 'none installed'}): a package their python "
-                          f"has that verify does not measure, name it in the profile's expect.packages and run gpuops "
-                          f"verify -p {prof.name} again")
+    if not nodes.complete and any(m.status == "missing" for m in plan.modules) and plan.refusals:
+        plan.hints.append(f"the nodes' packages are those an older `gpuops verify` measured on "
+                          f"{', '.join(nodes.nodes)} ({', '.join(sorted(nodes.image.packages)) or 'none installed'}): "
+                          f"run gpuops verify -p {prof.name} again, which lists every package the nodes' python has")
     return plan
 
 

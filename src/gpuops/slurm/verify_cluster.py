@@ -50,6 +50,7 @@ def _judging(profile, playbook, project_dir: Path, cuda_check: bool, bench: bool
     knowledge = {**knowledge, "rules": kb.load_playbook("rules", project_dir)}
     pb = with_optional_checks(pb, knowledge["rules"], profile)
     params = probe_params(profile, pb, presets, project_dir, cuda_check=cuda_check, bench=bench)
+    params["distributions"] = True  # every package the nodes' python has: what `plan`/`train` judge against
     return pb, knowledge, presets, kb.preset_env(profile.env_preset, project_dir), params
 
 

@@ -88,6 +88,9 @@ class Facts:
     kernel_log: dict | None = None  # {"readable", "source", "error"}; None: not gathered
     xids: list[dict] = field(default_factory=list)
     bench: dict | None = None  # verify --bench: the remote snippet's result
+    # every distribution the python has (name -> version), where asked (verify on a Slurm cluster: the local plan
+    # judges a job against the nodes with it); None: not gathered
+    distributions: dict | None = None
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -237,6 +240,8 @@ def from_probe(doc: dict, *, host: str = "", failures: list[dict] | None = None)
     if nv and nv.get("found") and nv.get("rc") == 0:
         f.nvcc = parse_nvcc(nv.get("stdout") or "")
     f.packages = fact_value(doc, "packages") or {}
+    dists = fact_value(doc, "freeze")
+    f.distributions = dists if isinstance(dists, dict) else None
     cuda = fact_value(doc, "cuda")
     if cuda:
         if cuda.get("timeout"):
