@@ -107,7 +107,13 @@ def _cloud_up(out, json_: bool, port: int, boot_seconds: float, launch_window: f
     out.print(f"export GPUOPS_LAMBDA_API_URL={info['url']}")
     out.print(f"export LAMBDA_API_KEY={info['api_key']}")
     out.print(f"export GPUOPS_CLOUD_SSH_USER={info['user']}")
+    # a rehearsal asks its emulator every half second whether an instance is up, not every 5 s as Lambda is asked
+    # (against Lambda the variable is ignored: cloud/instances.make_context)
+    out.print(f"export GPUOPS_CLOUD_POLL_S={REHEARSAL_POLL_S:g}")
     out.info("next: gpuops cloud types; stop it (and every instance) with: gpuops sandbox down --cloud")
+
+
+REHEARSAL_POLL_S = 0.5
 
 
 def _slurm_up(out, json_: bool, nodes: int, gpu: str, gpus: int, port) -> None:
