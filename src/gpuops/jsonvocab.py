@@ -7,6 +7,21 @@ from datetime import datetime, timezone
 from typing import Optional
 
 
+def json_objects(lines) -> list[dict]:
+    """The JSON objects of a JSON-lines text's lines (an append-only ledger: a torn or foreign line is skipped)."""
+    import json
+
+    out = []
+    for line in lines:
+        try:
+            doc = json.loads(line)
+        except ValueError:
+            continue
+        if isinstance(doc, dict):
+            out.append(doc)
+    return out
+
+
 def iso(epoch: Optional[float], timespec: str = "seconds") -> Optional[str]:
     """An epoch (seconds) as ISO 8601 in UTC with its zone; None stays None."""
     if epoch is None:

@@ -69,11 +69,7 @@ def probe_nodes(remote, spec: StepSpec, *, folder: str, python: str, probe_sourc
     `folder` (a shell word, ~ kept: the shared folder every node sees), srun runs it, the file goes."""
     token = secrets.token_hex(6)
     script = step_script(spec, folder=folder, python=python, token=token)
-    res = remote.run(script, stdin=tagged_probe(probe_source), timeout=spec.wait_s + spec.limit_s + 30)
-    if res.rc == SETUP_FAILED and "cannot write the probe" in res.stderr:
-        raise ProfileError(f"cannot write into the remote folder on the login node ({folder}): "
-                           f"{(res.stderr.strip().splitlines() or [''])[0]}",
-                           hint="set remote_dir: in the profile to a folder of yours on the filesystem the nodes share")
+    res = _step(remote, script, tagged_probe(probe_source), spec, folder, "cannot write the probe")
     out = split_step(res.stdout, res.stderr)
     out.rc = res.rc
     return out
@@ -104,11 +100,18 @@ def allreduce_nodes(remote, spec: StepSpec, *, folder: str, python: str, worker:
 
     token = secrets.token_hex(6)
     script = allreduce_script(spec, folder=folder, python=python, token=token, salt=secrets.randbelow(1 << 16))
-    res = remote.run(script, stdin=worker, timeout=spec.wait_s + spec.limit_s + 30)
-    if res.rc == SETUP_FAILED and "cannot write the all-reduce" in res.stderr:
-        raise ProfileError(f"cannot write into the remote folder on the login node ({folder}): "
-                           f"{(res.stderr.strip().splitlines() or [''])[0]}",
-                           hint="set remote_dir: in the profile to a folder of yours on the filesystem the nodes share")
+    res = _step(remote, script, worker, spec, folder, "cannot write the all-reduce")
     run = parse_step(res.stdout, res.stderr)
     run.rc = res.rc
     return run
+
+
+def _step(remote, script: str, stdin: str, spec, folder: str, unwritable: str):
+    """One srun step's remote execution (its file over stdin into the shared folder); a folder the login node cannot
+    write into (the step script's SETUP_FAILED with `unwritable` in its words) is the profile's error."""
+    res = remote.run(script, stdin=stdin, timeout=spec.wait_s + spec.limit_s + 30)
+    if res.rc == SETUP_FAILED and unwritable in res.stderr:
+        raise ProfileError(f"cannot write into the remote folder on the login node ({folder}): "
+                           f"{(res.stderr.strip().splitlines() or [''])[0]}",
+                           hint="set remote_dir: in the profile to a folder of yours on the filesystem the nodes share")
+    return res

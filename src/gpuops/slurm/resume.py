@@ -118,15 +118,9 @@ def judge_script(rules: dict) -> str:
 
 def parse_resumes(text: Optional[str]) -> list[dict]:
     """The run folder's `resumes` file: one dict per requeued attempt's choice, in order (a torn line is skipped)."""
-    out = []
-    for line in (text or "").splitlines():
-        try:
-            doc = json.loads(line)
-        except ValueError:
-            continue
-        if isinstance(doc, dict):
-            out.append(doc)
-    return out
+    from ..jsonvocab import json_objects
+
+    return json_objects((text or "").splitlines())
 
 
 def words(doc: dict, project_dir: Optional[str] = None) -> str:

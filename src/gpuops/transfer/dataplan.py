@@ -177,17 +177,9 @@ def put_line(run: Optional[str], at: float, host: str, changed: list[str], shown
 
 def parse_puts(lines: list[str]) -> list[dict]:
     """The ledger's lines, oldest first (a line that is not a JSON object: skipped)."""
-    import json
+    from ..jsonvocab import json_objects
 
-    out = []
-    for line in lines:
-        try:
-            doc = json.loads(line)
-        except ValueError:
-            continue
-        if isinstance(doc, dict):
-            out.append(doc)
-    return out
+    return json_objects(lines)
 
 
 def _when(at) -> str:
