@@ -309,3 +309,29 @@ def test_stop_scancels_a_job_that_ignores_sigterm_after_the_grace(slurm_idle, gp
     assert json.loads((run_dir / "stop.json").read_text())["signal"] == "KILL"
     row = status_of(gpuops, rid)
     assert row["state"] == "stopped" and row["ending"]["cause"] == "stopped"
+
+
+def test_watch_once_is_one_snapshot_of_state_gpus_and_log(slurm_idle, gpuops, isolated):
+    c = slurm_idle
+    write_profile(c, isolated, nodes=2)
+    Path("waits.py").write_text("import os, time\nprint('waiting on', os.environ.get('SLURMD_NODENAME'), flush=True)\n"
+                                "t = time.time()\nwhile not os.path.exists('go') and time.time() - t < 60:\n"
+                                "    time.sleep(0.1)\n")
+    rid, job_id = submitted(gpuops("train", "-p", "clu", "--script", "waits.py"))
+    log = c.shared / isolated.name / ".gpuops" / "runs" / rid / f"slurm-{job_id}.out"
+    c.wait("both nodes started", lambda: _text(log).count("waiting on") == 2)
+    r = gpuops("watch", rid, "-p", "clu", "--once")
+    assert r.code == 0, r.all
+    assert r.out.count("waiting on") == 2
+    assert len(re.findall(r"^n[12]: 8 GPU\(s\) util [\d ]+ %", r.err, re.M)) == 2, r.err
+    assert f"{rid}: Slurm job {job_id} RUNNING on 2 node(s)" in r.err
+    j = gpuops("watch", rid, "-p", "clu", "--once", "--json")
+    assert j.code == 0, j.all
+    docs = [json.loads(x) for x in j.out.splitlines()]
+    assert len({d["node"] for d in docs if d["type"] == "sample"}) == 2, docs
+    assert docs[-1]["type"] == "state" and docs[-1]["slurm_state"] == "RUNNING"
+    assert sum(1 for d in docs if d["type"] == "log" and "waiting on" in d["line"]) == 2  # srun's `0: ` kept
+    (c.shared / isolated.name / "go").write_text("")
+    c.wait_job(job_id)
+    done = gpuops("watch", rid, "-p", "clu", "--once")
+    assert done.code == 0 and "COMPLETED, exit 0:0" in done.err, done.all

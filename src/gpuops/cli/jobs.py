@@ -160,10 +160,8 @@ def watch(
         from . import slurmruns
 
         if once:
-            from ..errors import UsageError
-
-            raise UsageError("watch --once is not there yet on a Slurm profile",
-                             hint=f"gpuops status {fleet_meta['run_id']} [--json] says the job's state and ending")
+            slurmruns.watch_once(fleet_prof, out, fleet_meta, lines=15 if lines is None else lines,
+                                 write=_raw_stdout(out), json_=json_)
         slurmruns.watch(fleet_prof, out, fleet_meta, lines=15 if lines is None else lines, write=_raw_stdout(out),
                         interval=interval, json_=json_)
     prof, meta = _node(fleet_prof, fleet_meta, host)

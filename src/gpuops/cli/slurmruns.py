@@ -135,6 +135,31 @@ def watch(prof, out, meta: dict, *, lines: int, write, interval: float, json_: b
     raise typer.Exit(res["code"])
 
 
+def watch_once(prof, out, meta: dict, *, lines: int, write, json_: bool = False) -> None:
+    """`watch --once` on a Slurm profile: one snapshot, then exit: the job's state in words (or its ending), every
+    node's GPUs while it runs (one step in its own allocation), the log's last lines. Exit 0 while it waits or runs
+    and when it succeeded, 1 otherwise (as a host's --once)."""
+    from ..jobs import plan as core
+    from ..jobs.watchtext import ending_lines
+    from ..slurm import runs, runstate
+
+    doc = runs.status(prof, out, Path.cwd(), meta["run_id"])
+    row = next(r for r in doc["runs"] if r["run_id"] == meta["run_id"])
+    s = row.get("slurm") or {}
+    gpus = runs.snapshot_gpus(prof, out, meta, int(s.get("nodes") or 1)) if row["state"] == core.RUNNING else {}
+    lines_out = _JsonLines(out, meta) if json_ else None
+    if lines_out:
+        lines_out.gpus(gpus)
+        runs.tail(prof, out, meta, lines, lines_out.log)
+        lines_out.last(row)
+    else:
+        _gpu_lines(out, gpus)
+        runs.tail(prof, out, meta, lines, write)
+        for line in runstate.words(row) + ending_lines(row.get("ending")):
+            out.info(line)
+    raise typer.Exit(0 if row["state"] in (core.RUNNING, core.SUCCEEDED, runstate.PENDING) else 1)
+
+
 class _JsonLines:
     """watch --json on a Slurm profile: each event one JSON object on stdout, as a host's watch prints them."""
 

@@ -448,3 +448,12 @@ def refuse_plan(prof, out, project: Path, script_rel: str, *, force: bool, done:
     report(plan, out)
     enforce(plan, force=force, done=done, out=out)
     return plan
+
+
+def snapshot_gpus(prof, out, meta: dict, nodes: int) -> dict:
+    """`watch --once`: every node's GPUs of a running job, once ({node: [GPU dicts or {"error"}]})."""
+    remote = connect(prof, out)
+    try:
+        return _gpus(LoginNode(remote).job_gpus(job_id_of(meta), nodes))
+    finally:
+        remote.close()
