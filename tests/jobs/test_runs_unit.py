@@ -4,6 +4,7 @@ from __future__ import annotations
 import json
 import os
 import shlex
+import shutil
 import subprocess
 from datetime import datetime
 from pathlib import Path
@@ -499,3 +500,27 @@ def test_dashboard_keeps_each_hosts_gpus_apart_and_signals_follow_the_watched_ho
     buf = io.StringIO()
     Console(file=buf, width=120).print(w.render(dash))
     assert "#0/0" in buf.getvalue() and "#1/0" in buf.getvalue()  # a row per host and GPU
+
+
+def test_no_command_of_the_launcher_before_the_job_carries_the_runs_mark(tmp_path):
+    """The launcher's pid sampler lists every process carrying GPUOPS_RUN_DIR as the job's; a command the launcher
+    itself runs between the mark's export and the job (the `mv` of its job marker) was listed too, and a list with
+    only that pid made the job's own OOM kill (a pid the list lacked) look like another process's, in a fresh-clone
+    CI run. Every external command the launcher runs is wrapped here to record whether it carries the mark."""
+    proj, d, tools = tmp_path / "proj", tmp_path / "run", tmp_path / "tools"
+    for x in (proj, d, tools):
+        x.mkdir()
+    seen = tmp_path / "seen"
+    for tool in ("mv", "date", "sed", "cat", "sort", "grep", "wc", "tr", "sleep", "df", "timeout", "rm"):
+        real = shutil.which(tool)
+        if real:
+            (tools / tool).write_text(f'#!/bin/sh\n[ -n "${{GPUOPS_RUN_DIR-}}" ] && echo {tool} >> {seen}\n'
+                                      f'exec {real} "$@"\n')
+            (tools / tool).chmod(0o755)
+    script = rl.launcher_script(run_id="r-1", remote_dir=str(proj), argv=["sh", "-c", "exit 0"], python="python3",
+                                env={}, unset=[])
+    (d / "launch.sh").write_text(script)
+    env = {**os.environ, "PATH": f"{tools}:{os.environ['PATH']}"}
+    assert subprocess.run(["sh", str(d / "launch.sh")], env=env, cwd=tmp_path).returncode == 0
+    marked = seen.read_text().split() if seen.exists() else []
+    assert "mv" not in marked, marked  # the job marker's mv, just before the job

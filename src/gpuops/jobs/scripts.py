@@ -222,7 +222,10 @@ def launcher_script(*, run_id: str, remote_dir: str, argv: list[str], python: st
         *([prelude.rstrip("\n")] if prelude else []),
         LAUNCHER_BEFORE,  # what its death is judged by (jobs/endfacts.py): the cgroup's OOM kills so far
         f"if cd {shell_path(remote_dir)}; then",
-        '  echo $$ > "$D/job.tmp" && mv "$D/job.tmp" "$D/job"',  # the launch is reported only from here on
+        # the launch is reported only from here on; the mv runs without the run's mark: a command of the launcher
+        # that carries GPUOPS_RUN_DIR is listed as the job's by its pid sampler (endfacts.LAUNCHER_BEFORE), and a
+        # list holding only the mv's pid made the job's own OOM kill look like another process's
+        '  echo $$ > "$D/job.tmp" && (unset GPUOPS_RUN_DIR GPUOPS_RUN_ID; exec mv "$D/job.tmp" "$D/job")',
         f"  {cmd}",
         "  gpuops_rc=$?",
         "else",
