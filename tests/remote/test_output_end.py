@@ -125,3 +125,32 @@ def test_the_grace_counts_from_the_last_bytes_read(monkeypatch):
     assert not output_complete(chan, seen)  # 0.4 s after the status, 0.2 s after the bytes
     time.sleep(0.15)
     assert output_complete(chan, seen)
+
+
+class _Said(_Late):
+    """A channel whose stderr holds `lines` (a shell's own words before the state line, or no state line at all)."""
+
+    def __init__(self, lines: bytes):
+        self.lines = lines
+        super().__init__(0.05)
+
+    def _deliver(self) -> None:
+        m = Message()
+        m.add_int(1)
+        m.add_string(self.lines)
+        m.rewind()
+        self._feed_extended(m)
+        self._handle_eof(Message())
+
+
+def test_the_state_line_is_found_after_the_shells_own_words_and_its_absence_is_not_run_not_found(monkeypatch):
+    from gpuops.errors import RemoteError
+    from gpuops.jobs import scripts
+    from gpuops.remote import connection
+
+    monkeypatch.setattr(connection, "EOF_GRACE_S", 0.1)
+    got = scripts.tail_stream(_Remote(_Said(b"sh: 1: warning: something\nRUN id=r exists=1 pid=7 alive=0 rc=0 "
+                                            b"started=1 ended=2 size=0 stop=-\n")), "r", "/tmp/x", 10, lambda b: None)
+    assert got.exists and got.exit_code == 0
+    with pytest.raises(RemoteError, match="could not read run r's state on the host .*: sh: cannot open"):
+        scripts.tail_stream(_Remote(_Said(b"sh: cannot open\n")), "r", "/tmp/x", 10, lambda b: None)

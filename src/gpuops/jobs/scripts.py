@@ -485,7 +485,7 @@ def tail_stream(remote, run_id: str, run_dir: str, lines: int, write, chunk: int
             if output_complete(chan, seen):  # the exit status may come before the log's last bytes
                 # the state line is always printed first: without it the output is not all here yet (a loaded
                 # host's sshd may forward it seconds after the exit status), so wait for it or the channel's EOF
-                if b"\n" in err or chan.eof_received or chan.closed:
+                if b"\nRUN " in b"\n" + err or chan.eof_received or chan.closed:
                     break
                 waited = waited or time.monotonic()
                 if time.monotonic() - waited > STATE_WAIT_S:
@@ -495,8 +495,12 @@ def tail_stream(remote, run_id: str, run_dir: str, lines: int, write, chunk: int
             select.select([chan], [], [], 0.1)
     finally:
         chan.close()
-    first = err.decode("utf-8", "replace").splitlines()[:1]
-    return (parse_state_line(first[0]) if first else None) or RunInfo(run_id=run_id, exists=False)
+    said = err.decode("utf-8", "replace").splitlines()
+    state = next((parse_state_line(x) for x in said if x.startswith("RUN ")), None)  # whatever the shell said first
+    if state is None:  # no state line at all: not an answer that the run is not there
+        raise RemoteError(f"could not read run {run_id}'s state on the host ({run_dir}): "
+                          + (" / ".join(x.strip() for x in said if x.strip())[:300] or "no answer"))
+    return state
 
 
 def tail(remote, run_id: str, run_dir: str, lines: int) -> tuple[RunInfo, str]:
