@@ -24,7 +24,7 @@ from typing import Optional
 from ..verify.facts_ib import AllReduce, IbFacts, NcclRun, parse_nccl_log
 from ..verify.results import FAIL, INFO, WARN, CheckResult
 from .batch import allocation_options
-from .probe_step import SETUP_FAILED, StepSpec
+from .probe_step import SETUP_FAILED, StepSpec, file_step
 
 JOB_NAME = "gpuops-allreduce"
 RESULT_MARK = "GPUOPS-ALLREDUCE"  # rank 0: `GPUOPS-ALLREDUCE {json}` per size; any rank: `... {"error": ...}`
@@ -153,15 +153,9 @@ def srun_argv(spec: StepSpec) -> list[str]:
 def step_script(spec: StepSpec, *, folder: str, python: str, token: str, salt: int = 0) -> str:
     """The one remote execution: write the worker from stdin into `folder` (a shell word: shell_path's), srun it on
     every node, remove it. Every value is quoted; the python is the profile's, its first word keeping a leading ~."""
-    from ..remote.shell import shell_command
-
-    rel = f".gpuops/verify/allreduce-{token}.py"
-    srun = " ".join(shlex.quote(a) for a in srun_argv(spec))
     wrapper = TASK_WRAPPER % {"base": PORT_BASE, "span": PORT_SPAN, "salt": int(salt) % PORT_SPAN}
-    task = " ".join(shlex.quote(a) for a in ["sh", "-c", wrapper, "gpuops-allreduce"])
-    return (f"mkdir -p {folder}/.gpuops/verify && cd {folder} && cat > {shlex.quote(rel)} || "
-            f"{{ echo 'gpuops: cannot write the all-reduce into the remote folder' >&2; exit {SETUP_FAILED}; }}; "
-            f"{srun} {task} {shell_command(python)} {shlex.quote(rel)}; rc=$?; rm -f {shlex.quote(rel)}; exit $rc")
+    return file_step(srun_argv(spec), folder=folder, python=python, rel=f".gpuops/verify/allreduce-{token}.py",
+                     wrapper=wrapper, name="gpuops-allreduce", what="the all-reduce")
 
 
 # -- what comes back ----------------------------------------------------------------------------------------------

@@ -138,13 +138,21 @@ def step_script(spec: StepSpec, *, folder: str, python: str, token: str) -> str:
     """The one remote execution of the step: make `folder` (a shell word: shell_path's, ~ kept), write the tagged
     probe from stdin into it, srun it on every node (each task's cwd that folder, on the shared filesystem), remove
     it. Every value is quoted; the python is the profile's, its first word keeping a leading ~."""
+    return file_step(srun_argv(spec), folder=folder, python=python, rel=f".gpuops/verify/probe-{token}.py",
+                     wrapper=TASK_WRAPPER, name="gpuops-probe", what="the probe")
+
+
+def file_step(srun_words: list, *, folder: str, python: str, rel: str, wrapper: str, name: str, what: str) -> str:
+    """One remote execution that runs a python file on every node of an srun step: the file comes over stdin into
+    `folder` (a shell word: the shared folder every node sees) as `rel`, srun runs `sh -c wrapper` around the
+    profile's python on it once per node, the file goes. A folder it cannot write into: `cannot write <what>`, exit
+    SETUP_FAILED. Every value is quoted; the python's first word keeps a leading ~."""
     from ..remote.shell import shell_command
 
-    rel = f".gpuops/verify/probe-{token}.py"
-    srun = " ".join(shlex.quote(a) for a in srun_argv(spec))
-    task = " ".join(shlex.quote(a) for a in ["sh", "-c", TASK_WRAPPER, "gpuops-probe"])
+    srun = " ".join(shlex.quote(a) for a in srun_words)
+    task = " ".join(shlex.quote(a) for a in ["sh", "-c", wrapper, name])
     return (f"mkdir -p {folder}/.gpuops/verify && cd {folder} && cat > {shlex.quote(rel)} || "
-            f"{{ echo 'gpuops: cannot write the probe into the remote folder' >&2; exit {SETUP_FAILED}; }}; "
+            f"{{ echo 'gpuops: cannot write {what} into the remote folder' >&2; exit {SETUP_FAILED}; }}; "
             f"{srun} {task} {shell_command(python)} {shlex.quote(rel)}; rc=$?; rm -f {shlex.quote(rel)}; exit $rc")
 
 
