@@ -216,6 +216,8 @@ def test_with_accounting_sacct_tells_each_ending(slurm_accounting_cluster):
 
     def ended():
         out = c.run(["sacct", "-n", "-X", "-P", "-j", ids, "-o", "JobID,State,ExitCode"]).stdout.splitlines()
-        return out if len(out) == 2 and not any("RUNNING" in line or "PENDING" in line for line in out) else None
+        # slurmdbd may record a job's FAILED state before its exit code (`FAILED|0:0` for a moment): wait for both
+        final = len(out) == 2 and not any("RUNNING" in x or "PENDING" in x or x.endswith("|FAILED|0:0") for x in out)
+        return out if final else None
     rows = c.wait("sacct has both endings", ended)
     assert rows == [f"{failed}|FAILED|3:0", f"{cancelled}|CANCELLED by {os.getuid()}|0:0"]
