@@ -28,6 +28,9 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
+# what a person runs: the installed console script beside this python (else `python -m gpuops`)
+_SCRIPT = Path(sys.executable).with_name("gpuops")
+GPUOPS = [str(_SCRIPT)] if _SCRIPT.is_file() else [sys.executable, "-m", "gpuops"]
 
 
 def cli(*args: str) -> tuple[int, dict | None, str]:
@@ -83,8 +86,7 @@ def no_change(proj: Path, rounds: int) -> dict:
         assert code == 0 and doc["files"] == 0, err
 
     def new_process(env=None) -> None:
-        subprocess.run([sys.executable, "-m", "gpuops", "sync", "-p", "sandbox", "--json"], check=True,
-                       capture_output=True, env=env)
+        subprocess.run([*GPUOPS, "sync", "-p", "sandbox", "--json"], check=True, capture_output=True, env=env)
 
     cached = cached_env()
     new_process(cached)  # the bytecode cache written once, as an installed CLI has it after its first start
@@ -135,8 +137,12 @@ def breakdown(proj: Path, rounds: int) -> dict:
         parts.setdefault(key, []).append(t)
         return r
 
+    from gpuops.profiles.locate import locate
+    from gpuops.profiles.memo import recall
+
+    profiles.resolve("sandbox")  # validated once (and kept): each start after reads it back without pydantic
     for _ in range(rounds):
-        prof = lap("profile (resolve the profile)", lambda: profiles.resolve("sandbox"))
+        prof = lap("profile (the file, then as kept: memo.py)", lambda: recall(locate("sandbox"), proj))
         labelled = lap("rules (.gpuopsignore, excludes)", lambda: sync_rules(prof.sync.exclude, proj))
         rules = [r for r, _ in labelled]
         scan = lap("local walk (links, size: the preview and the disk's bound)", lambda: pv.scan(proj, labelled))
@@ -155,14 +161,16 @@ def breakdown(proj: Path, rounds: int) -> dict:
         return statistics.median([timed(lambda: subprocess.run([sys.executable, "-c", code], check=True,
                                                                 env=e))[0] for _ in range(rounds)])
 
-    # what a new process adds: python, the imports a sync makes (typer, whose parameters pydantic coerces; pydantic,
-    # yaml for the profile; the sync's own modules), and, without a bytecode cache, compiling them
-    imports = ("import gpuops.cli.main, gpuops.profiles.model, gpuops.remote.connection, gpuops.transfer.sync, "
-               "tenacity")
+    # what a new process adds: python, the imports a sync makes (cli/quick.py: no typer, no pydantic, no yaml), and,
+    # without a bytecode cache, compiling them; beside them, what a start through typer and the profile's model costs
+    imports = ("import gpuops.cli.main, gpuops.cli.quick, gpuops.profiles.locate, gpuops.profiles.memo, "
+               "gpuops.remote.connection, gpuops.transfer.sync, gpuops.transfer.rsync")
+    typer_start = imports + ", gpuops.cli.commands, gpuops.profiles.model, tenacity"
     py, imp = started("pass", env), started(imports, env)
     out = {k: round(statistics.median(v), 4) for k, v in parts.items()}
     out["new process: python itself"] = round(py, 4)
     out["new process: the imports of a sync (bytecode cached)"] = round(imp - py, 4)
+    out["(not run: a start through typer and pydantic would import)"] = round(started(typer_start, env) - py, 4)
     if os.environ.get("PYTHONDONTWRITEBYTECODE"):
         out["new process: compiling them (PYTHONDONTWRITEBYTECODE is set here)"] = round(started(imports) - imp, 4)
     return out

@@ -1,12 +1,12 @@
 """The typer application and the options every command shares. Keep imports light: this runs on `--help`."""
 from __future__ import annotations
 
-from pathlib import Path
-from typing import Optional
-
 import typer
 import typer.core
 
+# output, with_warnings, pick_profile, confirmer and the --debug flag they read live in basics.py (no typer there:
+# `gpuops sync` may start without it: quick.py); imported here for every command module
+from .basics import confirmer, output, pick_profile, with_warnings  # noqa: F401
 from .completion import profile_names
 
 class Group(typer.core.TyperGroup):
@@ -55,54 +55,6 @@ HostOpt = typer.Option(None, "--host", metavar="N", min=0, help="Only host N of 
                        show_default=False)
 
 
-def _no_debug() -> bool:
-    return False
-
-
-debug_flag = _no_debug  # cli/main.py points this at its --debug flag (main imports this module, never the reverse)
-
-
-def output(json_mode: bool = False):
-    """The Output for this command (console.py decides rich / plain / JSON)."""
-    from ..console import Output
-
-    return Output(json_mode=json_mode, debug=debug_flag())
-
-
-def with_warnings(doc: dict, *outs) -> dict:
-    """The --json document with every warning shown while it was made (`warnings`, a list, empty when none): a
-    warning printed only on stderr is lost to a script reading stdout."""
-    seen: list[str] = []
-    for o in outs:
-        seen += [w for w in o.warnings if w not in seen]
-    if doc.get("warning") and doc["warning"] not in seen:
-        seen.append(doc["warning"])
-    doc["warnings"] = seen
-    return doc
-
-
-def pick_profile(name: Optional[str], option: Optional[str] = None, out=None, *, announce: bool = True):
-    """Positional name wins, then --profile, then the chain in profiles.resolve(). The command's first line says
-    which profile and why (`profile: h100 (the default here)`, on stderr; announce=False for a command that only
-    shows the profile). The profile's warnings go to `out` (so a --json document can carry them), else to a fresh
-    Output."""
-    from ..profiles import model as profiles
-
-    if name and option and name != option:
-        from ..errors import UsageError
-
-        raise UsageError(f"two profiles given: '{name}' and --profile '{option}'")
-    prof = profiles.resolve(name or option, Path.cwd())
-    if announce:
-        (out or output()).info(f"profile: {prof.name} ({profiles.selected_how(name or option, prof, Path.cwd())})")
-    if prof.cloud is not None:  # a gpuops-managed instance: warn when past its TTL or idle limit (no network)
-        from ..cloud.meter import warnings
-
-        for w in warnings(prof):
-            (out or output()).warn(w)
-    return prof
-
-
 def _show_version(value: bool) -> None:
     if value:
         from .. import __version__
@@ -115,16 +67,3 @@ def _show_version(value: bool) -> None:
 def _root(version: bool = typer.Option(False, "--version", "-V", is_eager=True, callback=_show_version,
                                        help="Show the version and exit.")) -> None:
     pass
-
-
-def confirmer(yes: bool):
-    """A question asked before something costly (a launch, a large upload): at a terminal, typer's yes/no (default
-    no); answered yes with --yes, and without a terminal (the warning said before it stays on stderr)."""
-    import sys
-
-    def confirm(question: str) -> bool:
-        if yes or not sys.stdin.isatty():
-            return True
-        return typer.confirm(question, default=False, err=True)
-
-    return confirm

@@ -1,30 +1,28 @@
-"""Entry point: registers the command modules and turns errors into one message and an exit code."""
+"""Entry point: a plain `gpuops sync` to quick.py, anything else to typer (commands.py); every error is one message
+and an exit code."""
 from __future__ import annotations
 
 import os
 import sys
 
-from . import app as _app_module
-from .app import app
+from . import basics as _basics
 
 DEBUG = False
-_app_module.debug_flag = lambda: DEBUG  # the flag commands read through app.output(), without importing this module
+_basics.debug_flag = lambda: DEBUG  # the flag commands read through output(), without importing this module
 
-# Importing a command module registers its commands on `app`. Keep these modules light (typer only).
-from . import verify as _verify  # noqa: E402,F401
-from . import sandbox as _sandbox  # noqa: E402,F401
-from . import trust as _trust  # noqa: E402,F401
-from . import profiles as _profiles  # noqa: E402,F401
-from . import transfer as _transfer  # noqa: E402,F401  (sync, fetch)
-from . import jobs as _jobs  # noqa: E402,F401  (train, watch, logs, status, stop)
-from . import snapshot as _snapshot  # noqa: E402,F401  (snapshot, diff, matrix)
-from . import cloud as _cloud  # noqa: E402,F401  (cloud types|keys, up, ls, down, reap)
-from . import setup as _setup  # noqa: E402,F401  (setup)
-from . import run as _run  # noqa: E402,F401  (run)
-from . import fs as _fs  # noqa: E402,F401  (fs ls|create|rm)
-from . import dashboard as _dashboard  # noqa: E402,F401  (dashboard)
-from . import ssh as _ssh  # noqa: E402,F401  (ssh)
-from . import plan as _plan  # noqa: E402,F401  (plan)
+
+def _full_app():
+    """The typer app with every command registered (commands.py imports each command module). Not imported by a
+    start quick.py answers: `gpuops sync` runs without typer."""
+    from .commands import app
+
+    return app
+
+
+def __getattr__(name: str):
+    if name == "app":  # `from gpuops.cli.main import app`, as before the start without typer
+        return _full_app()
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def run(argv: list[str] | None = None) -> int:
@@ -43,7 +41,11 @@ def run(argv: list[str] | None = None) -> int:
 
     code: int
     try:
-        rv = _app_for(args[:cut])(args=args, prog_name="gpuops", standalone_mode=False)
+        from .quick import take
+
+        rv = take(args)  # a plain `gpuops sync` on a kept profile: no typer, no pydantic (quick.py)
+        if rv is None:
+            rv = _app_for(args[:cut])(args=args, prog_name="gpuops", standalone_mode=False)
         code = rv if isinstance(rv, int) else 0
         if code == ExitCode.INTERRUPTED:  # typer turns Ctrl-C into exit 130
             print("interrupted", file=sys.stderr)
@@ -70,6 +72,7 @@ def _app_for(args: list[str]):
 
     from typer.main import get_command_name
 
+    app = _full_app()
     word = next((a for a in args if not a.startswith("-")), None)
     if word is None:
         return app
@@ -95,10 +98,37 @@ def _command_name(args: list[str]) -> str:
 _SILENT = []  # the handler that keeps paramiko's log (a traceback per failed handshake) off stderr
 
 
+class _WhenParamikoComes:
+    """A finder on sys.meta_path that finds nothing: it sees paramiko's import come and quiets its log first (a
+    command that never connects through paramiko, a plain sync, imports neither paramiko nor logging)."""
+
+    def __init__(self, debug: bool) -> None:
+        self.debug = debug
+
+    def find_spec(self, name, path=None, target=None):
+        if name == "paramiko":
+            _unhook()
+            _quiet_now(self.debug)
+        return None
+
+
+def _unhook() -> None:
+    sys.meta_path[:] = [f for f in sys.meta_path if not isinstance(f, _WhenParamikoComes)]
+
+
 def _quiet_libraries(debug: bool) -> None:
     """Paramiko logs every failed handshake (a host that drops the connection before the SSH banner) as an ERROR
     with a traceback, which Python's last-resort handler prints on stderr: 44-66 lines before gpuops' one message.
-    Without --debug that log goes nowhere; with it, it is printed as before."""
+    Without --debug that log goes nowhere; with it, it is printed as before. Done when paramiko is imported (or now,
+    if it is already)."""
+    _unhook()
+    if "paramiko" in sys.modules or "logging" in sys.modules:
+        _quiet_now(debug)
+    else:
+        sys.meta_path.insert(0, _WhenParamikoComes(debug))
+
+
+def _quiet_now(debug: bool) -> None:
     import logging
 
     log = logging.getLogger("paramiko")

@@ -41,37 +41,12 @@ def sync(
     biggest folders and asked at a terminal (--yes: not asked; without a terminal: the warning, and the sync goes
     on); symlinks pointing outside the project are said (--copy-links sends their targets).
     --json: the summary with a `warnings` list."""
-    from ..profiles import model as profiles
-    from ..remote.connection import shared
-    from ..transfer.rsync import require_local_rsync
-    from ..transfer.sync import render_sync, sync_project
-    from .app import confirmer
+    from .quick import sync as body  # the body `gpuops sync` runs without typer too (quick.py)
 
-    out = output(json_)
-    prof = pick_profile(name, profile, out)
-    require_local_rsync()  # before connecting: nothing to do without it
-    # a fleet's hosts are synced in parallel: said, not asked (the same upload goes to each)
-    confirm = None if (prof.is_fleet and host is None) or json_ else confirmer(yes)
-
-    def one(node, node_out):
-        # one OpenSSH connection, rsync's too; a plain sync is rsync's own ssh alone (the checks in its session), a
-        # master only should that fail to connect (its connect() judges) or an execution of gpuops' own be needed
-        with shared(node, announce=node_out.info, lazy=not (delete or dry_run)) as remote:
-            summary = sync_project(node, remote, node_out, Path.cwd(), delete=delete, dry_run=dry_run,
-                                   excludes=exclude or (), gitignore=gitignore, copy_links=copy_links,
-                                   confirm=confirm)
-        return with_warnings(summary, out, node_out)
-
-    if prof.is_fleet and host is None:
-        from ..hostpool import for_each_buffered
-
-        code = for_each_buffered(prof, out, one, render_sync, title="sync")
-        if code == 0:
-            profiles.remember(prof)
+    code = body(lambda out: pick_profile(name, profile, out), delete=delete, dry_run=dry_run, exclude=exclude,
+                gitignore=gitignore, copy_links=copy_links, yes=yes, json_=json_, host=host)
+    if code:
         raise typer.Exit(code)
-    summary = one(prof.node(host), out)
-    render_sync(out, summary)
-    profiles.remember(prof)
 
 
 @app.command()

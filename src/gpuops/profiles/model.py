@@ -1,14 +1,13 @@
-"""Profiles: one YAML file per instance, validated by pydantic; lookup and selection.
+"""Profiles: one YAML file per instance, validated by pydantic.
 
-Lookup order: ./profiles/, the user config directory (~/.config/gpuops/profiles), the packaged examples.
-Selection: explicit name, else GPUOPS_PROFILE, else the profile last used successfully here, else the only one.
+Lookup and selection (which file, this project's default) live in locate.py, without pydantic, and are imported
+here too; memo.py keeps each profile validated here for a start that needs no pydantic (`gpuops sync`).
 `shell_path` and `shell_command` live in remote/shell.py (below profiles); they are imported here too so that
 `profiles.model.shell_path` keeps working for code that reads a profile and quotes its paths.
 """
 from __future__ import annotations
 
 import difflib
-import json
 import os
 import re
 from datetime import datetime
@@ -18,11 +17,13 @@ from typing import Any, Dict, List, Literal, Optional, Union
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError, field_validator, model_validator
 
 from ..errors import ProfileError
-from ..paths import config_dir, data_dir, state_dir, write_atomic
+from .envfile import dotenv_problems, environment, read_dotenv  # noqa: F401
+from .memo import CloudDerived, ProfileDerived, store
+from .locate import (PROFILE_SUFFIXES, available, last_used, locate, remember, search_dirs,  # noqa: F401
+                     selected_how, terminated, use)
 from ..remote.shell import remote_dir_spelling_problem, shell_command, shell_path  # noqa: F401
 
 DEFAULT_EXCLUDES = [".git", "checkpoints", "outputs", "wandb", "__pycache__", "*.pyc", ".venv", "logs", "node_modules"]
-PROFILE_SUFFIXES = (".yaml", ".yml")
 _VAR = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(?::-([^}]*))?\}")
 
 
@@ -235,7 +236,7 @@ class SlurmSettings(_Strict):
                                        "requeued attempt resumes from the newest complete one of this run; null: none")
 
 
-class CloudInfo(_Strict):
+class CloudInfo(CloudDerived, _Strict):
     """Written by `gpuops up`: the instance behind this profile and its cost guard (docs/cloud.md). A fleet
     (`up --nodes N`) lists every instance under `nodes:`; instance_id and launch_id are then rank 0's."""
 
@@ -249,13 +250,9 @@ class CloudInfo(_Strict):
     nodes: List[CloudNode] = Field(default_factory=list, description="every instance of a fleet, rank order")
     filesystems: List[CloudFilesystem] = Field(default_factory=list, description="the filesystems attached at launch")
 
-    @property
-    def instance_ids(self) -> List[str]:
-        """Every instance behind the profile (one, or a fleet's in rank order)."""
-        return [n.instance_id for n in self.nodes] or [self.instance_id]
 
 
-class Profile(_Strict):
+class Profile(ProfileDerived, _Strict):
     name: str = ""
     source: Optional[Path] = Field(None, exclude=True)
     host: str
@@ -357,11 +354,6 @@ class Profile(_Strict):
                                f"{len(nodes) - 1}")
         return nodes[index]
 
-    @property
-    def address(self) -> str:
-        """The address other nodes use to reach this one."""
-        return self.private_ip or self.host
-
     @field_validator("remote_dir", mode="before")
     @classmethod
     def _remote_dir_given(cls, v: Any) -> Any:
@@ -384,16 +376,7 @@ class Profile(_Strict):
                 check_env_name(str(k), "secrets")
         return v
 
-    # -- derived -----------------------------------------------------------------
-    def remote_dir_for(self, project_dir: Path | None = None) -> str:
-        """The remote project directory; defaults to ~/<local project folder name>."""
-        if self.remote_dir:
-            return self.remote_dir
-        return "~/" + (project_dir or Path.cwd()).resolve().name
-
-    @property
-    def destination(self) -> str:
-        return f"{self.user}@{self.host}:{self.port}"
+    # address, remote_dir_for(), destination: ProfileDerived (memo.py), shared with the kept form
 
 
 ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
@@ -406,62 +389,18 @@ def check_env_name(name: str, where: str) -> str:
     return name
 
 
-# -- .env and ${VAR} -----------------------------------------------------------------
-def _dotenv_bindings(path: Path) -> tuple[dict[str, str], list[str]]:
-    """The project's .env as python-dotenv reads it (the parser `load_dotenv` uses, so `.env` means here what it means
-    to the job's own code): `export`, quotes, comments after a value, multi-line quoted values (a PEM key, a JSON
-    credential), `${VAR}` expanded. Returns (values, problems): a line it cannot read, or a name that is not a
-    variable name, is left out and named by its line number, never its text (it may hold a secret)."""
-    import io
-
-    from dotenv.main import resolve_variables
-    from dotenv.parser import parse_stream
-
-    if not path.is_file():
-        return {}, []
-    try:
-        text = path.read_text(encoding="utf-8", errors="replace")
-    except OSError as exc:
-        return {}, [f"{path}: cannot be read ({exc.strerror or exc}); its variables are left out"]
-    pairs, problems = [], []
-    for b in parse_stream(io.StringIO(text)):
-        if b.error:
-            problems.append(f"{path}: line {b.original.line} cannot be read as NAME=VALUE (an unclosed quote, or no "
-                            "`=`); it is left out")
-        elif b.key is not None and not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", b.key):
-            problems.append(f"{path}: line {b.original.line}: {b.key[:40]!r} is not a variable name (letters, digits "
-                            "and _, not starting with a digit); it is left out")
-        elif b.key is not None and b.value is not None:  # `NAME` alone declares nothing
-            pairs.append((b.key, b.value))
-    values = resolve_variables(pairs, override=True)  # what python-dotenv's dotenv_values does
-    return {k: v for k, v in values.items() if v is not None}, problems
-
-
-def read_dotenv(path: Path) -> dict[str, str]:
-    """The variables of a .env file as python-dotenv reads them (see _dotenv_bindings). Never logs values."""
-    return _dotenv_bindings(path)[0]
-
-
-def dotenv_problems(path: Path) -> list[str]:
-    """One warning per line of a .env file that read_dotenv leaves out, naming the line (never its text)."""
-    return _dotenv_bindings(path)[1]
-
-
-def environment(project_dir: Path | None = None) -> dict[str, str]:
-    """The process environment over the project's .env (the real environment wins)."""
-    merged = read_dotenv((project_dir or Path.cwd()) / ".env")
-    merged.update(os.environ)
-    return merged
-
-
-def _interpolate(node: Any, env: dict[str, str], where: str, source: Path) -> Any:
+# -- ${VAR} (the .env reading is envfile.py's) --------------------------------------------------
+def _interpolate(node: Any, env: dict[str, str], where: str, source: Path, used: list | None = None) -> Any:
+    """`node` with every ${VAR} / ${VAR:-default} replaced; `used` gets (where, VAR) for each (memo.py's key)."""
     if isinstance(node, dict):
-        return {k: _interpolate(v, env, f"{where}.{k}" if where else str(k), source) for k, v in node.items()}
+        return {k: _interpolate(v, env, f"{where}.{k}" if where else str(k), source, used) for k, v in node.items()}
     if isinstance(node, list):
-        return [_interpolate(v, env, f"{where}[{i}]", source) for i, v in enumerate(node)]
+        return [_interpolate(v, env, f"{where}[{i}]", source, used) for i, v in enumerate(node)]
     if isinstance(node, str) and "${" in node:
         def sub(m: re.Match) -> str:
             name, default = m.group(1), m.group(2)
+            if used is not None:
+                used.append((where, name))
             if name in env:
                 return env[name]
             if default is not None:
@@ -505,10 +444,13 @@ def load_profile(path: Path, project_dir: Path | None = None) -> Profile:
         line = path.read_bytes()[:exc.start].count(b"\n") + 1
         raise ProfileError(f"{path}: not UTF-8 text (byte {exc.object[exc.start]:#04x} at line {line})",
                            hint="save the profile as UTF-8") from None
-    return profile_from_text(text, path, project_dir)
+    used: list = []
+    prof = profile_from_text(text, path, project_dir, used=used)
+    store(prof, path, text, used, project_dir)  # for a start without pydantic (memo.py)
+    return prof
 
 
-def profile_from_text(text: str, path: Path, project_dir: Path | None = None) -> Profile:
+def profile_from_text(text: str, path: Path, project_dir: Path | None = None, *, used: list | None = None) -> Profile:
     """The one gate every profile passes, read from a file or about to be written (`profiles new`, `pin`)."""
     import yaml
 
@@ -522,7 +464,7 @@ def profile_from_text(text: str, path: Path, project_dir: Path | None = None) ->
         raw = {}
     if not isinstance(raw, dict):
         raise ProfileError(f"{path}: a profile must be a mapping of keys (host:, user:, ...), got {type(raw).__name__}")
-    raw = _interpolate(raw, environment(project_dir), "", path)
+    raw = _interpolate(raw, environment(project_dir), "", path, used)
     if "name" in raw:
         raise ProfileError(f"{path}: name: unknown key; a profile is named by its file name")
     raw["name"] = path.stem
@@ -536,138 +478,8 @@ def profile_from_text(text: str, path: Path, project_dir: Path | None = None) ->
     return prof
 
 
-def search_dirs(project_dir: Path | None = None) -> list[Path]:
-    project_dir = project_dir or Path.cwd()
-    return [project_dir / "profiles", config_dir() / "profiles", data_dir("profiles")]
-
-
-def available(project_dir: Path | None = None, *, examples: bool = True) -> dict[str, Path]:
-    """name -> file, earlier directories shadowing later ones (examples: include the packaged ones)."""
-    found: dict[str, Path] = {}
-    dirs = search_dirs(project_dir)
-    for d in dirs if examples else dirs[:2]:
-        if not d.is_dir():
-            continue
-        for f in sorted(d.iterdir()):
-            if f.suffix in PROFILE_SUFFIXES and f.is_file() and f.stem not in found:
-                found[f.stem] = f
-    return found
-
-
-def terminated(path: Path) -> bool:
-    """A profile `gpuops up`/`run` wrote for an instance since terminated (cloud.state: gone, kept for its history).
-    An unreadable file is not one: it stays listed, so its error is found."""
-    import yaml
-
-    try:
-        doc = yaml.safe_load(path.read_text())
-    except (OSError, UnicodeDecodeError, yaml.YAMLError):
-        return False
-    cloud = doc.get("cloud") if isinstance(doc, dict) else None
-    return isinstance(cloud, dict) and cloud.get("state") == "gone"
-
-
-def _last_used_file() -> Path:
-    return state_dir() / "last_profile.json"
-
-
-def _defaults() -> dict:
-    try:
-        data = json.loads(_last_used_file().read_text())
-    except (OSError, ValueError):
-        return {}
-    return data if isinstance(data, dict) else {}
-
-
-def use(name: str, project_dir: Path | None = None) -> str | None:
-    """Make `name` this project directory's default profile (`gpuops profiles use NAME`); returns the one before."""
-    key = str((project_dir or Path.cwd()).resolve())
-    data = _defaults()
-    before = data.get(key)
-    if before != name:
-        data[key] = name
-        write_atomic(_last_used_file(), json.dumps(data, indent=1))
-    return before
-
-
-def remember(profile: Profile, project_dir: Path | None = None) -> bool:
-    """After a successful command: the profile becomes this project directory's default only when it has none yet
-    (or its default no longer exists). A command on another profile never moves the default (`verify OTHER` would
-    silently send the next `train` and `fetch` there): only `gpuops profiles use NAME` does. True when it was set."""
-    key = str((project_dir or Path.cwd()).resolve())
-    data = _defaults()
-    now = data.get(key)
-    if now == profile.name or (now and now in available(project_dir or Path.cwd())):
-        return False
-    data[key] = profile.name
-    try:
-        write_atomic(_last_used_file(), json.dumps(data, indent=1))
-    except OSError:
-        return False
-    return True
-
-
-def last_used(project_dir: Path | None = None) -> str | None:
-    """This project directory's default profile: set by `gpuops profiles use`, or the first one used successfully."""
-    return _defaults().get(str((project_dir or Path.cwd()).resolve()))
-
-
-def selected_how(name: str | None, profile: Profile, project_dir: Path | None = None) -> str:
-    """Why `profile` was chosen (for the `profile: NAME (...)` line every command starts with), and where the
-    project's default stays when another was given."""
-    project_dir = project_dir or Path.cwd()
-    default = last_used(project_dir)
-    if default and default not in available(project_dir):
-        default = None
-    if name:
-        if default and default != profile.name:
-            return f"given; the default here stays '{default}', `gpuops profiles use {profile.name}` changes it"
-        return "given" if default else "given; the default here once this succeeds"
-    if os.environ.get("GPUOPS_PROFILE"):
-        return "from GPUOPS_PROFILE"
-    return "the default here" if default == profile.name else "the only one"
-
-
 def resolve(name: str | None = None, project_dir: Path | None = None) -> Profile:
-    """Pick and load a profile: name (a name or a path), else $GPUOPS_PROFILE, else last used, else the only one."""
+    """Pick and load a profile: name (a name or a path), else $GPUOPS_PROFILE, else last used, else the only one
+    (locate.py chooses the file, without pydantic; this validates it)."""
     project_dir = project_dir or Path.cwd()
-    if name and (name.endswith(PROFILE_SUFFIXES) or "/" in name):
-        p = Path(name).expanduser()
-        if not p.is_file():
-            raise ProfileError(f"profile file not found: {name}")
-        return load_profile(p, project_dir)
-    found = available(project_dir)
-    how = "given"
-    if not name and os.environ.get("GPUOPS_PROFILE"):
-        name, how = os.environ["GPUOPS_PROFILE"], "from GPUOPS_PROFILE"
-    if not name:
-        name = last_used(project_dir)
-        how = "last used here"
-        if name and name not in found:
-            name = None
-    if not name:
-        # a terminated instance's profile (kept for its history) is never "the only one": four finished runs left
-        # four such profiles beside the one a user means (issue #36)
-        everything = available(project_dir, examples=False)
-        ended = [n for n, f in everything.items() if terminated(f)]
-        mine = {n: f for n, f in everything.items() if n not in ended}
-        if len(mine) == 1:
-            name = next(iter(mine))
-        else:
-            listing = ", ".join(mine) if mine else "none"
-            examples = ", ".join(n for n in found if n not in everything)
-            gone = (f"; not counted: {len(ended)} of terminated instances ({', '.join(ended[:6])}"
-                    f"{', ...' if len(ended) > 6 else ''}; `gpuops profiles prune` removes them)") if ended else ""
-            raise ProfileError(
-                f"which profile? found {len(mine)}: {listing}" + (f" (examples: {examples})" if examples else "")
-                + gone,
-                hint="name one (gpuops verify NAME, or -p NAME), or set GPUOPS_PROFILE; "
-                     "`gpuops sandbox up` writes a local one named 'sandbox'",
-            )
-    if name not in found:
-        close = difflib.get_close_matches(name, list(found), n=1)
-        tip = f"; did you mean '{close[0]}'?" if close else ""
-        listing = ", ".join(found) if found else "none"
-        raise ProfileError(f"no profile named '{name}' ({how}){tip}",
-                           hint=f"profiles found: {listing}; searched " + ", ".join(str(d) for d in search_dirs(project_dir)))
-    return load_profile(found[name], project_dir)
+    return load_profile(locate(name, project_dir), project_dir)

@@ -1,5 +1,6 @@
 #!/usr/bin/env python3
-"""Emulated df for the gpuops sandbox host (stdlib only), installed as bin/df.
+"""Emulated df for the gpuops sandbox host (stdlib only), installed as bin/.df-emulated: bin/df (host.DF) runs it
+only when a disk fault is set, else the machine's own df.
 
 It runs the machine's own df with the same arguments and prints its answer, except that a disk fault of the host
 (`gpuops sandbox up --fault disk-full|inodes-full|disk-low=PCT`, in $GPUOPS_SANDBOX_DIR/gpu.json) rewrites the

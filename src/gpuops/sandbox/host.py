@@ -333,15 +333,31 @@ Subsystem sftp internal-sftp
 """
 
 
+# The host's df: the machine's own, unless a disk fault is set (gpu.json), then the emulation (df.py, which rewrites
+# the numbers). Shell builtins only until then: a real host's df costs a millisecond, and so does this one (a
+# python start here made every sync's room check cost 40 ms: the sandbox, not gpuops, issue 42).
+DF = """#!/bin/sh
+if [ -n "${GPUOPS_SANDBOX_DIR:-}" ] && [ -r "$GPUOPS_SANDBOX_DIR/gpu.json" ]; then
+  while IFS= read -r line || [ -n "$line" ]; do
+    case $line in *disk-full*|*inodes-full*|*disk-low*) exec "$GPUOPS_SANDBOX_DIR/bin/.df-emulated" "$@";; esac
+  done < "$GPUOPS_SANDBOX_DIR/gpu.json"
+fi
+for real in /usr/bin/df /bin/df; do [ -x "$real" ] && exec "$real" "$@"; done
+echo "df: not found" >&2; exit 127
+"""
+
+
 def _install_tools(d: Path, image_python: str | None = None) -> None:
     # the image's python3 is found on PATH in its own bin/ (a venv made from it names that folder as its home, and
     # Python finds the installation from there, as /usr/bin for a system python3)
     image_bin = Path(image_python).parent if image_python else None
     for tool, module in (("nvidia-smi", "nvidia_smi.py"), ("dmesg", "kernel_log.py"), ("journalctl", "kernel_log.py"),
-                         ("df", "df.py")):
+                         (".df-emulated", "df.py")):
         src = (Path(__file__).parent / module).read_text()
         write_atomic(d / "bin" / tool, f"#!{sys.executable}\n" + src.split("\n", 1)[1])
         os.chmod(d / "bin" / tool, 0o755)
+    write_atomic(d / "bin" / "df", DF)
+    os.chmod(d / "bin" / "df", 0o755)
     # the remote PATH: the emulated tools first, then the caller's PATH without gpuops' own virtualenv
     venv_bin = str(Path(sys.prefix) / "bin") if sys.prefix != sys.base_prefix else None
     inherited = [p for p in os.environ.get("PATH", "/usr/local/bin:/usr/bin:/bin").split(os.pathsep) if p and p != venv_bin]

@@ -156,8 +156,6 @@ def run(argv: Sequence[str], *, host: str, on_progress=None, on_item=None, on_re
     once, at the first failure to connect (a transient one, a host key or authentication refused), before rsync runs
     again (sync's lazy connection opens its master there, whose connect() judges: it raises what it refuses)."""
     require_local_rsync()
-    from tenacity import Retrying, retry_if_exception_type, stop_after_attempt, wait_exponential
-
     attempts = attempts or ATTEMPTS
     count = 0
     items: list = []
@@ -186,10 +184,19 @@ def run(argv: Sequence[str], *, host: str, on_progress=None, on_item=None, on_re
         raise _error(kind, res, host)
 
     try:
-        for att in Retrying(stop=stop_after_attempt(attempts), wait=wait_exponential(multiplier=0.5, min=0.5, max=8),
-                            retry=retry_if_exception_type(Transient), reraise=True):
-            with att:
-                res = once()
+        try:
+            res = once()
+        except Transient:  # the retries, with backoff (0.5 s, 1, 2, 4, 8 at most): tenacity only when one is due
+            if attempts <= 1:
+                raise
+            from tenacity import Retrying, retry_if_exception_type, stop_after_attempt, wait_exponential
+
+            time.sleep(0.5)
+            for att in Retrying(stop=stop_after_attempt(attempts - 1), wait=wait_exponential(multiplier=1, min=0.5,
+                                                                                             max=8),
+                                retry=retry_if_exception_type(Transient), reraise=True):
+                with att:
+                    res = once()
     except Transient as exc:
         raise ConnectError(f"rsync to {host} kept failing (exit {exc.rc}) after {count} attempts: "
                            f"{tr.last_error_line(exc.stderr)}",
