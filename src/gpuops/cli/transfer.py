@@ -40,7 +40,8 @@ def sync(
     Before anything is sent: a large upload (over 500 MB, or above 100 MB and 50 times the code) is said with its
     biggest folders and asked at a terminal (--yes: not asked; without a terminal: the warning, and the sync goes
     on); symlinks pointing outside the project are said (--copy-links sends their targets).
-    --json: the summary with a `warnings` list."""
+    --json: the summary with a `warnings` list.
+    A re-sync on a profile unchanged since it was last validated starts without typer and pydantic (docs/sync.md)."""
     from .quick import sync as body  # the body `gpuops sync` runs without typer too (quick.py)
 
     code = body(lambda out: pick_profile(name, profile, out), delete=delete, dry_run=dry_run, exclude=exclude,
