@@ -27,6 +27,7 @@ from .plan import RunInfo, parse_state_line
 
 RUNS_SUBDIR = ".gpuops/runs"
 ACTIVE_DIR = '"$HOME"/.gpuops/active'
+LAUNCH_LOCK = '"$HOME"/.gpuops/launch.lock'
 
 # sh functions shared by every remote script: is a run's launcher alive, and one RUN line describing a run
 STATE_FN = r"""
@@ -145,20 +146,28 @@ T=; command -v timeout >/dev/null 2>&1 && T="timeout 20"
 echo @df
 d={P}; [ -d "$d" ] || d="$HOME"
 df -Pk "$d" 2>/dev/null | tail -n 1
-{check_script}{pkg}echo @active
-# after the probe (its gpu_apps): a run registers before its process starts, so a gpuops run's process seen above is
-# listed here. A run being launched (registered, no pid yet, the launch lock held) is running, never removed: only an
-# ended one (exit_code) or a dead one is, as a concurrent `train`'s preflight could otherwise unlist a launch.
+{check_script}{pkg}{ACTIVE_LISTING}echo @end
+"""
+
+
+# The host's gpuops runs still running, one line each (`id pid`, or `id` for one being launched), for a preflight
+# (after the probe: its gpu_apps; a run registers before its process starts, so a gpuops run's process seen there is
+# listed here). A run being launched (registered, no pid yet, the launch lock held) is running, never removed: only an
+# ended one (exit_code) or a dead one is, as a concurrent `train`'s preflight could otherwise unlist a launch. Dead is
+# judged twice, before and after the lock is looked at: a launch that ends between the two (its pid written, the lock
+# released) was not running at the first look and is not launching at the second, and the fresh-clone CI saw that
+# instant unlist it (two `train`s at the same moment both launched, the second's check under the lock finding none).
+ACTIVE_LISTING = f"""echo @active
 for f in {ACTIVE_DIR}/*; do
   [ -f "$f" ] || continue
   rd=$(cat "$f"); id=$(basename "$f")
   if [ -f "$rd/exit_code" ]; then rm -f "$f"
   elif gpuops_alive "$rd" "$id"; then echo "$id $(cat "$rd/pid" 2>/dev/null)"
   elif [ ! -s "$rd/pid" ] && [ -d {LAUNCH_LOCK} ]; then echo "$id"
+  elif gpuops_alive "$rd" "$id"; then echo "$id $(cat "$rd/pid" 2>/dev/null)"
   else rm -f "$f"
   fi
 done
-echo @end
 """
 
 
@@ -242,7 +251,6 @@ def launcher_script(*, run_id: str, remote_dir: str, argv: list[str], python: st
     return "\n".join(lines) + "\n"
 
 
-LAUNCH_LOCK = '"$HOME"/.gpuops/launch.lock'
 
 
 def launch_bundle(*, run_id: str, remote_dir: str, meta: dict, launcher: str, secrets: dict[str, str],
