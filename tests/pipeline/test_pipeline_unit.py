@@ -82,12 +82,12 @@ def test_the_stop_leaves_room_for_what_this_run_measured():
     r.stage("up").started = 0
     r.stage("sync").started, r.stages["sync"].ended = 10, 10.5  # a round: 0.5 s
     r.terminate_s = 1.2
-    r.checkpoint = {"name": "checkpoints", "fetch_s": 3.0}  # longer than two rounds
+    r.checkpoint = {"name": "checkpoints", "fetch_s": 3.0}  # longer than four rounds
     tail = 2.0 + 0.5 + 0.5 + 3.0 + 1.2
     assert pl.tail_cost(r) == pytest.approx(tail / 1000)
     assert not pl.over_budget(r, 1000 - tail - 0.1) and pl.over_budget(r, 1000 - tail + 0.1)
-    r.checkpoint = None  # no fetch measured: two rounds (rsync, then its verification)
-    assert pl.tail_cost(r) == pytest.approx((2.0 + 0.5 + 0.5 + 1.0 + 1.2) / 1000)
+    r.checkpoint = None  # no fetch measured: four rounds (its connection, the listing, rsync, its verification)
+    assert pl.tail_cost(r) == pytest.approx((2.0 + 0.5 + 0.5 + 2.0 + 1.2) / 1000)
 
 
 def test_summary_and_overhead():

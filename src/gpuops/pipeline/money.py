@@ -61,10 +61,12 @@ def tail_s(round_s: Optional[float], names: int, last_fetch_s: Optional[float], 
            terminate_s: Optional[float] = None) -> float:
     """The seconds a run bills after it decides to stop: the next sample (the check runs once per event), stopping
     the job (a round: a connection and an execution, as this run's sync measured it), fetching the log (a round),
-    each --fetch name (two rounds: rsync and its verification, or the last fetch's measured time when longer), the
-    termination (`terminate_s`: a poll of the API and a round trip, else TERMINATE_S)."""
+    each --fetch name (four rounds: its connection, the listing, rsync and its verification, or the last fetch's
+    measured time when longer; two rounds fell short under load: a fetch of 4.9 s against 1.2 s left for it took a
+    fresh-clone CI run's cap from $0.03 to $0.0306), the termination (`terminate_s`: a poll of the API and a round
+    trip, else TERMINATE_S)."""
     r = round_s if round_s is not None and round_s > 0 else ROUND_S
-    each = max(2 * r, last_fetch_s or 0.0)
+    each = max(4 * r, last_fetch_s or 0.0)
     return sample_s + r + r + names * each + (terminate_s if terminate_s is not None else TERMINATE_S)
 
 
