@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import stat
 import subprocess
 import sys
@@ -240,3 +241,24 @@ def test_the_usual_start_and_the_quick_one_say_the_same(sandbox, gpuops, monkeyp
             assert {**json.loads(quick_said.out), "duration_s": 0} == {**json.loads(usual.out), "duration_s": 0}
         else:
             assert quick_said.out == usual.out, args
+
+
+def test_a_managed_profile_past_its_ttl_is_warned_the_same_by_both_starts(sandbox, gpuops, monkeypatch):
+    """The TTL's warning reads the kept profile's cloud block (datetimes) and the ledger, as the model's does."""
+    from support.cloud import managed_profile
+
+    (Path.cwd() / "a.py").write_text("a = 1\n")
+    managed_profile(sandbox, "box", ttl_in=-60.0)
+    assert gpuops("sync", "-p", "box").code == 0  # validated and kept; a first contact said
+    assert memo.recall(sandbox["profile"].parent / "box.yaml", Path.cwd()) is not None
+    quick_said = gpuops("sync", "-p", "box", "--json")
+    with monkeypatch.context() as m:
+        m.setattr(quick, "take", lambda a: None)
+        usual = gpuops("sync", "-p", "box", "--json")
+    assert "TTL passed" in quick_said.err, quick_said.err
+
+    def timeless(text):  # the TTL passed a second longer ago for the second call
+        return re.sub(r"\d+m\d+s ago", "ago", str(text))
+
+    assert (quick_said.code, timeless(quick_said.err)) == (usual.code, timeless(usual.err))
+    assert timeless(json.loads(quick_said.out)["warnings"]) == timeless(json.loads(usual.out)["warnings"])
