@@ -136,9 +136,11 @@ def test_torchrun_in_a_sh_job_runs_with_the_job_environments_python(cloud, gpuop
     cloud.image("lambda-stack")
     whl = make_wheel(tmp_path / "wheels", "pinpkg", "1.0", "VALUE = 'one'\n")
     Path("requirements.txt").write_text(f"{whl}\n")
-    Path("train.py").write_text("import os, sys, torch, pinpkg\nprint('rank', os.environ['RANK'], 'of', "
-                                "os.environ['WORLD_SIZE'], 'pinpkg', pinpkg.VALUE, 'python', sys.executable, "
-                                "flush=True)\n")
+    # one write per line: the two ranks share the log, and with PYTHONUNBUFFERED (the h100 preset) a print of several
+    # values is several writes, which interleaved once under eight workers ("rankrank 1 of 2 ...")
+    Path("train.py").write_text("import os, sys, torch, pinpkg\nsys.stdout.write(f\"rank {os.environ['RANK']} of "
+                                "{os.environ['WORLD_SIZE']} pinpkg {pinpkg.VALUE} python {sys.executable}\\n\")\n"
+                                "sys.stdout.flush()\n")
     Path("job.sh").write_text("#!/bin/bash\nset -e\necho \"torchrun is $(command -v torchrun)\"\n"
                               "torchrun --standalone --nproc_per_node 2 train.py\n")
     r = gpuops("run", "--type", TYPE, "--key", str(cloud.key), "--yes", "--json", "--script", "job.sh")
