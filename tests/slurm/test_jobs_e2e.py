@@ -222,6 +222,14 @@ def test_with_accounting_sacct_says_who_cancelled_and_the_gpu_hours(slurm_accoun
     c.run(["scancel", "--user", c.info["login"]["user"]])
 
 
+def _waiting_job(gpuops, say: str, then: str = "") -> tuple[str, str]:
+    """Submit waits.py: it prints `say` (python values), waits for a file `go` (60 s at most), then runs `then`."""
+    Path("waits.py").write_text(f"import os, time\nprint({say}, flush=True)\n"
+                                "t = time.time()\nwhile not os.path.exists('go') and time.time() - t < 60:\n"
+                                "    time.sleep(0.1)\n" + then)
+    return submitted(gpuops("train", "-p", "clu", "--script", "waits.py"))
+
+
 def test_watch_shows_every_nodes_gpus_and_the_log_until_the_end(slurm_idle, gpuops, isolated):
     import os
     import subprocess
@@ -229,10 +237,7 @@ def test_watch_shows_every_nodes_gpus_and_the_log_until_the_end(slurm_idle, gpuo
 
     c = slurm_idle
     write_profile(c, isolated, nodes=2)
-    Path("waits.py").write_text("import os, time\nprint('waiting', flush=True)\n"
-                                "t = time.time()\nwhile not os.path.exists('go') and time.time() - t < 60:\n"
-                                "    time.sleep(0.1)\nprint('went', flush=True)\n")
-    rid, job_id = submitted(gpuops("train", "-p", "clu", "--script", "waits.py"))
+    rid, job_id = _waiting_job(gpuops, "'waiting'", then="print('went', flush=True)\n")
     proc = subprocess.Popen([sys.executable, "-m", "gpuops", "watch", rid, "-p", "clu", "--interval", "0.1"],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=dict(os.environ))
     import threading
@@ -314,10 +319,7 @@ def test_stop_scancels_a_job_that_ignores_sigterm_after_the_grace(slurm_idle, gp
 def test_watch_once_is_one_snapshot_of_state_gpus_and_log(slurm_idle, gpuops, isolated):
     c = slurm_idle
     write_profile(c, isolated, nodes=2)
-    Path("waits.py").write_text("import os, time\nprint('waiting on', os.environ.get('SLURMD_NODENAME'), flush=True)\n"
-                                "t = time.time()\nwhile not os.path.exists('go') and time.time() - t < 60:\n"
-                                "    time.sleep(0.1)\n")
-    rid, job_id = submitted(gpuops("train", "-p", "clu", "--script", "waits.py"))
+    rid, job_id = _waiting_job(gpuops, "'waiting on', os.environ.get('SLURMD_NODENAME')")
     log = c.shared / isolated.name / ".gpuops" / "runs" / rid / f"slurm-{job_id}.out"
     c.wait("both nodes started", lambda: _text(log).count("waiting on") == 2)
     r = gpuops("watch", rid, "-p", "clu", "--once")

@@ -25,7 +25,7 @@ from ..paths import state_dir, write_private
 
 
 class ProfileDerived:
-    """What Profile and its kept View derive the same way from their fields."""
+    """What Profile and its kept View derive the same way from their fields (and nodes())."""
 
     @property
     def address(self) -> str:
@@ -41,6 +41,16 @@ class ProfileDerived:
     @property
     def destination(self) -> str:
         return f"{self.user}@{self.host}:{self.port}"
+
+    def node(self, index: Optional[int], flag: str = "--host"):
+        """The host numbered `index` (--host N, or `flag` N where the command calls it otherwise), or rank 0."""
+        nodes = self.nodes()
+        if index is None:
+            return nodes[0]
+        if not 0 <= index < len(nodes):
+            raise ProfileError(f"{flag} {index}: profile '{self.name}' has {len(nodes)} host(s), numbered 0 to "
+                               f"{len(nodes) - 1}")
+        return nodes[index]
 
 
 class CloudDerived:
@@ -71,11 +81,6 @@ class ProfileView(ProfileDerived, View):
 
     def nodes(self) -> list:
         return [self]
-
-    def node(self, index: Optional[int], flag: str = "--host") -> "ProfileView":
-        if index in (None, 0):
-            return self
-        raise ProfileError(f"{flag} {index}: profile '{self.name}' has 1 host(s), numbered 0 to 0")
 
 
 class CloudInfoView(CloudDerived, View):

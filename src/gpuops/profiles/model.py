@@ -344,15 +344,7 @@ class Profile(ProfileDerived, _Strict):
             out.append(node)
         return out
 
-    def node(self, index: Optional[int], flag: str = "--host") -> "Profile":
-        """The host numbered `index` (--host N, or `flag` N where the command calls it otherwise), or rank 0."""
-        nodes = self.nodes()
-        if index is None:
-            return nodes[0]
-        if not 0 <= index < len(nodes):
-            raise ProfileError(f"{flag} {index}: profile '{self.name}' has {len(nodes)} host(s), numbered 0 to "
-                               f"{len(nodes) - 1}")
-        return nodes[index]
+    # node(index): ProfileDerived's (memo.py), over nodes()
 
     @field_validator("remote_dir", mode="before")
     @classmethod

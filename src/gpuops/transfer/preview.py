@@ -177,50 +177,35 @@ def scan(root: Path, rules: Iterable[tuple[str, str]]) -> Scan:
         if target is not None:
             s.outside_links.append((rel, target))
 
-    def walk(cur: str, prefix: str) -> None:
-        # os.walk's order (a folder's links to folders, its files, then each folder kept, depth first) without its
-        # costs: the entry's own type and lstat, no path joined and split again (a re-sync walks the project each time)
-        try:
-            with os.scandir(cur) as it:
-                entries = list(it)
-        except OSError:
-            return
-        dirs, files = [], []
-        for e in entries:
-            try:
-                (dirs if e.is_dir() else files).append(e)
-            except OSError:
-                files.append(e)
+    for cur, dnames, fnames in os.walk(root):
+        rel_dir = os.path.relpath(cur, root)
+        prefix = "" if rel_dir == "." else rel_dir.replace(os.sep, "/") + "/"
         keep = []
-        for e in dirs:
-            rel = prefix + e.name
-            if not sent(rel, True):
+        for d in dnames:
+            if not sent(prefix + d, True):
                 continue
-            if e.is_symlink():  # not followed; rsync -a sends it as a link
-                outside(rel, e.path)
+            if os.path.islink(os.path.join(cur, d)):  # os.walk does not follow it; rsync -a sends it as a link
+                outside(prefix + d, os.path.join(cur, d))
             else:
-                keep.append(e)
-        for e in files:
-            rel = prefix + e.name
+                keep.append(d)
+        dnames[:] = keep
+        for f in fnames:
+            rel, full = prefix + f, os.path.join(cur, f)
             if not sent(rel, False):
                 continue
             try:
-                st = e.stat(follow_symlinks=False)
+                st = os.lstat(full)
             except OSError:
                 continue
             if stat.S_ISLNK(st.st_mode):
-                outside(rel, e.path)
+                outside(rel, full)
                 continue
             s.total += st.st_size
             s.files += 1
-            if e.name.endswith(CODE_SUFFIXES):
+            if f.endswith(CODE_SUFFIXES):
                 s.code += st.st_size
             top = rel.split("/", 1)[0] + ("/" if "/" in rel else "")
             s.top[top] = s.top.get(top, 0) + st.st_size
-        for e in keep:
-            walk(e.path, prefix + e.name + "/")
-
-    walk(str(root), "")
     return s
 
 
