@@ -142,3 +142,37 @@ def test_known_hosts_are_read_once_while_unchanged_and_again_when_changed(sandbo
     known_hosts_file().write_text(f"[127.0.0.1]:{sandbox['port']} {kind} {b64}\n")
     with pytest.raises(HostKeyError, match="CHANGED"):
         connect(p, announce=lambda m: None)
+
+
+def test_a_read_on_a_connection_gone_half_way_is_a_lost_connection(sandbox):
+    """paramiko acknowledges what a read consumed (a window adjust, once a fifth of the window is read); when the
+    socket can no longer be written, that read raised a bare EOFError, and click took it for Ctrl-C: a watch
+    reading a 300 kB log line when its connection dropped said "interrupted", exit 130, instead of reconnecting. Here
+    the socket's sending side is shut while the peer (a proxy that holds the client's EOF) goes on sending, so the
+    reader thread sees nothing and the read's own write is what fails: a ConnectError, every time."""
+    import socket
+
+    base = profiles.resolve("sandbox")
+    proxy = Proxy(base.port, hold_on_eof=True)
+    try:
+        raw = yaml.safe_load(Path(base.source).read_text())
+        raw["port"] = proxy.port
+        path = Path(base.source).with_name("halfway.yaml")
+        path.write_text(yaml.safe_dump(raw))
+        with connect(profiles.resolve("halfway"), announce=lambda m: None) as r:
+            chan = r.stream("head -c 1000000 /dev/zero; sleep 30")
+            deadline = time.monotonic() + 30
+            while not chan.recv_ready() and time.monotonic() < deadline:
+                time.sleep(0.02)
+            r.transport.sock.shutdown(socket.SHUT_WR)  # from here every write of this connection fails
+            got = 0
+            with pytest.raises(ConnectError, match="was lost"):
+                while got < 1000000:  # the window adjust comes after about 200 kB: well inside
+                    data = chan.recv(1 << 16)
+                    assert data, "the stream ended before a read had to acknowledge"
+                    got += len(data)
+            assert 0 < got < 1000000
+            with pytest.raises(ConnectError, match="was lost"):
+                chan.sendall(b"more")
+    finally:
+        proxy.close()

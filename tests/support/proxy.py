@@ -9,11 +9,15 @@ import time
 
 class Proxy:
     def __init__(self, target_port: int, *, delay: float = 0.0, cut_after: int | None = None, target_host: str = "127.0.0.1",
-                 rate: float | None = None, listen_host: str = "127.0.0.1", listen_port: int = 0):
+                 rate: float | None = None, listen_host: str = "127.0.0.1", listen_port: int = 0,
+                 hold_on_eof: bool = False):
         self.target = (target_host, target_port)
         self.delay = delay
         self.cut_after = cut_after  # bytes server->client per connection, then both sides are closed
         self.rate = rate  # bytes per second in each direction, over every connection together (a throttled link)
+        # the client's EOF is not passed on, nor does it close anything: the server goes on sending, and the client,
+        # whose own writes now fail, reads on (a peer gone in one direction before the client's reader noticed)
+        self.hold_on_eof = hold_on_eof
         self.connections = 0
         self.bytes_down = 0
         self.bytes_up = 0
@@ -48,10 +52,12 @@ class Proxy:
             threading.Thread(target=self._pipe, args=(upstream, client, state), daemon=True).start()
 
     def _pipe(self, src: socket.socket, dst: socket.socket, counter: dict | None) -> None:
+        held = False
         try:
             while True:
                 data = src.recv(16384)
                 if not data:
+                    held = counter is None and self.hold_on_eof  # both sockets stay open, the other way goes on
                     break
                 if self.delay:
                     time.sleep(self.delay)
@@ -75,7 +81,7 @@ class Proxy:
         except OSError:
             pass
         finally:
-            for s in (src, dst):
+            for s in () if held else (src, dst):
                 try:
                     s.shutdown(socket.SHUT_RDWR)
                 except OSError:

@@ -157,6 +157,15 @@ def _report(message: str, hint: str | None, exc: BaseException | None) -> None:
     out.error(scrub(message), scrub(hint) if hint else None)
 
 
+def _from_paramiko(exc: BaseException) -> bool:
+    """Was exc raised inside paramiko (a write on a closed socket: a bare EOFError), rather than at a prompt whose
+    input ended?"""
+    tb = exc.__traceback__
+    while tb is not None and tb.tb_next is not None:
+        tb = tb.tb_next
+    return tb is not None and f"{os.sep}paramiko{os.sep}" in tb.tb_frame.f_code.co_filename
+
+
 def _click_or_internal(exc: Exception, args: list[str] = ()) -> int:
     """Usage errors (typer's vendored click), typer's Abort/Exit, and the last resort for anything unexpected: one
     line and exit 1, a traceback only with --debug. Nothing in here may raise (it is the fallback)."""
@@ -173,6 +182,13 @@ def _click_or_internal(exc: Exception, args: list[str] = ()) -> int:
                 print(f"hint: {said}", file=sys.stderr)
             return exc.exit_code
         if isinstance(exc, typer.Abort):
+            cause = exc.__context__
+            if isinstance(cause, EOFError) and _from_paramiko(cause):  # click takes any EOFError for Ctrl-C
+                _report(f"the connection to the host was lost ({type(cause).__name__} in the SSH transport)",
+                        "run the command again; a job already started keeps running", cause)
+                from ..errors import ExitCode
+
+                return int(ExitCode.CONNECTION)
             print("interrupted", file=sys.stderr)
             return 130
         if isinstance(exc, typer.Exit):

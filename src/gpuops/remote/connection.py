@@ -270,7 +270,7 @@ class Remote:
         except Exception as exc:  # paramiko.SSHException, EOFError, socket errors
             raise ConnectError(f"connection to {self.profile.host} was lost while starting a command: {exc}") from exc
         self.exec_count += 1
-        return chan
+        return LiveChannel(chan, self.profile.host)
 
     def close(self) -> None:
         try:
@@ -283,6 +283,54 @@ class Remote:
 
     def __exit__(self, *exc) -> None:
         self.close()
+
+
+class LiveChannel:
+    """A command's paramiko channel whose reads and writes say a lost connection as ConnectError. Paramiko says it
+    otherwise in its own ways, at any read: `recv` acknowledges what it consumed (a window adjust) once a fifth of
+    the window is read, and that write on a socket the peer has closed, before the transport's thread has noticed
+    the close, raises a bare EOFError. Escaping a command, click took that EOFError for Ctrl-C: a watch whose
+    connection dropped while a 300 kB log line was read said "interrupted" (exit 130) instead of reconnecting (a
+    fresh-clone CI run). Everything else is the channel's own (select() takes it through fileno())."""
+
+    __slots__ = ("_chan", "_host")
+
+    def __init__(self, chan, host: str) -> None:
+        self._chan = chan
+        self._host = host
+
+    def __getattr__(self, name: str):
+        return getattr(self._chan, name)
+
+    def fileno(self) -> int:
+        return self._chan.fileno()
+
+    def _lost(self, exc: BaseException) -> ConnectError:
+        return ConnectError(f"connection to {self._host} was lost: {str(exc) or type(exc).__name__}")
+
+    def recv(self, nbytes: int) -> bytes:
+        try:
+            return self._chan.recv(nbytes)
+        except (EOFError, OSError) as exc:
+            raise self._lost(exc) from exc
+
+    def recv_stderr(self, nbytes: int) -> bytes:
+        try:
+            return self._chan.recv_stderr(nbytes)
+        except (EOFError, OSError) as exc:
+            raise self._lost(exc) from exc
+
+    def sendall(self, data: bytes) -> None:
+        try:
+            self._chan.sendall(data)
+        except (EOFError, OSError) as exc:
+            raise self._lost(exc) from exc
+
+    def shutdown_write(self) -> None:
+        try:
+            self._chan.shutdown_write()
+        except (EOFError, OSError) as exc:
+            raise self._lost(exc) from exc
 
 
 _KNOWN: dict = {}
