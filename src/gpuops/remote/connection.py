@@ -332,6 +332,14 @@ class LiveChannel:
         except (EOFError, OSError) as exc:
             raise self._lost(exc) from exc
 
+    def close(self) -> None:
+        """Closing a channel of a connection that is gone has nothing left to do (paramiko's close message would
+        raise the same EOFError, and in a `finally` hide what went wrong)."""
+        try:
+            self._chan.close()
+        except (EOFError, OSError):
+            pass
+
 
 _KNOWN: dict = {}
 
