@@ -316,3 +316,23 @@ def test_an_address_this_machine_does_not_have_is_said_as_such_not_as_a_port_to_
         assert "choose another --port" in e.value.hint
     finally:
         taken.close()
+
+
+def test_a_page_is_told_to_read_the_record_when_the_follower_wrote_it_not_when_the_state_changed():
+    """The page read the run's record 1.5 s after the state said it ended; under load the follower (the rest of the
+    log, the end facts) had not written the cause by then, and the page said "failed (exit 1)" without it for good
+    (a fresh-clone CI run under eight workers). `recorded` comes with the follower's end, after the record, last."""
+    clock = [1000.0]
+    dash = w.Dashboard({"run_id": "r1", "started_ts": 990.0}, clock=lambda: clock[0])
+    feed = fd.RunFeed("r1")
+    alive = {"type": "state", "info": RunInfo(run_id="r1", exists=True, alive=True, started=990.0)}
+    died = {"type": "state", "info": RunInfo(run_id="r1", exists=True, alive=False, exit_code=1, started=990.0)}
+    for ev in (alive, {"type": "log", "line": "ImportError: cannot import name 'x'"}, died):
+        clock[0] += 1.0
+        dash.apply(ev)
+        feed.record(ev, clock[0], dash)
+    kinds = [e["k"] for e in feed.since(0)]
+    assert "recorded" not in kinds and [e["state"] for e in feed.since(0) if e["k"] == "state"][-1] == "failed"
+    seen = feed.seq
+    feed.record({"type": "end"}, clock[0] + 5.0, dash)
+    assert [e["k"] for e in feed.since(seen)][-1] == "recorded"

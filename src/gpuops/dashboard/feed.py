@@ -272,6 +272,8 @@ class RunFeed:
             self._progress(ev["progress"], None if ev.get("replay") else now)
         if dash is not None and t in ("state", "sample", "end"):
             self._state(dash)
+        if t == "end":  # the follower has written the run's record (exit code, cause): the page reads it now
+            self._emit({"k": "recorded"})
 
     def note(self, text: str) -> None:
         """A line of the dashboard's own in the page's log (shown apart from the job's lines)."""

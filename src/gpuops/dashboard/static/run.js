@@ -313,7 +313,7 @@
       else { const i = arr.findIndex((q) => q[0] >= p[0]); if (arr[i][0] === p[0]) arr[i] = p; else arr.splice(i, 0, p); }
     }
     function apply(entries) {
-      let relayout = false, ended = false;
+      let relayout = false, ended = false, recorded = false;
       const logs = [];
       for (const e of entries) {
         if (e.seq <= st.seq) continue;  // a reconnected stream repeats from where it began
@@ -333,10 +333,11 @@
         else if (e.k === "link") showLink(e.text);
         else if (e.k === "reach") { st.unreachable = e.unreachable; st.seenAt = e.seen_at; showState(); gpuLatest(); }
         else if (e.k === "gpu_error") errEl.textContent = "nvidia-smi: " + e.text;
+        else if (e.k === "recorded") recorded = true;
       }
       if (logs.length) addLogs(logs);
-      if (relayout) { load(); return; }
-      if (ended) setTimeout(load, 1500);  // its record now says how it ended (exit code, cause)
+      if (relayout || recorded) { load(); return; }  // recorded: the follower wrote how it ended (exit code, cause)
+      if (ended) setTimeout(load, 1500);  // the exit code early; the cause once the record is written (recorded)
       if (st.loss.length > MAX_POINTS || st.rate.length > MAX_POINTS) history();
       if (st.rows.length > MAX_ROWS) G.getJSON(`/api/run/${enc}/gpu`).then(({ ok, doc }) => { if (ok) { st.rows = doc.rows; redraw(); } }, () => {});
       redraw();
