@@ -50,12 +50,51 @@ def _handler(signum, frame) -> None:
     raise KeyboardInterrupt(name)
 
 
+def _again_where_it_can_be_raised(unraisable) -> bool:
+    """A KeyboardInterrupt the interpreter could not raise: the signal's handler ran inside a weakref callback, a
+    `__del__` or the garbage collector (an import's module-lock callback, say), where exceptions are printed
+    ("Exception ignored in ...") and dropped. The command would go on as if never signalled, and, SIGTERM's mark
+    being set, ignore every SIGTERM after. The signal is sent again, from a thread of its own a moment later (sent
+    from here, its handler would run at once, still where nothing can be raised): the main thread runs the handler
+    at its next point where an exception can be raised. True when it was."""
+    exc = unraisable.exc_value
+    if not isinstance(exc, KeyboardInterrupt) or threading.current_thread() is not threading.main_thread():
+        return False
+    name = exc.args[0] if exc.args and exc.args[0] in SIGNALS else None
+    if name is not None and _received == [name]:
+        _received.clear()  # not cleaned up after yet: the handler raises it anew
+        sig = getattr(signal, name)
+    elif not exc.args and signal.getsignal(signal.SIGINT) is signal.default_int_handler:
+        sig = signal.SIGINT  # Ctrl-C, dropped the same way
+    else:
+        return False
+    import _thread
+    import time
+
+    def again() -> None:
+        time.sleep(0.05)  # the main thread is out of the callback by then (if not, this comes round again)
+        os.kill(os.getpid(), sig)
+
+    _thread.start_new_thread(again, ())  # not threading.Thread: its start() waits, and the signal would land there
+    return True
+
+
 @contextmanager
 def as_interrupt() -> Iterator[None]:
-    """While inside, SIGTERM and SIGHUP raise KeyboardInterrupt in the main thread (once)."""
+    """While inside, SIGTERM and SIGHUP raise KeyboardInterrupt in the main thread (once), and an interrupt that
+    landed where it could not be raised is delivered again."""
     if threading.current_thread() is not threading.main_thread():
         yield
         return
+    import sys
+
+    hook_before = sys.unraisablehook
+
+    def hook(unraisable) -> None:
+        if not _again_where_it_can_be_raised(unraisable):
+            hook_before(unraisable)
+
+    sys.unraisablehook = hook
     before = {}
     for name in SIGNALS:
         sig = getattr(signal, name, None)
@@ -71,3 +110,4 @@ def as_interrupt() -> Iterator[None]:
     finally:
         for sig, old in before.items():
             signal.signal(sig, old)
+        sys.unraisablehook = hook_before

@@ -58,8 +58,19 @@ def run(argv: list[str] | None = None) -> int:
     except Exception as exc:  # click usage errors and anything unexpected
         code = _click_or_internal(exc, args)
     if argv is None:
+        _no_stale_interrupt()
         sys.exit(code)
     return code
+
+
+def _no_stale_interrupt() -> None:
+    """gpuops has decided its exit status: make sure CPython does not override it. A KeyboardInterrupt (Ctrl-C, or
+    SIGTERM/SIGHUP through interrupts.py) that escapes code run from a string (`exec` of source text: every
+    dataclass and namedtuple defined during a lazy import) sets CPython's "unhandled KeyboardInterrupt" flag even when
+    gpuops catches it later, and `python -m gpuops` then ends by SIGINT on its way out (-2, not the 130 said): a
+    SIGTERM during `down` that landed while tenacity was being imported did so. Running any source string clears
+    that flag as it starts (CPython's run_eval_code_obj), so one no-op does it, on every Python."""
+    exec("pass", {})
 
 
 def _app_for(args: list[str]):
