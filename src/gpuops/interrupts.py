@@ -18,6 +18,7 @@ from typing import Iterator, Optional
 
 SIGNALS = ("SIGTERM", "SIGHUP")
 _received: list[str] = []  # names of the signals turned into KeyboardInterrupt by the current as_interrupt()
+_inside: list[bool] = []  # one entry while an as_interrupt() is open
 
 
 def received() -> Optional[str]:
@@ -73,7 +74,8 @@ def _again_where_it_can_be_raised(unraisable) -> bool:
 
     def again() -> None:
         time.sleep(0.05)  # the main thread is out of the callback by then (if not, this comes round again)
-        os.kill(os.getpid(), sig)
+        if _inside:  # a command that ended meanwhile has done its work: not killed after it by SIGTERM's default
+            os.kill(os.getpid(), sig)
 
     _thread.start_new_thread(again, ())  # not threading.Thread: its start() waits, and the signal would land there
     return True
@@ -105,9 +107,11 @@ def as_interrupt() -> Iterator[None]:
         before[sig] = signal.getsignal(sig)
         signal.signal(sig, _handler)
     _received.clear()
+    _inside.append(True)
     try:
         yield
     finally:
+        _inside.pop()
         for sig, old in before.items():
             signal.signal(sig, old)
         sys.unraisablehook = hook_before
