@@ -67,12 +67,12 @@ def test_spend_counts_every_node_from_the_launch_until_terminated():
 
 def test_over_budget():
     """$1 at $3.6/h is 1000 s; the run stops when what follows the stop still fits (issue 42): the next sample (2 s),
-    the job's stop and the log's fetch (a round each: 2 s before the run measured its sync), the termination (6 s
-    before the run knew its cloud's poll)."""
+    the job's stop (a round: 2 s before the run measured its sync) and the log's fetch (two rounds), the termination
+    (6 s before the run knew its cloud's poll)."""
     r = rec(price_per_hour=3.6, max_cost=1.0)
     r.stage("up").started = 0
-    assert not pl.over_budget(r, 987.9)
-    assert pl.over_budget(r, 988.1)
+    assert not pl.over_budget(r, 985.9)
+    assert pl.over_budget(r, 986.1)
     assert not pl.over_budget(rec(price_per_hour=3.6), 10**9)
 
 
@@ -82,12 +82,12 @@ def test_the_stop_leaves_room_for_what_this_run_measured():
     r.stage("up").started = 0
     r.stage("sync").started, r.stages["sync"].ended = 10, 10.5  # a round: 0.5 s
     r.terminate_s = 1.2
-    r.checkpoint = {"name": "checkpoints", "fetch_s": 3.0}  # longer than four rounds
-    tail = 2.0 + 0.5 + 0.5 + 3.0 + 1.2
+    r.checkpoint = {"name": "checkpoints", "fetch_s": 4.0}  # twice that is more than six rounds or the floor
+    tail = 2.0 + 0.5 + 1.0 + 8.0 + 1.2
     assert pl.tail_cost(r) == pytest.approx(tail / 1000)
     assert not pl.over_budget(r, 1000 - tail - 0.1) and pl.over_budget(r, 1000 - tail + 0.1)
-    r.checkpoint = None  # no fetch measured: four rounds (its connection, the listing, rsync, its verification)
-    assert pl.tail_cost(r) == pytest.approx((2.0 + 0.5 + 0.5 + 2.0 + 1.2) / 1000)
+    r.checkpoint = None  # no fetch measured: six rounds (3 s), and 6 s at least (money.FETCH_FLOOR_S)
+    assert pl.tail_cost(r) == pytest.approx((2.0 + 0.5 + 1.0 + 6.0 + 1.2) / 1000)
 
 
 def test_summary_and_overhead():

@@ -55,19 +55,23 @@ def billing_said(ids: list, seen: dict, price_per_hour: float) -> tuple[str, boo
 # $0.0313, the fetch and the termination after the stop billing on top).
 ROUND_S = 2.0  # one connection and one remote execution, before this run measured one (its sync stage)
 TERMINATE_S = 6.0  # the API's terminate and the status that confirms it, before the run knows its cloud's poll
+FETCH_FLOOR_S = 6.0  # a final fetch of a small folder on a loaded machine: 5.8 s seen (1.4 s quiet), over a fast link
 
 
 def tail_s(round_s: Optional[float], names: int, last_fetch_s: Optional[float], sample_s: float,
            terminate_s: Optional[float] = None) -> float:
     """The seconds a run bills after it decides to stop: the next sample (the check runs once per event), stopping
-    the job (a round: a connection and an execution, as this run's sync measured it), fetching the log (a round),
-    each --fetch name (four rounds: its connection, the listing, rsync and its verification, or the last fetch's
-    measured time when longer; two rounds fell short under load: a fetch of 4.9 s against 1.2 s left for it took a
-    fresh-clone CI run's cap from $0.03 to $0.0306), the termination (`terminate_s`: a poll of the API and a round
-    trip, else TERMINATE_S)."""
+    the job (a round: a connection and an execution, as this run's sync measured it), fetching the log (two
+    rounds), each --fetch name (six rounds: its connection, the listing, rsync's own connection, rsync and its
+    verification; twice the last fetch's measured time when longer; FETCH_FLOOR_S at least), the termination (`terminate_s`: a poll of
+    the API and a round trip, else TERMINATE_S). Why so much room: a loaded machine or network makes the final fetch
+    take several times what the same run measured before: a fetch of 4.9 s against 1.2 s left for it took a
+    fresh-clone CI run's cap from $0.03 to $0.0306 (two rounds each then), and 5.8 s after a 0.4 s sync to $0.0314
+    (four rounds, no fetch measured before; the same fetch takes 1.4 s on the quiet machine). Stopping a few seconds early costs the job those seconds; going over
+    the cap costs the user money they said they would not spend."""
     r = round_s if round_s is not None and round_s > 0 else ROUND_S
-    each = max(4 * r, last_fetch_s or 0.0)
-    return sample_s + r + r + names * each + (terminate_s if terminate_s is not None else TERMINATE_S)
+    each = max(6 * r, 2 * (last_fetch_s or 0.0), FETCH_FLOOR_S)
+    return sample_s + r + 2 * r + names * each + (terminate_s if terminate_s is not None else TERMINATE_S)
 
 
 def covers(cap: float) -> str:
