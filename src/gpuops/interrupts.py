@@ -10,9 +10,12 @@ Light (stdlib only): imported by the CLI modules.
 """
 from __future__ import annotations
 
+import _thread
 import os
 import signal
+import sys
 import threading
+import time
 from contextlib import contextmanager
 from typing import Iterator, Optional
 
@@ -69,8 +72,6 @@ def _again_where_it_can_be_raised(unraisable) -> bool:
         sig = signal.SIGINT  # Ctrl-C, dropped the same way
     else:
         return False
-    import _thread
-    import time
 
     def again() -> None:
         time.sleep(0.05)  # the main thread is out of the callback by then (if not, this comes round again)
@@ -88,8 +89,6 @@ def as_interrupt() -> Iterator[None]:
     if threading.current_thread() is not threading.main_thread():
         yield
         return
-    import sys
-
     hook_before = sys.unraisablehook
 
     def hook(unraisable) -> None:

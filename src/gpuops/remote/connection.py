@@ -305,32 +305,23 @@ class LiveChannel:
     def fileno(self) -> int:
         return self._chan.fileno()
 
-    def _lost(self, exc: BaseException) -> ConnectError:
-        return ConnectError(f"connection to {self._host} was lost: {str(exc) or type(exc).__name__}")
+    def _said(self, call, *args):
+        try:
+            return call(*args)
+        except (EOFError, OSError) as exc:
+            raise ConnectError(f"connection to {self._host} was lost: {str(exc) or type(exc).__name__}") from exc
 
     def recv(self, nbytes: int) -> bytes:
-        try:
-            return self._chan.recv(nbytes)
-        except (EOFError, OSError) as exc:
-            raise self._lost(exc) from exc
+        return self._said(self._chan.recv, nbytes)
 
     def recv_stderr(self, nbytes: int) -> bytes:
-        try:
-            return self._chan.recv_stderr(nbytes)
-        except (EOFError, OSError) as exc:
-            raise self._lost(exc) from exc
+        return self._said(self._chan.recv_stderr, nbytes)
 
     def sendall(self, data: bytes) -> None:
-        try:
-            self._chan.sendall(data)
-        except (EOFError, OSError) as exc:
-            raise self._lost(exc) from exc
+        self._said(self._chan.sendall, data)
 
     def shutdown_write(self) -> None:
-        try:
-            self._chan.shutdown_write()
-        except (EOFError, OSError) as exc:
-            raise self._lost(exc) from exc
+        self._said(self._chan.shutdown_write)
 
     def close(self) -> None:
         """Closing a channel of a connection that is gone has nothing left to do (paramiko's close message would
